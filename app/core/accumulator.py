@@ -1,0 +1,388 @@
+"""One accumulator for every provider: normalized patches in, canonical events out.
+
+It assigns the public indexes, keeps interleaved blocks apart by their provider key,
+accumulates the message (text, reasoning blocks, tool calls with parsed arguments), the usage
+and the stop reason, and builds the `final` event. See reference/normalized-stream-accumulator.md
+for the contract it grew from; unlike that reference, patches carry the provider's block key, so
+interleaved blocks of one type need no buffering in the mapper.
+
+A tool call's fragments are released one behind: a fragment goes out when the next one arrives,
+and the last goes out with `is_final: true` and the parsed arguments when the call ends. So every
+call gives at least one `tool_call` event and exactly one final one, with no empty trailer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from app.core.errors import UpstreamError
+from app.core.events import (
+    AssistantMessage,
+    FinalEvent,
+    FinalStatus,
+    ReasoningEvent,
+    StopReason,
+    StreamEvent,
+    TokenEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    Usage,
+)
+from app.core.messages import Message, ReasoningBlock, ToolCall, freeze
+from app.core.patches import (
+    BlockKey,
+    MessageDelta,
+    MessageEnd,
+    MessageStart,
+    Patch,
+    ReasoningDelta,
+    ReasoningEnd,
+    ReasoningStart,
+    TextDelta,
+    TextEnd,
+    TextStart,
+    ToolDelta,
+    ToolEnd,
+    ToolResultDelta,
+    ToolResultEnd,
+    ToolResultStart,
+    ToolStart,
+    UsagePatch,
+)
+
+__all__ = ["Accumulator", "StreamProtocolError", "ToolCallRecord"]
+
+
+class StreamProtocolError(UpstreamError):
+    """The provider's stream broke the patch contract (a delta for an unknown block, ...)."""
+
+    code = "upstream_protocol_error"
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolCallRecord:
+    """A tool call as the accumulator saw it; `arguments` is set once the call ended."""
+
+    key: BlockKey
+    id: str
+    name: str
+    index: int
+    server: bool
+    fragments: list[str] = field(default_factory=list)
+    held: str | None = None
+    arguments: dict[str, Any] | None = None
+    done: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class _ReasoningState:
+    parts: list[str] = field(default_factory=list)
+    signature: str | None = None
+    redacted: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class _ResultState:
+    tool_call_id: str
+    name: str
+    parts: list[str] = field(default_factory=list)
+
+
+_USAGE_FIELDS = tuple(UsagePatch.__slots__)  # type: ignore[attr-defined]
+
+
+class Accumulator:
+    """Turns one provider response's patches into canonical events and the final message."""
+
+    def __init__(self, *, model: str, provider: str) -> None:
+        self.model = model
+        self.provider = provider
+        self.response_id: str | None = None
+        self.stop_reason: StopReason | None = None
+        self.completed = False
+        self._usage = UsagePatch()
+        self._token_index = 0
+        self._reasoning_index = 0
+        self._tool_index = 0
+        self._open_text: set[BlockKey] = set()
+        self._reasoning: dict[BlockKey, _ReasoningState] = {}
+        self._tools: dict[BlockKey, ToolCallRecord] = {}
+        self._calls_by_id: dict[str, ToolCallRecord] = {}
+        self._results: dict[BlockKey, _ResultState] = {}
+        # The current assistant turn; a result for a caller-visible call closes it.
+        self._text: list[str] = []
+        self._turn_reasoning: list[ReasoningBlock] = []
+        self._turn_calls: list[ToolCallRecord] = []
+        self.history: list[Message] = []
+        """Completed turns inside this response (assistant tool calls, then their results)."""
+        self._handlers: dict[str, Callable[[Any, list[StreamEvent]], None]] = {
+            "message_start": self._message_start,
+            "text_start": self._text_start,
+            "text_delta": self._text_delta,
+            "text_end": self._text_end,
+            "reasoning_start": self._reasoning_start,
+            "reasoning_delta": self._reasoning_delta,
+            "reasoning_end": self._reasoning_end,
+            "tool_start": self._tool_start,
+            "tool_delta": self._tool_delta,
+            "tool_end": self._tool_end,
+            "tool_result_start": self._result_start,
+            "tool_result_delta": self._result_delta,
+            "tool_result_end": self._result_end,
+            "message_delta": self._message_delta,
+            "message_end": self._message_end,
+        }
+
+    # -- the contract ---------------------------------------------------------------------
+
+    def push(self, patch: Patch, out: list[StreamEvent]) -> None:
+        """Apply one patch; append the canonical events it releases to `out`."""
+        self._handlers[patch.kind](patch, out)
+
+    def push_all(self, patches: list[Patch]) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        handlers = self._handlers
+        for patch in patches:
+            handlers[patch.kind](patch, out)
+        return out
+
+    @property
+    def text(self) -> str:
+        """The current turn's answer text so far."""
+        return "".join(self._text)
+
+    @property
+    def usage(self) -> Usage:
+        u = self._usage
+        usage = Usage(
+            input_tokens=u.input_tokens or 0,
+            output_tokens=u.output_tokens or 0,
+            cache_read_tokens=u.cache_read_tokens or 0,
+            cache_write_tokens=u.cache_write_tokens or 0,
+            reasoning_tokens=u.reasoning_tokens or 0,
+        )
+        usage.total_tokens = (
+            u.total_tokens if u.total_tokens is not None else usage.input_tokens + usage.output_tokens
+        )
+        return usage
+
+    @property
+    def tool_calls(self) -> list[ToolCallRecord]:
+        """Every call seen, in order, server tools included."""
+        return list(self._calls_by_id.values())
+
+    def message(self) -> AssistantMessage:
+        """The last assistant message: text and the completed calls the caller must answer."""
+        reasoning = list(self._turn_reasoning)
+        for state in self._reasoning.values():  # blocks the provider never closed
+            reasoning.append(self._reasoning_block(state))
+        return AssistantMessage(
+            content="".join(self._text),
+            tool_calls=tuple(
+                ToolCall(id=c.id, name=c.name, arguments=c.arguments or {})
+                for c in self._turn_calls
+                if c.done and not c.server
+            ),
+            reasoning=tuple(reasoning),
+        )
+
+    def final(
+        self,
+        status: FinalStatus,
+        *,
+        error: dict[str, Any] | None = None,
+        stop_reason: StopReason | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> FinalEvent:
+        if stop_reason is None:
+            stop_reason = self.stop_reason if status == "ok" else ("cancelled" if status == "cancelled" else "error")
+        return FinalEvent(
+            status=status,
+            message=self.message(),
+            usage=self.usage,
+            stop_reason=stop_reason,
+            model=self.model,
+            provider=self.provider,
+            error=error,
+            extra=extra or {},
+        )
+
+    # -- handlers -------------------------------------------------------------------------
+
+    def _message_start(self, p: MessageStart, out: list[StreamEvent]) -> None:
+        if p.id:
+            self.response_id = p.id
+        if p.model:
+            self.model = p.model
+        if p.usage is not None:
+            self._merge_usage(p.usage)
+
+    def _text_start(self, p: TextStart, out: list[StreamEvent]) -> None:
+        self._open_text.add(p.key)
+
+    def _text_delta(self, p: TextDelta, out: list[StreamEvent]) -> None:
+        if p.key in self._tools or p.key in self._reasoning:
+            raise StreamProtocolError(f"text delta for non-text block {p.key!r}")
+        self._open_text.add(p.key)
+        if p.text:
+            self._text.append(p.text)
+            out.append(TokenEvent(index=self._token_index, content=p.text))
+            self._token_index += 1
+
+    def _text_end(self, p: TextEnd, out: list[StreamEvent]) -> None:
+        self._open_text.discard(p.key)
+
+    def _reasoning_start(self, p: ReasoningStart, out: list[StreamEvent]) -> None:
+        self._reasoning[p.key] = _ReasoningState(redacted=p.redacted)
+
+    def _reasoning_delta(self, p: ReasoningDelta, out: list[StreamEvent]) -> None:
+        state = self._reasoning.get(p.key)
+        if state is None:
+            if p.key in self._tools or p.key in self._open_text:
+                raise StreamProtocolError(f"reasoning delta for non-reasoning block {p.key!r}")
+            state = self._reasoning[p.key] = _ReasoningState()
+        if p.signature:
+            state.signature = (state.signature or "") + p.signature
+        if p.text:
+            state.parts.append(p.text)
+            out.append(ReasoningEvent(index=self._reasoning_index, content=p.text))
+            self._reasoning_index += 1
+
+    def _reasoning_end(self, p: ReasoningEnd, out: list[StreamEvent]) -> None:
+        state = self._reasoning.pop(p.key, None)
+        if state is None:
+            return
+        if p.signature:
+            state.signature = p.signature
+        self._turn_reasoning.append(self._reasoning_block(state))
+
+    def _reasoning_block(self, state: _ReasoningState) -> ReasoningBlock:
+        return ReasoningBlock(
+            text="".join(state.parts), signature=state.signature, redacted=state.redacted,
+            provider=self.provider,
+        )
+
+    def _tool_start(self, p: ToolStart, out: list[StreamEvent]) -> None:
+        if p.key in self._tools and not self._tools[p.key].done:
+            raise StreamProtocolError(f"tool block {p.key!r} started twice")
+        record = ToolCallRecord(key=p.key, id=p.id, name=p.name, index=self._tool_index, server=p.server)
+        self._tool_index += 1
+        self._tools[p.key] = record
+        self._calls_by_id[p.id] = record
+        self._turn_calls.append(record)
+
+    def _open_tool(self, key: BlockKey) -> ToolCallRecord:
+        record = self._tools.get(key)
+        if record is None or record.done:
+            raise StreamProtocolError(f"tool delta for unknown or ended tool block {key!r}")
+        return record
+
+    def _tool_delta(self, p: ToolDelta, out: list[StreamEvent]) -> None:
+        record = self._open_tool(p.key)
+        if not p.fragment:
+            return
+        record.fragments.append(p.fragment)
+        if record.held is not None:
+            out.append(
+                ToolCallEvent(id=record.id, name=record.name, index=record.index,
+                              args_fragment=record.held, server=record.server)
+            )
+        record.held = p.fragment
+
+    def _tool_end(self, p: ToolEnd, out: list[StreamEvent]) -> None:
+        record = self._open_tool(p.key)
+        self._finish_tool(record, p.arguments, out)
+
+    def _finish_tool(self, record: ToolCallRecord, given: dict[str, Any] | None, out: list[StreamEvent]) -> None:
+        if given is not None:
+            arguments = given
+            if not record.fragments:
+                record.held = orjson.dumps(given).decode()
+                record.fragments.append(record.held)
+        else:
+            raw = "".join(record.fragments)
+            try:
+                arguments = orjson.loads(raw) if raw.strip() else {}
+            except orjson.JSONDecodeError as exc:
+                raise UpstreamError(
+                    f"tool call {record.id} ({record.name}) arguments are not valid JSON: {exc}",
+                    code="invalid_tool_arguments",
+                ) from None
+            if not isinstance(arguments, dict):
+                raise UpstreamError(
+                    f"tool call {record.id} ({record.name}) arguments are not a JSON object",
+                    code="invalid_tool_arguments",
+                )
+        record.arguments = freeze(arguments)
+        record.done = True
+        out.append(
+            ToolCallEvent(id=record.id, name=record.name, index=record.index,
+                          args_fragment=record.held or "", is_final=True,
+                          arguments=record.arguments, server=record.server)
+        )
+        record.held = None
+
+    def _result_start(self, p: ToolResultStart, out: list[StreamEvent]) -> None:
+        self._results[p.key] = _ResultState(tool_call_id=p.tool_call_id, name=p.name)
+
+    def _result_delta(self, p: ToolResultDelta, out: list[StreamEvent]) -> None:
+        state = self._results.get(p.key)
+        if state is None:
+            raise StreamProtocolError(f"tool result delta for unknown block {p.key!r}")
+        state.parts.append(p.content)
+
+    def _result_end(self, p: ToolResultEnd, out: list[StreamEvent]) -> None:
+        state = self._results.pop(p.key, None)
+        if state is None:
+            raise StreamProtocolError(f"tool result end for unknown block {p.key!r}")
+        content = "".join(state.parts)
+        call = self._calls_by_id.get(state.tool_call_id)
+        if call is not None and not call.server:
+            # An answered caller-visible call closes the assistant turn (reference mock: the
+            # final message is the answer after the tool result).
+            self._close_turn()
+            # model_construct: an empty tool output is a fact to record, not caller input to refuse.
+            self.history.append(
+                Message.model_construct(role="tool", content=content, tool_call_id=state.tool_call_id,
+                                        name=state.name, tool_calls=(), reasoning=())
+            )
+        out.append(
+            ToolResultEvent(tool_call_id=state.tool_call_id, name=state.name, content=content,
+                            is_error=p.is_error)
+        )
+
+    def _close_turn(self) -> None:
+        if not (self._text or self._turn_calls):
+            return
+        message = self.message()
+        if message.content or message.tool_calls:
+            self.history.append(
+                Message(role="assistant", content=message.content, tool_calls=message.tool_calls,
+                        reasoning=message.reasoning)
+            )
+        self._text = []
+        self._turn_calls = []
+        self._turn_reasoning = []
+
+    def _message_delta(self, p: MessageDelta, out: list[StreamEvent]) -> None:
+        if p.stop_reason is not None:
+            self.stop_reason = p.stop_reason
+        if p.usage is not None:
+            self._merge_usage(p.usage)
+
+    def _message_end(self, p: MessageEnd, out: list[StreamEvent]) -> None:
+        for record in list(self._tools.values()):
+            if not record.done:
+                self._finish_tool(record, None, out)
+        self.completed = True
+
+    def _merge_usage(self, patch: UsagePatch) -> None:
+        usage = self._usage
+        for name in _USAGE_FIELDS:
+            value = getattr(patch, name)
+            if value is not None:
+                setattr(usage, name, value)

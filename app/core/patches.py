@@ -1,0 +1,187 @@
+"""Normalized patches: the only thing provider normalizers produce and the accumulator reads.
+
+Every block patch carries `key`, the provider's own block key (Anthropic's content block index,
+OpenAI's tool-call index, a generated id for Gemini's whole calls), so that interleaved blocks,
+parallel tool calls above all, stay apart. Public indexes are the accumulator's business.
+Plain slotted dataclasses: these are built once per upstream chunk on the hot path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from app.core.events import StopReason
+
+__all__ = [
+    "BlockKey",
+    "MessageDelta",
+    "MessageEnd",
+    "MessageStart",
+    "Patch",
+    "ReasoningDelta",
+    "ReasoningEnd",
+    "ReasoningStart",
+    "TextDelta",
+    "TextEnd",
+    "TextStart",
+    "ToolDelta",
+    "ToolEnd",
+    "ToolResultDelta",
+    "ToolResultEnd",
+    "ToolResultStart",
+    "ToolStart",
+    "UsagePatch",
+]
+
+BlockKey = int | str
+
+
+@dataclass(slots=True, kw_only=True)
+class UsagePatch:
+    """Usage as far as the provider reported it; None means "not reported in this patch"."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class MessageStart:
+    kind: Literal["message_start"] = "message_start"
+    id: str | None = None
+    model: str | None = None
+    usage: UsagePatch | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class TextStart:
+    kind: Literal["text_start"] = "text_start"
+    key: BlockKey = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class TextDelta:
+    """Text for block `key`; starts the block implicitly if it is not open."""
+
+    kind: Literal["text_delta"] = "text_delta"
+    key: BlockKey = 0
+    text: str
+
+
+@dataclass(slots=True, kw_only=True)
+class TextEnd:
+    kind: Literal["text_end"] = "text_end"
+    key: BlockKey = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class ReasoningStart:
+    kind: Literal["reasoning_start"] = "reasoning_start"
+    key: BlockKey = "reasoning"
+    redacted: str | None = None
+    """Opaque payload of a redacted reasoning block (Anthropic redacted_thinking)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class ReasoningDelta:
+    """Reasoning text and/or its signature for block `key`; opens the block if needed."""
+
+    kind: Literal["reasoning_delta"] = "reasoning_delta"
+    key: BlockKey = "reasoning"
+    text: str = ""
+    signature: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class ReasoningEnd:
+    kind: Literal["reasoning_end"] = "reasoning_end"
+    key: BlockKey = "reasoning"
+    signature: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolStart:
+    """A tool call begins. `server` marks tools the provider runs itself (web search, ...)."""
+
+    kind: Literal["tool_start"] = "tool_start"
+    key: BlockKey
+    id: str
+    name: str
+    server: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolDelta:
+    kind: Literal["tool_delta"] = "tool_delta"
+    key: BlockKey
+    fragment: str
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolEnd:
+    """The call is complete. `arguments` is given when the wire delivers a parsed object."""
+
+    kind: Literal["tool_end"] = "tool_end"
+    key: BlockKey
+    arguments: dict[str, Any] | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolResultStart:
+    kind: Literal["tool_result_start"] = "tool_result_start"
+    key: BlockKey
+    tool_call_id: str
+    name: str
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolResultDelta:
+    kind: Literal["tool_result_delta"] = "tool_result_delta"
+    key: BlockKey
+    content: str
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolResultEnd:
+    kind: Literal["tool_result_end"] = "tool_result_end"
+    key: BlockKey
+    is_error: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class MessageDelta:
+    """Message-level news: the stop reason and/or usage (later values win, field by field)."""
+
+    kind: Literal["message_delta"] = "message_delta"
+    stop_reason: StopReason | None = None
+    usage: UsagePatch | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class MessageEnd:
+    """The provider finished the message normally (OpenAI `[DONE]`, Anthropic `message_stop`)."""
+
+    kind: Literal["message_end"] = "message_end"
+
+
+Patch = (
+    MessageStart
+    | TextStart
+    | TextDelta
+    | TextEnd
+    | ReasoningStart
+    | ReasoningDelta
+    | ReasoningEnd
+    | ToolStart
+    | ToolDelta
+    | ToolEnd
+    | ToolResultStart
+    | ToolResultDelta
+    | ToolResultEnd
+    | MessageDelta
+    | MessageEnd
+)

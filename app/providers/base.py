@@ -1,0 +1,204 @@
+"""What every provider module implements, and the shared machinery to implement it with.
+
+A provider module is three things: request mapping (Foundry -> wire), a `StreamNormalizer`
+(wire SSE events -> normalized patches) and an adapter whose `open_stream()` performs the HTTP
+request through the injected client. `open_stream()` raises `GatewayError` for failures known
+before the first byte of the body (they become HTTP errors); the returned `PatchStream` raises
+`GatewayError` for failures after it (they become `final{status: "error"}`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import httpx2
+
+from app.core.accumulator import Accumulator
+from app.core.errors import GatewayError, UpstreamError, UpstreamTimeout
+from app.core.events import FinalEvent, StreamEvent
+from app.core.messages import Message, ToolSpec
+from app.core.patches import Patch
+from app.providers.sse import SSEDecoder, SSEEvent
+
+__all__ = [
+    "BaseStreamIterator",
+    "PatchStream",
+    "ProviderAdapter",
+    "ProviderRequest",
+    "SSEPatchStream",
+    "StreamNormalizer",
+    "ToolChoice",
+    "mid_stream_errors",
+]
+
+ToolChoice = Literal["auto", "none", "required"] | str
+"""`auto`, `none`, `required`, or the name of one tool the model must call."""
+
+
+@dataclass(slots=True, kw_only=True)
+class ProviderRequest:
+    """One call to one provider, already checked at the edge; `model` has no provider prefix."""
+
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: ToolChoice | None = None
+    temperature: float = 0.0
+    max_tokens: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    """`provider_options` from the request: wire extras the caller asked for explicitly."""
+
+
+class PatchStream(Protocol):
+    """An open upstream response: batches of patches, one batch per upstream read."""
+
+    def __aiter__(self) -> AsyncIterator[list[Patch]]: ...
+
+    async def aclose(self) -> None:
+        """Close the upstream response (the provider stops generating). Idempotent."""
+
+
+class ProviderAdapter(Protocol):
+    name: str
+
+    async def open_stream(self, request: ProviderRequest) -> PatchStream: ...
+
+    def ready(self) -> bool:
+        """Configured and usable (credentials present); shown by /readyz."""
+
+
+class StreamNormalizer(Protocol):
+    """Provider wire events -> normalized patches. Pure: no I/O, one instance per response."""
+
+    def feed(self, event: SSEEvent, out: list[Patch]) -> None: ...
+
+    def finish(self, out: list[Patch]) -> None:
+        """The body ended. Emit the closing patches, or raise UpstreamError when cut short."""
+
+
+@contextlib.contextmanager
+def mid_stream_errors(provider: str) -> Iterator[None]:
+    """Map transport failures while reading a body to UpstreamError (after the first event)."""
+    try:
+        yield
+    except GatewayError:
+        raise
+    except httpx2.TimeoutException as exc:
+        raise UpstreamTimeout(f"{provider}: read timed out mid-stream", provider=provider) from exc
+    except httpx2.TransportError as exc:
+        raise UpstreamError(
+            f"{provider}: connection lost mid-stream ({type(exc).__name__})",
+            code="upstream_disconnected", retryable=True, provider=provider,
+        ) from exc
+
+
+class SSEPatchStream:
+    """An SSE body, parsed once: bytes -> SSEDecoder -> normalizer -> patch batches."""
+
+    __slots__ = ("_chunks", "_normalizer", "_close", "_provider", "_closed")
+
+    def __init__(
+        self,
+        chunks: AsyncIterator[bytes],
+        normalizer: StreamNormalizer,
+        *,
+        close: Callable[[], Awaitable[None]],
+        provider: str,
+    ) -> None:
+        self._chunks = chunks
+        self._normalizer = normalizer
+        self._close = close
+        self._provider = provider
+        self._closed = False
+
+    async def __aiter__(self) -> AsyncIterator[list[Patch]]:
+        decoder = SSEDecoder()
+        feed = self._normalizer.feed
+        try:
+            with mid_stream_errors(self._provider):
+                async for chunk in self._chunks:
+                    events = decoder.feed(chunk)
+                    if events:
+                        out: list[Patch] = []
+                        for event in events:
+                            feed(event, out)
+                        if out:
+                            yield out
+            out = []
+            for event in decoder.flush():
+                feed(event, out)
+            self._normalizer.finish(out)
+            if out:
+                yield out
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with contextlib.suppress(Exception):
+                await self._close()
+
+
+class BaseStreamIterator:
+    """Canonical events from a chunk source, for library use and contract tests.
+
+    Subclasses provide `_get_next_chunk()` (a batch of patches, or None when the source is
+    exhausted). The iterator closes itself after the final event or when the source ends, so
+    the underlying resources are always released (reference: foundry-adapters.md).
+    """
+
+    def __init__(self, *, model: str, provider: str) -> None:
+        self._accumulator = Accumulator(model=model, provider=provider)
+        self._pending: list[StreamEvent] = []
+        self._done = False
+        self.closed = False
+
+    async def _get_next_chunk(self) -> list[Patch] | None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        self.closed = True
+
+    def __aiter__(self) -> BaseStreamIterator:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        while not self._pending:
+            if self._done:
+                if not self.closed:
+                    await self.close()
+                raise StopAsyncIteration
+            try:
+                chunk = await self._get_next_chunk()
+            except GatewayError as exc:
+                self._finish(self._accumulator.final("error", error=exc.to_dict()))
+                continue
+            if chunk is None:
+                acc = self._accumulator
+                if acc.completed:
+                    self._finish(acc.final("ok"))
+                else:
+                    error = UpstreamError("stream ended before the provider finished", code="upstream_incomplete")
+                    self._finish(acc.final("error", error=error.to_dict()))
+                continue
+            try:
+                self._pending.extend(self._accumulator.push_all(chunk))
+            except GatewayError as exc:
+                self._finish(self._accumulator.final("error", error=exc.to_dict()))
+        event = self._pending.pop(0)
+        if isinstance(event, FinalEvent):
+            await self.close()
+        return event
+
+    def _finish(self, final: FinalEvent) -> None:
+        self._pending.append(final)
+        self._done = True
+
+
+async def replay_stream(iterator: BaseStreamIterator) -> list[StreamEvent]:
+    """Drain an iterator into a list: the same list on every replay of the same source."""
+    return [event async for event in iterator]

@@ -1,0 +1,152 @@
+"""The embedded default provider: canned scenarios, no keys, no network.
+
+Served as `mock/<scenario>`:
+- `simple`: "Hello", ", world".
+- `tool_call`: "Calling calculator", a `calculator` call whose arguments arrive in two fragments,
+  its result, then "Sum is 4" (the final message, as in reference/foundry-adapters.md).
+- `echo`: the last user message back, word by word.
+- `lorem-<N>`: N tokens of lorem ipsum, for demos and load.
+
+`provider_options` (all optional): `delay_ms` between chunks, so a terminal shows the stream
+arriving; `fail_after` (N) breaks the stream after N chunks with a retryable upstream error, to
+see an honest `final{status: "error"}` without a real provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+
+from app.core.errors import RequestError, UpstreamError, UpstreamNotFound
+from app.core.patches import (
+    MessageDelta,
+    MessageEnd,
+    MessageStart,
+    Patch,
+    TextDelta,
+    ToolDelta,
+    ToolEnd,
+    ToolResultDelta,
+    ToolResultEnd,
+    ToolResultStart,
+    ToolStart,
+    UsagePatch,
+)
+from app.providers.base import BaseStreamIterator, ProviderRequest, replay_stream
+
+__all__ = ["MockAdapter", "MockStreamIterator", "SCENARIOS", "replay_stream", "scenario_chunks"]
+
+SCENARIOS = ("simple", "tool_call", "echo", "lorem-<N>")
+_LOREM_RE = re.compile(r"^lorem-(\d{1,7})$")
+_LOREM = (
+    "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut "
+    "labore et dolore magna aliqua"
+).split()
+MAX_LOREM = 1_000_000
+
+
+def _words(text: str) -> list[str]:
+    """Split keeping the spaces, so the tokens join back to the text exactly."""
+    return re.findall(r"\s*\S+\s*", text) or [text]
+
+
+def scenario_chunks(model: str, messages: tuple = ()) -> list[list[Patch]]:
+    """The scenario as upstream chunks (one list of patches per chunk). Pure and repeatable."""
+    if model == "simple":
+        texts = ["Hello", ", world"]
+        chunks: list[list[Patch]] = [[TextDelta(text=t)] for t in texts]
+        stop = "stop"
+    elif model == "tool_call":
+        chunks = [
+            [TextDelta(text="Calling calculator")],
+            [ToolStart(key="call", id="call_mock_1", name="calculator"),
+             ToolDelta(key="call", fragment='{"expression": ')],
+            [ToolDelta(key="call", fragment='"2 + 2"}')],
+            [ToolEnd(key="call"),
+             ToolResultStart(key="result", tool_call_id="call_mock_1", name="calculator"),
+             ToolResultDelta(key="result", content="4"), ToolResultEnd(key="result")],
+            [TextDelta(text="Sum is 4")],
+        ]
+        texts = ["Calling calculator", "Sum is 4"]
+        stop = "stop"
+    elif model == "echo":
+        last = next((m.content for m in reversed(messages) if m.role == "user"), "")
+        texts = _words(last) if last else []
+        chunks = [[TextDelta(text=t)] for t in texts]
+        stop = "stop"
+    elif m := _LOREM_RE.match(model):
+        n = int(m.group(1))
+        if n > MAX_LOREM:
+            raise RequestError(f"mock/lorem-N accepts N up to {MAX_LOREM}", code="invalid_model", field="model")
+        texts = [(" " if i else "") + _LOREM[i % len(_LOREM)] for i in range(n)]
+        chunks = [[TextDelta(text=t)] for t in texts]
+        stop = "stop"
+    else:
+        raise UpstreamNotFound(
+            f"mock has no scenario {model!r}; try one of: {', '.join(SCENARIOS)}", provider="mock"
+        )
+    input_tokens = sum(len(m.content.split()) for m in messages)
+    output_tokens = sum(len(t.split()) for t in texts)
+    chunks.insert(0, [MessageStart(id=f"mock-{model}", model=model, usage=UsagePatch(input_tokens=input_tokens))])
+    chunks.append([MessageDelta(stop_reason=stop, usage=UsagePatch(output_tokens=output_tokens)), MessageEnd()])
+    return chunks
+
+
+class _MockPatchStream:
+    def __init__(self, chunks: list[list[Patch]], *, delay: float, fail_after: int | None) -> None:
+        self._chunks = chunks
+        self._delay = delay
+        self._fail_after = fail_after
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[list[Patch]]:
+        try:
+            for n, chunk in enumerate(self._chunks):
+                if self._fail_after is not None and n >= self._fail_after:
+                    raise UpstreamError("mock: stream broken on request (fail_after)",
+                                        code="upstream_disconnected", retryable=True, provider="mock")
+                if self._delay and n:
+                    await asyncio.sleep(self._delay)
+                yield chunk
+        finally:
+            self.closed = True
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class MockAdapter:
+    name = "mock"
+
+    def ready(self) -> bool:
+        return True
+
+    async def open_stream(self, request: ProviderRequest) -> _MockPatchStream:
+        options = request.options
+        delay_ms = options.get("delay_ms", 0)
+        fail_after = options.get("fail_after")
+        if not isinstance(delay_ms, (int, float)) or not 0 <= delay_ms <= 10_000:
+            raise RequestError("provider_options.delay_ms must be a number from 0 to 10000",
+                               field="provider_options.delay_ms")
+        if fail_after is not None and (not isinstance(fail_after, int) or fail_after < 0):
+            raise RequestError("provider_options.fail_after must be a non-negative integer",
+                               field="provider_options.fail_after")
+        unknown = set(options) - {"delay_ms", "fail_after"}
+        if unknown:
+            raise RequestError(f"mock does not take provider_options {sorted(unknown)}",
+                               field="provider_options")
+        chunks = scenario_chunks(request.model, request.messages)
+        return _MockPatchStream(chunks, delay=delay_ms / 1000, fail_after=fail_after)
+
+
+class MockStreamIterator(BaseStreamIterator):
+    """Replays a scenario as canonical events; the same list on every replay."""
+
+    def __init__(self, scenario: str = "simple", messages: tuple = ()) -> None:
+        super().__init__(model=scenario, provider="mock")
+        self._chunks = iter(scenario_chunks(scenario, messages))
+
+    async def _get_next_chunk(self) -> list[Patch] | None:
+        await asyncio.sleep(0)
+        return next(self._chunks, None)

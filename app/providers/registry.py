@@ -1,0 +1,81 @@
+"""Which providers this gateway serves, and which adapter answers `provider/model`.
+
+Adapters are built from settings and injected clients: `clients={"openai": AsyncOpenAI(...)}`
+hands a configured (or fake) SDK client to the provider of that name; `adapters={...}` injects
+whole adapters (tests, embedders). A provider with no credentials is not served; `mock` always is.
+Each provider module contributes one builder, listed in `_BUILDERS` (explicit, no import-time
+registration).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from app.core.errors import RequestError
+from app.providers.base import ProviderAdapter
+from app.providers.mock import MockAdapter
+from app.settings import Settings
+
+__all__ = ["ProviderRegistry", "build_registry"]
+
+Builder = Callable[[Settings, Mapping[str, Any]], dict[str, ProviderAdapter]]
+
+
+def _mock(settings: Settings, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
+    return {"mock": MockAdapter()}
+
+
+_BUILDERS: list[Builder] = [_mock]
+
+
+class ProviderRegistry:
+    def __init__(self, adapters: Mapping[str, ProviderAdapter], aliases: Mapping[str, str] | None = None) -> None:
+        self._adapters = dict(adapters)
+        self._aliases = dict(aliases or {})
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._adapters)
+
+    def get(self, name: str) -> ProviderAdapter | None:
+        return self._adapters.get(name)
+
+    def resolve(self, model: str) -> tuple[ProviderAdapter, str, str]:
+        """`provider/model` (or an alias) -> (adapter, provider name, upstream model name)."""
+        target = self._aliases.get(model, model)
+        provider, sep, name = target.partition("/")
+        if not sep or not provider or not name:
+            raise RequestError(
+                f"model must be 'provider/model' or a configured alias, got {model!r}",
+                code="invalid_model", status=422, field="model",
+            )
+        adapter = self._adapters.get(provider)
+        if adapter is None:
+            raise RequestError(
+                f"unknown provider {provider!r}; served: {', '.join(self.names)}",
+                code="model_not_found", status=404, field="model",
+            )
+        return adapter, provider, name
+
+    def readiness(self) -> dict[str, bool]:
+        return {name: bool(adapter.ready()) for name, adapter in sorted(self._adapters.items())}
+
+    async def aclose(self) -> None:
+        for adapter in self._adapters.values():
+            close = getattr(adapter, "aclose", None)
+            if close is not None:
+                await close()
+
+
+def build_registry(
+    settings: Settings,
+    clients: Mapping[str, Any] | None = None,
+    adapters: Mapping[str, ProviderAdapter] | None = None,
+) -> ProviderRegistry:
+    clients = clients or {}
+    built: dict[str, ProviderAdapter] = {}
+    for builder in _BUILDERS:
+        built.update(builder(settings, clients))
+    built.update(adapters or {})
+    return ProviderRegistry(built, settings.aliases)

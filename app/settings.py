@@ -1,0 +1,126 @@
+"""Gateway configuration: environment variables, then an optional TOML file, then defaults.
+
+Gateway settings use the `FOUNDRY_` prefix (`FOUNDRY_STREAM_TTL_SECONDS=60`); provider
+credentials use the providers' own names (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, ...).
+`FOUNDRY_CONFIG=/path/gateway.toml` names a TOML file with the same keys (lower case, no prefix);
+the environment wins over the file. Secrets are `SecretStr`: never printed, logged or echoed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+__all__ = ["CompatibleProvider", "Settings"]
+
+PROVIDER_NAME_RE = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+
+
+class CompatibleProvider(BaseModel):
+    """A further OpenAI-compatible server, served as `<name>/<model>`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=PROVIDER_NAME_RE)
+    base_url: str
+    api_key_env: str | None = Field(
+        default=None, description="Environment variable holding the key; None for servers that need none."
+    )
+    include_usage: bool = Field(
+        default=True, description="Send stream_options.include_usage (some servers reject it)."
+    )
+
+    def api_key(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FOUNDRY_", extra="forbid", populate_by_name=True)
+
+    # HTTP edge
+    max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest accepted request body.")
+    ping_seconds: float = Field(default=5.0, gt=0, description="SSE keep-alive comment after this much silence.")
+    aliases: dict[str, str] = Field(default_factory=dict, description="Model aliases: alias -> provider/model.")
+
+    # Stream log
+    stream_ttl_seconds: float = Field(default=300.0, gt=0, description="How long a finished stream stays replayable.")
+    max_stream_events: int = Field(default=100_000, ge=16, description="Events kept per stream (oldest dropped past it).")
+    max_stream_bytes: int = Field(default=8 << 20, ge=4096, description="Encoded bytes kept per stream.")
+    max_streams: int = Field(default=10_000, ge=1, description="Streams kept in the store at once.")
+
+    # Upstream
+    connect_timeout: float = Field(default=10.0, gt=0)
+    read_timeout: float = Field(default=120.0, gt=0, description="Longest silence from an upstream mid-stream.")
+    openai_api_key: SecretStr | None = Field(default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key"))
+    openai_base_url: str | None = Field(default=None, validation_alias=AliasChoices("OPENAI_BASE_URL", "openai_base_url"))
+    anthropic_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("ANTHROPIC_API_KEY", "anthropic_api_key")
+    )
+    anthropic_base_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL", "anthropic_base_url")
+    )
+    gemini_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("GEMINI_API_KEY", "GOOGLE_API_KEY", "gemini_api_key")
+    )
+    gemini_base_url: str | None = Field(default=None, validation_alias=AliasChoices("GEMINI_BASE_URL", "gemini_base_url"))
+    providers: list[CompatibleProvider] = Field(
+        default_factory=list, description="OpenAI-compatible servers (JSON list in FOUNDRY_PROVIDERS)."
+    )
+
+    # Logging
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_json: bool = Field(default=True, description="JSON log lines (false: human-readable console).")
+
+    @field_validator("aliases")
+    @classmethod
+    def _aliases_name_a_provider(cls, aliases: dict[str, str]) -> dict[str, str]:
+        for alias, target in aliases.items():
+            if "/" not in target:
+                raise ValueError(f"alias {alias!r} must point at provider/model, got {target!r}")
+        return aliases
+
+    @field_validator("providers")
+    @classmethod
+    def _unique_provider_names(cls, providers: list[CompatibleProvider]) -> list[CompatibleProvider]:
+        names = [p.name for p in providers]
+        reserved = {"mock", "openai", "openai-responses", "anthropic", "gemini"}
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"provider {name!r} declared twice")
+            if name in reserved:
+                raise ValueError(f"provider name {name!r} is built in")
+        return providers
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = os.environ.get("FOUNDRY_CONFIG")
+        if path:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+    def public(self) -> dict[str, Any]:
+        """The settings with secrets masked, for logs and diagnostics."""
+        return self.model_dump(mode="json")  # SecretStr dumps as "**********"
+
+
+def redact(text: str, settings: Settings) -> str:
+    """Remove every configured secret from a string before it is logged or sent anywhere."""
+    secrets = [s.get_secret_value() for s in (settings.openai_api_key, settings.anthropic_api_key,
+                                              settings.gemini_api_key) if s]
+    secrets += [k for p in settings.providers if (k := p.api_key())]
+    for secret in secrets:
+        if len(secret) >= 6:
+            text = text.replace(secret, "[redacted]")
+    return re.sub(r"(?i)\b(sk|key|bearer)[-_ ]?[A-Za-z0-9_-]{16,}", "[redacted]", text)
