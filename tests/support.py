@@ -1,0 +1,91 @@
+"""Shared test helpers: the recorded fixtures and a patch-stream driver."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.core.accumulator import Accumulator
+from app.core.errors import GatewayError
+from app.core.events import FinalEvent, StreamEvent
+from app.core.patches import Patch
+from app.providers.base import StreamNormalizer
+from app.providers.sse import SSEDecoder
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO.parent / "shared" / "fixtures"
+
+
+@dataclass(frozen=True)
+class Recording:
+    provider: str
+    name: str
+    body: bytes
+    expected: dict[str, Any]
+
+    def __repr__(self) -> str:  # readable pytest ids
+        return f"{self.provider}/{self.name}"
+
+
+def recordings(provider: str) -> list[Recording]:
+    """Every `<name>.sse` of one provider folder with the `.expected.json` beside it."""
+    folder = FIXTURES / provider
+    out = []
+    for sse in sorted(folder.glob("*.sse")):
+        expected = json.loads(sse.with_suffix(".expected.json").read_text())
+        out.append(Recording(provider, sse.stem, sse.read_bytes(), expected))
+    if not out:
+        raise RuntimeError(f"no recordings under {folder}: is ../shared beside the checkout?")
+    return out
+
+
+def run_bytes(
+    chunks: Iterable[bytes], normalizer: StreamNormalizer, *, model: str = "m", provider: str = "p"
+) -> tuple[list[StreamEvent], Accumulator]:
+    """Drive bytes through SSEDecoder -> normalizer -> Accumulator, as SSEPatchStream does.
+
+    Ends with a FinalEvent: ok if the provider completed, error (with the error dict) otherwise.
+    """
+    decoder = SSEDecoder()
+    acc = Accumulator(model=model, provider=provider)
+    events: list[StreamEvent] = []
+    try:
+        for chunk in chunks:
+            patches: list[Patch] = []
+            for ev in decoder.feed(chunk):
+                normalizer.feed(ev, patches)
+            for p in patches:
+                acc.push(p, events)
+        patches = []
+        for ev in decoder.flush():
+            normalizer.feed(ev, patches)
+        normalizer.finish(patches)
+        for p in patches:
+            acc.push(p, events)
+    except GatewayError as exc:
+        events.append(acc.final("error", error=exc.to_dict()))
+        return events, acc
+    if acc.completed:
+        events.append(acc.final("ok"))
+    else:
+        events.append(acc.final("error", error={"code": "upstream_incomplete"}))
+    return events, acc
+
+
+def split_at(body: bytes, cuts: Iterable[int]) -> list[bytes]:
+    points = sorted({c for c in cuts if 0 < c < len(body)})
+    out, prev = [], 0
+    for p in points:
+        out.append(body[prev:p])
+        prev = p
+    out.append(body[prev:])
+    return out
+
+
+def final_of(events: list[StreamEvent]) -> FinalEvent:
+    finals = [e for e in events if isinstance(e, FinalEvent)]
+    assert len(finals) == 1 and events[-1] is finals[0], "exactly one final, last"
+    return finals[0]
