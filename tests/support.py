@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,3 +91,46 @@ def final_of(events: list[StreamEvent]) -> FinalEvent:
     finals = [e for e in events if isinstance(e, FinalEvent)]
     assert len(finals) == 1 and events[-1] is finals[0], "exactly one final, last"
     return finals[0]
+
+
+@contextlib.asynccontextmanager
+async def serve(app: Any) -> AsyncIterator[str]:
+    """Serve an ASGI app under uvicorn on 127.0.0.1 (a free port) in this event loop.
+
+    The listening socket is bound before the server starts, so clients may connect at once
+    (the kernel queues them); yields the base URL and shuts the server down afterwards.
+    """
+    import socket
+
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+def parse_sse(body: bytes | str) -> list[tuple[int, str, dict[str, Any]]]:
+    """SSE text -> [(id, event, data)], skipping comments (pings)."""
+    text = body.decode() if isinstance(body, bytes) else body
+    out = []
+    for frame in text.replace("\r\n", "\n").split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in frame.split("\n"):
+            if not line or line.startswith(":"):
+                continue
+            name, _, value = line.partition(":")
+            fields[name] = value[1:] if value.startswith(" ") else value
+        if "event" in fields:
+            out.append((int(fields["id"]), fields["event"], json.loads(fields["data"])))
+    return out
