@@ -34,6 +34,8 @@ class GatewayError(Exception):
     status: int = 500
     code: str = "internal_error"
     retryable: bool = False
+    final_status: str = "error"
+    """The `final.status` this error gives when raised after the first event."""
 
     def __init__(
         self,
@@ -100,3 +102,4 @@ class UpstreamBlocked(GatewayError):
 
     status = 400
     code = "upstream_blocked"
+    final_status = "blocked"

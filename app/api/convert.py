@@ -1,0 +1,20 @@
+"""GenerateRequest (HTTP schema) -> RunSpec (pipeline input)."""
+
+from __future__ import annotations
+
+from app.api.schemas import GenerateRequest
+from app.pipeline import RunSpec
+
+
+def to_spec(body: GenerateRequest) -> RunSpec:
+    return RunSpec(
+        model=body.model,
+        messages=tuple(body.messages),
+        tools=tuple(body.tools),
+        tool_choice=body.tool_choice,
+        temperature=body.temperature,
+        max_tokens=body.max_tokens,
+        options=dict(body.provider_options),
+        validators=tuple(body.validators),
+        chunking=body.chunking,
+    )

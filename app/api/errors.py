@@ -1,0 +1,72 @@
+"""Every failure known before the first event becomes `{"error": {code, message, ...}}`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from app.api.responses import JSON
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.core.errors import GatewayError
+
+__all__ = ["error_response", "install_error_handlers"]
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+
+
+def error_response(status: int, error: dict[str, Any], headers: dict[str, str] | None = None) -> JSON:
+    return JSON({"error": error}, status_code=status, headers=headers)
+
+
+def gateway_error_response(exc: GatewayError) -> JSON:
+    headers = {}
+    retry_after = exc.details.get("retry_after")
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
+    return error_response(exc.status, exc.to_dict(), headers)
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p != "body"]
+    return ".".join(parts) or "body"
+
+
+def _validation_response(exc: RequestValidationError) -> JSON:
+    errors = []
+    for err in exc.errors():
+        if err.get("type") == "json_invalid":
+            return error_response(400, {
+                "code": "invalid_json",
+                "message": f"request body is not valid JSON: {err.get('ctx', {}).get('error', err.get('msg'))}",
+                "retryable": False,
+                "field": "body",
+            })
+        message = str(err.get("msg", "invalid value"))
+        message = message.removeprefix("Value error, ")
+        errors.append({"field": _field_path(tuple(err.get("loc", ()))), "message": message, "type": err.get("type")})
+    first = errors[0] if errors else {"field": "body", "message": "invalid request"}
+    return error_response(422, {
+        "code": "invalid_request",
+        "message": f"{first['field']}: {first['message']}",
+        "retryable": False,
+        "field": first["field"],
+        "errors": errors,
+    })
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(GatewayError)
+    async def _gateway(request: Request, exc: GatewayError) -> JSON:
+        return gateway_error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSON:
+        return _validation_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSON:
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, {"code": code, "message": str(exc.detail), "retryable": False},
+                              dict(exc.headers or {}))

@@ -1,0 +1,119 @@
+"""Pure ASGI middleware: request id, body size limit, one log line and metrics per request.
+
+Pure ASGI (not BaseHTTPMiddleware) so streaming responses pass through untouched and the
+client's disconnect still reaches the SSE response.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import Any
+
+import orjson
+import structlog
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.observability import Metrics, get_logger
+
+__all__ = ["RequestContextMiddleware"]
+
+_REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class RequestContextMiddleware:
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+        self.log = get_logger("foundry.http")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        request_id = _request_id(scope)
+        record: dict[str, Any] = {"request_id": request_id, "method": scope["method"], "path": scope["path"]}
+        scope.setdefault("state", {})["record"] = record
+        status = 500
+        header = (b"x-request-id", request_id.encode())
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), header]
+            await send(message)
+
+        structlog.contextvars.bind_contextvars(request_id=request_id)
+        try:
+            if scope["method"] in ("POST", "PUT", "PATCH"):
+                receive = await self._limited_body(scope, receive, send_wrapper)
+                if receive is None:
+                    status = 413
+                    return
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            structlog.contextvars.unbind_contextvars("request_id")
+            route = scope.get("route")
+            route_path = getattr(route, "path", None) or "unmatched"
+            self.metrics.requests.labels(route_path, scope["method"], str(status)).inc()
+            record.update(status=status, duration_ms=round((time.perf_counter() - started) * 1000, 3))
+            if route_path != "/metrics" and not route_path.endswith("z"):
+                self.log.info("request", **record)
+
+    async def _limited_body(self, scope: Scope, receive: Receive, send: Send) -> Receive | None:
+        """Read the body up to the limit; answer 413 (and return None) past it."""
+        limit = self.max_body_bytes
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                await _too_large(send, limit)
+                return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # disconnect before the body ended
+                return _replay([message], receive)
+            body = message.get("body", b"")
+            size += len(body)
+            if size > limit:
+                await _too_large(send, limit)
+                return None
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        return _replay([{"type": "http.request", "body": b"".join(chunks), "more_body": False}], receive)
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """A receive that hands out the buffered body first, then the real channel (disconnects)."""
+    pending = list(messages)
+
+    async def replay() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replay
+
+
+async def _too_large(send: Send, limit: int) -> None:
+    body = orjson.dumps({"error": {"code": "payload_too_large", "retryable": False, "field": "body",
+                                   "message": f"request body exceeds {limit} bytes"}})
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _request_id(scope: Scope) -> str:
+    for name, value in scope.get("headers", ()):
+        if name == b"x-request-id":
+            candidate = value.decode("latin-1")
+            if _REQUEST_ID_RE.match(candidate):
+                return candidate
+            break
+    return uuid.uuid4().hex

@@ -1,0 +1,35 @@
+"""POST /v1/generate: run to completion and answer JSON, or 202 and run in the background."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from starlette.responses import Response
+
+from app.api.convert import to_spec
+from app.api.deps import GatewayDep, RecordDep
+from app.api.responses import JSON
+from app.api.schemas import ErrorBody, FinalPayload, GenerateRequest, StreamAccepted
+
+router = APIRouter(tags=["generate"])
+
+_ERRORS = {code: {"model": ErrorBody} for code in (400, 404, 413, 422, 429, 502, 503, 504)}
+
+
+@router.post(
+    "/v1/generate",
+    response_model=FinalPayload,
+    responses={
+        202: {"model": StreamAccepted, "description": "`stream: true`: the run goes on in the background."},
+        **_ERRORS,
+    },
+    summary="Run to completion and answer the final payload as JSON",
+)
+async def generate(body: GenerateRequest, gateway: GatewayDep, record: RecordDep) -> Response:
+    run = await gateway.open(to_spec(body), record=record)
+    if body.stream:
+        gateway.spawn(run)
+        url = f"/v1/stream/{run.stream_id}"
+        return JSON({"stream_id": run.stream_id, "stream_url": url}, status_code=202, headers={"Location": url})
+    final = await run.drain()
+    status = 200 if final.status in ("ok", "blocked") else run.error_status
+    return JSON(final.data(), status_code=status, headers={"X-Stream-ID": run.stream_id})

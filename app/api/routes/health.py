@@ -1,0 +1,31 @@
+"""Liveness, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.responses import Response
+
+from app.api.deps import GatewayDep
+from app.api.responses import JSON
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", summary="Liveness: the process answers")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="Readiness: configuration loaded, store reachable, providers listed")
+async def readyz(gateway: GatewayDep) -> Response:
+    store_ok = gateway.store.ping()
+    providers = gateway.registry.readiness()
+    ready = store_ok and any(providers.values())
+    body = {"status": "ready" if ready else "not_ready", "store": store_ok, "providers": providers}
+    return JSON(body, status_code=200 if ready else 503)
+
+
+@router.get("/metrics", summary="Prometheus metrics (text format)", response_class=Response)
+async def metrics(gateway: GatewayDep) -> Response:
+    return Response(gateway.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,176 @@
+"""HTTP request and response shapes. The request is checked here, at the edge, once."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from app.core.messages import Message, ToolSpec, check_unique_tool_names
+
+__all__ = [
+    "ErrorBody",
+    "FinalPayload",
+    "GenerateRequest",
+    "StreamAccepted",
+    "ValidatorSpecIn",
+    "EVENT_SCHEMAS",
+]
+
+_STRICT = ConfigDict(extra="forbid")
+
+
+class ValidatorSpecIn(BaseModel):
+    """One validator for this request: a built-in name and its configuration."""
+
+    model_config = _STRICT
+
+    name: str = Field(min_length=1, examples=["regex_deny"])
+    config: dict[str, Any] = Field(default_factory=dict, examples=[{"patterns": ["(?i)password"]}])
+
+
+class GenerateRequest(BaseModel):
+    """One schema for POST /v1/generate and POST /v1/stream. Unknown fields are rejected."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "mock/tool_call",
+                    "messages": [{"role": "user", "content": "What is 2+2?"}],
+                }
+            ]
+        },
+    )
+
+    model: str = Field(min_length=1, max_length=256, description="`provider/model` or a configured alias.")
+    messages: list[Message] = Field(min_length=1, max_length=10_000)
+    tools: list[ToolSpec] = Field(default_factory=list, max_length=512)
+    tool_choice: Literal["auto", "none", "required"] | str | None = Field(
+        default=None, description="`auto`, `none`, `required`, or the name of a tool the model must call."
+    )
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Defaults to 0 (deterministic).")
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    validators: list[ValidatorSpecIn] = Field(default_factory=list, max_length=32)
+    chunking: Literal["sentence", "word", "paragraph", "none"] | None = Field(
+        default=None, description="How validated text is cut into chunks; `sentence` when validators are set."
+    )
+    stream: bool = Field(default=False, description="POST /v1/generate only: answer 202 and run in the background.")
+    provider_options: dict[str, Any] = Field(
+        default_factory=dict, description="Provider-specific extras, passed to the provider explicitly."
+    )
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tools(cls, tools: list[ToolSpec]) -> list[ToolSpec]:
+        check_unique_tool_names(tools)
+        return tools
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_names_a_tool(cls, choice: str | None, info: ValidationInfo) -> str | None:
+        names = {t.name for t in info.data.get("tools", ())}
+        if choice not in (None, "auto", "none", "required") and choice not in names:
+            raise ValueError(f"tool_choice names {choice!r}, which is not among tools")
+        return choice
+
+
+class StreamAccepted(BaseModel):
+    stream_id: str
+    stream_url: str
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(examples=["invalid_request"])
+    message: str
+    retryable: bool = False
+    field: str | None = Field(default=None, description="Path of the offending field, e.g. `messages.0.content`.")
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+# -- SSE event payloads (documented as named schemas in the OpenAPI document) ------------------
+
+
+class StartData(BaseModel):
+    stream_id: str
+    model: str
+    provider: str
+
+
+class TokenData(BaseModel):
+    index: int = Field(description="Counts token events of the stream from 0.")
+    content: str
+
+
+class ReasoningData(BaseModel):
+    index: int = Field(description="Counts reasoning events of the stream from 0.")
+    content: str
+
+
+class ToolCallData(BaseModel):
+    id: str
+    name: str
+    index: int = Field(description="The call's position among the stream's tool calls, from 0.")
+    args_fragment: str
+    is_final: bool
+    arguments: dict[str, Any] | None = Field(default=None, description="Parsed arguments; on the final fragment only.")
+    server: bool | None = Field(default=None, description="True for tools the provider runs itself.")
+
+
+class ToolResultData(BaseModel):
+    tool_call_id: str
+    name: str
+    content: str
+    is_error: bool
+
+
+class UsageData(BaseModel):
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    reasoning_tokens: int
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class AssistantMessageOut(BaseModel):
+    role: Literal["assistant"]
+    content: str
+    tool_calls: list[ToolCallOut]
+    reasoning: list[dict[str, Any]] | None = None
+
+
+class FinalPayload(BaseModel):
+    """The `final` event's data, and the JSON answer of POST /v1/generate."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: Literal["ok", "blocked", "error", "cancelled"]
+    message: AssistantMessageOut
+    usage: UsageData
+    stop_reason: Literal["stop", "length", "tool_calls", "content_filter", "pause", "error", "cancelled"] | None
+    model: str
+    provider: str
+    error: ErrorDetail | None = None
+
+
+EVENT_SCHEMAS: dict[str, type[BaseModel]] = {
+    "start": StartData,
+    "token": TokenData,
+    "reasoning": ReasoningData,
+    "tool_call": ToolCallData,
+    "tool_result": ToolResultData,
+    "final": FinalPayload,
+}

@@ -1,0 +1,86 @@
+"""The application factory. `app` is what uvicorn serves: `uvicorn app.main:app`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from fastapi import FastAPI
+
+from app.api.errors import install_error_handlers
+from app.api.middleware import RequestContextMiddleware
+from app.api.openapi import install_openapi
+from app.api.routes import generate, health, stream
+from app.observability import Metrics, configure_logging
+from app.pipeline import Gateway
+from app.providers.base import ProviderAdapter
+from app.providers.registry import build_registry
+from app.settings import Settings
+from app.streams.log import MemoryStreamStore
+
+__all__ = ["create_app"]
+
+VERSION = "0.1.0"
+
+
+def create_app(
+    settings: Settings | None = None,
+    clients: Mapping[str, Any] | None = None,
+    adapters: Mapping[str, ProviderAdapter] | None = None,
+) -> FastAPI:
+    """Build the gateway. `clients` injects provider SDK clients by provider name (tests pass
+    fakes, operators pass configured clients); `adapters` injects whole provider adapters."""
+    settings = settings or Settings()
+    configure_logging(settings.log_level, settings.log_json)
+    metrics = Metrics()
+    store = MemoryStreamStore(
+        ttl=settings.stream_ttl_seconds, max_streams=settings.max_streams,
+        max_events=settings.max_stream_events, max_bytes=settings.max_stream_bytes,
+    )
+    gateway = Gateway(settings=settings, registry=build_registry(settings, clients, adapters),
+                      store=store, metrics=metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        sweeper = asyncio.create_task(_sweep(store, settings.stream_ttl_seconds))
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            await gateway.aclose()
+
+    app = FastAPI(
+        title="Foundry Gateway",
+        version=VERSION,
+        description="One canonical SSE event stream for every LLM provider, with in-process chunk validation.",
+        lifespan=lifespan,
+    )
+    app.state.gateway = gateway
+    app.state.settings = settings
+    app.include_router(generate.router)
+    app.include_router(stream.router)
+    app.include_router(health.router)
+    install_error_handlers(app)
+    install_openapi(app)
+    app.add_middleware(RequestContextMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
+    return app
+
+
+async def _sweep(store: MemoryStreamStore, ttl: float) -> None:
+    """Expire finished streams in the background, so memory is freed without new traffic."""
+    while True:
+        await asyncio.sleep(max(1.0, min(ttl / 4, 60.0)))
+        store.sweep()
+
+
+def __getattr__(name: str) -> Any:
+    # `app.main:app` for uvicorn, built on first access rather than at import.
+    if name == "app":
+        global app
+        app = create_app()
+        return app
+    raise AttributeError(name)

@@ -1,0 +1,74 @@
+"""Structured logs (structlog, one JSON line per request) and Prometheus metrics.
+
+Metrics live in a registry per app instance, so several apps (tests) never collide.
+Logs never carry message content or secrets: only ids, model, status, timings and token counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections import Counter as TallyCounter
+from typing import Any
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest
+
+__all__ = ["Metrics", "configure_logging", "get_logger"]
+
+_TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+def configure_logging(level: str = "info", json: bool = True) -> None:
+    """Configure structlog once for the process (called by create_app, never at import)."""
+    renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stdout),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(name: str = "foundry") -> Any:
+    return structlog.get_logger(name)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("foundry_requests", "HTTP requests by route and status.", ["route", "method", "status"],
+                                registry=r)
+        self.ttft = Histogram("foundry_time_to_first_token_seconds", "Time from request to first released content event.",
+                              ["provider"], buckets=_TTFT_BUCKETS, registry=r)
+        self.stream_duration = Histogram("foundry_stream_duration_seconds", "Duration of a run, request to final.",
+                                         ["provider", "status"], buckets=_DURATION_BUCKETS, registry=r)
+        self.active_streams = Gauge("foundry_active_streams", "Runs in progress.", registry=r)
+        self.events = Counter("foundry_events", "Canonical events released, by type.", ["type"], registry=r)
+        self.upstream_errors = Counter("foundry_upstream_errors", "Upstream failures by provider and code.",
+                                       ["provider", "code"], registry=r)
+        self.streams_finished = Counter("foundry_streams_finished", "Runs ended, by provider and final status.",
+                                        ["provider", "status"], registry=r)
+        self.validator_verdicts = Counter("foundry_validator_verdicts", "Chunk and final verdicts by validator.",
+                                          ["validator", "verdict"], registry=r)
+        self.validator_seconds = Histogram("foundry_validator_check_seconds", "Duration of one validator check.",
+                                           ["validator"], registry=r)
+        self.tool_executions = Counter("foundry_tool_executions", "Gateway-executed tool calls by tool and outcome.",
+                                       ["tool", "outcome"], registry=r)
+
+    def count_events(self, tally: TallyCounter[str]) -> None:
+        """Add a finished run's per-type event counts (counted locally: no metric call per event)."""
+        for event_type, n in tally.items():
+            self.events.labels(event_type).inc(n)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,218 @@
+"""Stream logs: one writer, any number of readers, replay from any retained sequence number.
+
+A log stores each event once, already encoded as its SSE frame, so fan-out costs no encoding
+per reader and a slow reader holds nothing: readers keep only a cursor into the shared log.
+Each log is bounded (events and bytes; the oldest frames go first) and the store is bounded
+(streams; finished ones expire after a TTL). `StreamStore` is the interface a distributed store
+(Redis streams, ...) implements later; `MemoryStreamStore` is the in-process one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from app.core.errors import GatewayError, RequestError
+from app.core.events import FinalEvent, StreamEvent
+
+__all__ = ["MemoryStreamStore", "ReplayUnavailable", "StreamLog", "StreamStore", "encode_frame"]
+
+
+class ReplayUnavailable(GatewayError):
+    status = 410
+    code = "replay_unavailable"
+
+
+class StoreFull(GatewayError):
+    status = 503
+    code = "overloaded"
+    retryable = True
+
+
+def encode_frame(seq: int, event: StreamEvent) -> bytes:
+    """One SSE frame: `id`, `event`, one compact JSON `data` line, blank line."""
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, event.type.encode(), orjson.dumps(event.data()))
+
+
+@dataclass(slots=True, kw_only=True)
+class StreamInfo:
+    stream_id: str
+    model: str
+    provider: str
+    created_at: float = field(default_factory=time.time)
+    record: dict[str, Any] = field(default_factory=dict)
+    """Extra per-stream record (request, transcript, ...) kept for the stream's lifetime."""
+
+
+class StreamLog:
+    """The events of one stream, in order, numbered from 1."""
+
+    __slots__ = ("info", "_frames", "_first_seq", "_next_seq", "_bytes", "_max_events", "_max_bytes",
+                 "_waiter", "final", "finished_at")
+
+    def __init__(self, info: StreamInfo, *, max_events: int, max_bytes: int) -> None:
+        self.info = info
+        self._frames: deque[bytes] = deque()
+        self._first_seq = 1
+        self._next_seq = 1
+        self._bytes = 0
+        self._max_events = max_events
+        self._max_bytes = max_bytes
+        self._waiter: asyncio.Event | None = None
+        self.final: FinalEvent | None = None
+        self.finished_at: float | None = None
+
+    @property
+    def last_seq(self) -> int:
+        return self._next_seq - 1
+
+    @property
+    def finished(self) -> bool:
+        return self.final is not None
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def append(self, event: StreamEvent) -> bytes:
+        """Number, encode and store one event; wake the readers. Returns the frame."""
+        if self.final is not None:
+            raise RuntimeError("stream already ended with its final event")
+        frame = encode_frame(self._next_seq, event)
+        self._next_seq += 1
+        self._frames.append(frame)
+        self._bytes += len(frame)
+        while len(self._frames) > 1 and (len(self._frames) > self._max_events or self._bytes > self._max_bytes):
+            self._bytes -= len(self._frames.popleft())
+            self._first_seq += 1
+        if isinstance(event, FinalEvent):
+            self.final = event
+            self.finished_at = time.monotonic()
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
+        return frame
+
+    def check_replay(self, after: int) -> None:
+        """Raise unless every event after `after` is still retained."""
+        if after + 1 < self._first_seq:
+            raise ReplayUnavailable(
+                f"events {after + 1}..{self._first_seq - 1} of stream {self.info.stream_id} are no longer "
+                f"retained; replay from {self._first_seq - 1} or later",
+                first_available=self._first_seq,
+            )
+
+    def frames_after(self, after: int) -> bytes:
+        """The frames numbered above `after`, joined."""
+        start = max(after + 1, self._first_seq)
+        if start >= self._next_seq:
+            return b""
+        offset = start - self._first_seq
+        if offset == 0:
+            return b"".join(self._frames)
+        frames = self._frames
+        return b"".join(frames[i] for i in range(offset, len(frames)))
+
+    async def follow(self, after: int) -> AsyncIterator[bytes]:
+        """Replay from `after`, then follow live until the final event."""
+        self.check_replay(after)
+        cursor = after
+        while True:
+            if cursor < self.last_seq:
+                if cursor + 1 < self._first_seq:  # this reader fell behind the retention window
+                    raise ReplayUnavailable("reader fell behind the stream's retention window")
+                chunk = self.frames_after(cursor)
+                cursor = self.last_seq
+                yield chunk
+                continue
+            if self.final is not None:
+                return
+            if self._waiter is None:
+                self._waiter = asyncio.Event()
+            await self._waiter.wait()
+
+
+class StreamStore(Protocol):
+    def create(self, *, model: str, provider: str) -> StreamLog: ...
+
+    def get(self, stream_id: str) -> StreamLog | None: ...
+
+    def sweep(self) -> int: ...
+
+    def ping(self) -> bool: ...
+
+
+class MemoryStreamStore:
+    """Streams in this process; finished streams expire `ttl` seconds after their final event."""
+
+    def __init__(self, *, ttl: float, max_streams: int, max_events: int, max_bytes: int) -> None:
+        self._ttl = ttl
+        self._max_streams = max_streams
+        self._max_events = max_events
+        self._max_bytes = max_bytes
+        self._logs: OrderedDict[str, StreamLog] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._logs)
+
+    def ping(self) -> bool:
+        return True
+
+    def create(self, *, model: str, provider: str) -> StreamLog:
+        if len(self._logs) >= self._max_streams:
+            self.sweep()
+        if len(self._logs) >= self._max_streams:
+            self._evict_oldest_finished()
+        if len(self._logs) >= self._max_streams:
+            raise StoreFull("too many open streams; retry later")
+        stream_id = "str_" + uuid.uuid4().hex
+        log = StreamLog(StreamInfo(stream_id=stream_id, model=model, provider=provider),
+                        max_events=self._max_events, max_bytes=self._max_bytes)
+        self._logs[stream_id] = log
+        return log
+
+    def get(self, stream_id: str) -> StreamLog | None:
+        log = self._logs.get(stream_id)
+        if log is not None and self._expired(log, time.monotonic()):
+            del self._logs[stream_id]
+            return None
+        return log
+
+    def sweep(self) -> int:
+        now = time.monotonic()
+        expired = [sid for sid, log in self._logs.items() if self._expired(log, now)]
+        for sid in expired:
+            del self._logs[sid]
+        return len(expired)
+
+    def _expired(self, log: StreamLog, now: float) -> bool:
+        return log.finished_at is not None and now - log.finished_at >= self._ttl
+
+    def _evict_oldest_finished(self) -> None:
+        for sid, log in self._logs.items():
+            if log.finished:
+                del self._logs[sid]
+                return
+
+
+def parse_cursor(last_event_id: str | None, after: int | None) -> int:
+    """The replay cursor from `Last-Event-ID` (header) or `?after=N`; the header wins."""
+    if last_event_id is not None:
+        value = last_event_id.strip()
+        if not value.isdigit() or len(value) > 18:
+            raise RequestError(
+                f"Last-Event-ID must be a non-negative integer event id, got {last_event_id[:40]!r}",
+                code="invalid_last_event_id", field="Last-Event-ID",
+            )
+        return int(value)
+    return after or 0
