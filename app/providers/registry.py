@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from app.core.errors import RequestError
+from app.providers.anthropic import build_anthropic
 from app.providers.base import ProviderAdapter
 from app.providers.mock import MockAdapter
 from app.settings import Settings
@@ -26,7 +27,7 @@ def _mock(settings: Settings, clients: Mapping[str, Any]) -> dict[str, ProviderA
     return {"mock": MockAdapter()}
 
 
-_BUILDERS: list[Builder] = [_mock]
+_BUILDERS: list[Builder] = [_mock, build_anthropic]
 
 
 class ProviderRegistry:

@@ -1,0 +1,339 @@
+"""Anthropic Messages stream events -> normalized patches.
+
+Block keys are the wire's content block `index`. What each event becomes:
+- `message_start`: MessageStart (id, model, usage); `message_delta`: stop reason and usage;
+  `message_stop`: MessageEnd, the only proof the message completed; `ping`: nothing.
+- `text`, `thinking`/`redacted_thinking`, `tool_use` blocks: text, reasoning (text and
+  `signature_delta`, kept for the round trip) and tool patches. A tool block's arguments are its
+  `input_json_delta` fragments, or the `input` of `content_block_start` when none arrive.
+- Server tools (`server_tool_use`, `mcp_tool_use`) are ToolStart(server=True); their result blocks
+  (`*_tool_result`) are one tool result whose content is the block's `content` as JSON.
+- `citations_delta` is dropped: the canonical events have no citation type, and the cited text
+  itself arrives in ordinary `text_delta`s. Blocks of unknown type (`compaction`, ...) and their
+  deltas are ignored, as are unknown event types (Anthropic's versioning policy adds new ones).
+- `event: error` raises UpstreamError (retryable for overload and server errors); a body that ends
+  before `message_stop` raises `upstream_incomplete`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from app.core.errors import UpstreamError
+from app.core.events import StopReason
+from app.core.patches import (
+    MessageDelta,
+    MessageEnd,
+    MessageStart,
+    Patch,
+    ReasoningDelta,
+    ReasoningEnd,
+    ReasoningStart,
+    TextDelta,
+    TextEnd,
+    TextStart,
+    ToolDelta,
+    ToolEnd,
+    ToolResultDelta,
+    ToolResultEnd,
+    ToolResultStart,
+    ToolStart,
+    UsagePatch,
+)
+from app.providers.sse import SSEEvent
+
+__all__ = [
+    "AnthropicNormalizer",
+    "STOP_REASON_MAP",
+    "UsageTally",
+    "is_error_content",
+    "is_server_tool_result",
+    "is_server_tool_use",
+]
+
+# https://docs.claude.com/en/api/handling-stop-reasons ; unknown values end as "stop".
+STOP_REASON_MAP: dict[str, StopReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+    "pause_turn": "pause",
+    "compaction": "pause",  # context management with pause_after_compaction
+}
+
+# In-stream `error.type` -> (code, retryable). https://docs.claude.com/en/api/errors
+_STREAM_ERROR_MAP: dict[str, tuple[str, bool]] = {
+    "overloaded_error": ("upstream_overloaded", True),
+    "api_error": ("upstream_error", True),
+    "rate_limit_error": ("rate_limited", True),
+    "timeout_error": ("upstream_timeout", True),
+    "invalid_request_error": ("upstream_bad_request", False),
+}
+
+
+def is_server_tool_use(block_type: str) -> bool:
+    """A tool the provider runs itself (web search, code execution, tool search, MCP)."""
+    return block_type == "server_tool_use" or block_type == "mcp_tool_use"
+
+
+def is_server_tool_result(block_type: str) -> bool:
+    """The result block of a server tool: `web_search_tool_result`, `mcp_tool_result`, ..."""
+    return block_type.endswith("_tool_result")
+
+
+def is_error_content(block: Mapping[str, Any]) -> bool:
+    """A server tool result that reports failure (`*_tool_result_error` content, or is_error)."""
+    if block.get("is_error"):
+        return True
+    content = block.get("content")
+    return isinstance(content, Mapping) and str(content.get("type", "")).endswith("_error")
+
+
+@dataclass(slots=True)
+class UsageTally:
+    """Anthropic usage as last reported, field by field, turned into canonical usage.
+
+    Canonical `input_tokens` counts every prompt token, cached or not: Anthropic's own
+    `input_tokens` excludes cache reads and writes ("total input tokens is the sum of
+    input_tokens, cache_creation_input_tokens and cache_read_input_tokens"), while OpenAI's
+    prompt_tokens includes cached tokens; the cache fields are the breakdown, so the same
+    conversation reads the same on both. `total_tokens` = input (with cache) + output.
+    `reasoning_tokens` is `output_tokens_details.thinking_tokens`, a part of output_tokens.
+    When compaction ran (`usage.iterations`), the top-level numbers cover only the last
+    iteration; the iterations are summed so the compaction step's tokens are not lost.
+    """
+
+    input: int | None = None
+    cache_read: int | None = None
+    cache_write: int | None = None
+    output: int | None = None
+    thinking: int | None = None
+
+    def update(self, raw: Mapping[str, Any]) -> UsagePatch:
+        iterations = raw.get("iterations")
+        if isinstance(iterations, list) and iterations:
+            raw = {**raw, **_sum_iterations(iterations)}
+        if (v := _int(raw.get("input_tokens"))) is not None:
+            self.input = v
+        if (v := _int(raw.get("cache_read_input_tokens"))) is not None:
+            self.cache_read = v
+        if (v := _int(raw.get("cache_creation_input_tokens"))) is not None:
+            self.cache_write = v
+        if (v := _int(raw.get("output_tokens"))) is not None:
+            self.output = v
+        details = raw.get("output_tokens_details")
+        if isinstance(details, Mapping) and (v := _int(details.get("thinking_tokens"))) is not None:
+            self.thinking = v
+        return self.patch()
+
+    def patch(self) -> UsagePatch:
+        parts = (self.input, self.cache_read, self.cache_write)
+        inputs = None if all(p is None for p in parts) else sum(p or 0 for p in parts)
+        total = None if inputs is None and self.output is None else (inputs or 0) + (self.output or 0)
+        return UsagePatch(
+            input_tokens=inputs, output_tokens=self.output, total_tokens=total,
+            cache_read_tokens=self.cache_read, cache_write_tokens=self.cache_write,
+            reasoning_tokens=self.thinking,
+        )
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _sum_iterations(iterations: list[Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in iterations:
+        if not isinstance(item, Mapping):
+            continue
+        for name in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+            if (v := _int(item.get(name))) is not None:
+                out[name] = out.get(name, 0) + v
+    return out
+
+
+BlockKind = Literal["text", "reasoning", "tool", "result", "ignored"]
+
+
+@dataclass(slots=True, kw_only=True)
+class _Block:
+    kind: BlockKind
+    start_input: Any = None
+    """tool: the `input` of content_block_start, used when no input_json_delta arrives."""
+    streamed: bool = False
+    is_error: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class AnthropicNormalizer:
+    """One Messages stream's SSE events -> patches (the StreamNormalizer contract)."""
+
+    usage: UsageTally = field(default_factory=UsageTally)
+    stop_sequence: str | None = None
+    _blocks: dict[int, _Block] = field(default_factory=dict)
+    _tool_names: dict[str, str] = field(default_factory=dict)
+    _done: bool = False
+    _error: UpstreamError | None = None
+
+    def feed(self, event: SSEEvent, out: list[Patch]) -> None:
+        if self._error is not None:
+            self._raise_error(out)
+        if event.event == "ping" or self._done:
+            return
+        try:
+            data = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            raise UpstreamError(
+                f"anthropic: undecodable stream event {event.event!r}", code="upstream_protocol_error",
+                provider="anthropic",
+            ) from None
+        if not isinstance(data, dict):
+            raise UpstreamError("anthropic: stream event is not a JSON object",
+                                code="upstream_protocol_error", provider="anthropic")
+        kind = data.get("type", event.event)
+        if kind == "content_block_delta":
+            self._block_delta(data, out)
+        elif kind == "content_block_start":
+            self._block_start(data, out)
+        elif kind == "content_block_stop":
+            self._block_stop(data, out)
+        elif kind == "message_start":
+            message = data.get("message") or {}
+            usage = message.get("usage")
+            out.append(MessageStart(
+                id=message.get("id"), model=message.get("model"),
+                usage=self.usage.update(usage) if isinstance(usage, Mapping) else None,
+            ))
+        elif kind == "message_delta":
+            self._message_delta(data, out)
+        elif kind == "message_stop":
+            self._done = True
+            out.append(MessageEnd())
+        elif kind == "error":
+            self._done = True
+            self._error = stream_error(data.get("error"), data.get("request_id"))
+            self._raise_error(out)
+        # ping and event types added later: nothing to do.
+
+    def _raise_error(self, out: list[Patch]) -> None:
+        # Raising drops the patches already in this batch (the text before the error, read in
+        # the same chunk), so the error waits for an empty batch: the next chunk, or finish().
+        if not out and self._error is not None:
+            raise self._error
+
+    def finish(self, out: list[Patch]) -> None:
+        if self._error is not None:
+            raise self._error
+        if not self._done:
+            raise UpstreamError(
+                "anthropic: stream ended before message_stop", code="upstream_incomplete",
+                retryable=True, provider="anthropic",
+            )
+
+    # -- blocks ----------------------------------------------------------------------------
+
+    def _block_start(self, data: dict[str, Any], out: list[Patch]) -> None:
+        key = data.get("index")
+        block = data.get("content_block") or {}
+        btype = str(block.get("type", ""))
+        if not isinstance(key, int):
+            raise UpstreamError("anthropic: content block without an index",
+                                code="upstream_protocol_error", provider="anthropic")
+        if btype == "text":
+            self._blocks[key] = _Block(kind="text")
+            out.append(TextStart(key=key))
+            if block.get("text"):
+                out.append(TextDelta(key=key, text=block["text"]))
+        elif btype == "thinking":
+            self._blocks[key] = _Block(kind="reasoning")
+            out.append(ReasoningStart(key=key))
+            if block.get("thinking") or block.get("signature"):
+                out.append(ReasoningDelta(key=key, text=block.get("thinking") or "",
+                                          signature=block.get("signature") or None))
+        elif btype == "redacted_thinking":
+            self._blocks[key] = _Block(kind="reasoning")
+            out.append(ReasoningStart(key=key, redacted=block.get("data") or ""))
+        elif btype == "tool_use" or is_server_tool_use(btype):
+            server = btype != "tool_use"
+            call_id, name = str(block.get("id", "")), str(block.get("name", ""))
+            self._tool_names[call_id] = name
+            self._blocks[key] = _Block(kind="tool", start_input=block.get("input"))
+            out.append(ToolStart(key=key, id=call_id, name=name, server=server))
+        elif is_server_tool_result(btype):
+            call_id = str(block.get("tool_use_id", ""))
+            self._blocks[key] = _Block(kind="result", is_error=is_error_content(block))
+            out.append(ToolResultStart(key=key, tool_call_id=call_id, name=self._tool_names.get(call_id, btype)))
+            out.append(ToolResultDelta(key=key, content=orjson.dumps(block.get("content")).decode()))
+        else:
+            self._blocks[key] = _Block(kind="ignored")  # compaction, container_upload, ...
+
+    def _block_delta(self, data: dict[str, Any], out: list[Patch]) -> None:
+        key = data.get("index")
+        delta = data.get("delta") or {}
+        dtype = delta.get("type")
+        block = self._blocks.get(key)  # type: ignore[arg-type]
+        if block is not None and block.kind == "ignored":
+            return
+        if dtype == "text_delta":
+            out.append(TextDelta(key=key, text=delta.get("text", "")))  # type: ignore[arg-type]
+        elif dtype == "input_json_delta":
+            fragment = delta.get("partial_json", "")
+            if fragment:
+                if block is not None:
+                    block.streamed = True
+                out.append(ToolDelta(key=key, fragment=fragment))  # type: ignore[arg-type]
+        elif dtype == "thinking_delta":
+            if delta.get("thinking"):
+                out.append(ReasoningDelta(key=key, text=delta["thinking"]))  # type: ignore[arg-type]
+        elif dtype == "signature_delta":
+            if delta.get("signature"):
+                out.append(ReasoningDelta(key=key, signature=delta["signature"]))  # type: ignore[arg-type]
+        # citations_delta and delta types added later are dropped (module docstring).
+
+    def _block_stop(self, data: dict[str, Any], out: list[Patch]) -> None:
+        key = data.get("index")
+        block = self._blocks.pop(key, None)  # type: ignore[arg-type]
+        if block is None:
+            return
+        if block.kind == "text":
+            out.append(TextEnd(key=key))  # type: ignore[arg-type]
+        elif block.kind == "reasoning":
+            out.append(ReasoningEnd(key=key))  # type: ignore[arg-type]
+        elif block.kind == "tool":
+            given = None
+            if not block.streamed and isinstance(block.start_input, dict):
+                given = block.start_input
+            out.append(ToolEnd(key=key, arguments=given))  # type: ignore[arg-type]
+        elif block.kind == "result":
+            out.append(ToolResultEnd(key=key, is_error=block.is_error))  # type: ignore[arg-type]
+
+    # -- message ---------------------------------------------------------------------------
+
+    def _message_delta(self, data: dict[str, Any], out: list[Patch]) -> None:
+        delta = data.get("delta") or {}
+        reason = delta.get("stop_reason")
+        if delta.get("stop_sequence"):
+            self.stop_sequence = delta["stop_sequence"]
+        usage = data.get("usage")
+        out.append(MessageDelta(
+            stop_reason=STOP_REASON_MAP.get(reason, "stop") if reason else None,
+            usage=self.usage.update(usage) if isinstance(usage, Mapping) else None,
+        ))
+
+
+def stream_error(error: Any, request_id: Any = None) -> UpstreamError:
+    """An in-stream `event: error` as the UpstreamError that ends the stream."""
+    error = error if isinstance(error, Mapping) else {}
+    etype = str(error.get("type") or "error")
+    code, retryable = _STREAM_ERROR_MAP.get(etype, ("upstream_error", False))
+    return UpstreamError(
+        f"anthropic: {etype}: {error.get('message') or 'error event in stream'}", code=code,
+        retryable=retryable, provider="anthropic", upstream_type=etype,
+        request_id=request_id if isinstance(request_id, str) else None,
+    )

@@ -1,0 +1,236 @@
+"""AnthropicAdapter through a real AsyncAnthropic over httpx2.MockTransport: wire, errors, lifetime."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anthropic
+import httpx2
+import orjson
+import pytest
+
+from app.core.accumulator import Accumulator
+from app.core.errors import (
+    GatewayError,
+    RequestError,
+    UpstreamBadRequest,
+    UpstreamError,
+    UpstreamNotFound,
+    UpstreamRateLimited,
+    UpstreamTimeout,
+)
+from app.core.events import FinalEvent, StreamEvent
+from app.core.messages import Message, ReasoningBlock, ToolCall, ToolSpec
+from app.providers.anthropic import AnthropicAdapter, build_anthropic
+from app.providers.base import ProviderRequest
+from app.providers.registry import build_registry
+from app.settings import Settings
+from tests.support import recordings
+
+RECORDING = {r.name: r for r in recordings("anthropic")}
+Handler = Callable[[httpx2.Request], httpx2.Response]
+
+
+class Body(httpx2.AsyncByteStream):
+    """A response body served in pieces, remembering whether the client closed it."""
+
+    def __init__(self, chunks: list[bytes], *, fail: Exception | None = None) -> None:
+        self.chunks = chunks
+        self.fail = fail
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+        if self.fail is not None:
+            raise self.fail
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def client_for(handler: Handler) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(
+        api_key="test-key", base_url="http://anthropic.test", max_retries=0,
+        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)),
+    )
+
+
+def sse(body: Body) -> httpx2.Response:
+    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+
+
+def request(**kw: Any) -> ProviderRequest:
+    return ProviderRequest(model="claude-haiku-4-5", messages=(Message(role="user", content="Hi"),), **kw)
+
+
+async def drain(adapter: AnthropicAdapter, req: ProviderRequest) -> list[StreamEvent]:
+    stream = await adapter.open_stream(req)
+    acc = Accumulator(model=req.model, provider="anthropic")
+    events: list[StreamEvent] = []
+    try:
+        async for batch in stream:
+            events.extend(acc.push_all(batch))
+    except GatewayError as exc:
+        events.append(acc.final("error", error=exc.to_dict()))
+        return events
+    events.append(acc.final("ok" if acc.completed else "error"))
+    return events
+
+
+async def test_stream_reads_raw_bytes_and_sends_the_documented_body() -> None:
+    seen: list[httpx2.Request] = []
+    rec = RECORDING["thinking-then-tool-use"]
+    body = Body([rec.body[i:i + 97] for i in range(0, len(rec.body), 97)])
+
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        seen.append(req)
+        return sse(body)
+
+    adapter = AnthropicAdapter(client_for(handler))
+    req = request(
+        tools=(ToolSpec(name="fixed_version", description="The version"),), tool_choice="auto",
+        options={"thinking": {"type": "enabled", "budget_tokens": 1024}, "metadata": {"user_id": "u1"}},
+    )
+    events = await drain(adapter, req)
+    final = events[-1]
+    assert isinstance(final, FinalEvent) and final.status == "ok" and final.stop_reason == "tool_calls"
+    assert [c.name for c in final.message.tool_calls] == ["fixed_version"]
+    assert final.message.reasoning[0].signature
+    assert body.closed
+
+    (sent,) = seen
+    assert sent.url.path == "/v1/messages"
+    wire = orjson.loads(sent.content)
+    assert wire == {
+        "model": "claude-haiku-4-5",
+        "max_tokens": 1024 + 4096,  # the thinking budget plus the default answer room
+        "messages": [{"role": "user", "content": "Hi"}],
+        "stream": True,
+        "tools": [{"name": "fixed_version", "description": "The version",
+                   "input_schema": {"type": "object", "properties": {}}}],
+        "tool_choice": {"type": "auto"},
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "metadata": {"user_id": "u1"},
+    }
+    assert "temperature" not in wire  # API 2026-10-21 refuses it (module docstring)
+
+
+async def test_aclose_closes_the_upstream_response() -> None:
+    body = Body([RECORDING["thinking-signature"].body[:2000]])
+    adapter = AnthropicAdapter(client_for(lambda req: sse(body)))
+    stream = await adapter.open_stream(request())
+    assert not body.closed
+    await stream.aclose()
+    assert body.closed
+    await stream.aclose()  # idempotent
+
+
+async def test_transport_failure_mid_body_ends_with_a_retryable_error() -> None:
+    rec = RECORDING["text"]
+    body = Body([rec.body[:600]], fail=httpx2.ReadError("connection reset"))
+    events = await drain(AnthropicAdapter(client_for(lambda req: sse(body))), request())
+    final = events[-1]
+    assert isinstance(final, FinalEvent) and final.status == "error"
+    assert final.error["code"] == "upstream_disconnected" and final.error["retryable"]
+    assert body.closed
+
+
+def status(code: int, etype: str, headers: dict[str, str] | None = None) -> Handler:
+    payload = {"type": "error", "error": {"type": etype, "message": f"{etype} says no"}}
+    return lambda req: httpx2.Response(code, json=payload, headers={"request-id": "req_1", **(headers or {})})
+
+
+def raising(exc: Exception) -> Handler:
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        raise exc
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("handler", "kind", "http", "code", "retryable"),
+    [
+        (status(400, "invalid_request_error"), UpstreamBadRequest, 400, "upstream_bad_request", False),
+        (status(401, "authentication_error"), UpstreamError, 502, "upstream_auth", False),
+        (status(403, "permission_error"), UpstreamError, 502, "upstream_auth", False),
+        (status(404, "not_found_error"), UpstreamNotFound, 404, "model_not_found", False),
+        (status(429, "rate_limit_error", {"retry-after": "7"}), UpstreamRateLimited, 429, "rate_limited", True),
+        (status(529, "overloaded_error"), UpstreamError, 502, "upstream_overloaded", True),
+        (status(500, "api_error"), UpstreamError, 502, "upstream_error", True),
+        (status(503, "api_error"), UpstreamError, 502, "upstream_error", True),
+        (raising(httpx2.ConnectError("connection refused")), UpstreamError, 502, "upstream_unavailable", True),
+        (raising(httpx2.ReadTimeout("slow")), UpstreamTimeout, 504, "upstream_timeout", True),
+    ],
+    ids=["400", "401", "403", "404", "429", "529", "500", "503", "refused", "timeout"],
+)
+async def test_errors_before_the_body_are_raised_from_open_stream(
+    handler: Handler, kind: type[GatewayError], http: int, code: str, retryable: bool
+) -> None:
+    adapter = AnthropicAdapter(client_for(handler))
+    with pytest.raises(kind) as info:
+        await adapter.open_stream(request())
+    err = info.value
+    assert (err.status, err.code, err.retryable) == (http, code, retryable)
+    assert "test-key" not in str(err.to_dict())
+    if http == 429:
+        assert err.retry_after == "7"
+    if http == 400:
+        assert "invalid_request_error says no" in err.message
+    with pytest.raises(kind):
+        await adapter.generate(request())
+
+
+async def test_schema_violations_are_request_errors() -> None:
+    adapter = AnthropicAdapter(client_for(lambda req: pytest.fail("no request may be sent")))
+    with pytest.raises(RequestError):
+        await adapter.open_stream(request(options={"model": "other"}))
+    with pytest.raises(RequestError):
+        await adapter.open_stream(request(tool_choice="required"))
+
+
+async def test_generate_returns_the_assistant_message() -> None:
+    seen: list[dict[str, Any]] = []
+    reply = {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-haiku-4-5",
+        "content": [
+            {"type": "thinking", "thinking": "Need the tool.", "signature": "sig=="},
+            {"type": "redacted_thinking", "data": "opaque"},
+            {"type": "text", "text": "Let me add."},
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "q"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+            {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 2, "b": 2}},
+        ],
+        "stop_reason": "tool_use", "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 20},
+    }
+
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        seen.append(orjson.loads(req.content))
+        return httpx2.Response(200, json=reply)
+
+    message = await AnthropicAdapter(client_for(handler)).generate(request(max_tokens=64))
+    assert message == Message(
+        role="assistant", content="Let me add.",
+        tool_calls=(ToolCall(id="toolu_1", name="add", arguments={"a": 2, "b": 2}),),
+        reasoning=(ReasoningBlock(text="Need the tool.", signature="sig==", provider="anthropic"),
+                   ReasoningBlock(redacted="opaque", provider="anthropic")),
+    )
+    assert seen[0]["max_tokens"] == 64 and "stream" not in seen[0]
+
+
+def settings(**kw: Any) -> Settings:
+    return Settings(anthropic_api_key=kw.pop("key", None), anthropic_base_url=kw.pop("base_url", None), **kw)
+
+
+async def test_registry_serves_anthropic_only_with_a_key_or_a_client() -> None:
+    assert build_registry(settings()).get("anthropic") is None
+    registry = build_registry(settings(key="sk-ant-test-000000", base_url="http://127.0.0.1:9"))
+    adapter = registry.get("anthropic")
+    assert isinstance(adapter, AnthropicAdapter) and adapter.ready()
+    assert str(adapter._client.base_url).startswith("http://127.0.0.1:9")
+    await registry.aclose()
+
+    injected = client_for(lambda req: httpx2.Response(500))
+    built = build_anthropic(settings(key="sk-ant-test-000000"), {"anthropic": injected})
+    assert built["anthropic"]._client is injected  # injected clients win over settings
