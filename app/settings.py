@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     # Upstream
     connect_timeout: float = Field(default=10.0, gt=0)
     read_timeout: float = Field(default=120.0, gt=0, description="Longest silence from an upstream mid-stream.")
+    upstream_max_retries: int = Field(
+        default=1, ge=0, le=10, description="SDK retries before a response starts (connection errors, 429, 5xx)."
+    )
     openai_api_key: SecretStr | None = Field(default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key"))
     openai_base_url: str | None = Field(default=None, validation_alias=AliasChoices("OPENAI_BASE_URL", "openai_base_url"))
     anthropic_api_key: SecretStr | None = Field(
@@ -74,6 +77,13 @@ class Settings(BaseSettings):
     # Logging
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = Field(default=True, description="JSON log lines (false: human-readable console).")
+
+    @field_validator("openai_api_key", "openai_base_url", "anthropic_api_key", "anthropic_base_url",
+                     "gemini_api_key", "gemini_base_url", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # docker compose passes `KEY: ""` for an unset variable: that is "not configured".
+        return None if value == "" else value
 
     @field_validator("aliases")
     @classmethod

@@ -1,0 +1,41 @@
+# Foundry Gateway. Each target sets up what it needs in a local virtualenv (.venv).
+# Needs only Python 3.11+ on PATH (as python3, or pass PYTHON=/path/to/python3.11).
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+.PHONY: run test install install-test openapi bench clean
+
+run: $(VENV)/.installed-run  ## install and serve the gateway (mock provider by default) on $(HOST):$(PORT)
+	$(BIN)/uvicorn app.main:app --host $(HOST) --port $(PORT) --no-access-log
+
+test: $(VENV)/.installed-test  ## install the test dependencies and run the whole suite
+	$(BIN)/python -m pytest
+
+install: $(VENV)/.installed-run
+install-test: $(VENV)/.installed-test
+
+$(VENV)/bin/python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Foundry Gateway needs Python 3.11+ (found " + sys.version.split()[0] + "); pass PYTHON=python3.11")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-run: pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $@ $(VENV)/.installed-run
+
+openapi: $(VENV)/.installed-run  ## regenerate openapi/openapi.json from the app
+	$(BIN)/python scripts/export_openapi.py
+
+bench: $(VENV)/.installed-test  ## run the benchmarks in bench/
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,92 @@
+"""The stream log: numbered frames, replay, bounded memory, expiry."""
+
+import asyncio
+
+import pytest
+
+from app.core.errors import RequestError
+from app.core.events import AssistantMessage, FinalEvent, TokenEvent, Usage
+from app.streams.log import MemoryStreamStore, ReplayUnavailable, StoreFull, parse_cursor
+from tests.support import parse_sse
+
+
+def final():
+    return FinalEvent(status="ok", message=AssistantMessage(content="x"), usage=Usage(), stop_reason="stop",
+                      model="m", provider="p")
+
+
+def store(**kw):
+    args = {"ttl": 60.0, "max_streams": 10, "max_events": 1000, "max_bytes": 1 << 20} | kw
+    return MemoryStreamStore(**args)
+
+
+def test_frames_are_numbered_and_replayable_from_any_point():
+    log = store().create(model="m", provider="p")
+    for i in range(3):
+        log.append(TokenEvent(index=i, content=f"t{i}"))
+    log.append(final())
+    assert [i for i, _, _ in parse_sse(log.frames_after(0))] == [1, 2, 3, 4]
+    assert [(i, e) for i, e, _ in parse_sse(log.frames_after(2))] == [(3, "token"), (4, "final")]
+    assert log.frames_after(4) == b"" and log.finished
+    with pytest.raises(RuntimeError):
+        log.append(TokenEvent(index=9, content="late"))
+
+
+def test_each_log_is_bounded_and_refuses_replay_of_dropped_events():
+    log = store(max_events=5).create(model="m", provider="p")
+    for i in range(20):
+        log.append(TokenEvent(index=i, content="x" * 10))
+    assert len(log) == 5
+    log.check_replay(15)
+    with pytest.raises(ReplayUnavailable):
+        log.check_replay(3)
+    log = store(max_bytes=4096).create(model="m", provider="p")
+    for i in range(1000):
+        log.append(TokenEvent(index=i, content="y" * 100))
+    assert log.size_bytes <= 4096
+
+
+async def test_follow_replays_then_follows_live_until_final():
+    log = store().create(model="m", provider="p")
+    log.append(TokenEvent(index=0, content="a"))
+    got: list[bytes] = []
+    first_read = asyncio.Event()
+
+    async def reader():
+        async for chunk in log.follow(0):
+            got.append(chunk)
+            first_read.set()
+
+    task = asyncio.create_task(reader())
+    await first_read.wait()
+    log.append(TokenEvent(index=1, content="b"))
+    log.append(final())
+    await asyncio.wait_for(task, 5)
+    assert [e for _, e, _ in parse_sse(b"".join(got))] == ["token", "token", "final"]
+
+
+def test_finished_streams_expire_and_the_store_is_bounded():
+    s = store(ttl=0.0, max_streams=2)
+    a = s.create(model="m", provider="p")
+    a.append(final())
+    assert s.get(a.info.stream_id) is None  # ttl 0: gone as soon as it finished
+    s = store(max_streams=2)
+    a, b = s.create(model="m", provider="p"), s.create(model="m", provider="p")
+    a.append(final())
+    c = s.create(model="m", provider="p")  # evicts the oldest finished stream
+    assert s.get(a.info.stream_id) is None and s.get(c.info.stream_id) is c
+    with pytest.raises(StoreFull):
+        s.create(model="m", provider="p")  # b and c still running
+
+
+@pytest.mark.parametrize("bad", ["abc", "-1", "1.5", "", "9" * 30])
+def test_garbage_last_event_id_is_a_400(bad):
+    with pytest.raises(RequestError) as err:
+        parse_cursor(bad, None)
+    assert err.value.status == 400 and err.value.details["field"] == "Last-Event-ID"
+
+
+def test_cursor_sources():
+    assert parse_cursor(None, None) == 0
+    assert parse_cursor(None, 4) == 4
+    assert parse_cursor(" 3 ", 9) == 3
