@@ -21,7 +21,7 @@ from app.core.errors import (
     UpstreamTimeout,
 )
 from app.core.events import FinalEvent, StreamEvent
-from app.core.messages import Message, ReasoningBlock, ToolCall, ToolSpec
+from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec
 from app.providers.anthropic import AnthropicAdapter, build_anthropic
 from app.providers.base import ProviderRequest
 from app.providers.registry import build_registry
@@ -178,7 +178,7 @@ async def test_errors_before_the_body_are_raised_from_open_stream(
     if http == 400:
         assert "invalid_request_error says no" in err.message
     with pytest.raises(kind):
-        await adapter.generate(request())
+        await adapter.generate([Message(role="user", content="Hi")], model="claude-haiku-4-5")
 
 
 async def test_schema_violations_are_request_errors() -> None:
@@ -209,14 +209,32 @@ async def test_generate_returns_the_assistant_message() -> None:
         seen.append(orjson.loads(req.content))
         return httpx2.Response(200, json=reply)
 
-    message = await AnthropicAdapter(client_for(handler)).generate(request(max_tokens=64))
+    adapter = AnthropicAdapter(client_for(handler))
+    message = await adapter.generate([Message(role="user", content="Hi")], model="claude-haiku-4-5",
+                                     tools=[ToolSpec(name="add")], max_tokens=64, metadata={"user_id": "u"})
     assert message == Message(
         role="assistant", content="Let me add.",
         tool_calls=(ToolCall(id="toolu_1", name="add", arguments={"a": 2, "b": 2}),),
         reasoning=(ReasoningBlock(text="Need the tool.", signature="sig==", provider="anthropic"),
                    ReasoningBlock(redacted="opaque", provider="anthropic")),
     )
-    assert seen[0]["max_tokens"] == 64 and "stream" not in seen[0]
+    assert seen[0]["max_tokens"] == 64 and seen[0]["metadata"] == {"user_id": "u"} and "stream" not in seen[0]
+    assert seen[0]["tools"][0]["name"] == "add"
+    with pytest.raises(AdapterError):
+        await adapter.generate([Message(role="user", content="Hi")], model="m", stream=True)
+    assert len(seen) == 1
+
+
+async def test_a_json_answer_to_a_stream_request_is_an_upstream_error() -> None:
+    handler = lambda req: httpx2.Response(200, json={"type": "message", "content": []})  # noqa: E731
+    with pytest.raises(UpstreamError, match="expected an event stream"):
+        await AnthropicAdapter(client_for(handler)).open_stream(request())
+
+
+async def test_malformed_json_from_generate_is_an_upstream_error() -> None:
+    handler = lambda req: httpx2.Response(200, content=b"<html>", headers={"content-type": "text/html"})  # noqa: E731
+    with pytest.raises(UpstreamError, match="not JSON"):
+        await AnthropicAdapter(client_for(handler)).generate([Message(role="user", content="Hi")], model="m")
 
 
 def settings(**kw: Any) -> Settings:

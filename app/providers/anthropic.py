@@ -22,12 +22,13 @@ The stream normalizer lives in `anthropic_stream.py`. Request mapping decisions:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import anthropic
 import httpx2
 import orjson
+from pydantic import ValidationError
 
 from app.core.errors import (
     GatewayError,
@@ -135,9 +136,13 @@ def _reasoning_block(block: ReasoningBlock, provider: str) -> dict[str, Any] | N
 def tool_specs_to_anthropic(tools: tuple[ToolSpec, ...] | list[ToolSpec]) -> list[dict[str, Any]]:
     """Foundry tool specs -> Messages API `tools` (custom tools with an `input_schema`)."""
     out: list[dict[str, Any]] = []
-    for tool in tools:
+    seen: set[str] = set()
+    for i, tool in enumerate(tools):
         if not isinstance(tool, ToolSpec):
-            raise AdapterError(f"tool {tool!r} is not a Foundry ToolSpec")
+            raise AdapterError(f"tools[{i}] is not a Foundry ToolSpec")
+        if tool.name in seen:
+            raise AdapterError(f"duplicate tool name: {tool.name}")
+        seen.add(tool.name)
         spec: dict[str, Any] = {"name": tool.name, "input_schema": thaw(tool.parameters)}
         if tool.description:
             spec["description"] = tool.description
@@ -179,7 +184,7 @@ def build_anthropic_request(request: ProviderRequest, *, provider: str = "anthro
     choice = tool_choice_to_anthropic(request.tool_choice, request.tools)
     if choice is not None:
         body["tool_choice"] = choice
-    body.update(options)
+    body.update((k, v) for k, v in options.items() if v is not None)  # None: "do not send"
     return body
 
 
@@ -198,35 +203,35 @@ def _max_tokens(request: ProviderRequest, options: Mapping[str, Any]) -> int:
 # -- non-streaming response (pure) ------------------------------------------------------------
 
 
-def message_from_anthropic(data: Mapping[str, Any], *, provider: str = "anthropic") -> Message:
+def message_from_anthropic(data: Any, *, provider: str = "anthropic") -> Message:
     """A Messages API response body -> the assistant Message (text, tool calls, reasoning).
 
-    Server tool blocks are the provider's own business and are not calls the caller answers.
+    Server tool blocks are the provider's own business, not calls the caller answers. A body
+    that does not fit the documented shape raises UpstreamError.
     """
     texts: list[str] = []
     calls: list[ToolCall] = []
     reasoning: list[ReasoningBlock] = []
-    for block in data.get("content") or ():
-        btype = block.get("type")
-        if btype == "text":
-            texts.append(block.get("text", ""))
-        elif btype == "tool_use":
-            arguments = block.get("input") or {}
-            if not isinstance(arguments, Mapping):
-                raise UpstreamError(f"anthropic: tool_use {block.get('id')} input is not an object",
-                                    code="invalid_tool_arguments", provider=provider)
-            calls.append(ToolCall(id=block["id"], name=block["name"], arguments=arguments))
-        elif btype == "thinking":
-            reasoning.append(ReasoningBlock(text=block.get("thinking", ""), signature=block.get("signature") or None,
-                                            provider=provider))
-        elif btype == "redacted_thinking":
-            reasoning.append(ReasoningBlock(redacted=block.get("data", ""), provider=provider))
-    content = "".join(texts)
-    fields = {"role": "assistant", "content": content, "tool_calls": tuple(calls), "reasoning": tuple(reasoning)}
-    if not content and not calls:
-        # An empty answer (only thinking, or max_tokens hit at once) is a fact to report.
-        return Message.model_construct(tool_call_id=None, name=None, **fields)
-    return Message(**fields)
+    try:
+        for block in data["content"]:
+            btype = block["type"]
+            if btype == "text":
+                texts.append(block["text"])
+            elif btype == "tool_use":
+                calls.append(ToolCall(id=block["id"], name=block["name"], arguments=block.get("input") or {}))
+            elif btype == "thinking":
+                reasoning.append(ReasoningBlock(text=block["thinking"], signature=block.get("signature") or None,
+                                                provider=provider))
+            elif btype == "redacted_thinking":
+                reasoning.append(ReasoningBlock(redacted=block["data"], provider=provider))
+        content = "".join(texts)
+        fields = {"role": "assistant", "content": content, "tool_calls": tuple(calls), "reasoning": tuple(reasoning)}
+        if not content and not calls:
+            # An empty answer (only thinking, or max_tokens hit at once) is a fact to report.
+            return Message.model_construct(tool_call_id=None, name=None, **fields)
+        return Message(**fields)
+    except (KeyError, TypeError, ValidationError) as exc:
+        raise UpstreamError(f"{provider}: malformed response: {type(exc).__name__}: {exc}", provider=provider) from None
 
 
 # -- errors: SDK and transport -> GatewayError, in one place ----------------------------------
@@ -240,8 +245,6 @@ def anthropic_errors(provider: str = "anthropic") -> Iterator[None]:
         yield
     except GatewayError:
         raise
-    except AdapterError as exc:
-        raise RequestError(str(exc), code="invalid_request", provider=provider) from exc
     except ValueError as exc:  # the SDK refusing a call, e.g. a non-streaming max_tokens too large
         raise RequestError(f"{provider}: {exc}", code="invalid_request", provider=provider) from exc
     except anthropic.APITimeoutError as exc:
@@ -295,41 +298,66 @@ class AnthropicAdapter:
         self._owns_client = owns_client
 
     def ready(self) -> bool:
-        return True
-
-    def _call(self, request: ProviderRequest) -> tuple[dict[str, Any], dict[str, Any]]:
-        """SDK keyword arguments: what `create()` requires, the rest of the body as extra_body."""
-        body = build_anthropic_request(request, provider=self.name)
-        required = {k: body.pop(k) for k in ("model", "max_tokens", "messages")}
-        return required, body
-
-    async def open_stream(self, request: ProviderRequest) -> SSEPatchStream:
-        with anthropic_errors(self.name):
-            required, extra = self._call(request)
-            manager = self._client.messages.with_streaming_response.create(**required, stream=True, extra_body=extra)
-            response = await manager.__aenter__()
-
-        async def close() -> None:
-            await manager.__aexit__(None, None, None)
-
-        return SSEPatchStream(_body(response), AnthropicNormalizer(), close=close, provider=self.name)
-
-    async def generate(self, request: ProviderRequest) -> Message:
-        """One non-streaming call: the assistant message, with tool calls and reasoning."""
-        with anthropic_errors(self.name):
-            required, extra = self._call(request)
-            raw = await self._client.messages.with_raw_response.create(**required, extra_body=extra)
-            data = orjson.loads(await raw.read())
-        return message_from_anthropic(data, provider=self.name)
+        return True  # built only when a key or a client is configured (build_anthropic)
 
     async def aclose(self) -> None:
         if self._owns_client:
             await self._client.close()
 
+    def _sdk_arguments(self, request: ProviderRequest) -> dict[str, Any]:
+        """`messages.create()` keywords: the fields it requires, the rest of the body as extra_body."""
+        body = build_anthropic_request(request, provider=self.name)
+        required = {k: body.pop(k) for k in ("model", "max_tokens", "messages")}
+        return {**required, "extra_body": body}
 
-async def _body(response: Any) -> AsyncIterator[bytes]:
-    async for chunk in response.iter_bytes():
-        yield chunk
+    async def open_stream(self, request: ProviderRequest) -> SSEPatchStream:
+        """Send the request; raise GatewayError for anything known before the body starts."""
+        try:
+            arguments = self._sdk_arguments(request)
+        except AdapterError as exc:
+            raise RequestError(f"{self.name}: {exc}", provider=self.name) from None
+        manager = self._client.messages.with_streaming_response.create(**arguments, stream=True)
+        # Entered by hand: errors before the body raise from here (HTTP errors to the caller),
+        # and the stream's aclose() exits it, which closes the upstream connection.
+        with anthropic_errors(self.name):
+            response = await manager.__aenter__()
+            http = response.http_response
+            if http.headers.get("content-type", "").startswith("application/json"):
+                body = (await http.aread())[:500].decode("utf-8", "replace")
+                await manager.__aexit__(None, None, None)
+                raise UpstreamError(f"{self.name}: expected an event stream, got JSON: {body}", provider=self.name)
+
+        async def close() -> None:
+            await manager.__aexit__(None, None, None)
+
+        return SSEPatchStream(http.aiter_bytes(), AnthropicNormalizer(), close=close, provider=self.name)
+
+    async def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str,
+        tools: Sequence[ToolSpec] = (),
+        tool_choice: ToolChoice | None = None,
+        max_tokens: int | None = None,
+        **options: Any,
+    ) -> Message:
+        """One non-streaming call -> the assistant message, with tool calls and reasoning.
+
+        Further keywords are Messages API fields (`thinking`, `metadata`, ...), as
+        `provider_options` are; AdapterError for anything outside the schema.
+        """
+        request = ProviderRequest(model=model, messages=tuple(messages), tools=tuple(tools),
+                                  tool_choice=tool_choice, max_tokens=max_tokens, options=options)
+        arguments = self._sdk_arguments(request)
+        with anthropic_errors(self.name):
+            raw = await self._client.messages.with_raw_response.create(**arguments)
+            body = await raw.read()
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            raise UpstreamError(f"{self.name}: the response is not JSON", provider=self.name) from None
+        return message_from_anthropic(data, provider=self.name)
 
 
 # -- registry builder -------------------------------------------------------------------------
@@ -345,6 +373,7 @@ def build_anthropic(settings: Settings, clients: Mapping[str, Any]) -> dict[str,
     client = anthropic.AsyncAnthropic(
         api_key=settings.anthropic_api_key.get_secret_value(),
         base_url=settings.anthropic_base_url,
+        max_retries=settings.upstream_max_retries,  # only before a response starts: no duplicate output
         timeout=httpx2.Timeout(settings.read_timeout, connect=settings.connect_timeout),
     )
     return {"anthropic": AnthropicAdapter(client, owns_client=True)}

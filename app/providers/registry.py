@@ -16,6 +16,7 @@ from app.core.errors import RequestError
 from app.providers.anthropic import build_anthropic
 from app.providers.base import ProviderAdapter
 from app.providers.mock import MockAdapter
+from app.providers.openai_chat import build_openai
 from app.settings import Settings
 
 __all__ = ["ProviderRegistry", "build_registry"]
@@ -27,7 +28,7 @@ def _mock(settings: Settings, clients: Mapping[str, Any]) -> dict[str, ProviderA
     return {"mock": MockAdapter()}
 
 
-_BUILDERS: list[Builder] = [_mock, build_anthropic]
+_BUILDERS: list[Builder] = [_mock, build_anthropic, build_openai]
 
 
 class ProviderRegistry:

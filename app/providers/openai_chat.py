@@ -1,0 +1,307 @@
+"""OpenAI Chat Completions (and every compatible server): request mapping, errors, adapter.
+
+The pure converters (reference/foundry-adapters.md) live in `openai_chat_convert.py` and the
+stream normalizer in `openai_chat_stream.py`; this module maps a `ProviderRequest` to the wire,
+maps SDK and transport errors to the gateway's hierarchy (once, in `map_upstream_error`), and
+holds the adapter and the registry builder. The SDK client is injected; the body is read as raw
+bytes through `with_streaming_response` and parsed once by `SSEPatchStream` (DESIGN.md section 4).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import httpx2
+import openai
+from pydantic import ValidationError
+
+from app.core.errors import (
+    GatewayError,
+    RequestError,
+    UpstreamBadRequest,
+    UpstreamError,
+    UpstreamNotFound,
+    UpstreamRateLimited,
+    UpstreamTimeout,
+)
+from app.core.messages import AdapterError, Message, ToolSpec
+from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, SSEPatchStream
+from app.providers.openai_chat_convert import (
+    messages_to_openai,
+    normalize_tool_calls,
+    openai_to_messages,
+    plain,
+    tool_choice_to_openai,
+    tool_specs_to_openai,
+)
+from app.providers.openai_chat_stream import ChatChunkNormalizer
+from app.settings import Settings
+
+__all__ = [
+    "OpenAIAdapter",
+    "build_openai",
+    "make_client",
+    "map_upstream_error",
+    "messages_to_openai",
+    "normalize_tool_calls",
+    "openai_to_messages",
+    "stream_params",
+    "tool_choice_to_openai",
+    "tool_specs_to_openai",
+    "upstream_errors",
+]
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+_NO_KEY = "unused"
+"""Sent to compatible servers that need no key: the SDK insists on one, they ignore it."""
+
+_RESERVED_OPTIONS = frozenset({"messages", "model", "stream", "stream_options", "tools"})
+"""Wire fields the gateway owns; `provider_options` may not set them."""
+
+
+# -- request mapping ------------------------------------------------------------------------
+
+
+def stream_params(
+    request: ProviderRequest, *, include_usage: bool = True, max_tokens_field: str = "max_completion_tokens"
+) -> dict[str, Any]:
+    """`ProviderRequest` -> keyword arguments of `chat.completions.create` for a stream.
+
+    `request.options` (provider_options) go into the body as given, after the gateway's own
+    fields: they may replace `temperature`, `tool_choice` or the token limit (a None value drops
+    the field, e.g. `{"temperature": null}` for models that refuse one), never the reserved ones.
+    """
+    params: dict[str, Any] = {
+        "model": request.model,
+        "messages": messages_to_openai(request.messages),
+        "stream": True,
+        "temperature": request.temperature,
+    }
+    if include_usage:
+        params["stream_options"] = {"include_usage": True}
+    if request.tools:
+        params["tools"] = tool_specs_to_openai(request.tools)
+    choice = tool_choice_to_openai(request.tool_choice, request.tools)
+    if choice is not None:
+        params["tool_choice"] = choice
+    if request.max_tokens is not None:
+        params[max_tokens_field] = request.max_tokens
+    extra: dict[str, Any] = {}
+    for key, value in request.options.items():
+        if key in _RESERVED_OPTIONS:
+            raise AdapterError(f"provider_options may not set {key!r}; it is the gateway's")
+        params.pop(key, None)
+        if value is not None:
+            extra[key] = value
+    if extra:
+        params["extra_body"] = extra
+    return params
+
+
+def first_assistant_message(response: Any) -> Message:
+    """A non-streaming chat completion -> its first assistant message, tool calls normalized.
+
+    A refusal (`message.refusal`) becomes the content, as in the stream (openai_chat_stream.py,
+    decision 2).
+    """
+    data = plain(response)
+    if not isinstance(data, Mapping):
+        raise AdapterError("malformed response: not an object")
+    choices = data.get("choices")
+    if not isinstance(choices, (list, tuple)) or not choices:
+        raise AdapterError("malformed response: no choices")
+    for choice in choices:
+        message = plain(plain(choice).get("message")) if isinstance(plain(choice), Mapping) else None
+        if isinstance(message, Mapping) and message.get("role") == "assistant":
+            break
+    else:
+        raise AdapterError("malformed response: no assistant message")
+    content = message.get("content")
+    if content is None:
+        content = message.get("refusal") or ""
+    if not isinstance(content, str):
+        raise AdapterError("malformed response: message content is not a string")
+    tool_calls = normalize_tool_calls(message.get("tool_calls"))
+    try:
+        return Message(role="assistant", content=content, tool_calls=tool_calls)
+    except ValidationError as exc:
+        raise AdapterError(f"malformed response: {exc.errors()[0]['msg']}") from None
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+def map_upstream_error(exc: Exception, provider: str) -> GatewayError:
+    """SDK or transport failure before the body -> the gateway's error (DESIGN.md section 1)."""
+    if isinstance(exc, GatewayError):
+        return exc
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        message = f"{provider}: {_upstream_message(exc)}"
+        if status in (401, 403):
+            # The gateway's credentials failed: its problem (502), never the caller's 401. The
+            # upstream text is not echoed: it can quote part of the key.
+            return UpstreamError(f"{provider}: the provider refused the gateway's credentials (HTTP {status})",
+                                 code="upstream_auth", provider=provider, upstream_status=status)
+        if status == 404:
+            return UpstreamNotFound(message, provider=provider, upstream_status=status)
+        if status == 408:
+            return UpstreamTimeout(message, provider=provider, upstream_status=status)
+        if status == 429:
+            if exc.code == "insufficient_quota":  # billing, not load: retrying will not help
+                return UpstreamError(message, code="upstream_quota", provider=provider, upstream_status=status)
+            return UpstreamRateLimited(message, retry_after=exc.response.headers.get("retry-after"),
+                                       provider=provider, upstream_status=status)
+        if status < 500:
+            return UpstreamBadRequest(message, provider=provider, upstream_status=status)
+        return UpstreamError(message, retryable=True, provider=provider, upstream_status=status)
+    if isinstance(exc, (openai.APITimeoutError, httpx2.TimeoutException)):
+        return UpstreamTimeout(f"{provider}: the provider did not answer in time", provider=provider)
+    if isinstance(exc, (openai.APIConnectionError, httpx2.TransportError)):
+        cause = exc.__cause__ or exc
+        return UpstreamError(f"{provider}: cannot reach the provider ({type(cause).__name__})",
+                             code="upstream_unavailable", retryable=True, provider=provider)
+    return UpstreamError(f"{provider}: {type(exc).__name__}: {exc}", provider=provider)
+
+
+def _upstream_message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, Mapping) and isinstance(body.get("message"), str) and body["message"]:
+        return body["message"]
+    if isinstance(body, str) and body:
+        return body[:500]
+    return f"HTTP {exc.status_code}"
+
+
+@contextlib.contextmanager
+def upstream_errors(provider: str) -> Iterator[None]:
+    """Raise every SDK/transport failure of the enclosed call as a GatewayError."""
+    try:
+        yield
+    except (openai.OpenAIError, httpx2.HTTPError) as exc:
+        raise map_upstream_error(exc, provider) from exc
+
+
+# -- the adapter --------------------------------------------------------------------------
+
+
+class OpenAIAdapter:
+    """Chat Completions through an injected `AsyncOpenAI` client."""
+
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        *,
+        name: str = "openai",
+        include_usage: bool = True,
+        max_tokens_field: str = "max_completion_tokens",
+        owns_client: bool = False,
+    ) -> None:
+        self.name = name
+        self._client = client
+        self._include_usage = include_usage
+        self._max_tokens_field = max_tokens_field
+        self._owns_client = owns_client
+
+    def ready(self) -> bool:
+        return True  # built only when credentials are configured (build_openai)
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.close()
+
+    async def generate(
+        self, messages: Sequence[Message], /, *, tools: Sequence[ToolSpec] | None = None, **kwargs: Any
+    ) -> Message:
+        """One non-streaming completion -> the first assistant message (reference adapter).
+
+        `temperature` is 0 unless given; `messages` and `stream` are not the caller's to set.
+        """
+        if "messages" in kwargs:
+            raise AdapterError("messages are the first argument; they cannot be overridden")
+        if "stream" in kwargs:
+            raise AdapterError("generate() does not stream (stream is not the caller's); use open_stream()")
+        if not kwargs.get("model"):
+            raise AdapterError("model is required")
+        params = {"temperature": 0, **kwargs, "messages": messages_to_openai(messages)}
+        if tools:
+            params["tools"] = tool_specs_to_openai(tools)
+        if isinstance(params.get("tool_choice"), str):
+            params["tool_choice"] = tool_choice_to_openai(params["tool_choice"], tools or ())
+            if params["tool_choice"] is None:
+                del params["tool_choice"]
+        with upstream_errors(self.name):
+            response = await self._client.chat.completions.create(**params)
+        return first_assistant_message(response)
+
+    async def open_stream(self, request: ProviderRequest) -> PatchStream:
+        """Send the request; raise GatewayError for anything known before the body starts."""
+        try:
+            params = stream_params(request, include_usage=self._include_usage,
+                                   max_tokens_field=self._max_tokens_field)
+        except AdapterError as exc:
+            raise RequestError(f"{self.name}: {exc}", provider=self.name) from None
+        manager = self._client.chat.completions.with_streaming_response.create(**params)
+        # Entered by hand: errors before the body raise from here (HTTP errors to the caller),
+        # and the stream's aclose() exits it, which closes the upstream connection.
+        with upstream_errors(self.name):
+            response = await manager.__aenter__()
+            http = response.http_response
+            if http.headers.get("content-type", "").startswith("application/json"):
+                body = (await http.aread())[:500].decode("utf-8", "replace")
+                await manager.__aexit__(None, None, None)
+                raise UpstreamError(f"{self.name}: expected an event stream, got JSON: {body}",
+                                    provider=self.name)
+
+        async def close() -> None:
+            await manager.__aexit__(None, None, None)
+
+        return SSEPatchStream(http.aiter_bytes(), ChatChunkNormalizer(provider=self.name),
+                              close=close, provider=self.name)
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+def make_client(*, api_key: str, base_url: str, settings: Settings) -> openai.AsyncOpenAI:
+    """An SDK client with the gateway's timeouts and retry budget (retries happen only before
+    the response starts, so they never duplicate output)."""
+    return openai.AsyncOpenAI(
+        api_key=api_key,
+        base_url=base_url,
+        max_retries=settings.upstream_max_retries,
+        timeout=httpx2.Timeout(settings.read_timeout, connect=settings.connect_timeout),
+    )
+
+
+def build_openai(settings: Settings, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
+    """`openai` and every `Settings.providers` entry; injected `clients[name]` win over settings.
+
+    A provider whose key is not configured is not served; a compatible provider declared without
+    `api_key_env` needs none. Keys and base URLs are always passed explicitly, so the SDK never
+    picks up OPENAI_API_KEY for a third-party server.
+    """
+    adapters: dict[str, ProviderAdapter] = {}
+    client = clients.get("openai")
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else ""
+    if client is not None:
+        adapters["openai"] = OpenAIAdapter(client, name="openai")
+    elif key:
+        client = make_client(api_key=key, base_url=settings.openai_base_url or OPENAI_BASE_URL, settings=settings)
+        adapters["openai"] = OpenAIAdapter(client, name="openai", owns_client=True)
+    for provider in settings.providers:
+        # Compatible servers know max_tokens; max_completion_tokens is OpenAI's newer name.
+        options: dict[str, Any] = {"name": provider.name, "include_usage": provider.include_usage,
+                                   "max_tokens_field": "max_tokens"}
+        client = clients.get(provider.name)
+        if client is not None:
+            adapters[provider.name] = OpenAIAdapter(client, **options)
+            continue
+        key = provider.api_key() or ""
+        if provider.api_key_env and not key:
+            continue
+        client = make_client(api_key=key or _NO_KEY, base_url=provider.base_url, settings=settings)
+        adapters[provider.name] = OpenAIAdapter(client, owns_client=True, **options)
+    return adapters

@@ -1,0 +1,264 @@
+"""The normalizer for OpenAI Chat Completions streams (`chat.completion.chunk`), and compatibles.
+
+Wire facts it relies on (read off shared/fixtures/openai-chat, see its README):
+- text is `delta.content`; tool calls are `delta.tool_calls[]` keyed by `index`, with `id` and
+  `function.name` on the first fragment only; Groq sends a whole call in one fragment.
+- `delta.reasoning_content` (DeepSeek, vLLM) or `delta.reasoning` (OpenRouter, Groq) is reasoning.
+- `finish_reason` comes on choice 0's last chunk; with `stream_options.include_usage` the usage
+  follows in a chunk with `choices: []`, and further empty-choice chunks may follow it
+  (`moderation-chunk-after-usage`), so usage is taken from any chunk that carries it, never from
+  "the last chunk". DeepSeek and Groq put usage on the finish chunk.
+- `data: [DONE]` ends the body. An error arrives as an `error` object inside a chunk (OpenRouter,
+  HTTP 200, `[DONE]` after it) or as an `event: error` frame (Groq, no `[DONE]`).
+
+Decisions:
+1. With `n > 1` only choice 0 is the canonical stream; other choices are dropped (the canonical
+   events have no choice index). Usage still covers every choice, as the provider reports it.
+2. A refusal (`delta.refusal`) is surfaced as text and the stop reason becomes `content_filter`:
+   the refusal is the model's own words to the user (dropping it would leave an empty answer that
+   looks like a blank `stop`), and `content_filter` lets a program tell it from an answer.
+3. An in-stream error is recorded and raised from `finish()` at the end of the body (the servers
+   close it right after): raised from `feed()`, it would discard the patches already produced
+   from the same read (the text before it, the usage on the error chunk itself), and the same
+   bytes would give different events depending on where the reads split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from app.core.errors import UpstreamError
+from app.core.events import StopReason
+from app.core.patches import (
+    BlockKey,
+    MessageDelta,
+    MessageEnd,
+    MessageStart,
+    Patch,
+    ReasoningDelta,
+    ReasoningEnd,
+    TextDelta,
+    ToolDelta,
+    ToolEnd,
+    ToolStart,
+    UsagePatch,
+)
+from app.providers.sse import SSEEvent
+
+__all__ = ["ChatChunkNormalizer", "stream_error", "usage_patch"]
+
+TEXT_KEY = "content"
+REASONING_KEY = "reasoning"
+
+_FINISH_REASON_MAP: dict[str, StopReason] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",  # the deprecated functions API
+    "content_filter": "content_filter",
+    "eos": "stop",  # some compatible servers (older vLLM, TGI)
+}
+# Any other finish_reason still means the provider finished: it maps to "stop".
+
+_RETRYABLE_ERROR_TYPES = frozenset(
+    {"server_error", "overloaded_error", "api_error", "rate_limit_error", "service_unavailable", "timeout"}
+)
+
+
+@dataclass(slots=True, kw_only=True)
+class _ToolSlot:
+    key: BlockKey
+    id: str
+
+
+def usage_patch(usage: dict[str, Any]) -> UsagePatch:
+    """OpenAI `usage` -> canonical usage (cached prompt tokens are cache reads)."""
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    cached = prompt_details.get("cached_tokens")
+    if cached is None:
+        cached = usage.get("prompt_cache_hit_tokens")  # DeepSeek's own field
+    return UsagePatch(
+        input_tokens=usage.get("prompt_tokens"),
+        output_tokens=usage.get("completion_tokens"),
+        total_tokens=usage.get("total_tokens"),
+        cache_read_tokens=cached,
+        reasoning_tokens=completion_details.get("reasoning_tokens"),
+    )
+
+
+def stream_error(payload: Any, provider: str) -> UpstreamError:
+    """An error object found in the stream -> UpstreamError; retryable when the provider says so."""
+    error = payload.get("error", payload) if isinstance(payload, dict) else payload
+    if not isinstance(error, dict):
+        return UpstreamError(f"{provider}: stream error: {str(error)[:500]}", provider=provider)
+    message = error.get("message") or "error in stream"
+    code = error.get("code")
+    status = error.get("status_code") or error.get("status")
+    if not isinstance(status, int):
+        status = code if isinstance(code, int) else None
+    kind = error.get("type")
+    retryable = (status is not None and (status in (408, 429) or status >= 500)) or (
+        kind in _RETRYABLE_ERROR_TYPES or code in _RETRYABLE_ERROR_TYPES
+    )
+    return UpstreamError(
+        f"{provider}: {message}", retryable=retryable, provider=provider, upstream_status=status,
+        upstream_code=code if isinstance(code, str) else None, upstream_type=kind if isinstance(kind, str) else None,
+    )
+
+
+class ChatChunkNormalizer:
+    """`chat.completion.chunk` SSE events -> normalized patches. One instance per response."""
+
+    __slots__ = ("_provider", "_started", "_done", "_finished", "_refused", "_reasoning_open",
+                 "_tools", "_failure")
+
+    def __init__(self, *, provider: str = "openai") -> None:
+        self._provider = provider
+        self._started = False
+        self._done = False  # [DONE] seen
+        self._finished = False  # a finish_reason seen
+        self._refused = False
+        self._reasoning_open = False
+        self._tools: dict[int, _ToolSlot] = {}  # open calls by wire index
+        self._failure: UpstreamError | None = None
+
+    def feed(self, event: SSEEvent, out: list[Patch]) -> None:
+        if self._done or self._failure is not None:
+            return  # nothing after [DONE] or an error counts (decision 3)
+        data = event.data
+        if event.event != "message":
+            if event.event == "error":
+                self._failure = stream_error(self._loads(data, lenient=True), self._provider)
+            return  # unknown event types are ignored, like unknown SSE fields
+        if data == "[DONE]":
+            self._done = True
+            self._close(out)
+            return
+        chunk = self._loads(data)
+        if not isinstance(chunk, dict):
+            if self._failure is None:
+                self._fail("a chunk is not a JSON object")
+            return
+        try:
+            self._chunk(chunk, out)
+        except (AttributeError, TypeError, ValueError) as exc:  # a field of the wrong type
+            self._fail(f"malformed chunk ({exc})")
+
+    def _chunk(self, chunk: dict[str, Any], out: list[Patch]) -> None:
+        if not self._started and (chunk.get("id") or chunk.get("model")):
+            self._started = True
+            out.append(MessageStart(id=chunk.get("id") or None, model=chunk.get("model") or None))
+        choices = chunk.get("choices")
+        if choices:
+            for choice in choices:
+                if choice.get("index", 0) == 0:  # decision 1
+                    self._choice(choice, out)
+        usage = chunk.get("usage")
+        if usage:
+            out.append(MessageDelta(usage=usage_patch(usage)))
+        error = chunk.get("error")
+        if error:
+            self._failure = stream_error(error, self._provider)
+
+    def finish(self, out: list[Patch]) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if self._done:
+            return
+        if self._finished:  # a finish_reason without [DONE]: some servers omit it
+            self._close(out)
+            return
+        raise UpstreamError(
+            f"{self._provider}: the stream ended before [DONE] or a finish_reason",
+            code="upstream_incomplete", retryable=True, provider=self._provider,
+        )
+
+    # -- one choice ------------------------------------------------------------------------
+
+    def _choice(self, choice: dict[str, Any], out: list[Patch]) -> None:
+        delta = choice.get("delta")
+        if delta:
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning and isinstance(reasoning, str):
+                self._reasoning_open = True
+                out.append(ReasoningDelta(key=REASONING_KEY, text=reasoning))
+            content = delta.get("content")
+            if content:
+                self._end_reasoning(out)
+                out.append(TextDelta(key=TEXT_KEY, text=content))
+            refusal = delta.get("refusal")
+            if refusal:  # decision 2
+                self._refused = True
+                self._end_reasoning(out)
+                out.append(TextDelta(key=TEXT_KEY, text=refusal))
+            tool_calls = delta.get("tool_calls")
+            if tool_calls:
+                self._end_reasoning(out)
+                self._tool_deltas(tool_calls, out)
+        finish = choice.get("finish_reason")
+        if finish:
+            self._finished = True
+            self._end_tools(out)
+            stop = _FINISH_REASON_MAP.get(finish, "stop")
+            if self._refused and stop == "stop":
+                stop = "content_filter"
+            out.append(MessageDelta(stop_reason=stop))
+
+    def _tool_deltas(self, tool_calls: list[dict[str, Any]], out: list[Patch]) -> None:
+        for position, call in enumerate(tool_calls):
+            index = call.get("index")
+            if index is None:  # servers that omit it send one call per list position
+                index = position
+            function = call.get("function") or {}
+            call_id = call.get("id")
+            slot = self._tools.get(index)
+            if slot is None or (call_id and call_id != slot.id):
+                if slot is not None:  # a new call reusing an index (seen on some servers)
+                    out.append(ToolEnd(key=slot.key))
+                name = function.get("name")
+                if not name:
+                    self._fail(f"tool call at index {index} starts without a function name")
+                    return
+                key: BlockKey = index if slot is None else f"{index}:{call_id}"
+                slot = self._tools[index] = _ToolSlot(key=key, id=call_id or f"call_{index}")
+                out.append(ToolStart(key=key, id=slot.id, name=name))
+            arguments = function.get("arguments")
+            if arguments:
+                if not isinstance(arguments, str):  # a parsed object from a lenient server
+                    arguments = orjson.dumps(arguments).decode()
+                out.append(ToolDelta(key=slot.key, fragment=arguments))
+
+    # -- closing ---------------------------------------------------------------------------
+
+    def _end_reasoning(self, out: list[Patch]) -> None:
+        if self._reasoning_open:
+            self._reasoning_open = False
+            out.append(ReasoningEnd(key=REASONING_KEY))
+
+    def _end_tools(self, out: list[Patch]) -> None:
+        for slot in self._tools.values():
+            out.append(ToolEnd(key=slot.key))
+        self._tools.clear()
+
+    def _close(self, out: list[Patch]) -> None:
+        self._end_reasoning(out)
+        self._end_tools(out)
+        out.append(MessageEnd())
+
+    def _loads(self, data: str, *, lenient: bool = False) -> Any:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            if lenient:
+                return data
+            self._fail(f"a chunk is not JSON: {data[:200]!r}")
+            return None
+
+    def _fail(self, reason: str) -> None:
+        self._failure = UpstreamError(
+            f"{self._provider}: {reason}", code="upstream_protocol_error", provider=self._provider
+        )

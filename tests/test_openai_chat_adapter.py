@@ -1,0 +1,362 @@
+"""OpenAIAdapter: generate() with a fake client, open_stream() through a real AsyncOpenAI client on
+an injected httpx2.MockTransport (errors before the body, mid-stream failures, closing), builders."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import AsyncIterator, Callable
+from types import SimpleNamespace
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+
+from app.core.accumulator import Accumulator
+from app.core.errors import (
+    GatewayError,
+    RequestError,
+    UpstreamBadRequest,
+    UpstreamError,
+    UpstreamNotFound,
+    UpstreamRateLimited,
+    UpstreamTimeout,
+)
+from app.core.events import FinalEvent, StreamEvent
+from app.core.messages import AdapterError, Message, ToolCall, ToolSpec
+from app.providers.base import PatchStream, ProviderRequest
+from app.providers.openai_chat import OpenAIAdapter, build_openai
+from app.providers.registry import build_registry
+from app.settings import CompatibleProvider, Settings
+from tests.support import Recording, recordings
+
+KEY = "sk-test-0123456789abcdef"
+HI = (Message(role="user", content="hi"),)
+ADD = ToolSpec(name="add", parameters={"type": "object", "properties": {"a": {"type": "integer"}}})
+
+
+# -- generate() with a fake client ---------------------------------------------------------
+
+
+class FakeCompletions:
+    """Records create() kwargs and returns a canned response (the reference's fake client)."""
+
+    def __init__(self, response: Any) -> None:
+        self.response = response
+        self.calls: list[dict[str, Any]] = []
+
+    async def create(self, **kwargs: Any) -> Any:
+        self.calls.append(kwargs)
+        return self.response
+
+
+def fake_adapter(response: Any) -> tuple[OpenAIAdapter, FakeCompletions]:
+    completions = FakeCompletions(response)
+    return OpenAIAdapter(SimpleNamespace(chat=SimpleNamespace(completions=completions))), completions  # type: ignore[arg-type]
+
+
+def completion(*messages: dict[str, Any]) -> dict[str, Any]:
+    return {"id": "c", "choices": [{"index": i, "message": m, "finish_reason": "stop"} for i, m in enumerate(messages)]}
+
+
+async def test_generate_defaults_temperature_and_returns_first_assistant_message() -> None:
+    adapter, fake = fake_adapter(completion({"role": "assistant", "content": "4"}, {"role": "assistant", "content": "5"}))
+    message = await adapter.generate(HI, model="gpt-x")
+    assert message == Message(role="assistant", content="4")
+    assert fake.calls == [{"model": "gpt-x", "temperature": 0, "messages": [{"role": "user", "content": "hi"}]}]
+
+
+async def test_generate_keeps_caller_temperature_and_maps_tools() -> None:
+    wire_call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2}'}}
+    adapter, fake = fake_adapter(completion({"role": "assistant", "content": None, "tool_calls": [wire_call]}))
+    message = await adapter.generate(HI, model="gpt-x", tools=[ADD], temperature=0.7, tool_choice="add")
+    assert message.tool_calls == (ToolCall(id="call_1", name="add", arguments={"a": 2}),)
+    assert message.content == ""
+    call = fake.calls[0]
+    assert call["temperature"] == 0.7
+    assert call["tools"] == [{"type": "function", "function": {"name": "add", "parameters": dict(ADD.parameters)}}]
+    assert call["tool_choice"] == {"type": "function", "function": {"name": "add"}}
+
+
+async def test_generate_accepts_sdk_response_objects() -> None:
+    response = openai.types.chat.ChatCompletion.model_validate({
+        "id": "c", "object": "chat.completion", "created": 0, "model": "gpt-x",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": None,
+                                                                       "refusal": "I can't help with that."}}],
+    })
+    adapter, _ = fake_adapter(response)
+    assert (await adapter.generate(HI, model="gpt-x")).content == "I can't help with that."
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"model": "m", "messages": []}, "messages"),
+    ({"model": "m", "stream": True}, "does not stream"),
+    ({"model": "m", "stream": False}, "does not stream"),
+    ({}, "model is required"),
+])
+async def test_generate_refuses_overrides(kwargs: dict[str, Any], match: str) -> None:
+    adapter, fake = fake_adapter(completion({"role": "assistant", "content": "x"}))
+    with pytest.raises(AdapterError, match=match):
+        await adapter.generate(HI, **kwargs)
+    assert fake.calls == []
+
+
+@pytest.mark.parametrize(("response", "match"), [
+    (None, "not an object"),
+    ({"choices": []}, "no choices"),
+    ({"choices": "x"}, "no choices"),
+    (completion({"role": "user", "content": "x"}), "no assistant message"),
+    ({"choices": [{"message": None}]}, "no assistant message"),
+    (completion({"role": "assistant", "content": 7}), "not a string"),
+    (completion({"role": "assistant", "content": None}), "content"),
+    (completion({"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}), "not valid JSON"),
+])
+async def test_generate_malformed_response_is_adapter_error(response: Any, match: str) -> None:
+    adapter, _ = fake_adapter(response)
+    with pytest.raises(AdapterError, match=match):
+        await adapter.generate(HI, model="m")
+
+
+# -- open_stream() through a real SDK client -----------------------------------------------
+
+
+class Body(httpx2.AsyncByteStream):
+    """A response body: the given chunks, then optionally a transport failure; records closing."""
+
+    def __init__(self, chunks: list[bytes], fail: Exception | None = None) -> None:
+        self.chunks = chunks
+        self.fail = fail
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.chunks:
+            yield piece
+        if self.fail is not None:
+            raise self.fail
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def sse_response(body: Body) -> httpx2.Response:
+    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+
+
+def sdk_client(handler: Callable[[httpx2.Request], Any], base_url: str = "http://upstream.test/v1") -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(api_key=KEY, base_url=base_url, max_retries=0,
+                              http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)))
+
+
+async def drain(stream: PatchStream) -> tuple[list[StreamEvent], FinalEvent]:
+    """What the pipeline does with a patch stream, minus HTTP."""
+    acc, events = Accumulator(model="m", provider="openai"), []
+    try:
+        async for batch in stream:
+            events += acc.push_all(batch)
+    except GatewayError as exc:
+        return events, acc.final("error", error=exc.to_dict())
+    assert acc.completed
+    return events, acc.final("ok")
+
+
+@pytest.mark.parametrize("rec", recordings("openai-chat"), ids=repr)
+async def test_every_recording_through_the_sdk(rec: Recording) -> None:
+    sent: list[httpx2.Request] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        sent.append(request)
+        return sse_response(Body([rec.body[i:i + 700] for i in range(0, len(rec.body), 700)]))
+
+    adapter = OpenAIAdapter(sdk_client(handler))
+    _, final = await drain(await adapter.open_stream(ProviderRequest(model="gpt-x", messages=HI)))
+    assert final.status == ("error" if rec.expected["errors"] else "ok")
+    assert final.message.content == (rec.expected["text"] or "") + (rec.expected["refusal"] or "")
+    assert [c.id for c in final.message.tool_calls] == [c["id"] for c in rec.expected["tool_calls"]]
+    assert sent[0].headers["authorization"] == f"Bearer {KEY}"
+
+
+async def test_request_body_on_the_wire() -> None:
+    sent: list[dict[str, Any]] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        sent.append(json.loads(request.content))
+        return sse_response(Body([b"data: [DONE]\n\n"]))
+
+    adapter = OpenAIAdapter(sdk_client(handler))
+    request = ProviderRequest(model="gpt-x", messages=HI, tools=(ADD,), tool_choice="required", max_tokens=3,
+                              options={"seed": 1, "temperature": 0.5})
+    await drain(await adapter.open_stream(request))
+    assert sent == [{
+        "model": "gpt-x", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+        "stream_options": {"include_usage": True}, "temperature": 0.5, "max_completion_tokens": 3, "seed": 1,
+        "tool_choice": "required",
+        "tools": [{"type": "function", "function": {"name": "add", "parameters": dict(ADD.parameters)}}],
+    }]
+    without_usage = OpenAIAdapter(sdk_client(handler), include_usage=False, max_tokens_field="max_tokens")
+    await drain(await without_usage.open_stream(ProviderRequest(model="m", messages=HI, max_tokens=3)))
+    assert "stream_options" not in sent[1] and sent[1]["max_tokens"] == 3
+
+
+async def test_caller_mistakes_are_request_errors_before_any_http() -> None:
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        raise AssertionError("no request expected")
+
+    adapter = OpenAIAdapter(sdk_client(handler))
+    with pytest.raises(RequestError, match="'stream'") as info:
+        await adapter.open_stream(ProviderRequest(model="m", messages=HI, options={"stream": False}))
+    assert info.value.status == 400
+
+
+def error_response(status: int, error: dict[str, Any], headers: dict[str, str] | None = None) -> httpx2.Response:
+    return httpx2.Response(status, json={"error": error}, headers=headers or {})
+
+
+@pytest.mark.parametrize(("response", "kind", "status", "code"), [
+    (error_response(400, {"message": "Invalid 'messages[0]'", "type": "invalid_request_error"}),
+     UpstreamBadRequest, 400, "upstream_bad_request"),
+    (error_response(422, {"message": "unprocessable"}), UpstreamBadRequest, 400, "upstream_bad_request"),
+    (error_response(401, {"message": f"Incorrect API key provided: {KEY[:8]}***"}), UpstreamError, 502, "upstream_auth"),
+    (error_response(403, {"message": "forbidden"}), UpstreamError, 502, "upstream_auth"),
+    (error_response(404, {"message": "The model `nope` does not exist"}), UpstreamNotFound, 404, "model_not_found"),
+    (error_response(429, {"message": "Rate limit reached"}, {"retry-after": "7"}), UpstreamRateLimited, 429,
+     "rate_limited"),
+    (error_response(429, {"message": "You exceeded your quota", "code": "insufficient_quota"}), UpstreamError, 502,
+     "upstream_quota"),
+    (error_response(500, {"message": "server error"}), UpstreamError, 502, "upstream_error"),
+    (httpx2.Response(503, text="upstream down"), UpstreamError, 502, "upstream_error"),
+    (httpx2.Response(200, json={"error": {"message": "not a stream"}}), UpstreamError, 502, "upstream_error"),
+])
+async def test_http_errors_before_the_body(response: httpx2.Response, kind: type, status: int, code: str) -> None:
+    adapter = OpenAIAdapter(sdk_client(lambda request: response))
+    with pytest.raises(GatewayError) as info:
+        await adapter.open_stream(ProviderRequest(model="nope", messages=HI))
+    err = info.value
+    assert type(err) is kind and err.status == status and err.code == code
+    assert KEY[:8] not in err.message
+    if code in ("upstream_bad_request", "model_not_found", "rate_limited"):
+        assert err.message.startswith("openai: ") and err.message[8:] in response.json()["error"]["message"]
+    if kind is UpstreamRateLimited:
+        assert err.retry_after == "7" and err.to_dict()["retry_after"] == "7"
+    if status == 502 and code == "upstream_error" and response.status_code >= 500:
+        assert err.retryable and err.details["upstream_status"] == response.status_code
+
+
+@pytest.mark.parametrize(("failure", "kind", "status"), [
+    (httpx2.ConnectTimeout("connect timed out"), UpstreamTimeout, 504),
+    (httpx2.ReadTimeout("read timed out"), UpstreamTimeout, 504),
+    (httpx2.ConnectError("connection refused"), UpstreamError, 502),
+])
+async def test_transport_failures_before_the_body(failure: Exception, kind: type, status: int) -> None:
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        raise failure
+
+    adapter = OpenAIAdapter(sdk_client(handler))
+    with pytest.raises(GatewayError) as info:
+        await adapter.open_stream(ProviderRequest(model="m", messages=HI))
+    assert type(info.value) is kind and info.value.status == status and info.value.retryable
+
+
+async def test_connection_refused_on_loopback() -> None:
+    with socket.socket() as sock:  # a port that was free a moment ago and is closed now
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    client = openai.AsyncOpenAI(api_key=KEY, base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
+    with pytest.raises(UpstreamError) as info:
+        await OpenAIAdapter(client).open_stream(ProviderRequest(model="m", messages=HI))
+    assert info.value.status == 502 and info.value.code == "upstream_unavailable"
+    await client.close()
+
+
+def chunk(content: str) -> bytes:
+    return f'data: {{"id":"c","model":"m","choices":[{{"index":0,"delta":{{"content":"{content}"}}}}]}}\n\n'.encode()
+
+
+@pytest.mark.parametrize(("failure", "code"), [
+    (httpx2.ReadError("connection reset by peer"), "upstream_disconnected"),
+    (httpx2.RemoteProtocolError("peer closed connection without sending complete message body"),
+     "upstream_disconnected"),
+    (httpx2.ReadTimeout("read timed out"), "upstream_timeout"),
+])
+async def test_mid_stream_failure_keeps_text_so_far(failure: Exception, code: str) -> None:
+    body = Body([chunk("Hel"), chunk("lo")], fail=failure)
+    adapter = OpenAIAdapter(sdk_client(lambda request: sse_response(body)))
+    events, final = await drain(await adapter.open_stream(ProviderRequest(model="m", messages=HI)))
+    assert final.status == "error" and final.stop_reason == "error"
+    assert final.error["code"] == code and final.error["retryable"] is True
+    assert final.message.content == "Hello" and len(events) == 2
+    assert body.closed
+
+
+async def test_stream_ending_early_is_an_error() -> None:
+    body = Body([chunk("Hel")])
+    adapter = OpenAIAdapter(sdk_client(lambda request: sse_response(body)))
+    _, final = await drain(await adapter.open_stream(ProviderRequest(model="m", messages=HI)))
+    assert final.error["code"] == "upstream_incomplete" and final.message.content == "Hel"
+
+
+async def test_aclose_closes_the_upstream_response() -> None:
+    body = Body([chunk("a"), chunk("b"), b"data: [DONE]\n\n"])
+    adapter = OpenAIAdapter(sdk_client(lambda request: sse_response(body)))
+    stream = await adapter.open_stream(ProviderRequest(model="m", messages=HI))
+    assert not body.closed
+    batches = stream.__aiter__()
+    await batches.__anext__()
+    await stream.aclose()
+    assert body.closed
+    await stream.aclose()  # idempotent
+    await batches.aclose()
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+def settings(**kw: Any) -> Settings:
+    return Settings(openai_api_key=kw.pop("openai_api_key", None), openai_base_url=None, **kw)
+
+
+def test_openai_is_served_only_with_a_key_or_an_injected_client() -> None:
+    assert build_openai(settings(), {}) == {}
+    built = build_openai(settings(openai_api_key=KEY, connect_timeout=3, read_timeout=30, upstream_max_retries=0), {})
+    client = built["openai"]._client  # type: ignore[attr-defined]
+    assert str(client.base_url) == "https://api.openai.com/v1/" and client.api_key == KEY
+    assert client.max_retries == 0
+    assert client.timeout.connect == 3 and client.timeout.read == 30
+    injected = sdk_client(lambda request: httpx2.Response(500))
+    assert build_openai(settings(), {"openai": injected})["openai"]._client is injected  # type: ignore[attr-defined]
+
+
+def test_compatible_providers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak-to-third-parties")
+    monkeypatch.delenv("FOUNDRY_TEST_GROQ_KEY", raising=False)
+    providers = [
+        CompatibleProvider(name="groq", base_url="https://api.groq.test/openai/v1", api_key_env="FOUNDRY_TEST_GROQ_KEY"),
+        CompatibleProvider(name="local", base_url="http://127.0.0.1:8000/v1", include_usage=False),
+    ]
+    built = build_openai(settings(providers=providers), {})
+    assert set(built) == {"local"}
+    local = built["local"]
+    assert local._client.api_key == "unused" and str(local._client.base_url) == "http://127.0.0.1:8000/v1/"  # type: ignore[attr-defined]
+    assert local._include_usage is False and local.name == "local"  # type: ignore[attr-defined]
+
+    monkeypatch.setenv("FOUNDRY_TEST_GROQ_KEY", "gsk-test")
+    built = build_openai(settings(providers=providers), {})
+    assert set(built) == {"groq", "local"} and built["groq"]._client.api_key == "gsk-test"  # type: ignore[attr-defined]
+
+    monkeypatch.delenv("FOUNDRY_TEST_GROQ_KEY")
+    injected = sdk_client(lambda request: httpx2.Response(500))
+    assert build_openai(settings(providers=providers), {"groq": injected})["groq"]._client is injected  # type: ignore[attr-defined]
+
+
+async def test_registry_serves_openai_and_closes_only_its_own_clients() -> None:
+    injected = sdk_client(lambda request: httpx2.Response(500))
+    registry = build_registry(settings(providers=[CompatibleProvider(name="local", base_url="http://127.0.0.1:1/v1")]),
+                              {"openai": injected})
+    assert {"openai", "local", "mock"} <= set(registry.readiness())
+    adapter, provider, model = registry.resolve("local/llama-3")
+    assert (provider, model) == ("local", "llama-3")
+    own = adapter._client  # type: ignore[attr-defined]
+    await registry.aclose()
+    assert own.is_closed() and not injected.is_closed()
+    await injected.close()
