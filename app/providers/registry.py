@@ -17,6 +17,7 @@ from app.providers.anthropic import build_anthropic
 from app.providers.base import ProviderAdapter
 from app.providers.mock import MockAdapter
 from app.providers.openai_chat import build_openai
+from app.providers.openai_responses import build_openai_responses
 from app.settings import Settings
 
 __all__ = ["ProviderRegistry", "build_registry"]
@@ -28,7 +29,7 @@ def _mock(settings: Settings, clients: Mapping[str, Any]) -> dict[str, ProviderA
     return {"mock": MockAdapter()}
 
 
-_BUILDERS: list[Builder] = [_mock, build_anthropic, build_openai]
+_BUILDERS: list[Builder] = [_mock, build_anthropic, build_openai, build_openai_responses]
 
 
 class ProviderRegistry:

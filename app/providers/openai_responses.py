@@ -1,0 +1,252 @@
+"""OpenAI Responses API: request mapping, the adapter, error mapping and the registry builder.
+
+Served as `openai-responses/<model>` with the same key and client as `openai`. The stream
+normalizer lives in `openai_responses_stream.py`. Request mapping decisions:
+- Leading system messages become `instructions` (joined by a blank line); a system message
+  later in the conversation stays in place as a `system` message item.
+- Assistant tool calls become `function_call` items (`call_id` = the Foundry call id) and tool
+  messages `function_call_output` items answering them, so a tool round trip needs no stored
+  state upstream.
+- Function tools are sent with `strict: false`: strict mode demands schemas Foundry does not
+  (every property required, `additionalProperties: false`).
+- Reasoning blocks are not sent back: a Responses reasoning item can only be replayed with its
+  item id and encrypted content, which the Foundry message does not carry.
+- `temperature` is not sent to reasoning models (`o1`, `o3`, `o4-mini`, `gpt-5*`) nor when
+  reasoning options are set: those models refuse it with a 400 at any value.
+- `provider_options`: `reasoning_effort` and `reasoning_summary` become `reasoning`;
+  `builtin_tools` (tool objects such as `{"type": "web_search"}`) join the function tools; any
+  other key goes into the body as given (`store`, `include`, `truncation`, ...), after the
+  gateway's own fields, so it may replace `temperature` or `tool_choice` (a None value drops the
+  field), never the reserved ones (model, input, instructions, stream, tools).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import openai
+import orjson
+
+from app.core.errors import RequestError, UpstreamError
+from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec, check_unique_tool_names, thaw
+from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, SSEPatchStream, ToolChoice
+from app.providers.openai_chat import OPENAI_BASE_URL, make_client, upstream_errors
+from app.providers.openai_chat_stream import stream_error
+from app.providers.openai_responses_stream import SUMMARY_PART_SEPARATOR, ResponsesNormalizer
+from app.settings import Settings
+
+__all__ = [
+    "OpenAIResponsesAdapter",
+    "build_openai_responses",
+    "message_from_responses",
+    "messages_to_responses",
+    "responses_request",
+    "tool_choice_to_responses",
+    "tool_specs_to_responses",
+]
+
+PROVIDER = "openai-responses"
+_NO_TEMPERATURE_RE = re.compile(r"^(o\d|gpt-5)")
+_RESERVED_OPTIONS = frozenset({"model", "input", "instructions", "stream", "tools"})
+
+
+# -- request mapping (pure) ------------------------------------------------------------------
+
+
+def messages_to_responses(messages: tuple[Message, ...] | list[Message]) -> tuple[str | None, list[dict[str, Any]]]:
+    """Foundry messages -> (`instructions`, `input` items) of a Responses API request."""
+    instructions: list[str] = []
+    items: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise AdapterError(f"messages[{i}] is not a Foundry Message")
+        if message.role == "system":
+            if items:
+                items.append({"type": "message", "role": "system", "content": message.content})
+            else:
+                instructions.append(message.content)
+        elif message.role == "user":
+            items.append({"type": "message", "role": "user", "content": message.content})
+        elif message.role == "assistant":
+            if message.content:
+                items.append({"type": "message", "role": "assistant", "content": message.content})
+            for call in message.tool_calls:
+                items.append({"type": "function_call", "call_id": call.id, "name": call.name,
+                              "arguments": orjson.dumps(thaw(call.arguments)).decode()})
+        else:
+            items.append({"type": "function_call_output", "call_id": message.tool_call_id,
+                          "output": message.content})
+    if not items:
+        raise AdapterError("the conversation needs at least one user or assistant message")
+    return ("\n\n".join(instructions) if instructions else None), items
+
+
+def tool_specs_to_responses(tools: tuple[ToolSpec, ...] | list[ToolSpec]) -> list[dict[str, Any]]:
+    """Foundry tool specs -> Responses `function` tools (not strict; see the module docstring)."""
+    for tool in tools:
+        if not isinstance(tool, ToolSpec):
+            raise AdapterError(f"tool {tool!r} is not a Foundry ToolSpec")
+    try:
+        check_unique_tool_names(tools)
+    except ValueError as exc:
+        raise AdapterError(str(exc)) from None
+    return [{"type": "function", "name": t.name, "description": t.description,
+             "parameters": thaw(t.parameters), "strict": False} for t in tools]
+
+
+def tool_choice_to_responses(
+    choice: ToolChoice | None, tools: tuple[ToolSpec, ...] | list[ToolSpec], *, builtin_tools: bool = False
+) -> Any:
+    """auto/none/required/<tool name> -> Responses `tool_choice` (None: omit), as for Chat."""
+    if choice is None:
+        return None
+    if choice in ("auto", "none", "required"):
+        any_tools = bool(tools) or builtin_tools
+        if not any_tools and choice == "required":
+            raise AdapterError("tool_choice 'required' needs tools")
+        return choice if any_tools else None
+    if choice not in {t.name for t in tools}:
+        raise AdapterError(f"tool_choice {choice!r} is not auto, none, required or the name of a given tool")
+    return {"type": "function", "name": choice}
+
+
+def responses_request(request: ProviderRequest, *, stream: bool) -> dict[str, Any]:
+    """The whole Responses API body for one request."""
+    options = dict(request.options or {})
+    clash = _RESERVED_OPTIONS.intersection(options)
+    if clash:
+        raise AdapterError(f"provider_options may not set {sorted(clash)}: use the request's own fields")
+    instructions, items = messages_to_responses(request.messages)
+    tools = tool_specs_to_responses(request.tools)
+    builtin = options.pop("builtin_tools", None) or []
+    if not isinstance(builtin, list) or not all(isinstance(t, Mapping) and "type" in t for t in builtin):
+        raise AdapterError("provider_options.builtin_tools must be a list of tool objects with a type")
+    body: dict[str, Any] = {"model": request.model, "input": items, "stream": stream}
+    if instructions is not None:
+        body["instructions"] = instructions
+    if tools or builtin:
+        body["tools"] = tools + [dict(t) for t in builtin]
+    choice = tool_choice_to_responses(request.tool_choice, request.tools, builtin_tools=bool(builtin))
+    if choice is not None:
+        body["tool_choice"] = choice
+    reasoning = {key: options.pop(f"reasoning_{key}") for key in ("effort", "summary") if f"reasoning_{key}" in options}
+    if reasoning:
+        body["reasoning"] = reasoning
+    elif not _NO_TEMPERATURE_RE.match(request.model):
+        body["temperature"] = request.temperature
+    if request.max_tokens is not None:
+        body["max_output_tokens"] = request.max_tokens
+    for key, value in options.items():
+        body.pop(key, None)
+        if value is not None:
+            body[key] = value
+    return body
+
+
+# -- non-streaming response (pure) ------------------------------------------------------------
+
+
+def message_from_responses(data: Mapping[str, Any]) -> Message:
+    """A Response object -> the assistant Message (text, function calls, reasoning summaries).
+
+    Built-in tool items are the provider's own business and are not calls the caller answers.
+    """
+    if data.get("status") == "failed":
+        raise stream_error(data.get("error") or {"message": "response failed"}, PROVIDER)
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    reasoning: list[ReasoningBlock] = []
+    for item in data.get("output") or ():
+        kind = item.get("type")
+        if kind == "message":
+            texts.extend(part.get("text") or part.get("refusal") or "" for part in item.get("content") or ())
+        elif kind == "function_call":
+            try:
+                arguments = orjson.loads(item.get("arguments") or "{}")
+                calls.append(ToolCall(id=item["call_id"], name=item["name"], arguments=arguments))
+            except (orjson.JSONDecodeError, KeyError, ValueError) as exc:
+                raise UpstreamError(f"{PROVIDER}: malformed function_call item ({exc})",
+                                    code="invalid_tool_arguments", provider=PROVIDER) from None
+        elif kind == "reasoning" and item.get("summary"):
+            text = SUMMARY_PART_SEPARATOR.join(part.get("text", "") for part in item["summary"])
+            reasoning.append(ReasoningBlock(text=text, provider=PROVIDER))
+    content = "".join(texts)
+    fields = {"role": "assistant", "content": content, "tool_calls": tuple(calls), "reasoning": tuple(reasoning)}
+    if not content and not calls:  # an empty answer (max_output_tokens spent on reasoning) is a fact
+        return Message.model_construct(tool_call_id=None, name=None, **fields)
+    return Message(**fields)
+
+
+# -- the adapter ------------------------------------------------------------------------------
+
+
+class OpenAIResponsesAdapter:
+    """The Responses API through an injected `AsyncOpenAI`; streams are read as raw bytes.
+
+    SDK and transport errors are mapped by `openai_chat.upstream_errors`: same SDK, same rules.
+    """
+
+    def __init__(self, client: openai.AsyncOpenAI, *, name: str = PROVIDER, owns_client: bool = False) -> None:
+        self.name = name
+        self._client = client
+        self._owns_client = owns_client
+
+    def ready(self) -> bool:
+        return True  # built only when credentials are configured (build_openai_responses)
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.close()
+
+    def _call(self, request: ProviderRequest, *, stream: bool) -> dict[str, Any]:
+        """SDK keyword arguments: the typed essentials, the rest of the body as extra_body."""
+        try:
+            body = responses_request(request, stream=stream)
+        except AdapterError as exc:
+            raise RequestError(f"{self.name}: {exc}", provider=self.name) from None
+        essentials = {key: body.pop(key) for key in ("model", "input", "stream")}
+        return {**essentials, "extra_body": body}
+
+    async def open_stream(self, request: ProviderRequest) -> PatchStream:
+        """Send the request; raise GatewayError for anything known before the body starts."""
+        manager = self._client.responses.with_streaming_response.create(**self._call(request, stream=True))
+        with upstream_errors(self.name):
+            response = await manager.__aenter__()
+
+        async def close() -> None:
+            await manager.__aexit__(None, None, None)
+
+        return SSEPatchStream(response.http_response.aiter_bytes(), ResponsesNormalizer(provider=self.name),
+                              close=close, provider=self.name)
+
+    async def generate(self, request: ProviderRequest) -> Message:
+        """One non-streaming call: the assistant message, with function calls and reasoning."""
+        kwargs = self._call(request, stream=False)
+        with upstream_errors(self.name):
+            raw = await self._client.responses.with_raw_response.create(**kwargs)
+            payload = raw.http_response.content
+        try:
+            data = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            raise UpstreamError(f"{self.name}: the response is not a JSON object", provider=self.name)
+        return message_from_responses(data)
+
+
+# -- registry builder -------------------------------------------------------------------------
+
+
+def build_openai_responses(settings: Settings, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
+    """`openai-responses` from clients["openai-responses"] or clients["openai"], else from
+    OPENAI_API_KEY / OPENAI_BASE_URL (with a client of its own, closed with the adapter)."""
+    client = clients.get(PROVIDER) or clients.get("openai")
+    if client is not None:
+        return {PROVIDER: OpenAIResponsesAdapter(client)}
+    if settings.openai_api_key is None or not settings.openai_api_key.get_secret_value():
+        return {}
+    client = make_client(api_key=settings.openai_api_key.get_secret_value(),
+                         base_url=settings.openai_base_url or OPENAI_BASE_URL, settings=settings)
+    return {PROVIDER: OpenAIResponsesAdapter(client, owns_client=True)}

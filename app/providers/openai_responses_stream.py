@@ -1,0 +1,266 @@
+"""The normalizer for OpenAI Responses API streams (`event: <type>` + `data: <json>`).
+
+Wire facts it relies on (read off shared/fixtures/openai-responses, see its README):
+- Every output item (message, function_call, reasoning, built-in tool call) has its own
+  `output_index`; deltas name it, so the block key is the `output_index`.
+- A function call has an item `id` (`fc_...`) and a `call_id` (`call_...`): the `call_id` is
+  the tool call's id, the one a `function_call_output` answers.
+- Reasoning items may have no summary (only `encrypted_content`); one item may stream several
+  summary parts (`summary_index`).
+- No `[DONE]`: `response.completed` / `response.incomplete` end the stream, usage rides on them.
+  An error is an `error` event followed by `response.failed`.
+
+Decisions:
+1. Summary parts of one reasoning item are one reasoning block; a new part starts with
+   SUMMARY_PART_SEPARATOR (a blank line: each part is a titled paragraph), put in front of the
+   part's first delta so no extra event is needed. Reasoning items without a summary give nothing.
+2. Built-in tools (web_search_call, file_search_call, code_interpreter_call) are server tool calls
+   (`server: true`) followed by their tool result (JSON: status and what the item reports).
+   Code interpreter code streams live as the arguments `{"code": "..."}`: the deltas are escaped
+   into one JSON string, so the fragments always join to the final arguments.
+3. Stop reason: `tool_calls` when the response has function calls, `content_filter` after a
+   refusal (surfaced as text, as in openai_chat_stream), `length`/`content_filter` from
+   `incomplete_details.reason` on `response.incomplete`, else `stop`.
+4. `error` / `response.failed` are recorded and raised from `finish()` (see openai_chat_stream,
+   decision 3): the same bytes give the same events however the reads split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from app.core.errors import UpstreamError
+from app.core.events import StopReason
+from app.core.patches import (
+    MessageDelta,
+    MessageEnd,
+    MessageStart,
+    Patch,
+    ReasoningDelta,
+    ReasoningEnd,
+    TextDelta,
+    TextEnd,
+    ToolDelta,
+    ToolEnd,
+    ToolResultDelta,
+    ToolResultEnd,
+    ToolResultStart,
+    ToolStart,
+    UsagePatch,
+)
+from app.providers.openai_chat_stream import stream_error
+from app.providers.sse import SSEEvent
+
+__all__ = ["SERVER_TOOL_NAMES", "SUMMARY_PART_SEPARATOR", "ResponsesNormalizer", "responses_usage"]
+
+SUMMARY_PART_SEPARATOR = "\n\n"
+
+_INCOMPLETE_REASON_MAP: dict[str, StopReason] = {
+    "max_output_tokens": "length",
+    "max_messages": "length",
+    "content_filter": "content_filter",
+    "steered": "pause",  # stopped at a safe boundary for a WebSocket steer; a successor follows
+}
+# Any other incomplete reason is a cut answer: "length".
+
+SERVER_TOOL_NAMES = {
+    "web_search_call": "web_search",
+    "file_search_call": "file_search",
+    "code_interpreter_call": "code_interpreter",
+}
+"""Built-in tool items the provider runs itself: output item type -> public tool name."""
+
+_CODE_PREFIX = '{"code":"'
+_CODE_SUFFIX = '"}'
+
+
+def responses_usage(usage: Mapping[str, Any] | None) -> UsagePatch | None:
+    """Responses `usage` -> canonical usage (cached input tokens are cache reads)."""
+    if not usage:
+        return None
+    inputs = usage.get("input_tokens_details") or {}
+    outputs = usage.get("output_tokens_details") or {}
+    return UsagePatch(
+        input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens"),
+        total_tokens=usage.get("total_tokens"), cache_read_tokens=inputs.get("cached_tokens"),
+        cache_write_tokens=inputs.get("cache_write_tokens"), reasoning_tokens=outputs.get("reasoning_tokens"),
+    )
+
+
+def _server_call(item: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A built-in tool item -> (call arguments, result payload)."""
+    kind = item.get("type")
+    result: dict[str, Any] = {"status": item.get("status")}
+    if kind == "web_search_call":
+        action = dict(item.get("action") or {})
+        if "sources" in action:
+            result["sources"] = action.pop("sources")
+        return action, result
+    if kind == "file_search_call":
+        result["results"] = item.get("results")
+        return {"queries": item.get("queries") or []}, result
+    result["outputs"] = item.get("outputs")
+    return {"code": item.get("code") or ""}, result
+
+
+class ResponsesNormalizer:
+    """Responses API typed events -> normalized patches; block key = `output_index`."""
+
+    __slots__ = ("_provider", "_started", "_terminal", "_failure", "_seen_tools", "_open_tools",
+                 "_streamed_args", "_summary_index", "_function_calls", "_refused")
+
+    def __init__(self, *, provider: str = "openai-responses") -> None:
+        self._provider = provider
+        self._started = False
+        self._terminal = False  # response.completed / response.incomplete seen
+        self._failure: UpstreamError | None = None
+        self._seen_tools: set[int] = set()
+        self._open_tools: set[int] = set()
+        self._streamed_args: set[int] = set()
+        self._summary_index: dict[int, int] = {}
+        self._function_calls = 0
+        self._refused = False
+
+    def feed(self, event: SSEEvent, out: list[Patch]) -> None:
+        if self._terminal or self._failure is not None:
+            return
+        try:
+            data = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            self._fail(f"an event is not JSON: {event.data[:200]!r}")
+            return
+        if not isinstance(data, dict):
+            self._fail("an event is not a JSON object")
+            return
+        try:
+            self._event(data.get("type") or event.event, data, out)
+        except (AttributeError, TypeError, ValueError) as exc:  # a field of the wrong type
+            self._fail(f"malformed {data.get('type')!r} event ({exc})")
+
+    def finish(self, out: list[Patch]) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if not self._terminal:
+            raise UpstreamError(f"{self._provider}: the stream ended before response.completed",
+                                code="upstream_incomplete", retryable=True, provider=self._provider)
+
+    def _event(self, kind: str, data: dict[str, Any], out: list[Patch]) -> None:
+        index = data.get("output_index", 0)
+        if kind == "response.output_text.delta":
+            out.append(TextDelta(key=index, text=data.get("delta", "")))
+        elif kind == "response.function_call_arguments.delta":
+            if index in self._open_tools:
+                self._streamed_args.add(index)
+                out.append(ToolDelta(key=index, fragment=data.get("delta", "")))
+        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+            self._reasoning_delta(index, data, out)
+        elif kind == "response.code_interpreter_call_code.delta":
+            if index in self._open_tools:  # decision 2
+                prefix = "" if index in self._streamed_args else _CODE_PREFIX
+                self._streamed_args.add(index)
+                escaped = orjson.dumps(data.get("delta", "")).decode()[1:-1]
+                out.append(ToolDelta(key=index, fragment=prefix + escaped))
+        elif kind == "response.output_item.added":
+            self._item_added(index, data.get("item") or {}, out)
+        elif kind == "response.output_item.done":
+            self._item_done(index, data.get("item") or {}, out)
+        elif kind == "response.function_call_arguments.done":
+            self._end_function_call(index, data.get("arguments"), out)
+        elif kind == "response.refusal.delta":
+            self._refused = True
+            out.append(TextDelta(key=index, text=data.get("delta", "")))
+        elif kind == "response.created":
+            response = data.get("response") or {}
+            self._started = True
+            out.append(MessageStart(id=response.get("id"), model=response.get("model")))
+        elif kind in ("response.completed", "response.incomplete"):
+            self._finish_response(data.get("response") or {}, out)
+        elif kind == "response.failed":
+            error = (data.get("response") or {}).get("error") or {"message": "response failed"}
+            self._failure = stream_error(error, self._provider)
+        elif kind == "error":
+            self._failure = stream_error(data, self._provider)
+        # Other events (in_progress, content_part.*, *.done echoes, tool progress) add nothing.
+
+    def _reasoning_delta(self, index: int, data: dict[str, Any], out: list[Patch]) -> None:
+        text = data.get("delta", "")
+        part = data.get("summary_index", data.get("content_index", 0))
+        previous = self._summary_index.get(index)
+        if previous is not None and previous != part:  # decision 1
+            text = SUMMARY_PART_SEPARATOR + text
+        self._summary_index[index] = part
+        out.append(ReasoningDelta(key=index, text=text))
+
+    def _item_added(self, index: int, item: Mapping[str, Any], out: list[Patch]) -> None:
+        kind = item.get("type")
+        if kind != "function_call" and kind not in SERVER_TOOL_NAMES or index in self._seen_tools:
+            return
+        self._seen_tools.add(index)
+        self._open_tools.add(index)
+        if kind == "function_call":
+            self._function_calls += 1
+            out.append(ToolStart(key=index, id=item.get("call_id") or item.get("id") or f"call_{index}",
+                                 name=item.get("name") or ""))
+        else:
+            out.append(ToolStart(key=index, id=item.get("id") or f"{kind}_{index}",
+                                 name=SERVER_TOOL_NAMES[kind], server=True))
+
+    def _end_function_call(self, index: int, arguments: str | None, out: list[Patch]) -> None:
+        if index not in self._open_tools:
+            return
+        self._open_tools.discard(index)
+        if index not in self._streamed_args and arguments:
+            out.append(ToolDelta(key=index, fragment=arguments))
+        out.append(ToolEnd(key=index))
+
+    def _item_done(self, index: int, item: Mapping[str, Any], out: list[Patch]) -> None:
+        kind = item.get("type")
+        if kind == "message":
+            out.append(TextEnd(key=index))
+        elif kind == "reasoning":
+            if index in self._summary_index:
+                out.append(ReasoningEnd(key=index))
+        elif kind == "function_call":
+            self._item_added(index, item, out)  # a no-op unless the added event was missing
+            self._end_function_call(index, item.get("arguments"), out)
+        elif kind in SERVER_TOOL_NAMES:
+            self._item_added(index, item, out)
+            if index in self._open_tools:
+                self._end_server_call(index, kind, item, out)
+
+    def _end_server_call(self, index: int, kind: str, item: Mapping[str, Any], out: list[Patch]) -> None:
+        self._open_tools.discard(index)
+        arguments, result = _server_call(item)
+        if index in self._streamed_args:  # the code streamed as a JSON string: close it
+            out.append(ToolDelta(key=index, fragment=_CODE_SUFFIX))
+        else:
+            out.append(ToolDelta(key=index, fragment=orjson.dumps(arguments).decode()))
+        out.append(ToolEnd(key=index))
+        key = f"result:{index}"
+        out.append(ToolResultStart(key=key, tool_call_id=item.get("id") or f"{kind}_{index}",
+                                   name=SERVER_TOOL_NAMES[kind]))
+        out.append(ToolResultDelta(key=key, content=orjson.dumps(result).decode()))
+        out.append(ToolResultEnd(key=key, is_error=item.get("status") == "failed"))
+
+    def _finish_response(self, response: Mapping[str, Any], out: list[Patch]) -> None:
+        stop: StopReason
+        if response.get("status") == "incomplete":
+            reason = (response.get("incomplete_details") or {}).get("reason") or ""
+            stop = _INCOMPLETE_REASON_MAP.get(reason, "length")
+        elif self._refused:
+            stop = "content_filter"
+        else:
+            stop = "tool_calls" if self._function_calls else "stop"
+        if not self._started:
+            self._started = True
+            out.append(MessageStart(id=response.get("id"), model=response.get("model")))
+        out.append(MessageDelta(stop_reason=stop, usage=responses_usage(response.get("usage"))))
+        out.append(MessageEnd())
+        self._terminal = True
+
+    def _fail(self, reason: str) -> None:
+        self._failure = UpstreamError(f"{self._provider}: {reason}", code="upstream_protocol_error",
+                                      provider=self._provider)

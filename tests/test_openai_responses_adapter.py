@@ -1,0 +1,325 @@
+"""Responses API request mapping, and the adapter through a real AsyncOpenAI over MockTransport."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx2
+import openai
+import orjson
+import pytest
+
+from app.core.accumulator import Accumulator
+from app.core.errors import (
+    GatewayError,
+    RequestError,
+    UpstreamBadRequest,
+    UpstreamError,
+    UpstreamNotFound,
+    UpstreamRateLimited,
+    UpstreamTimeout,
+)
+from app.core.events import StreamEvent
+from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec
+from app.providers.base import ProviderRequest
+from app.providers.openai_responses import (
+    OpenAIResponsesAdapter,
+    build_openai_responses,
+    message_from_responses,
+    messages_to_responses,
+    responses_request,
+    tool_choice_to_responses,
+    tool_specs_to_responses,
+)
+from app.providers.registry import build_registry
+from app.settings import Settings
+from tests.support import recordings
+
+RECORDING = {r.name: r for r in recordings("openai-responses")}
+Handler = Callable[[httpx2.Request], httpx2.Response]
+ADD = ToolSpec(name="add", description="Add", parameters={"type": "object", "properties": {"a": {"type": "integer"}}})
+CONVERSATION = (
+    Message(role="system", content="Be brief."),
+    Message(role="user", content="2+2?"),
+    Message(role="assistant", content="Let me add.", tool_calls=(ToolCall(id="call_1", name="add", arguments={"a": 2}),),
+            reasoning=(ReasoningBlock(text="think", signature="sig", provider="anthropic"),)),
+    Message(role="tool", tool_call_id="call_1", content="4"),
+    Message(role="system", content="Answer in words."),
+)
+
+
+# -- request mapping --------------------------------------------------------------------------
+
+
+def test_messages_to_responses_maps_a_tool_round_trip() -> None:
+    instructions, items = messages_to_responses(CONVERSATION)
+    assert instructions == "Be brief."
+    assert items == [
+        {"type": "message", "role": "user", "content": "2+2?"},
+        {"type": "message", "role": "assistant", "content": "Let me add."},
+        {"type": "function_call", "call_id": "call_1", "name": "add", "arguments": '{"a":2}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "4"},
+        {"type": "message", "role": "system", "content": "Answer in words."},
+    ]
+
+
+def test_messages_to_responses_refuses_what_is_outside_the_schema() -> None:
+    with pytest.raises(AdapterError):
+        messages_to_responses([{"role": "user", "content": "hi"}])  # type: ignore[list-item]
+    with pytest.raises(AdapterError, match="at least one"):
+        messages_to_responses([Message(role="system", content="only rules")])
+
+
+def test_tool_specs_are_function_tools_not_strict() -> None:
+    assert tool_specs_to_responses([ADD]) == [{
+        "type": "function", "name": "add", "description": "Add", "strict": False,
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}},
+    }]
+    with pytest.raises(AdapterError, match="duplicate"):
+        tool_specs_to_responses([ADD, ADD])
+
+
+@pytest.mark.parametrize(
+    ("choice", "tools", "wire"),
+    [(None, [ADD], None), ("auto", [ADD], "auto"), ("none", [ADD], "none"), ("required", [ADD], "required"),
+     ("add", [ADD], {"type": "function", "name": "add"}), ("auto", [], None)],
+)
+def test_tool_choice(choice: str | None, tools: list[ToolSpec], wire: Any) -> None:
+    assert tool_choice_to_responses(choice, tools) == wire
+
+
+@pytest.mark.parametrize(("choice", "tools"), [("required", []), ("mul", [ADD])])
+def test_tool_choice_errors(choice: str, tools: list[ToolSpec]) -> None:
+    with pytest.raises(AdapterError):
+        tool_choice_to_responses(choice, tools)
+
+
+def request(model: str = "gpt-4o", **kw: Any) -> ProviderRequest:
+    kw.setdefault("messages", (Message(role="user", content="Hi"),))
+    return ProviderRequest(model=model, **kw)
+
+
+def test_responses_request_body() -> None:
+    body = responses_request(request(messages=CONVERSATION, tools=(ADD,), tool_choice="add", max_tokens=64,
+                                     temperature=0.3), stream=True)
+    assert body["model"] == "gpt-4o" and body["stream"] is True
+    assert body["instructions"] == "Be brief."
+    assert body["temperature"] == 0.3 and body["max_output_tokens"] == 64
+    assert body["tool_choice"] == {"type": "function", "name": "add"}
+    assert [t["name"] for t in body["tools"]] == ["add"]
+
+
+def test_reasoning_options_and_temperature_on_reasoning_models() -> None:
+    body = responses_request(request(options={"reasoning_effort": "high", "reasoning_summary": "detailed"}),
+                             stream=True)
+    assert body["reasoning"] == {"effort": "high", "summary": "detailed"} and "temperature" not in body
+    for model in ("o3-mini", "gpt-5", "gpt-5-nano", "o4-mini"):
+        assert "temperature" not in responses_request(request(model), stream=True)
+    assert responses_request(request("gpt-4.1"), stream=True)["temperature"] == 0.0
+
+
+def test_provider_options_pass_through_and_may_drop_fields() -> None:
+    body = responses_request(request(options={"store": False, "include": ["reasoning.encrypted_content"],
+                                              "temperature": None, "builtin_tools": [{"type": "web_search"}]},
+                                     tools=(ADD,), tool_choice="required"), stream=False)
+    assert body["store"] is False and body["include"] == ["reasoning.encrypted_content"]
+    assert "temperature" not in body
+    assert [t.get("name", t["type"]) for t in body["tools"]] == ["add", "web_search"]
+    only_builtin = responses_request(request(options={"builtin_tools": [{"type": "web_search"}]},
+                                             tool_choice="required"), stream=False)
+    assert only_builtin["tool_choice"] == "required"
+
+
+@pytest.mark.parametrize("options", [{"input": []}, {"model": "x"}, {"stream": False}, {"tools": []},
+                                     {"instructions": "x"}, {"builtin_tools": "web_search"}])
+def test_provider_options_cannot_override_what_the_gateway_owns(options: dict[str, Any]) -> None:
+    with pytest.raises(AdapterError):
+        responses_request(request(options=options), stream=True)
+
+
+def test_message_from_responses() -> None:
+    data = {"status": "completed", "output": [
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "A"},
+                                                          {"type": "summary_text", "text": "B"}]},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hi "},
+                                                              {"type": "output_text", "text": "there"}]},
+        {"type": "function_call", "id": "fc_1", "call_id": "call_9", "name": "add", "arguments": '{"a":1}'},
+    ]}
+    message = message_from_responses(data)
+    assert message.content == "Hi there"
+    assert message.tool_calls == (ToolCall(id="call_9", name="add", arguments={"a": 1}),)
+    assert [b.text for b in message.reasoning] == ["A\n\nB"]
+    with pytest.raises(UpstreamError, match="quota"):
+        message_from_responses({"status": "failed", "error": {"code": "insufficient_quota", "message": "quota"}})
+    with pytest.raises(UpstreamError, match="malformed"):
+        message_from_responses({"output": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"}]})
+
+
+# -- the adapter over MockTransport -------------------------------------------------------------
+
+
+class Body(httpx2.AsyncByteStream):
+    """A response body served in pieces, remembering whether the client closed it."""
+
+    def __init__(self, chunks: list[bytes], *, fail: Exception | None = None) -> None:
+        self.chunks = chunks
+        self.fail = fail
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+        if self.fail is not None:
+            raise self.fail
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def client_for(handler: Handler) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(api_key="sk-test", base_url="http://openai.test/v1", max_retries=0,
+                              http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)))
+
+
+def event_stream(body: Body) -> httpx2.Response:
+    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+
+
+async def drain(adapter: OpenAIResponsesAdapter, req: ProviderRequest) -> list[StreamEvent]:
+    stream = await adapter.open_stream(req)
+    acc = Accumulator(model=req.model, provider=adapter.name)
+    events: list[StreamEvent] = []
+    try:
+        async for batch in stream:
+            events.extend(acc.push_all(batch))
+    except GatewayError as exc:
+        events.append(acc.final("error", error=exc.to_dict()))
+        return events
+    events.append(acc.final("ok" if acc.completed else "error"))
+    return events
+
+
+async def test_stream_posts_to_responses_and_reads_raw_bytes() -> None:
+    seen: list[httpx2.Request] = []
+    body = RECORDING["function-call"].body
+
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        seen.append(req)
+        return event_stream(Body([body[:100], body[100:]]))
+
+    adapter = OpenAIResponsesAdapter(client_for(handler))
+    events = await drain(adapter, request(messages=CONVERSATION, tools=(ADD,), options={"store": False}))
+    final = events[-1].data()
+    assert final["status"] == "ok" and final["stop_reason"] == "tool_calls"
+    assert final["message"]["tool_calls"] == [{"id": "call_kL0PCQV7M2WMoVX8V8OtYSAL", "name": "get_capital",
+                                               "arguments": {"country": "France"}}]
+    (req,) = seen
+    assert req.url.path == "/v1/responses" and req.headers["authorization"] == "Bearer sk-test"
+    sent = orjson.loads(req.content)
+    assert sent == responses_request(request(messages=CONVERSATION, tools=(ADD,), options={"store": False}),
+                                     stream=True)
+
+
+async def test_aclose_closes_the_upstream_response() -> None:
+    body = Body([RECORDING["text"].body[:200]])
+    adapter = OpenAIResponsesAdapter(client_for(lambda req: event_stream(body)))
+    stream = await adapter.open_stream(request())
+    await stream.aclose()
+    assert body.closed
+
+
+async def test_transport_failure_mid_body_ends_with_a_retryable_error_keeping_text() -> None:
+    raw = RECORDING["text"].body
+    cut = raw.index(b"event: response.output_text.done")
+    body = Body([raw[:cut]], fail=httpx2.ReadError("reset"))
+    events = await drain(OpenAIResponsesAdapter(client_for(lambda req: event_stream(body))), request())
+    final = events[-1].data()
+    assert final["status"] == "error" and final["error"]["code"] == "upstream_disconnected"
+    assert final["error"]["retryable"] is True
+    assert final["message"]["content"] == "The capital of France is Paris."
+    assert body.closed
+
+
+def status(code: int, error: dict[str, Any], headers: dict[str, str] | None = None) -> Handler:
+    return lambda req: httpx2.Response(code, headers=headers or {}, json={"error": error})
+
+
+def raising(exc: Exception) -> Handler:
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        raise exc
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("handler", "kind", "http", "code"),
+    [
+        (status(400, {"message": "bad input", "type": "invalid_request_error"}), UpstreamBadRequest, 400,
+         "upstream_bad_request"),
+        (status(401, {"message": "bad key sk-abc", "type": "invalid_request_error"}), UpstreamError, 502,
+         "upstream_auth"),
+        (status(403, {"message": "forbidden"}), UpstreamError, 502, "upstream_auth"),
+        (status(404, {"message": "no such model", "code": "model_not_found"}), UpstreamNotFound, 404,
+         "model_not_found"),
+        (status(429, {"message": "slow down", "code": "rate_limit_exceeded"}, {"retry-after": "7"}),
+         UpstreamRateLimited, 429, "rate_limited"),
+        (status(500, {"message": "oops", "type": "server_error"}), UpstreamError, 502, "upstream_error"),
+        (status(503, {"message": "unavailable"}), UpstreamError, 502, "upstream_error"),
+        (raising(httpx2.ReadTimeout("slow")), UpstreamTimeout, 504, "upstream_timeout"),
+        (raising(httpx2.ConnectError("refused")), UpstreamError, 502, "upstream_unavailable"),
+    ],
+)
+async def test_errors_before_the_body_are_raised_from_open_stream(
+    handler: Handler, kind: type[GatewayError], http: int, code: str
+) -> None:
+    adapter = OpenAIResponsesAdapter(client_for(handler))
+    with pytest.raises(kind) as info:
+        await adapter.open_stream(request())
+    assert (info.value.status, info.value.code) == (http, code)
+    assert "sk-abc" not in str(info.value.to_dict())  # credentials failures do not echo upstream text
+    if code == "rate_limited":
+        assert info.value.to_dict()["retry_after"] == "7"
+    if http >= 500 and code != "upstream_auth":
+        assert info.value.retryable
+
+
+async def test_schema_violations_are_request_errors() -> None:
+    adapter = OpenAIResponsesAdapter(client_for(raising(AssertionError("no request expected"))))
+    with pytest.raises(RequestError):
+        await adapter.open_stream(request(tool_choice="missing", tools=(ADD,)))
+    with pytest.raises(RequestError):
+        await adapter.open_stream(request(options={"input": []}))
+
+
+async def test_generate_returns_the_assistant_message() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        seen.append(orjson.loads(req.content))
+        return httpx2.Response(200, json={"id": "resp_1", "status": "completed", "output": [
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Four."}]}]})
+
+    message = await OpenAIResponsesAdapter(client_for(handler)).generate(request(messages=CONVERSATION))
+    assert message == Message(role="assistant", content="Four.")
+    assert seen[0]["stream"] is False and seen[0]["instructions"] == "Be brief."
+    with pytest.raises(UpstreamError, match="JSON object"):
+        await OpenAIResponsesAdapter(client_for(lambda r: httpx2.Response(200, content=b"[]"))).generate(request())
+
+
+def settings(**kw: Any) -> Settings:
+    return Settings(_env_file=None, **kw)  # type: ignore[call-arg]
+
+
+async def test_registry_serves_openai_responses_with_a_key_or_a_client() -> None:
+    assert build_openai_responses(settings(), {}) == {}
+    shared = client_for(raising(AssertionError()))
+    own = client_for(raising(AssertionError()))
+    assert build_openai_responses(settings(), {"openai": shared})["openai-responses"]._client is shared
+    chosen = build_openai_responses(settings(), {"openai": shared, "openai-responses": own})
+    assert chosen["openai-responses"]._client is own
+    registry = build_registry(settings(openai_api_key="sk-from-settings"))
+    adapter = registry.get("openai-responses")
+    assert isinstance(adapter, OpenAIResponsesAdapter) and adapter.ready()
+    assert registry.resolve("openai-responses/gpt-5")[2] == "gpt-5"
+    await registry.aclose()
