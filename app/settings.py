@@ -15,6 +15,9 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from app.core.errors import RequestError
+from app.validation import ValidatorSpec, check_specs
+
 __all__ = ["CompatibleProvider", "Settings"]
 
 PROVIDER_NAME_RE = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
@@ -74,6 +77,12 @@ class Settings(BaseSettings):
         default_factory=list, description="OpenAI-compatible servers (JSON list in FOUNDRY_PROVIDERS)."
     )
 
+    # Validation (operator policy: applies to every request, a caller cannot remove it)
+    validators: list[ValidatorSpec] = Field(
+        default_factory=list, description="Validators for every request (JSON list in FOUNDRY_VALIDATORS)."
+    )
+    default_chunking: str = Field(default="sentence", description="Chunker when a request names none.")
+
     # Logging
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = Field(default=True, description="JSON log lines (false: human-readable console).")
@@ -84,6 +93,24 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, value: Any) -> Any:
         # docker compose passes `KEY: ""` for an unset variable: that is "not configured".
         return None if value == "" else value
+
+    @field_validator("validators")
+    @classmethod
+    def _validators_known(cls, validators: list[ValidatorSpec]) -> list[ValidatorSpec]:
+        try:
+            check_specs(validators, None)
+        except RequestError as exc:
+            raise ValueError(exc.message) from None
+        return validators
+
+    @field_validator("default_chunking")
+    @classmethod
+    def _chunking_known(cls, chunking: str) -> str:
+        try:
+            check_specs([], chunking)
+        except RequestError as exc:
+            raise ValueError(exc.message) from None
+        return chunking
 
     @field_validator("aliases")
     @classmethod

@@ -1,0 +1,294 @@
+"""The validation gate: holds events until their chunk passed every validator (DESIGN.md section 5).
+
+Token and reasoning events are two lanes of text, chunked and validated apart; an event is
+released once the whole of its text was validated (a token straddling a boundary waits for the
+next chunk), always whole and in arrival order. A tool call's fragments are held until the call
+is complete and its arguments passed. An event of another kind ends the pending fragment of a
+lane (its text block is over), so an answer never waits on a reasoning chunk that cannot end.
+The first `fail` raises `Blocked`; what is held is dropped and never comes out.
+
+Memory: held text is bounded by the chunker's size cap, and `admit` does not return before the
+event's chunks were checked, so a slow validator stalls the caller's upstream read.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
+
+from app.core.errors import GatewayError
+from app.core.events import AssistantMessage, StreamEvent, ToolCallEvent
+from app.core.messages import ReasoningBlock, ToolCall, ToolSpec, freeze, thaw
+from app.validation.checks import Blocked, Member, Observer, Stats, run_checks
+from app.validation.chunking import DEFAULT_CHUNKING, DEFAULT_MAX_CHARS, build_chunker
+from app.validation.lanes import TextLane
+from app.validation.specs import Registry, ValidatorSpec, check_specs, invalid_validator, parse_spec
+from app.validation.validators.base import GateEnv, Judge, ToolCallCheck
+
+__all__ = ["ValidationGate", "build_gate"]
+
+
+@dataclass(slots=True)
+class _Held:
+    event: StreamEvent
+    lane: TextLane | None
+    start: int = 0
+    end: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class _Call:
+    fragments: list[str] = field(default_factory=list)
+    passed: bool = False
+    arguments: dict[str, Any] | None = None  # redacted arguments to release instead
+
+
+class ValidationGate:
+    """One request's gate; build it with `build_gate` (fresh validator instances every time)."""
+
+    def __init__(self, *, text: TextLane, reasoning: TextLane, chunking: str, stats: dict[str, Stats],
+                 observer: Observer | None = None) -> None:
+        self._text = text
+        self._reasoning = reasoning
+        self._chunking = chunking
+        self._stats = stats
+        self._observer = observer
+        self._held: deque[_Held] = deque()
+        self._calls: dict[str, _Call] = {}
+        self._released_calls: dict[str, dict[str, Any] | None] = {}
+        self._tool_calls = 0
+        self._blocked: Blocked | None = None
+
+    # -- the contract ---------------------------------------------------------------------
+
+    async def admit(self, event: StreamEvent) -> list[StreamEvent]:
+        """Take the next event; return the events it releases (whole, in order; maybe none)."""
+        if self._blocked is not None:
+            raise self._blocked
+        try:
+            kind = event.type
+            if kind == "token" or kind == "reasoning":
+                lane, other = (self._text, self._reasoning) if kind == "token" else (self._reasoning, self._text)
+                if other.pending:
+                    await self._flush(other)
+                start, end = lane.admit(event.content)  # type: ignore[union-attr]
+                self._held.append(_Held(event, lane, start, end))
+                if not lane.members:
+                    lane.pass_through()
+                else:
+                    for chunk in lane.chunker.feed(event.content):  # type: ignore[union-attr]
+                        await self._check_chunk(lane, chunk)
+            else:
+                await self._flush(self._text)
+                await self._flush(self._reasoning)
+                self._held.append(_Held(event, None))
+                if kind == "tool_call":
+                    await self._admit_call(event)  # type: ignore[arg-type]
+            return self._release()
+        except Blocked as blocked:
+            self._block(blocked)
+            raise
+
+    async def finish(self) -> list[StreamEvent]:
+        """End of stream: check the trailing fragments, run every final check, release the rest."""
+        if self._blocked is not None:
+            raise self._blocked
+        try:
+            await self._flush(self._text)
+            await self._flush(self._reasoning)
+            for lane in (self._text, self._reasoning):
+                if not lane.members or (lane is self._reasoning and not lane.fed):
+                    continue
+                text = "".join(lane.parts)
+                ctx = lane.final_context(self._tool_calls)
+                await run_checks(lane.members, "final", lambda v: v.check_final(text, ctx), self._observer)
+            out = self._release()
+            self._held.clear()  # fragments of calls that never completed: never validated, never sent
+            return out
+        except Blocked as blocked:
+            self._block(blocked)
+            raise
+
+    def released_message(self, message: AssistantMessage) -> AssistantMessage:
+        """The final message as released: redacted text, only the tool calls that went out."""
+        lane = self._text
+        content = message.content
+        start = max(0, lane.fed - len(content))
+        if lane.released < lane.fed or lane.redactions:
+            shown = max(0, lane.released - start)
+            content = lane.render(content[:shown], start) if shown else ""
+        calls = []
+        for call in message.tool_calls:
+            if call.id not in self._released_calls:
+                continue
+            arguments = self._released_calls[call.id]
+            calls.append(call if arguments is None else ToolCall(id=call.id, name=call.name, arguments=arguments))
+        return AssistantMessage(content=content, tool_calls=tuple(calls), reasoning=self._released_reasoning(message.reasoning))
+
+    def summary(self) -> dict[str, Any]:
+        """Verdict counts per validator, for `final.validation` and the request log."""
+        out: dict[str, Any] = {
+            "chunking": self._chunking,
+            "chunks": {"text": self._text.chunks, "reasoning": self._reasoning.chunks},
+            "redactions": self._text.redactions + self._reasoning.redactions,
+            "validators": {label: stats.to_dict() for label, stats in self._stats.items()},
+        }
+        if self._blocked is not None:
+            out["blocked"] = {"validator": self._blocked.validator, "reason": self._blocked.reason}
+        return out
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _block(self, blocked: Blocked) -> None:
+        self._blocked = blocked
+        self._held.clear()  # what is held is dropped: it never comes out
+
+    async def _flush(self, lane: TextLane) -> None:
+        if lane.pending:
+            for chunk in lane.chunker.flush():
+                await self._check_chunk(lane, chunk)
+
+    async def _check_chunk(self, lane: TextLane, chunk: str) -> None:
+        start = lane.chunked
+        end = lane.chunked = start + len(chunk)
+        ctx = lane.context(end, self._tool_calls)
+        verdicts = await run_checks(lane.members, "chunk", lambda v: v.check_chunk(chunk, ctx), self._observer)
+        lane.accept(chunk, start, verdicts)
+
+    async def _admit_call(self, event: ToolCallEvent) -> None:
+        state = self._calls.get(event.id)
+        if state is None:
+            state = self._calls[event.id] = _Call()
+        state.fragments.append(event.args_fragment)
+        if not event.is_final:
+            return
+        self._tool_calls += 1
+        call = ToolCallCheck(
+            id=event.id, name=event.name, arguments=thaw(event.arguments or {}),
+            raw="".join(state.fragments), server=event.server,
+        )
+        ctx = self._text.context(self._text.fed, self._tool_calls)
+        verdicts = await run_checks(
+            self._text.members, "tool_call", lambda v: v.check_tool_call(call, ctx), self._observer
+        )
+        state.arguments = next((v.arguments for v in verdicts if v.arguments is not None), None)
+        state.passed = True
+
+    def _release(self) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        held = self._held
+        while held:
+            item = held[0]
+            lane = item.lane
+            if lane is not None:
+                if item.end > lane.validated:
+                    break
+                held.popleft()
+                released = lane.emit(item.event, item.start, item.end)  # type: ignore[arg-type]
+                if released is not None:
+                    out.append(released)
+                continue
+            event = item.event
+            if event.type == "tool_call":
+                state = self._calls[event.id]
+                if not state.passed:
+                    break
+                held.popleft()
+                self._release_call(event, state, out)
+                continue
+            held.popleft()
+            out.append(event)
+        return out
+
+    def _release_call(self, event: ToolCallEvent, state: _Call, out: list[StreamEvent]) -> None:
+        if state.arguments is None:
+            out.append(event)
+        elif event.is_final:  # redacted: the rewritten arguments go out whole, with the last fragment
+            text = orjson.dumps(state.arguments).decode()
+            out.append(replace(event, args_fragment=text, arguments=freeze(state.arguments)))
+        if event.is_final:
+            self._released_calls[event.id] = state.arguments
+            del self._calls[event.id]
+
+    def _released_reasoning(self, blocks: tuple[ReasoningBlock, ...]) -> tuple[ReasoningBlock, ...]:
+        """Reasoning blocks as released; a rewritten or cut block loses its signature (it would
+        no longer verify upstream)."""
+        lane = self._reasoning
+        if not blocks or (lane.released >= lane.fed and not lane.redactions):
+            return blocks
+        placed = []
+        end = lane.fed
+        for block in reversed(blocks):
+            start = max(0, end - len(block.text))
+            placed.append((block, start, end))
+            end = start
+        out = []
+        for block, start, end in reversed(placed):
+            if start >= lane.released and (block.text or start > lane.released):
+                continue  # never released
+            shown = block.text[: max(0, lane.released - start)]
+            text = lane.render(shown, start)
+            if text == block.text:
+                out.append(block)
+            else:
+                out.append(block.model_copy(update={"text": text, "signature": None}))
+        return tuple(out)
+
+
+def _members(specs: Sequence[ValidatorSpec], env: GateEnv, *, operator: bool, registry: Registry | None,
+             names: Counter[str], stats: dict[str, Stats], lanes: dict[str, list[Member]]) -> None:
+    for index, spec in enumerate(specs):
+        try:
+            cls, config = parse_spec(index, spec, registry)
+        except GatewayError as exc:
+            if not operator:
+                raise
+            raise GatewayError(f"operator validator policy: {exc.message}", code="invalid_validator_config") from None
+        names[cls.name] += 1
+        label = cls.name if names[cls.name] == 1 else f"{cls.name}#{names[cls.name]}"
+        stats[label] = shared = Stats()
+        for lane in cls.lanes:
+            try:
+                validator = cls(config, env)
+            except ValueError as exc:
+                raise invalid_validator(str(exc), f"validators.{index}") from None
+            lanes[lane].append(
+                Member(label=label, name=cls.name, validator=validator, timeout=config.timeout,
+                       fail_on_error=config.on_error == "fail", stats=shared)
+            )
+
+
+def build_gate(
+    *,
+    request_specs: Sequence[ValidatorSpec],
+    operator_specs: Sequence[ValidatorSpec],
+    chunking: str | None,
+    tools: Sequence[ToolSpec],
+    judge: Judge | None,
+    observer: Observer | None = None,
+    max_chunk_chars: int = DEFAULT_MAX_CHARS,
+    registry: Registry | None = None,
+) -> ValidationGate | None:
+    """A gate with fresh validator instances: the operator's (always) then the request's.
+
+    None when no validator applies: the pipeline then skips the gate (no added latency).
+    """
+    if not request_specs and not operator_specs:
+        return None
+    check_specs([], chunking)
+    chunking = chunking or DEFAULT_CHUNKING
+    env = GateEnv(tools={t.name: t for t in tools}, judge=judge)
+    names: Counter[str] = Counter()
+    stats: dict[str, Stats] = {}
+    lanes: dict[str, list[Member]] = {"text": [], "reasoning": []}
+    _members(operator_specs, env, operator=True, registry=registry, names=names, stats=stats, lanes=lanes)
+    _members(request_specs, env, operator=False, registry=registry, names=names, stats=stats, lanes=lanes)
+    return ValidationGate(
+        text=TextLane("text", build_chunker(chunking, max_chunk_chars), lanes["text"]),
+        reasoning=TextLane("reasoning", build_chunker(chunking, max_chunk_chars), lanes["reasoning"]),
+        chunking=chunking, stats=stats, observer=observer,
+    )
