@@ -232,9 +232,22 @@ def test_provider_options_are_added_but_never_replace_the_gateways_fields() -> N
     assert body["top_k"] == 5 and body["metadata"] == {"user_id": "u"} and body["stop_sequences"] == ["```"]
     assert "service_tier" not in body  # None means "do not send"
     assert body["tool_choice"] == {"type": "tool", "name": "add"}
-    for key in ("model", "messages", "stream", "system", "tools", "tool_choice", "max_tokens"):
+    for key in ("model", "messages", "stream", "system", "tool_choice", "max_tokens"):
         with pytest.raises(AdapterError, match=key):
             build_anthropic_request(request(options={key: "x"}))
+
+
+def test_provider_options_tools_add_server_tools_after_the_requests_own() -> None:
+    search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+    body = build_anthropic_request(request(tools=(ADD,), options={"tools": [search]}))
+    assert [t["name"] for t in body["tools"]] == ["add", "web_search"] and body["tools"][1] == search
+    assert build_anthropic_request(request(options={"tools": [search]}))["tools"] == [search]
+    for bad in ("web_search", [{"name": "add2", "input_schema": {}}], [{"type": "custom", "name": "x"}],
+                [{"type": "web_search_20250305"}]):
+        with pytest.raises(AdapterError, match="server tool"):
+            build_anthropic_request(request(options={"tools": bad}))
+    with pytest.raises(AdapterError, match="duplicate"):
+        build_anthropic_request(request(tools=(ADD,), options={"tools": [{"type": "bash_20250124", "name": "add"}]}))
 
 
 def test_message_from_anthropic() -> None:

@@ -1,22 +1,10 @@
-"""Anthropic Messages: request mapping, the adapter, error mapping and the registry builder.
+"""Anthropic Messages: the adapter, error mapping and the registry builder.
 
-The stream normalizer lives in `anthropic_stream.py`. Request mapping decisions:
-- System messages are lifted into `system` (a string, or text blocks when there are several).
-- Tool results become `tool_result` blocks; consecutive turns of one role are merged into one, so
-  the results of one assistant turn's calls arrive in a single user turn, as the API requires.
-- An assistant message sends its reasoning first (signed `thinking`, `redacted_thinking`), then
-  its text, then its `tool_use` blocks, so a tool loop with extended thinking round-trips as
-  received. Unsigned blocks and blocks another provider produced are left out: the API only
-  accepts thinking it signed.
-- `max_tokens` is required by the API; without one we send DEFAULT_MAX_TOKENS (4096), plus the
-  thinking budget when `provider_options.thinking.budget_tokens` is set (it must exceed it).
-- `temperature` is not sent: the SDK (anthropic 2.x) pins API version 2026-10-21, which refuses
-  `temperature`, `top_p` and `top_k` at any value with a 400, so a portable request that carries
-  the gateway's default temperature would always fail. A caller who talks to a server that takes
-  them passes them under `provider_options`, which go out as given.
-- `provider_options` (`thinking`, `metadata`, `stop_sequences`, ...) are added to the body; they may
-  not replace what the typed fields own (model, messages, system, tools, tool_choice, max_tokens,
-  stream): that raises AdapterError, as does anything else outside the Foundry schema.
+The pure request/response converters live in `anthropic_convert.py` (re-exported here; their
+docstring lists the mapping decisions: system lifting, tool-result turns, the thinking round
+trip, the `max_tokens` default, why `temperature` is not sent, `provider_options`), and the stream
+normalizer in `anthropic_stream.py`. The SDK client is injected; the stream body is read as raw
+bytes through `with_streaming_response` and parsed once by `SSEPatchStream` (DESIGN.md section 4).
 """
 
 from __future__ import annotations
@@ -28,7 +16,6 @@ from typing import Any
 import anthropic
 import httpx2
 import orjson
-from pydantic import ValidationError
 
 from app.core.errors import (
     GatewayError,
@@ -39,7 +26,15 @@ from app.core.errors import (
     UpstreamRateLimited,
     UpstreamTimeout,
 )
-from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec, thaw
+from app.core.messages import AdapterError, Message, ToolSpec
+from app.providers.anthropic_convert import (
+    DEFAULT_MAX_TOKENS,
+    build_anthropic_request,
+    message_from_anthropic,
+    messages_to_anthropic,
+    tool_choice_to_anthropic,
+    tool_specs_to_anthropic,
+)
 from app.providers.anthropic_stream import AnthropicNormalizer
 from app.providers.base import ProviderAdapter, ProviderRequest, SSEPatchStream, ToolChoice
 from app.settings import Settings
@@ -55,183 +50,6 @@ __all__ = [
     "tool_choice_to_anthropic",
     "tool_specs_to_anthropic",
 ]
-
-DEFAULT_MAX_TOKENS = 4096
-_RESERVED_OPTIONS = frozenset({"model", "messages", "system", "tools", "tool_choice", "max_tokens", "stream"})
-
-
-# -- request mapping (pure) ------------------------------------------------------------------
-
-
-def messages_to_anthropic(
-    messages: tuple[Message, ...] | list[Message], *, provider: str = "anthropic"
-) -> tuple[str | list[dict[str, Any]] | None, list[dict[str, Any]]]:
-    """Foundry messages -> (`system`, `messages`) of a Messages API request."""
-    system: list[str] = []
-    turns: list[dict[str, Any]] = []
-    pending: set[str] = set()  # tool_use ids of the last assistant turn still unanswered
-
-    def append(role: str, blocks: list[dict[str, Any]]) -> None:
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].extend(blocks)
-        else:
-            turns.append({"role": role, "content": blocks})
-
-    for i, message in enumerate(messages):
-        if not isinstance(message, Message):
-            raise AdapterError(f"messages[{i}] is not a Foundry Message")
-        if message.role != "tool" and pending:
-            raise AdapterError(
-                f"messages[{i}]: tool calls {sorted(pending)} have no tool result before this message"
-            )
-        if message.role == "system":
-            system.append(message.content)
-        elif message.role == "user":
-            append("user", [{"type": "text", "text": message.content}])
-        elif message.role == "tool":
-            if message.tool_call_id not in pending:
-                raise AdapterError(
-                    f"messages[{i}]: tool result {message.tool_call_id!r} does not answer a call of the "
-                    "assistant message just before it"
-                )
-            pending.discard(message.tool_call_id)
-            append("user", [{"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.content}])
-        else:
-            append("assistant", _assistant_blocks(message, provider))
-            pending = {call.id for call in message.tool_calls}
-    if pending:
-        raise AdapterError(f"tool calls {sorted(pending)} have no tool result")
-    if not turns:
-        raise AdapterError("the conversation needs at least one user or assistant message")
-    for turn in turns:  # a lone text block reads best as the plain string the docs use
-        content = turn["content"]
-        if len(content) == 1 and content[0]["type"] == "text":
-            turn["content"] = content[0]["text"]
-    if not system:
-        return None, turns
-    return (system[0] if len(system) == 1 else [{"type": "text", "text": s} for s in system]), turns
-
-
-def _assistant_blocks(message: Message, provider: str) -> list[dict[str, Any]]:
-    blocks = [b for r in message.reasoning if (b := _reasoning_block(r, provider)) is not None]
-    if message.content:
-        blocks.append({"type": "text", "text": message.content})
-    for call in message.tool_calls:
-        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": thaw(call.arguments)})
-    if not blocks:
-        raise AdapterError("an assistant message needs content, tool calls or signed reasoning")
-    return blocks
-
-
-def _reasoning_block(block: ReasoningBlock, provider: str) -> dict[str, Any] | None:
-    if block.provider not in (None, provider):
-        return None
-    if block.redacted:
-        return {"type": "redacted_thinking", "data": block.redacted}
-    if block.signature:
-        return {"type": "thinking", "thinking": block.text, "signature": block.signature}
-    return None
-
-
-def tool_specs_to_anthropic(tools: tuple[ToolSpec, ...] | list[ToolSpec]) -> list[dict[str, Any]]:
-    """Foundry tool specs -> Messages API `tools` (custom tools with an `input_schema`)."""
-    out: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, ToolSpec):
-            raise AdapterError(f"tools[{i}] is not a Foundry ToolSpec")
-        if tool.name in seen:
-            raise AdapterError(f"duplicate tool name: {tool.name}")
-        seen.add(tool.name)
-        spec: dict[str, Any] = {"name": tool.name, "input_schema": thaw(tool.parameters)}
-        if tool.description:
-            spec["description"] = tool.description
-        out.append(spec)
-    return out
-
-
-def tool_choice_to_anthropic(choice: ToolChoice | None, tools: tuple[ToolSpec, ...] | list[ToolSpec]) -> dict[str, Any] | None:
-    """auto/none/required/<tool name> -> the Messages API `tool_choice` object (None: omit)."""
-    if choice is None:
-        return None
-    if not tools:
-        if choice in ("auto", "none"):
-            return None
-        raise AdapterError(f"tool_choice {choice!r} needs tools")
-    if choice in ("auto", "none"):
-        return {"type": choice}
-    if choice == "required":
-        return {"type": "any"}
-    if not isinstance(choice, str) or choice not in {t.name for t in tools}:
-        raise AdapterError(f"tool_choice {choice!r} names no tool of this request")
-    return {"type": "tool", "name": choice}
-
-
-def build_anthropic_request(request: ProviderRequest, *, provider: str = "anthropic") -> dict[str, Any]:
-    """The whole Messages API body for one request (without `stream`)."""
-    options = request.options or {}
-    if not isinstance(options, Mapping):
-        raise AdapterError("provider_options must be an object")
-    clash = _RESERVED_OPTIONS.intersection(options)
-    if clash:
-        raise AdapterError(f"provider_options may not set {sorted(clash)}: use the request's own fields")
-    system, messages = messages_to_anthropic(request.messages, provider=provider)
-    body: dict[str, Any] = {"model": request.model, "max_tokens": _max_tokens(request, options), "messages": messages}
-    if system is not None:
-        body["system"] = system
-    if request.tools:
-        body["tools"] = tool_specs_to_anthropic(request.tools)
-    choice = tool_choice_to_anthropic(request.tool_choice, request.tools)
-    if choice is not None:
-        body["tool_choice"] = choice
-    body.update((k, v) for k, v in options.items() if v is not None)  # None: "do not send"
-    return body
-
-
-def _max_tokens(request: ProviderRequest, options: Mapping[str, Any]) -> int:
-    if request.max_tokens is not None:
-        if request.max_tokens < 1:
-            raise AdapterError("max_tokens must be at least 1")
-        return request.max_tokens
-    thinking = options.get("thinking")
-    budget = thinking.get("budget_tokens") if isinstance(thinking, Mapping) else None
-    if isinstance(budget, int) and not isinstance(budget, bool) and budget > 0:
-        return budget + DEFAULT_MAX_TOKENS
-    return DEFAULT_MAX_TOKENS
-
-
-# -- non-streaming response (pure) ------------------------------------------------------------
-
-
-def message_from_anthropic(data: Any, *, provider: str = "anthropic") -> Message:
-    """A Messages API response body -> the assistant Message (text, tool calls, reasoning).
-
-    Server tool blocks are the provider's own business, not calls the caller answers. A body
-    that does not fit the documented shape raises UpstreamError.
-    """
-    texts: list[str] = []
-    calls: list[ToolCall] = []
-    reasoning: list[ReasoningBlock] = []
-    try:
-        for block in data["content"]:
-            btype = block["type"]
-            if btype == "text":
-                texts.append(block["text"])
-            elif btype == "tool_use":
-                calls.append(ToolCall(id=block["id"], name=block["name"], arguments=block.get("input") or {}))
-            elif btype == "thinking":
-                reasoning.append(ReasoningBlock(text=block["thinking"], signature=block.get("signature") or None,
-                                                provider=provider))
-            elif btype == "redacted_thinking":
-                reasoning.append(ReasoningBlock(redacted=block["data"], provider=provider))
-        content = "".join(texts)
-        fields = {"role": "assistant", "content": content, "tool_calls": tuple(calls), "reasoning": tuple(reasoning)}
-        if not content and not calls:
-            # An empty answer (only thinking, or max_tokens hit at once) is a fact to report.
-            return Message.model_construct(tool_call_id=None, name=None, **fields)
-        return Message(**fields)
-    except (KeyError, TypeError, ValidationError) as exc:
-        raise UpstreamError(f"{provider}: malformed response: {type(exc).__name__}: {exc}", provider=provider) from None
 
 
 # -- errors: SDK and transport -> GatewayError, in one place ----------------------------------

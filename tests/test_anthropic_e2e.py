@@ -1,0 +1,168 @@
+"""End to end: the gateway under uvicorn on loopback, configured by ANTHROPIC_API_KEY /
+ANTHROPIC_BASE_URL, against a fake Anthropic Messages server on loopback replaying recordings."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from app.main import create_app
+from app.settings import Settings
+from tests.support import parse_sse, recordings, serve
+
+RECORDING = {r.name: r for r in recordings("anthropic")}
+KEY = "sk-ant-e2e-test-key-0000"
+OVERLOADED = (
+    b'event: error\ndata: {"type":"error","error":{"details":null,"type":"overloaded_error",'
+    b'"message":"Overloaded"},"request_id":"req_e2e"}\n\n'
+)
+
+
+@dataclass
+class FakeAnthropic:
+    """POST /v1/messages answers the next scripted reply: SSE bytes, or (status, error type)."""
+
+    replies: list[Any]
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    hold: bool = False
+    """After the body, keep the response open until the client goes away."""
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def messages(self, request: Request) -> Response:
+        self.requests.append(await request.json())
+        self.headers.append(dict(request.headers))
+        reply = self.replies.pop(0)
+        if isinstance(reply, tuple):
+            status, etype = reply
+            return JSONResponse({"type": "error", "error": {"type": etype, "message": f"{etype} from fake"}},
+                                status_code=status, headers={"request-id": "req_fake"})
+        return StreamingResponse(self._body(reply), media_type="text/event-stream")
+
+    async def _body(self, body: bytes) -> AsyncIterator[bytes]:
+        try:
+            for i in range(0, len(body), 211):  # small, uneven network reads
+                yield body[i:i + 211]
+            if self.hold:
+                await asyncio.Event().wait()
+        finally:
+            self.closed.set()
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/v1/messages", self.messages, methods=["POST"])])
+
+
+@contextlib.asynccontextmanager
+async def gateway(fake: FakeAnthropic) -> AsyncIterator[httpx.AsyncClient]:
+    async with serve(fake.app()) as upstream:
+        settings = Settings(anthropic_api_key=KEY, anthropic_base_url=upstream, upstream_max_retries=0)
+        async with serve(create_app(settings)) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+            yield client
+
+
+ASK = {
+    "model": "anthropic/claude-haiku-4-5",
+    "messages": [{"role": "system", "content": "Be brief."},
+                 {"role": "user", "content": "Use fixed_version, then joke about it."}],
+    "tools": [{"name": "fixed_version", "description": "The fixed version"}],
+    "provider_options": {"thinking": {"type": "enabled", "budget_tokens": 1024}},
+}
+
+
+async def test_thinking_tool_loop_round_trips_through_the_gateway() -> None:
+    fake = FakeAnthropic([RECORDING["thinking-then-tool-use"].body, RECORDING["text"].body])
+    async with gateway(fake) as client:
+        first = parse_sse((await client.post("/v1/stream", json=ASK)).content)
+        kinds = [e for _, e, _ in first]
+        assert kinds[0] == "start" and kinds[-1] == "final" and "reasoning" in kinds and "tool_call" in kinds
+        start, final = first[0][2], first[-1][2]
+        assert start["provider"] == "anthropic"
+        assert final["status"] == "ok" and final["stop_reason"] == "tool_calls"
+        assert final["usage"] == {"input_tokens": 598, "output_tokens": 92, "total_tokens": 690,
+                                  "cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 53}
+        assistant = final["message"]
+        (call,) = assistant["tool_calls"]
+        assert call == {"id": "toolu_01825dXWLSoJwCst1qTsiWdb", "name": "fixed_version", "arguments": {}}
+        (thinking,) = assistant["reasoning"]
+        assert thinking["signature"] and thinking["text"].startswith("The user wants me to")
+
+        # Second turn: the assistant message exactly as released, then the tool's result.
+        follow = {**ASK, "messages": [*ASK["messages"], assistant,
+                                      {"role": "tool", "tool_call_id": call["id"], "content": "1.0.0"}]}
+        second = parse_sse((await client.post("/v1/stream", json=follow)).content)
+        assert second[-1][2]["status"] == "ok" and second[-1][2]["message"]["content"] == "Hello"
+
+    first_wire, second_wire = fake.requests
+    assert first_wire["system"] == "Be brief." and first_wire["stream"] is True
+    assert first_wire["max_tokens"] == 1024 + 4096 and first_wire["thinking"]["budget_tokens"] == 1024
+    assert first_wire["tools"] == [{"name": "fixed_version", "description": "The fixed version",
+                                    "input_schema": {"type": "object", "properties": {}}}]
+    assert "temperature" not in first_wire
+    assert second_wire["messages"][1] == {"role": "assistant", "content": [
+        {"type": "thinking", "thinking": thinking["text"], "signature": thinking["signature"]},
+        {"type": "tool_use", "id": call["id"], "name": "fixed_version", "input": {}},
+    ]}
+    assert second_wire["messages"][2] == {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": call["id"], "content": "1.0.0"}]}
+    assert all(KEY in (h.get("x-api-key", "") + h.get("authorization", "")) for h in fake.headers)
+
+
+async def test_server_tools_and_citations_come_out_as_canonical_events() -> None:
+    fake = FakeAnthropic([RECORDING["web-search-server-tool"].body])
+    async with gateway(fake) as client:
+        ask = {"model": "anthropic/claude-opus-4-1", "messages": [{"role": "user", "content": "Weather in SF?"}],
+               "provider_options": {"tools": [{"type": "web_search_20250305", "name": "web_search"}]}}
+        events = parse_sse((await client.post("/v1/stream", json=ask)).content)
+        clash = await client.post("/v1/stream", json={**ask, "provider_options": {"system": "no"}})
+        assert clash.status_code == 400 and "system" in clash.json()["error"]["message"]
+    assert len(fake.requests) == 1  # the refused request never left the gateway
+    assert fake.requests[0]["tools"] == [{"type": "web_search_20250305", "name": "web_search"}]
+    calls = [d for _, e, d in events if e == "tool_call"]
+    results = [d for _, e, d in events if e == "tool_result"]
+    assert calls[-1]["is_final"] and calls[-1]["server"] and calls[-1]["arguments"] == {"query": "San Francisco weather today"}
+    assert [r["tool_call_id"] for r in results] == ["srvtoolu_01SPfvT38PDPAFnkcrMNGUrM"]
+    final = events[-1][2]
+    assert final["message"]["content"] == RECORDING["web-search-server-tool"].expected["text"]
+    assert final["message"]["tool_calls"] == []  # server tools are not the caller's to answer
+
+
+async def test_overloaded_before_the_body_is_a_502_and_mid_stream_a_retryable_final() -> None:
+    head = RECORDING["thinking-signature"].body
+    head = head[: head.index(b"event: content_block_stop", head.index(b'"text_delta"'))]
+    fake = FakeAnthropic([(529, "overloaded_error"), (401, "authentication_error"), head + OVERLOADED])
+    async with gateway(fake) as client:
+        ask = {"model": "anthropic/claude-sonnet-4-6", "messages": [{"role": "user", "content": "Cross a street?"}]}
+        overloaded = await client.post("/v1/stream", json=ask)
+        assert overloaded.status_code == 502
+        assert overloaded.json()["error"]["code"] == "upstream_overloaded" and overloaded.json()["error"]["retryable"]
+        refused = await client.post("/v1/stream", json=ask)
+        assert refused.status_code == 502 and refused.json()["error"]["code"] == "upstream_auth"
+        assert KEY not in refused.text
+        events = parse_sse((await client.post("/v1/stream", json=ask)).content)
+    final = events[-1][2]
+    tokens = "".join(d["content"] for _, e, d in events if e == "token")
+    assert final["status"] == "error" and final["error"]["code"] == "upstream_overloaded"
+    assert final["error"]["retryable"] is True
+    assert tokens and final["message"]["content"] == tokens  # the text so far is kept
+
+
+async def test_client_disconnect_closes_the_anthropic_response() -> None:
+    head = RECORDING["thinking-signature"].body
+    fake = FakeAnthropic([head[: head.index(b"event: message_delta")]], hold=True)
+    async with gateway(fake) as client:
+        ask = {"model": "anthropic/claude-sonnet-4-6", "messages": [{"role": "user", "content": "Cross a street?"}]}
+        async with client.stream("POST", "/v1/stream", json=ask) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("event: token"):
+                    break
+        # The gateway's client is gone: the upstream Anthropic response is closed (DESIGN.md section 6).
+        await asyncio.wait_for(fake.closed.wait(), timeout=5.0)
