@@ -187,6 +187,16 @@ def test_stream_ending_early_is_incomplete_never_a_fake_stop(cut: int) -> None:
     assert final.message.content == "ab"[:cut]
 
 
+def test_body_cut_inside_an_event_is_incomplete_not_malformed() -> None:
+    body = sse(chunk({"content": "so far"}), chunk({"content": "more"}), chunk(finish="stop"),
+               {"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 1}})
+    _, final = run(body[:body.index(b'"more"')])  # cut inside the second chunk's JSON
+    assert final.error["code"] == "upstream_incomplete" and final.error["message"] == "p: the stream ended inside an event"
+    assert final.message.content == "so far"
+    _, final = run(body[:body.index(b'"usage"')])  # cut inside the usage chunk, after the finish_reason
+    assert final.error["code"] == "upstream_incomplete" and final.message.content == "so farmore"
+
+
 def test_error_object_in_a_chunk_keeps_text_and_usage() -> None:
     bad = chunk({"content": ""}, error={"code": 503, "message": "overloaded"},
                 usage={"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4})

@@ -114,7 +114,7 @@ class ChatChunkNormalizer:
     """`chat.completion.chunk` SSE events -> normalized patches. One instance per response."""
 
     __slots__ = ("_provider", "_started", "_done", "_finished", "_refused", "_reasoning_open",
-                 "_tools", "_failure")
+                 "_tools", "_failure", "_torn")
 
     def __init__(self, *, provider: str = "openai") -> None:
         self._provider = provider
@@ -125,9 +125,11 @@ class ChatChunkNormalizer:
         self._reasoning_open = False
         self._tools: dict[int, _ToolSlot] = {}  # open calls by wire index
         self._failure: UpstreamError | None = None
+        self._torn = False  # the last event was cut JSON: if nothing follows, the body was cut
 
     def feed(self, event: SSEEvent, out: list[Patch]) -> None:
         if self._done or self._failure is not None:
+            self._torn = False
             return  # nothing after [DONE] or an error counts (decision 3)
         data = event.data
         if event.event != "message":
@@ -165,17 +167,16 @@ class ChatChunkNormalizer:
             self._failure = stream_error(error, self._provider)
 
     def finish(self, out: list[Patch]) -> None:
-        if self._failure is not None:
+        if self._failure is not None and not self._torn:
             raise self._failure
         if self._done:
             return
-        if self._finished:  # a finish_reason without [DONE]: some servers omit it
+        if self._finished and not self._torn:  # a finish_reason without [DONE]: some servers omit it
             self._close(out)
             return
-        raise UpstreamError(
-            f"{self._provider}: the stream ended before [DONE] or a finish_reason",
-            code="upstream_incomplete", retryable=True, provider=self._provider,
-        )
+        where = "inside an event" if self._torn else "before [DONE] or a finish_reason"
+        raise UpstreamError(f"{self._provider}: the stream ended {where}",
+                            code="upstream_incomplete", retryable=True, provider=self._provider)
 
     # -- one choice ------------------------------------------------------------------------
 
@@ -256,6 +257,7 @@ class ChatChunkNormalizer:
             if lenient:
                 return data
             self._fail(f"a chunk is not JSON: {data[:200]!r}")
+            self._torn = True
             return None
 
     def _fail(self, reason: str) -> None:
