@@ -311,7 +311,8 @@ def settings(**kw: Any) -> Settings:
     return Settings(_env_file=None, **kw)  # type: ignore[call-arg]
 
 
-async def test_registry_serves_openai_responses_with_a_key_or_a_client() -> None:
+async def test_registry_serves_openai_responses_with_a_key_or_a_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     assert build_openai_responses(settings(), {}) == {}
     shared = client_for(raising(AssertionError()))
     own = client_for(raising(AssertionError()))

@@ -15,6 +15,7 @@ from typing import Any
 from app.core.errors import RequestError
 from app.providers.anthropic import build_anthropic
 from app.providers.base import ProviderAdapter
+from app.providers.gemini import build_gemini
 from app.providers.mock import MockAdapter
 from app.providers.openai_chat import build_openai
 from app.providers.openai_responses import build_openai_responses
@@ -29,7 +30,7 @@ def _mock(settings: Settings, clients: Mapping[str, Any]) -> dict[str, ProviderA
     return {"mock": MockAdapter()}
 
 
-_BUILDERS: list[Builder] = [_mock, build_anthropic, build_openai, build_openai_responses]
+_BUILDERS: list[Builder] = [_mock, build_anthropic, build_openai, build_openai_responses, build_gemini]
 
 
 class ProviderRegistry:

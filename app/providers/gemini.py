@@ -1,0 +1,366 @@
+"""Google Gemini (`generateContent` / `streamGenerateContent?alt=sse`): request mapping, errors,
+the adapter and the registry builder. The stream normalizer lives in `gemini_stream.py`.
+
+The injected client is an `httpx2.AsyncClient`, not the `google-genai` SDK: the SDK's public
+streaming call yields typed pydantic objects per chunk (the cost DESIGN.md section 4 measured and
+rejected) and has no public raw-bytes variant, and it would add a dependency tree (google-auth,
+its own httpx) for one POST. The REST call is small: `POST {base}/v1beta/models/{model}:
+streamGenerateContent?alt=sse` with the key in `x-goog-api-key`. An injected client may carry its
+own auth headers instead (Vertex AI, proxies); then no key needs configuring.
+
+Request mapping decisions:
+- Every system message goes into `systemInstruction` (Gemini has no system turn), in order.
+- Roles are `user` and `model`; consecutive turns of one role are merged, so the function
+  responses of one model turn arrive together in one `user` turn, as the API requires.
+- Tool calls go out as `functionCall` parts without an id (Gemini matches responses by name and
+  order, and the gateway's ids are its own); a tool message becomes a `functionResponse` named
+  after the call it answers (found by `tool_call_id` among earlier calls, else the message's
+  `name`). Its `response` is the tool output when that is a JSON object, else `{"output": text}`.
+- Thought signatures round-trip: the first signature kept on an assistant message (a reasoning
+  block from this provider) goes on its first `functionCall` part, or on its first text part when
+  it has no calls, which is where Gemini puts it. Thought text is not sent back.
+- Tools are `functionDeclarations` with `parametersJsonSchema` (full JSON Schema, no conversion
+  to the OpenAPI subset of `parameters`).
+- `temperature` and `max_tokens` go into `generationConfig`. `provider_options`: a
+  `generationConfig` object merges into ours (thinkingConfig, topP, stopSequences, ...),
+  `builtin_tools` (e.g. `[{"googleSearch": {}}, {"codeExecution": {}}]`) join the tools, any
+  other key goes into the body as given (safetySettings, cachedContent, ...); a None value drops
+  a field, and the fields the gateway owns (contents, systemInstruction, tools) are refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import httpx2
+import orjson
+
+from app.core.accumulator import Accumulator
+from app.core.errors import (
+    GatewayError,
+    RequestError,
+    UpstreamBadRequest,
+    UpstreamError,
+    UpstreamNotFound,
+    UpstreamRateLimited,
+    UpstreamTimeout,
+)
+from app.core.messages import AdapterError, Message, ToolSpec, check_unique_tool_names, thaw
+from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, SSEPatchStream, ToolChoice
+from app.providers.gemini_stream import GeminiNormalizer
+from app.providers.sse import SSEEvent
+from app.settings import Settings
+
+__all__ = [
+    "GEMINI_BASE_URL",
+    "GeminiAdapter",
+    "build_gemini",
+    "gemini_request",
+    "message_from_gemini",
+    "messages_to_gemini",
+    "tool_choice_to_gemini",
+    "tool_specs_to_gemini",
+]
+
+GEMINI_BASE_URL = "https://generativelanguage.googleapis.com"
+_RESERVED_OPTIONS = frozenset({"contents", "systemInstruction", "system_instruction", "tools"})
+_CHOICE_MODES = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
+
+
+# -- request mapping (pure) ------------------------------------------------------------------
+
+
+def messages_to_gemini(
+    messages: Sequence[Message], *, provider: str = "gemini"
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """Foundry messages -> (`systemInstruction`, `contents`) of a generateContent request."""
+    system: list[dict[str, str]] = []
+    contents: list[dict[str, Any]] = []
+    names: dict[str, str] = {}  # tool call id -> function name, from earlier assistant messages
+
+    def append(role: str, parts: list[dict[str, Any]]) -> None:
+        if contents and contents[-1]["role"] == role:
+            contents[-1]["parts"].extend(parts)
+        else:
+            contents.append({"role": role, "parts": parts})
+
+    for i, message in enumerate(messages):
+        if not isinstance(message, Message):
+            raise AdapterError(f"messages[{i}] is not a Foundry Message")
+        if message.role == "system":
+            system.append({"text": message.content})
+        elif message.role == "user":
+            append("user", [{"text": message.content}])
+        elif message.role == "assistant":
+            names.update((call.id, call.name) for call in message.tool_calls)
+            append("model", _model_parts(message, provider))
+        else:
+            name = names.get(message.tool_call_id or "") or message.name
+            if not name:
+                raise AdapterError(f"messages[{i}]: tool result {message.tool_call_id!r} answers no earlier "
+                                   "tool call and has no name (Gemini matches results by function name)")
+            append("user", [{"functionResponse": {"name": name, "response": _tool_response(message.content)}}])
+    if not contents:
+        raise AdapterError("the conversation needs at least one user or assistant message")
+    return ({"parts": system} if system else None), contents
+
+
+def _model_parts(message: Message, provider: str) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = []
+    if message.content:
+        parts.append({"text": message.content})
+    parts.extend({"functionCall": {"name": c.name, "args": thaw(c.arguments)}} for c in message.tool_calls)
+    signature = next((b.signature for b in message.reasoning if b.provider == provider and b.signature), None)
+    if signature:
+        target = next((p for p in parts if "functionCall" in p), parts[0])
+        target["thoughtSignature"] = signature
+    return parts
+
+
+def _tool_response(content: str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        value = None
+    return value if isinstance(value, dict) else {"output": content}
+
+
+def tool_specs_to_gemini(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Foundry tool specs -> `functionDeclarations` (empty list: no declarations)."""
+    for tool in tools:
+        if not isinstance(tool, ToolSpec):
+            raise AdapterError(f"tool {tool!r} is not a Foundry ToolSpec")
+    try:
+        check_unique_tool_names(tools)
+    except ValueError as exc:
+        raise AdapterError(str(exc)) from None
+    declarations = []
+    for tool in tools:
+        declaration: dict[str, Any] = {"name": tool.name, "parametersJsonSchema": thaw(tool.parameters)}
+        if tool.description:
+            declaration["description"] = tool.description
+        declarations.append(declaration)
+    return declarations
+
+
+def tool_choice_to_gemini(choice: ToolChoice | None, tools: Sequence[ToolSpec]) -> dict[str, Any] | None:
+    """auto/none/required/<tool name> -> `toolConfig` (None: omit), as for the other providers."""
+    if choice is None:
+        return None
+    if choice in _CHOICE_MODES:
+        if not tools:
+            if choice == "required":
+                raise AdapterError("tool_choice 'required' needs tools")
+            return None
+        return {"functionCallingConfig": {"mode": _CHOICE_MODES[choice]}}
+    if choice not in {t.name for t in tools}:
+        raise AdapterError(f"tool_choice {choice!r} is not auto, none, required or the name of a given tool")
+    return {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [choice]}}
+
+
+def gemini_request(request: ProviderRequest, *, provider: str = "gemini") -> dict[str, Any]:
+    """The whole generateContent body for one request (the model goes in the URL)."""
+    options = dict(request.options or {})
+    clash = _RESERVED_OPTIONS.intersection(options)
+    if clash:
+        raise AdapterError(f"provider_options may not set {sorted(clash)}: use the request's own fields")
+    system, contents = messages_to_gemini(request.messages, provider=provider)
+    body: dict[str, Any] = {"contents": contents}
+    if system is not None:
+        body["systemInstruction"] = system
+    builtin = options.pop("builtin_tools", None) or []
+    if not isinstance(builtin, list) or not all(isinstance(t, Mapping) for t in builtin):
+        raise AdapterError("provider_options.builtin_tools must be a list of tool objects")
+    declarations = tool_specs_to_gemini(request.tools)
+    tools = ([{"functionDeclarations": declarations}] if declarations else []) + [dict(t) for t in builtin]
+    if tools:
+        body["tools"] = tools
+    choice = tool_choice_to_gemini(request.tool_choice, request.tools)
+    if choice is not None:
+        body["toolConfig"] = choice
+    config: dict[str, Any] = {"temperature": request.temperature}
+    if request.max_tokens is not None:
+        config["maxOutputTokens"] = request.max_tokens
+    extra_config = options.pop("generationConfig", None) or {}
+    if not isinstance(extra_config, Mapping):
+        raise AdapterError("provider_options.generationConfig must be an object")
+    config.update(extra_config)
+    body["generationConfig"] = {k: v for k, v in config.items() if v is not None}
+    for key, value in options.items():
+        body.pop(key, None)
+        if value is not None:
+            body[key] = value
+    return body
+
+
+def message_from_gemini(data: Mapping[str, Any], *, provider: str = "gemini") -> Message:
+    """A generateContent response -> the assistant Message, read by the stream normalizer itself
+    (a non-streamed response is one chunk), so both paths agree on ids, signatures and errors."""
+    normalizer = GeminiNormalizer(provider=provider)
+    accumulator = Accumulator(model="", provider=provider)
+    patches: list[Any] = []
+    normalizer.feed(SSEEvent("message", orjson.dumps(data).decode()), patches)
+    normalizer.finish(patches)
+    accumulator.push_all(patches)
+    message = accumulator.message()
+    fields = {"role": "assistant", "content": message.content, "tool_calls": message.tool_calls,
+              "reasoning": message.reasoning}
+    if not message.content and not message.tool_calls:  # an empty answer is a fact to report
+        return Message.model_construct(tool_call_id=None, name=None, **fields)
+    return Message(**fields)
+
+
+# -- errors: HTTP status and transport -> GatewayError, in one place --------------------------
+
+
+@contextlib.contextmanager
+def gemini_errors(provider: str = "gemini") -> Iterator[None]:
+    """Transport failures before the body: timeouts 504, anything else 502 (retryable)."""
+    try:
+        yield
+    except GatewayError:
+        raise
+    except AdapterError as exc:
+        raise RequestError(f"{provider}: {exc}", provider=provider) from exc
+    except httpx2.TimeoutException as exc:
+        raise UpstreamTimeout(f"{provider}: the provider did not answer in time", provider=provider) from exc
+    except httpx2.HTTPError as exc:
+        raise UpstreamError(f"{provider}: cannot reach the provider ({type(exc).__name__})",
+                            code="upstream_unavailable", retryable=True, provider=provider) from exc
+
+
+def status_error(status: int, headers: Mapping[str, str], body: bytes, provider: str) -> UpstreamError:
+    """An HTTP error answer (DESIGN.md section 1): 400 with the upstream message, bad key (Gemini
+    says 400 API_KEY_INVALID) / 401 / 403 -> 502, 404, 429 with Retry-After, 5xx -> 502."""
+    try:
+        error = orjson.loads(body).get("error") or {}
+    except (orjson.JSONDecodeError, AttributeError):
+        error = {}
+    if not isinstance(error, dict):
+        error = {}
+    message = error.get("message") or body[:300].decode("utf-8", "replace") or f"HTTP {status}"
+    details = [d for d in error.get("details") or () if isinstance(d, dict)]
+    reasons = {d.get("reason") for d in details}
+    extra = {"provider": provider, "upstream_status": status, "upstream_code": error.get("status")}
+    if status in (401, 403) or "API_KEY_INVALID" in reasons:
+        # The gateway's credentials failed: its problem (502). The upstream text is not echoed.
+        return UpstreamError(f"{provider}: the provider refused the gateway's credentials (HTTP {status})",
+                             code="upstream_auth", **extra)
+    if status == 404:
+        return UpstreamNotFound(f"{provider}: {message}", **extra)
+    if status == 408:
+        return UpstreamTimeout(f"{provider}: {message}", **extra)
+    if status == 429:
+        return UpstreamRateLimited(f"{provider}: {message}", retry_after=_retry_after(headers, details), **extra)
+    if status < 500:
+        return UpstreamBadRequest(f"{provider}: {message}", **extra)
+    return UpstreamError(f"{provider}: {message}", retryable=True, **extra)
+
+
+def _retry_after(headers: Mapping[str, str], details: list[dict[str, Any]]) -> str | None:
+    """Retry-After, else google.rpc.RetryInfo's `retryDelay` ("12.5s") rounded up to seconds."""
+    if headers.get("retry-after"):
+        return headers["retry-after"]
+    for detail in details:
+        delay = detail.get("retryDelay")
+        if isinstance(delay, str) and delay.endswith("s"):
+            with contextlib.suppress(ValueError):
+                return str(math.ceil(float(delay[:-1])))
+    return None
+
+
+# -- the adapter ------------------------------------------------------------------------------
+
+
+class GeminiAdapter:
+    """Gemini through an injected `httpx2.AsyncClient`; streams are read as raw bytes."""
+
+    def __init__(
+        self,
+        client: httpx2.AsyncClient,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        name: str = "gemini",
+        owns_client: bool = False,
+    ) -> None:
+        self.name = name
+        self._client = client
+        self._headers = {"content-type": "application/json"}
+        if api_key:
+            self._headers["x-goog-api-key"] = api_key
+        base = (base_url or GEMINI_BASE_URL).rstrip("/")
+        self._base = base if base.rsplit("/", 1)[-1] in ("v1", "v1beta", "v1alpha") else f"{base}/v1beta"
+        self._owns_client = owns_client
+
+    def ready(self) -> bool:
+        return True  # built only with a key or an injected client (build_gemini)
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    def url(self, model: str, method: str) -> str:
+        name = model.removeprefix("models/")
+        if not name or "/" in name:
+            raise AdapterError(f"not a Gemini model name: {model!r}")
+        return f"{self._base}/models/{quote(name, safe='-._~')}:{method}"
+
+    async def _send(self, request: ProviderRequest, method: str) -> httpx2.Response:
+        with gemini_errors(self.name):
+            url = self.url(request.model, method)
+            body = orjson.dumps(gemini_request(request, provider=self.name))
+            response = await self._client.send(
+                self._client.build_request("POST", url, content=body, headers=self._headers), stream=True)
+            if response.status_code >= 400:
+                try:
+                    payload = await response.aread()
+                finally:
+                    await response.aclose()
+                raise status_error(response.status_code, response.headers, payload, self.name)
+        return response
+
+    async def open_stream(self, request: ProviderRequest) -> PatchStream:
+        """Send the request; raise GatewayError for anything known before the body starts."""
+        response = await self._send(request, "streamGenerateContent?alt=sse")
+        return SSEPatchStream(response.aiter_bytes(), GeminiNormalizer(provider=self.name), close=response.aclose,
+                              provider=self.name)
+
+    async def generate(self, request: ProviderRequest) -> Message:
+        """One non-streaming call: the assistant message, with function calls and signatures."""
+        response = await self._send(request, "generateContent")
+        try:
+            with gemini_errors(self.name):
+                payload = await response.aread()
+        finally:
+            await response.aclose()
+        try:
+            data = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            raise UpstreamError(f"{self.name}: the response is not a JSON object", provider=self.name)
+        return message_from_gemini(data, provider=self.name)
+
+
+# -- registry builder -------------------------------------------------------------------------
+
+
+def build_gemini(settings: Settings, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
+    """`gemini` from an injected clients["gemini"] (an httpx2.AsyncClient), else from
+    GEMINI_API_KEY / GOOGLE_API_KEY and GEMINI_BASE_URL with a client of its own."""
+    key = settings.gemini_api_key.get_secret_value() if settings.gemini_api_key else None
+    client = clients.get("gemini")
+    if client is not None:
+        return {"gemini": GeminiAdapter(client, api_key=key, base_url=settings.gemini_base_url)}
+    if not key:
+        return {}
+    client = httpx2.AsyncClient(
+        timeout=httpx2.Timeout(settings.read_timeout, connect=settings.connect_timeout),
+        transport=httpx2.AsyncHTTPTransport(retries=settings.upstream_max_retries),  # connection failures only
+    )
+    return {"gemini": GeminiAdapter(client, api_key=key, base_url=settings.gemini_base_url, owns_client=True)}

@@ -1,0 +1,341 @@
+"""Gemini request mapping, and the adapter through an httpx2.AsyncClient over MockTransport."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx2
+import orjson
+import pytest
+
+from app.core.accumulator import Accumulator
+from app.core.errors import (
+    GatewayError,
+    RequestError,
+    UpstreamBadRequest,
+    UpstreamBlocked,
+    UpstreamError,
+    UpstreamNotFound,
+    UpstreamRateLimited,
+    UpstreamTimeout,
+)
+from app.core.events import StreamEvent
+from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec
+from app.providers.base import ProviderRequest
+from app.providers.gemini import (
+    GeminiAdapter,
+    build_gemini,
+    gemini_request,
+    message_from_gemini,
+    messages_to_gemini,
+    tool_choice_to_gemini,
+    tool_specs_to_gemini,
+)
+from app.providers.registry import build_registry
+from app.settings import Settings
+from tests.support import recordings
+
+RECORDING = {r.name: r for r in recordings("gemini")}
+Handler = Callable[[httpx2.Request], httpx2.Response]
+WEATHER = ToolSpec(name="get_weather", description="Weather for a city",
+                   parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+CONVERSATION = (
+    Message(role="system", content="Be brief."),
+    Message(role="user", content="Weather in Paris and Rome?"),
+    Message(role="assistant", content="Checking.", tool_calls=(
+        ToolCall(id="call_r1_0", name="get_weather", arguments={"city": "Paris"}),
+        ToolCall(id="call_r1_1", name="get_weather", arguments={"city": "Rome"})),
+        reasoning=(ReasoningBlock(text="thinking", provider="gemini"),
+                   ReasoningBlock(signature="anthropic-sig", provider="anthropic"),
+                   ReasoningBlock(signature="sig-1", provider="gemini"))),
+    Message(role="tool", tool_call_id="call_r1_0", content='{"temp_c": 21}'),
+    Message(role="tool", tool_call_id="call_r1_1", content="sunny"),
+    Message(role="system", content="Use Celsius."),
+)
+
+
+# -- request mapping --------------------------------------------------------------------------
+
+
+def test_messages_to_gemini_maps_a_tool_round_trip() -> None:
+    system, contents = messages_to_gemini(CONVERSATION)
+    assert system == {"parts": [{"text": "Be brief."}, {"text": "Use Celsius."}]}
+    assert contents == [
+        {"role": "user", "parts": [{"text": "Weather in Paris and Rome?"}]},
+        {"role": "model", "parts": [
+            {"text": "Checking."},
+            {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}, "thoughtSignature": "sig-1"},
+            {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}},
+        ]},
+        {"role": "user", "parts": [
+            {"functionResponse": {"name": "get_weather", "response": {"temp_c": 21}}},
+            {"functionResponse": {"name": "get_weather", "response": {"output": "sunny"}}},
+        ]},
+    ]
+
+
+def test_signature_of_a_text_only_answer_goes_on_its_text() -> None:
+    answer = Message(role="assistant", content="Hi", reasoning=(ReasoningBlock(signature="s", provider="gemini"),))
+    _, contents = messages_to_gemini([Message(role="user", content="Yo"), answer, Message(role="user", content="And?")])
+    assert contents[1] == {"role": "model", "parts": [{"text": "Hi", "thoughtSignature": "s"}]}
+
+
+def test_tool_result_needs_a_name() -> None:
+    orphan = Message(role="tool", tool_call_id="call_x", content="1")
+    with pytest.raises(AdapterError, match="answers no earlier"):
+        messages_to_gemini([Message(role="user", content="hi"), orphan])
+    named = Message(role="tool", tool_call_id="call_x", name="lookup", content="1")
+    _, contents = messages_to_gemini([Message(role="user", content="hi"), named])
+    assert contents[-1]["parts"][-1] == {"functionResponse": {"name": "lookup", "response": {"output": "1"}}}
+    with pytest.raises(AdapterError, match="at least one"):
+        messages_to_gemini([Message(role="system", content="rules only")])
+
+
+def test_tool_specs_use_json_schema_declarations() -> None:
+    assert tool_specs_to_gemini([WEATHER]) == [{
+        "name": "get_weather", "description": "Weather for a city",
+        "parametersJsonSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }]
+    with pytest.raises(AdapterError, match="duplicate"):
+        tool_specs_to_gemini([WEATHER, WEATHER])
+
+
+@pytest.mark.parametrize(
+    ("choice", "tools", "wire"),
+    [(None, [WEATHER], None), ("auto", [WEATHER], {"functionCallingConfig": {"mode": "AUTO"}}),
+     ("none", [WEATHER], {"functionCallingConfig": {"mode": "NONE"}}),
+     ("required", [WEATHER], {"functionCallingConfig": {"mode": "ANY"}}),
+     ("get_weather", [WEATHER], {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}}),
+     ("auto", [], None)],
+)
+def test_tool_choice(choice: str | None, tools: list[ToolSpec], wire: Any) -> None:
+    assert tool_choice_to_gemini(choice, tools) == wire
+
+
+@pytest.mark.parametrize(("choice", "tools"), [("required", []), ("nope", [WEATHER])])
+def test_tool_choice_errors(choice: str, tools: list[ToolSpec]) -> None:
+    with pytest.raises(AdapterError):
+        tool_choice_to_gemini(choice, tools)
+
+
+def request(model: str = "gemini-2.5-flash", **kw: Any) -> ProviderRequest:
+    kw.setdefault("messages", (Message(role="user", content="Hi"),))
+    return ProviderRequest(model=model, **kw)
+
+
+def test_gemini_request_body_and_options() -> None:
+    body = gemini_request(request(
+        messages=CONVERSATION, tools=(WEATHER,), tool_choice="auto", temperature=0.4, max_tokens=99,
+        options={"generationConfig": {"thinkingConfig": {"includeThoughts": True}, "temperature": None},
+                 "builtin_tools": [{"googleSearch": {}}], "safetySettings": [{"category": "X", "threshold": "Y"}]}))
+    assert body["generationConfig"] == {"maxOutputTokens": 99, "thinkingConfig": {"includeThoughts": True}}
+    assert body["tools"] == [{"functionDeclarations": tool_specs_to_gemini([WEATHER])}, {"googleSearch": {}}]
+    assert body["toolConfig"] == {"functionCallingConfig": {"mode": "AUTO"}}
+    assert body["safetySettings"] == [{"category": "X", "threshold": "Y"}]
+    assert body["systemInstruction"]["parts"][0] == {"text": "Be brief."}
+    plain = gemini_request(request())
+    assert plain == {"contents": [{"role": "user", "parts": [{"text": "Hi"}]}], "generationConfig": {"temperature": 0.0}}
+
+
+@pytest.mark.parametrize("options", [{"contents": []}, {"tools": []}, {"systemInstruction": {}},
+                                     {"builtin_tools": "googleSearch"}, {"generationConfig": 3}])
+def test_provider_options_cannot_override_what_the_gateway_owns(options: dict[str, Any]) -> None:
+    with pytest.raises(AdapterError):
+        gemini_request(request(options=options))
+
+
+def test_message_from_gemini_reads_a_whole_response() -> None:
+    data = orjson.loads(RECORDING["function-call-thought-signature"].body.split(b"\r\n\r\n")[0][6:])
+    data["candidates"][0]["finishReason"] = "STOP"
+    message = message_from_gemini(data)
+    assert message.tool_calls == (ToolCall(id="call_QUVVadTSNJ6_qtsPvN7J8Q0_0", name="get_country", arguments={}),)
+    assert [b.signature[:6] for b in message.reasoning if b.signature] == ["EpwICp"]
+    with pytest.raises(UpstreamBlocked):
+        message_from_gemini({"promptFeedback": {"blockReason": "OTHER"}})
+
+
+# -- the adapter over MockTransport -------------------------------------------------------------
+
+
+class Body(httpx2.AsyncByteStream):
+    """A response body served in pieces, remembering whether the client closed it."""
+
+    def __init__(self, chunks: list[bytes], *, fail: Exception | None = None) -> None:
+        self.chunks = chunks
+        self.fail = fail
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+        if self.fail is not None:
+            raise self.fail
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def adapter_for(handler: Handler, **kw: Any) -> GeminiAdapter:
+    kw.setdefault("api_key", "gm-test-key")
+    return GeminiAdapter(httpx2.AsyncClient(transport=httpx2.MockTransport(handler)), **kw)
+
+
+def event_stream(body: Body) -> httpx2.Response:
+    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+
+
+async def drain(adapter: GeminiAdapter, req: ProviderRequest) -> list[StreamEvent]:
+    stream = await adapter.open_stream(req)
+    acc = Accumulator(model=req.model, provider=adapter.name)
+    events: list[StreamEvent] = []
+    try:
+        async for batch in stream:
+            events.extend(acc.push_all(batch))
+    except GatewayError as exc:
+        events.append(acc.final("error", error=exc.to_dict()))
+        return events
+    events.append(acc.final("ok" if acc.completed else "error"))
+    return events
+
+
+async def test_stream_posts_to_stream_generate_content_and_reads_raw_bytes() -> None:
+    seen: list[httpx2.Request] = []
+    raw = RECORDING["function-call"].body
+
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        seen.append(req)
+        return event_stream(Body([raw[:50], raw[50:]]))
+
+    events = await drain(adapter_for(handler), request(messages=CONVERSATION, tools=(WEATHER,)))
+    final = events[-1].data()
+    assert final["status"] == "ok" and final["stop_reason"] == "tool_calls"
+    assert final["message"]["tool_calls"] == [{"id": "call_1lpeaMTxIpW1nvgP-O3vwQY_0", "name": "get_capital",
+                                               "arguments": {"country": "France"}}]
+    (req,) = seen
+    assert str(req.url) == ("https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash"
+                            ":streamGenerateContent?alt=sse")
+    assert req.headers["x-goog-api-key"] == "gm-test-key" and req.headers["content-type"] == "application/json"
+    assert orjson.loads(req.content) == gemini_request(request(messages=CONVERSATION, tools=(WEATHER,)))
+
+
+@pytest.mark.parametrize(
+    ("base", "model", "url"),
+    [("http://127.0.0.1:9/", "models/gemini-pro", "http://127.0.0.1:9/v1beta/models/gemini-pro:generateContent"),
+     ("http://proxy/google/v1", "gemini-pro", "http://proxy/google/v1/models/gemini-pro:generateContent")],
+)
+def test_base_url_and_model_name(base: str, model: str, url: str) -> None:
+    adapter = adapter_for(lambda r: httpx2.Response(500), base_url=base)
+    assert adapter.url(model, "generateContent") == url
+    with pytest.raises(AdapterError):
+        adapter.url("tunedModels/x", "generateContent")
+
+
+async def test_aclose_closes_the_upstream_response() -> None:
+    body = Body([RECORDING["text"].body[:100]])
+    stream = await adapter_for(lambda req: event_stream(body)).open_stream(request())
+    await stream.aclose()
+    assert body.closed
+
+
+async def test_transport_failure_mid_body_ends_with_a_retryable_error_keeping_text() -> None:
+    raw = RECORDING["text"].body
+    body = Body([raw[: raw.rindex(b"data: ")]], fail=httpx2.ReadError("reset"))
+    events = await drain(adapter_for(lambda req: event_stream(body)), request())
+    final = events[-1].data()
+    assert final["status"] == "error" and final["error"]["code"] == "upstream_disconnected"
+    assert final["message"]["content"] == "The capital of France"
+    assert body.closed
+
+
+def google_error(code: int, status: str, message: str, details: list[dict[str, Any]] | None = None,
+                 headers: dict[str, str] | None = None) -> Handler:
+    error = {"error": {"code": code, "message": message, "status": status, "details": details or []}}
+    return lambda req: httpx2.Response(code, headers=headers or {}, json=error)
+
+
+def raising(exc: Exception) -> Handler:
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        raise exc
+    return handler
+
+
+BAD_KEY = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}]
+RETRY_INFO = [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "12.2s"}]
+
+
+@pytest.mark.parametrize(
+    ("handler", "kind", "http", "code", "retry_after"),
+    [
+        (google_error(400, "INVALID_ARGUMENT", "contents is empty"), UpstreamBadRequest, 400, "upstream_bad_request", None),
+        (google_error(400, "INVALID_ARGUMENT", "API key not valid: gm-test-key", BAD_KEY), UpstreamError, 502,
+         "upstream_auth", None),
+        (google_error(403, "PERMISSION_DENIED", "denied"), UpstreamError, 502, "upstream_auth", None),
+        (google_error(404, "NOT_FOUND", "models/x is not found"), UpstreamNotFound, 404, "model_not_found", None),
+        (google_error(429, "RESOURCE_EXHAUSTED", "quota", headers={"retry-after": "3"}), UpstreamRateLimited, 429,
+         "rate_limited", "3"),
+        (google_error(429, "RESOURCE_EXHAUSTED", "quota", RETRY_INFO), UpstreamRateLimited, 429, "rate_limited", "13"),
+        (google_error(500, "INTERNAL", "oops"), UpstreamError, 502, "upstream_error", None),
+        (google_error(503, "UNAVAILABLE", "overloaded"), UpstreamError, 502, "upstream_error", None),
+        (lambda req: httpx2.Response(502, content=b"<html>bad gateway</html>"), UpstreamError, 502, "upstream_error",
+         None),
+        (raising(httpx2.ConnectTimeout("slow")), UpstreamTimeout, 504, "upstream_timeout", None),
+        (raising(httpx2.ConnectError("refused")), UpstreamError, 502, "upstream_unavailable", None),
+    ],
+)
+async def test_errors_before_the_body_are_raised_from_open_stream(
+    handler: Handler, kind: type[GatewayError], http: int, code: str, retry_after: str | None
+) -> None:
+    with pytest.raises(kind) as info:
+        await adapter_for(handler).open_stream(request())
+    error = info.value
+    assert (error.status, error.code) == (http, code)
+    assert "gm-test-key" not in str(error.to_dict())
+    assert error.to_dict().get("retry_after") == retry_after
+    assert error.retryable == (http >= 500 and code != "upstream_auth" or http == 429)
+
+
+async def test_schema_violations_are_request_errors() -> None:
+    adapter = adapter_for(raising(AssertionError("no request expected")))
+    with pytest.raises(RequestError):
+        await adapter.open_stream(request(tool_choice="missing", tools=(WEATHER,)))
+    with pytest.raises(RequestError):
+        await adapter.open_stream(request(options={"contents": []}))
+    with pytest.raises(RequestError):
+        await adapter.open_stream(request(model="a/b"))
+
+
+async def test_generate_returns_the_assistant_message() -> None:
+    seen: list[httpx2.Request] = []
+    data = orjson.loads(RECORDING["function-call"].body.strip()[6:])
+
+    def handler(req: httpx2.Request) -> httpx2.Response:
+        seen.append(req)
+        return httpx2.Response(200, json=data)
+
+    message = await adapter_for(handler).generate(request())
+    assert message.tool_calls == (ToolCall(id="call_1lpeaMTxIpW1nvgP-O3vwQY_0", name="get_capital",
+                                           arguments={"country": "France"}),)
+    assert seen[0].url.path.endswith("/models/gemini-2.5-flash:generateContent")
+    with pytest.raises(UpstreamError, match="JSON object"):
+        await adapter_for(lambda r: httpx2.Response(200, content=b"[]")).generate(request())
+
+
+def settings(**kw: Any) -> Settings:
+    return Settings(_env_file=None, **kw)  # type: ignore[call-arg]
+
+
+async def test_registry_serves_gemini_with_a_key_or_a_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    assert build_gemini(settings(), {}) == {}
+    injected = httpx2.AsyncClient(transport=httpx2.MockTransport(raising(AssertionError())))
+    adapter = build_gemini(settings(), {"gemini": injected})["gemini"]
+    assert isinstance(adapter, GeminiAdapter) and adapter._client is injected
+    monkeypatch.setenv("GOOGLE_API_KEY", "from-google-env")
+    registry = build_registry(Settings())
+    served = registry.get("gemini")
+    assert isinstance(served, GeminiAdapter) and served.ready()
+    assert served._headers["x-goog-api-key"] == "from-google-env"
+    assert registry.resolve("gemini/gemini-2.5-pro")[2] == "gemini-2.5-pro"
+    await registry.aclose()
