@@ -27,7 +27,7 @@ from app.validation.validators.base import (
 
 __all__ = ["LlmJudge", "judge_prompt", "parse_verdict"]
 
-_VERDICT_LINE = re.compile(r"^[\s*#>`_-]*(PASS|FAIL)\b[\s:.,-]*(.*)$", re.IGNORECASE)
+_VERDICT_LINE = re.compile(r"^[\s*#>`_-]*(PASS|FAIL)\b[\s*_`:.,-]*(.*)$", re.IGNORECASE)
 
 _PROMPT = """You check text written by an AI assistant against a policy.
 Policy:
