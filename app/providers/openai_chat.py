@@ -113,7 +113,8 @@ def first_assistant_message(response: Any) -> Message:
     if not isinstance(choices, (list, tuple)) or not choices:
         raise AdapterError("malformed response: no choices")
     for choice in choices:
-        message = plain(plain(choice).get("message")) if isinstance(plain(choice), Mapping) else None
+        choice = plain(choice)
+        message = plain(choice.get("message")) if isinstance(choice, Mapping) else None
         if isinstance(message, Mapping) and message.get("role") == "assistant":
             break
     else:
@@ -248,16 +249,20 @@ class OpenAIAdapter:
         # and the stream's aclose() exits it, which closes the upstream connection.
         with upstream_errors(self.name):
             response = await manager.__aenter__()
-            http = response.http_response
-            if http.headers.get("content-type", "").startswith("application/json"):
-                body = (await http.aread())[:500].decode("utf-8", "replace")
-                await manager.__aexit__(None, None, None)
-                raise UpstreamError(f"{self.name}: expected an event stream, got JSON: {body}",
-                                    provider=self.name)
 
         async def close() -> None:
             await manager.__aexit__(None, None, None)
 
+        http = response.http_response
+        try:
+            if http.headers.get("content-type", "").startswith("application/json"):
+                with upstream_errors(self.name):
+                    body = (await http.aread())[:500].decode("utf-8", "replace")
+                raise UpstreamError(f"{self.name}: expected an event stream, got JSON: {body}",
+                                    provider=self.name)
+        except BaseException:  # cancelled or refused: release the connection now
+            await close()
+            raise
         return SSEPatchStream(http.aiter_bytes(), ChatChunkNormalizer(provider=self.name),
                               close=close, provider=self.name)
 

@@ -21,6 +21,8 @@ Decisions:
    close it right after): raised from `feed()`, it would discard the patches already produced
    from the same read (the text before it, the usage on the error chunk itself), and the same
    bytes would give different events depending on where the reads split.
+4. A body that ends inside an event (the decoder flushes half a JSON chunk) is
+   `upstream_incomplete`, like one that ends between events, not a protocol error.
 """
 
 from __future__ import annotations
@@ -157,7 +159,7 @@ class ChatChunkNormalizer:
         choices = chunk.get("choices")
         if choices:
             for choice in choices:
-                if choice.get("index", 0) == 0:  # decision 1
+                if not choice.get("index"):  # choice 0 (or a server that omits the index): decision 1
                     self._choice(choice, out)
         usage = chunk.get("usage")
         if usage:
@@ -189,7 +191,8 @@ class ChatChunkNormalizer:
                 out.append(ReasoningDelta(key=REASONING_KEY, text=reasoning))
             content = delta.get("content")
             if content:
-                self._end_reasoning(out)
+                if self._reasoning_open:
+                    self._end_reasoning(out)
                 out.append(TextDelta(key=TEXT_KEY, text=content))
             refusal = delta.get("refusal")
             if refusal:  # decision 2
