@@ -460,3 +460,17 @@ async def test_tool_results_pass_through_in_order() -> None:
     released, blocked = await drive(gate, [*text, result, *tokens(" After.", first=len(text))])
     assert blocked is None
     assert released[len(text)] == result and text_of(released) == "Before. After."
+
+
+async def test_released_message_follows_the_accumulators_turns() -> None:
+    """Like mock/tool_call: text, a call, its result, then the answer (a new turn)."""
+    gate = make_gate(spec("pii", action="redact"), spec("json_schema"), tools=(ADD,))
+    first = tokens("Calling add for a@b.io")
+    events = [*first, *call_events("c1", ['{"a": 1, "b": 2}'], {"a": 1, "b": 2}),
+              ToolResultEvent(tool_call_id="c1", name="add", content="3"),
+              *tokens("Sum is 3, mail c@d.io", first=len(first))]
+    released, blocked = await drive(gate, events)
+    assert blocked is None
+    assert text_of(released) == "Calling add for [EMAIL]Sum is 3, mail [EMAIL]"
+    message = gate.released_message(AssistantMessage(content="Sum is 3, mail c@d.io"))
+    assert message.content == "Sum is 3, mail [EMAIL]"

@@ -30,6 +30,7 @@ class Blocked(GatewayError):
     status = 400
     code = "validation_failed"
     retryable = False
+    final_status = "blocked"
 
     def __init__(self, validator: str, reason: str) -> None:
         super().__init__(f"validator {validator} failed: {reason}", validator=validator, reason=reason)

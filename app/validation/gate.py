@@ -61,6 +61,7 @@ class ValidationGate:
         self._calls: dict[str, _Call] = {}
         self._released_calls: dict[str, dict[str, Any] | None] = {}
         self._tool_calls = 0
+        self._client_calls: set[str] = set()  # ids of calls the caller answers (not server tools)
         self._blocked: Blocked | None = None
 
     # -- the contract ---------------------------------------------------------------------
@@ -88,6 +89,9 @@ class ValidationGate:
                 self._held.append(_Held(event, None))
                 if kind == "tool_call":
                     await self._admit_call(event)  # type: ignore[arg-type]
+                elif event.tool_call_id in self._client_calls:  # type: ignore[union-attr]
+                    self._text.new_turn()  # as the accumulator does: the answer after it is a new turn
+                    self._reasoning.new_turn()
             return self._release()
         except Blocked as blocked:
             self._block(blocked)
@@ -115,12 +119,13 @@ class ValidationGate:
 
     def released_message(self, message: AssistantMessage) -> AssistantMessage:
         """The final message as released: redacted text, only the tool calls that went out."""
+        # The message is the accumulator's current turn, which began at the lane's turn_start
+        # (it may run past what the gate was given, when a block stopped a batch midway).
         lane = self._text
         content = message.content
-        start = max(0, lane.fed - len(content))
-        if lane.released < lane.fed or lane.redactions:
-            shown = max(0, lane.released - start)
-            content = lane.render(content[:shown], start) if shown else ""
+        shown = max(0, lane.released - lane.turn_start)
+        if shown < len(content) or lane.redactions:
+            content = lane.render(content[:shown], lane.turn_start)
         calls = []
         for call in message.tool_calls:
             if call.id not in self._released_calls:
@@ -166,6 +171,8 @@ class ValidationGate:
         state.fragments.append(event.args_fragment)
         if not event.is_final:
             return
+        if not event.server:
+            self._client_calls.add(event.id)
         self._tool_calls += 1
         call = ToolCallCheck(
             id=event.id, name=event.name, arguments=thaw(event.arguments or {}),
@@ -220,22 +227,17 @@ class ValidationGate:
         lane = self._reasoning
         if not blocks or (lane.released >= lane.fed and not lane.redactions):
             return blocks
-        placed = []
-        end = lane.fed
-        for block in reversed(blocks):
-            start = max(0, end - len(block.text))
-            placed.append((block, start, end))
-            end = start
         out = []
-        for block, start, end in reversed(placed):
+        start = lane.turn_start
+        for block in blocks:
             if start >= lane.released and (block.text or start > lane.released):
-                continue  # never released
-            shown = block.text[: max(0, lane.released - start)]
-            text = lane.render(shown, start)
+                break  # never released, nor anything after it
+            text = lane.render(block.text[: max(0, lane.released - start)], start)
             if text == block.text:
                 out.append(block)
             else:
                 out.append(block.model_copy(update={"text": text, "signature": None}))
+            start += len(block.text)
         return tuple(out)
 
 

@@ -23,7 +23,7 @@ _COMPACT_AT = 1024
 
 class TextLane:
     __slots__ = (
-        "kind", "chunker", "members", "fed", "chunked", "validated", "released", "chunks",
+        "kind", "chunker", "members", "fed", "chunked", "validated", "released", "chunks", "turn_start",
         "parts", "parts_chars", "redactions", "_red_starts", "_red_ends", "_red_texts",
         "_starts", "_head", "released_tokens", "_out_index",
     )
@@ -37,6 +37,7 @@ class TextLane:
         self.validated = 0  # characters whose chunk passed
         self.released = 0  # characters of released events
         self.chunks = 0
+        self.turn_start = 0  # where the accumulator's current assistant turn began
         self.parts: list[str] = []  # validated text as released (redactions applied)
         self.parts_chars = 0
         self.redactions = 0
@@ -59,6 +60,10 @@ class TextLane:
         self.fed = start + len(content)
         self._starts.append(start)
         return start, self.fed
+
+    def new_turn(self) -> None:
+        """The accumulator closed the assistant turn (a caller's tool call got its result)."""
+        self.turn_start = self.fed
 
     def pass_through(self) -> None:
         """An ungated lane (no validator judges it): everything admitted counts as validated."""
