@@ -94,7 +94,23 @@ def _first_new_match(patterns: list[re.Pattern[str]], text: str, fresh: int) -> 
     return None
 
 
-class RegexDeny(Validator):
+class _Matcher(Validator):
+    """Judges the chunk with a tail of released text, and the strings of tool arguments."""
+
+    _lookbehind = 0
+
+    def _verdict(self, text: str, fresh: int) -> Verdict:
+        """Fail on a match that ends past `fresh` (matches before it were judged already)."""
+        raise NotImplementedError
+
+    async def check_chunk(self, chunk: str, ctx: CheckContext) -> Verdict:
+        return self._verdict(*with_tail(chunk, ctx, self._lookbehind))
+
+    async def check_tool_call(self, call: ToolCallCheck, ctx: CheckContext) -> Verdict:
+        return self._verdict("\n".join(string_leaves(call.arguments)), 0)
+
+
+class RegexDeny(_Matcher):
     """Fails on the first match of any pattern; the reason shows the pattern and the match."""
 
     name = "regex_deny"
@@ -112,12 +128,6 @@ class RegexDeny(Validator):
         pattern, match = hit
         return Verdict.fail(f"matched {pattern.pattern!r}: {match[:_SHOWN_MATCH]!r}")
 
-    async def check_chunk(self, chunk: str, ctx: CheckContext) -> Verdict:
-        return self._verdict(*with_tail(chunk, ctx, self._lookbehind))
-
-    async def check_tool_call(self, call: ToolCallCheck, ctx: CheckContext) -> Verdict:
-        return self._verdict("\n".join(string_leaves(call.arguments)), 0)
-
 
 class BannedWordsConfig(ValidatorConfig):
     words: list[str] = Field(min_length=1, max_length=5000, description="Words or phrases, matched whole, any case.")
@@ -133,7 +143,7 @@ class BannedWordsConfig(ValidatorConfig):
         return words
 
 
-class BannedWords(Validator):
+class BannedWords(_Matcher):
     """Fails on a banned word or phrase, whole words only, case-insensitive."""
 
     name = "banned_words"
@@ -149,9 +159,3 @@ class BannedWords(Validator):
     def _verdict(self, text: str, fresh: int) -> Verdict:
         hit = _first_new_match([self._pattern], text, fresh)
         return PASS if hit is None else Verdict.fail(f"banned word {hit[1][:_SHOWN_MATCH]!r}")
-
-    async def check_chunk(self, chunk: str, ctx: CheckContext) -> Verdict:
-        return self._verdict(*with_tail(chunk, ctx, self._lookbehind))
-
-    async def check_tool_call(self, call: ToolCallCheck, ctx: CheckContext) -> Verdict:
-        return self._verdict("\n".join(string_leaves(call.arguments)), 0)

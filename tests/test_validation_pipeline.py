@@ -1,0 +1,61 @@
+"""The gate inside a run: a block closes the upstream and held text never reaches the log."""
+
+from __future__ import annotations
+
+from app.core.messages import Message
+from app.core.patches import MessageDelta, MessageEnd, TextDelta
+from app.observability import Metrics
+from app.pipeline import Gateway, RunSpec
+from app.providers.registry import build_registry
+from app.settings import Settings
+from app.streams.log import MemoryStreamStore
+from app.validation import ValidatorSpec, build_gate
+from tests.fakes import FakeAdapter
+from tests.support import parse_sse
+
+
+def gateway(adapter: FakeAdapter, settings: Settings | None = None) -> Gateway:
+    settings = settings or Settings()
+
+    def gate_factory(spec: RunSpec, gw: Gateway):
+        return build_gate(request_specs=spec.validators, operator_specs=gw.settings.validators,
+                          chunking=spec.chunking, tools=spec.tools, judge=None)
+
+    return Gateway(settings=settings, registry=build_registry(settings, None, {"fake": adapter}),
+                   store=MemoryStreamStore(ttl=60, max_streams=10, max_events=1000, max_bytes=1 << 20),
+                   metrics=Metrics(), gate_factory=gate_factory)
+
+
+async def run_to_end(gw: Gateway, *validators: ValidatorSpec) -> list:
+    run = await gw.open(RunSpec(model="fake/m", messages=(Message(role="user", content="hi"),),
+                                validators=validators))
+    return parse_sse(b"".join([frame async for frame in run.frames()]))
+
+
+async def test_a_block_closes_the_upstream_and_held_text_never_goes_out() -> None:
+    adapter = FakeAdapter([[TextDelta(text="Fine. The pass")], [TextDelta(text="word is x. ")],
+                           [TextDelta(text="Tail.")]], block=True)  # would never end by itself
+    events = await run_to_end(gateway(adapter), ValidatorSpec(name="regex_deny", config={"patterns": ["password"]}))
+    assert adapter.streams[0].closed.is_set()
+    assert [e for _, e, _ in events] == ["start", "final"]  # "Fine. The pass" straddles: held, dropped
+    final = events[-1][2]
+    assert final["status"] == "blocked" and final["stop_reason"] == "error"
+    assert final["error"] == {"code": "validation_failed", "message": "validator regex_deny failed: matched "
+                              "'password': 'password'", "retryable": False, "validator": "regex_deny",
+                              "reason": "matched 'password': 'password'"}
+    assert final["message"]["content"] == ""
+    assert final["validation"]["blocked"]["validator"] == "regex_deny"
+    assert "word" not in str([d for _, e, d in events if e != "final"])
+
+
+async def test_operator_policy_and_redaction_reach_the_final_message() -> None:
+    adapter = FakeAdapter([[TextDelta(text="Mail a@b")], [TextDelta(text=".io today. Bye")],
+                           [MessageDelta(stop_reason="stop"), MessageEnd()]])
+    settings = Settings(validators=[ValidatorSpec(name="pii", config={"action": "redact"})])
+    events = await run_to_end(gateway(adapter, settings))
+    tokens = [d["content"] for _, e, d in events if e == "token"]
+    assert "".join(tokens) == "Mail [EMAIL] today. Bye" and [d["index"] for _, e, d in events if e == "token"] == [0, 1]
+    final = events[-1][2]
+    assert final["status"] == "ok" and final["message"]["content"] == "Mail [EMAIL] today. Bye"
+    assert final["validation"]["validators"]["pii"]["checks"] == 3  # two chunks and the final check
+    assert adapter.streams[0].closed.is_set()
