@@ -56,10 +56,11 @@ async def test_regex_deny_checks_tool_arguments() -> None:
 @pytest.mark.parametrize(
     ("chunk", "kind"),
     [("The Darn thing. ", "fail"), ("darnation is a word. ", "pass"), ("a heck of a day", "fail"),
-     ("oh HECK. ", "fail"), ("hecking ", "pass"), ("big  bad wolf", "fail"), ("big badwolf", "pass")],
+     ("oh HECK. ", "fail"), ("hecking ", "pass"), ("big  bad wolf", "fail"), ("big badwolf", "pass"),
+     ("an X-ray scan", "fail"), ("two x-rays", "pass")],
 )
 async def test_banned_words_whole_words_any_case(chunk: str, kind: str) -> None:
-    v = make("banned_words", {"words": ["darn", "heck", "big bad"]})
+    v = make("banned_words", {"words": ["darn", "heck", "big bad", "x-ray"]})
     assert (await v.check_chunk(chunk, ctx())).kind == kind
 
 
@@ -209,6 +210,7 @@ async def test_judge_asks_the_configured_model() -> None:
         ([{"name": "max_length", "config": {"max": 5}}, {"name": "regex_deny", "config": {"patterns": ["("]}}],
          None, "validators.1.config.patterns"),
         ([{"name": "regex_deny", "config": {"patterns": ["a*"]}}], None, "validators.0.config.patterns"),
+        ([{"name": "regex_deny", "config": {"patterns": ["(a+)+$"]}}], None, "validators.0.config.patterns"),
         ([{"name": "pii", "config": {"action": "mask"}}], None, "validators.0.config.action"),
         ([{"name": "pii", "config": {"on_error": "maybe"}}], None, "validators.0.config.on_error"),
         ([{"name": "json_schema", "config": {"schema": {"type": 5}}}], None, "validators.0.config.schema"),

@@ -8,7 +8,9 @@ only matches that end inside the new chunk count, so nothing is judged twice.
 from __future__ import annotations
 
 import re
-from typing import Literal
+import re._constants as _sre_constants  # the stdlib regex parser: to refuse catastrophic shapes
+import re._parser as _sre
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -27,6 +29,9 @@ from app.validation.validators.base import (
 __all__ = ["BannedWords", "MaxLength", "RegexDeny"]
 
 _SHOWN_MATCH = 80
+_REPEATS = (_sre_constants.MAX_REPEAT, _sre_constants.MIN_REPEAT, _sre_constants.POSSESSIVE_REPEAT)
+_MAXREPEAT = _sre_constants.MAXREPEAT
+_PLAIN_WORD = re.compile(r"\w+")
 
 
 class MaxLengthConfig(ValidatorConfig):
@@ -62,6 +67,23 @@ class MaxLength(Validator):
         return self._judge(len(text), ctx)
 
 
+def _nested_unbounded(parsed: Any, inside: bool = False) -> bool:
+    """True when an unbounded repeat sits inside another, like `(a+)+`: the classic shape of
+    catastrophic backtracking, which would stall the event loop for every stream."""
+    for op, av in parsed:
+        if op in _REPEATS:
+            low, high, sub = av
+            unbounded = high == _MAXREPEAT
+            if (unbounded and inside) or _nested_unbounded(sub, inside or unbounded):
+                return True
+            continue
+        for part in av if isinstance(av, (tuple, list)) else (av,):
+            subs = part if isinstance(part, list) else [part]
+            if any(isinstance(x, _sre.SubPattern) and _nested_unbounded(x, inside) for x in subs):
+                return True
+    return False
+
+
 def _compile(pattern: str) -> re.Pattern[str]:
     try:
         compiled = re.compile(pattern)
@@ -69,6 +91,8 @@ def _compile(pattern: str) -> re.Pattern[str]:
         raise ValueError(f"not a valid regular expression: {exc}") from None
     if compiled.match("") is not None:
         raise ValueError("pattern matches the empty string")
+    if _nested_unbounded(_sre.parse(pattern)):
+        raise ValueError("nested unbounded repetition (like (a+)+) can take exponential time; rewrite it")
     return compiled
 
 
@@ -144,18 +168,28 @@ class BannedWordsConfig(ValidatorConfig):
 
 
 class BannedWords(_Matcher):
-    """Fails on a banned word or phrase, whole words only, case-insensitive."""
+    """Fails on a banned word or phrase, whole words only, case-insensitive.
+
+    Plain words are looked up in a set (one pass over the text, however long the list);
+    phrases and words with punctuation go through one regex.
+    """
 
     name = "banned_words"
     Config = BannedWordsConfig
 
     def __init__(self, config: BannedWordsConfig, env: GateEnv) -> None:
         super().__init__(config, env)
-        words = sorted({w.strip() for w in config.words}, key=len, reverse=True)
-        alternatives = "|".join(r"\s+".join(map(re.escape, w.split())) for w in words)
-        self._pattern = re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE)
+        words = {w.strip() for w in config.words}
+        self._words = {w.lower() for w in words if _PLAIN_WORD.fullmatch(w)}
+        others = sorted(words - {w for w in words if _PLAIN_WORD.fullmatch(w)}, key=len, reverse=True)
+        alternatives = "|".join(r"\s+".join(map(re.escape, w.split())) for w in others)
+        self._phrases = [re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE)] if others else []
         self._lookbehind = max(len(w) for w in words) + 1
 
     def _verdict(self, text: str, fresh: int) -> Verdict:
-        hit = _first_new_match([self._pattern], text, fresh)
+        banned = self._words
+        for m in _PLAIN_WORD.finditer(text):
+            if m.end() > fresh and m.group().lower() in banned:
+                return Verdict.fail(f"banned word {m.group()!r}")
+        hit = _first_new_match(self._phrases, text, fresh)
         return PASS if hit is None else Verdict.fail(f"banned word {hit[1][:_SHOWN_MATCH]!r}")
