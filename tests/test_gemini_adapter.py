@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx2
 import orjson
 import pytest
 
-from app.core.accumulator import Accumulator
 from app.core.errors import (
     GatewayError,
     RequestError,
@@ -20,7 +19,6 @@ from app.core.errors import (
     UpstreamRateLimited,
     UpstreamTimeout,
 )
-from app.core.events import StreamEvent
 from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec
 from app.providers.base import ProviderRequest
 from app.providers.gemini import (
@@ -35,6 +33,7 @@ from app.providers.gemini import (
 from app.providers.registry import build_registry
 from app.settings import Settings
 from tests.support import recordings
+from tests.upstream_fakes import Body, drain, event_stream
 
 RECORDING = {r.name: r for r in recordings("gemini")}
 Handler = Callable[[httpx2.Request], httpx2.Response]
@@ -158,45 +157,9 @@ def test_message_from_gemini_reads_a_whole_response() -> None:
 # -- the adapter over MockTransport -------------------------------------------------------------
 
 
-class Body(httpx2.AsyncByteStream):
-    """A response body served in pieces, remembering whether the client closed it."""
-
-    def __init__(self, chunks: list[bytes], *, fail: Exception | None = None) -> None:
-        self.chunks = chunks
-        self.fail = fail
-        self.closed = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self.chunks:
-            yield chunk
-        if self.fail is not None:
-            raise self.fail
-
-    async def aclose(self) -> None:
-        self.closed = True
-
-
 def adapter_for(handler: Handler, **kw: Any) -> GeminiAdapter:
     kw.setdefault("api_key", "gm-test-key")
     return GeminiAdapter(httpx2.AsyncClient(transport=httpx2.MockTransport(handler)), **kw)
-
-
-def event_stream(body: Body) -> httpx2.Response:
-    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
-
-
-async def drain(adapter: GeminiAdapter, req: ProviderRequest) -> list[StreamEvent]:
-    stream = await adapter.open_stream(req)
-    acc = Accumulator(model=req.model, provider=adapter.name)
-    events: list[StreamEvent] = []
-    try:
-        async for batch in stream:
-            events.extend(acc.push_all(batch))
-    except GatewayError as exc:
-        events.append(acc.final("error", error=exc.to_dict()))
-        return events
-    events.append(acc.final("ok" if acc.completed else "error"))
-    return events
 
 
 async def test_stream_posts_to_stream_generate_content_and_reads_raw_bytes() -> None:
@@ -222,7 +185,10 @@ async def test_stream_posts_to_stream_generate_content_and_reads_raw_bytes() -> 
 @pytest.mark.parametrize(
     ("base", "model", "url"),
     [("http://127.0.0.1:9/", "models/gemini-pro", "http://127.0.0.1:9/v1beta/models/gemini-pro:generateContent"),
-     ("http://proxy/google/v1", "gemini-pro", "http://proxy/google/v1/models/gemini-pro:generateContent")],
+     ("http://proxy/google/v1", "gemini-pro", "http://proxy/google/v1/models/gemini-pro:generateContent"),
+     ("https://europe-west4-aiplatform.googleapis.com/v1/projects/p/locations/europe-west4/publishers/google",
+      "gemini-2.5-pro", "https://europe-west4-aiplatform.googleapis.com/v1/projects/p/locations/europe-west4"
+      "/publishers/google/models/gemini-2.5-pro:generateContent")],
 )
 def test_base_url_and_model_name(base: str, model: str, url: str) -> None:
     adapter = adapter_for(lambda r: httpx2.Response(500), base_url=base)

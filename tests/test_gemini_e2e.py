@@ -4,28 +4,20 @@ GEMINI_BASE_URL, serving `gemini/*` against a fake Gemini server on loopback."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
-import httpx
 import orjson
 
-from app.main import create_app
 from app.settings import Settings
-from tests.fake_upstream import FakeUpstream
-from tests.support import parse_sse, recordings, serve
+from tests.support import parse_sse, recordings
+from tests.upstream_fakes import FakeUpstream, first_token_then_leave, gateway
 
 RECORDING = {r.name: r for r in recordings("gemini")}
 KEY = "gm-e2e-test-key-0000000000"
 STREAM = "/v1beta/models/gemini-3-pro-preview:streamGenerateContent?alt=sse"
 
 
-@contextlib.asynccontextmanager
-async def gateway(fake: FakeUpstream) -> AsyncIterator[httpx.AsyncClient]:
-    async with serve(fake.app()) as upstream:
-        settings = Settings(gemini_api_key=KEY, gemini_base_url=upstream, upstream_max_retries=0)
-        async with serve(create_app(settings)) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
-            yield client
+def configured(upstream: str) -> Settings:
+    return Settings(gemini_api_key=KEY, gemini_base_url=upstream, upstream_max_retries=0)
 
 
 def fake_gemini(*replies: object, hold: bool = False) -> FakeUpstream:
@@ -43,7 +35,7 @@ ASK = {
 
 async def test_tool_round_trip_sends_the_thought_signature_back() -> None:
     fake = fake_gemini(RECORDING["function-call-thought-signature"].body, RECORDING["text"].body)
-    async with gateway(fake) as client:
+    async with gateway(fake, configured) as client:
         first = parse_sse((await client.post("/v1/stream", json=ASK)).content)
         final = first[-1][2]
         assert first[0][2]["provider"] == "gemini"
@@ -80,7 +72,7 @@ async def test_a_blocked_prompt_ends_with_final_blocked() -> None:
                "usageMetadata": {"promptTokenCount": 9, "totalTokenCount": 9}, "responseId": "blk",
                "modelVersion": "gemini-2.5-flash"}
     fake = fake_gemini(b"data: " + orjson.dumps(blocked) + b"\r\n\r\n")
-    async with gateway(fake) as client:
+    async with gateway(fake, configured) as client:
         ask = {"model": "gemini/gemini-2.5-flash", "messages": [{"role": "user", "content": "something bad"}]}
         events = parse_sse((await client.post("/v1/stream", json=ask)).content)
     assert [e for _, e, _ in events] == ["start", "final"]
@@ -91,7 +83,7 @@ async def test_a_blocked_prompt_ends_with_final_blocked() -> None:
 
 async def test_reasoning_code_execution_and_grounding_come_out_as_canonical_events() -> None:
     fake = fake_gemini(RECORDING["thinking-thought-parts"].body, RECORDING["code-execution"].body)
-    async with gateway(fake) as client:
+    async with gateway(fake, configured) as client:
         ask = {"model": "gemini/gemini-2.5-pro", "messages": [{"role": "user", "content": "How to cross a street?"}],
                "provider_options": {"generationConfig": {"thinkingConfig": {"includeThoughts": True}}}}
         thinking = parse_sse((await client.post("/v1/stream", json=ask)).content)
@@ -118,7 +110,7 @@ async def test_failures_before_and_after_the_first_event() -> None:
     fake = fake_gemini((400, bad_key, {}), (429, quota, {}), (404, {"error": {"code": 404, "message": "no model"}}, {}),
                        text[: text.rindex(b"data: ")])
     ask = {"model": "gemini/gemini-2.0-flash", "messages": [{"role": "user", "content": "Capital of France?"}]}
-    async with gateway(fake) as client:
+    async with gateway(fake, configured) as client:
         refused = await client.post("/v1/stream", json=ask)
         assert refused.status_code == 502 and refused.json()["error"]["code"] == "upstream_auth"
         assert KEY not in refused.text
@@ -134,11 +126,8 @@ async def test_failures_before_and_after_the_first_event() -> None:
 async def test_client_disconnect_closes_the_gemini_stream() -> None:
     text = RECORDING["text"].body
     fake = fake_gemini(text[: text.rindex(b"data: ")], hold=True)
-    async with gateway(fake) as client:
+    async with gateway(fake, configured) as client:
         ask = {"model": "gemini/gemini-2.0-flash", "messages": [{"role": "user", "content": "Capital of France?"}]}
-        async with client.stream("POST", "/v1/stream", json=ask) as response:
-            async for line in response.aiter_lines():
-                if line.startswith("event: token"):
-                    break
+        await first_token_then_leave(client, ask)
         # The gateway's client is gone: the upstream response is closed (DESIGN.md section 6).
         await asyncio.wait_for(fake.closed.wait(), timeout=5.0)

@@ -13,6 +13,7 @@ from app.core.events import FinalEvent, ReasoningEvent, TokenEvent, ToolCallEven
 from app.core.messages import thaw
 from app.providers.gemini_stream import GeminiNormalizer
 from tests.support import Recording, final_of, recordings, run_bytes, split_at
+from tests.upstream_fakes import same_events_at_every_cut
 
 RECORDINGS = recordings("gemini")
 BY_NAME = {r.name: r for r in RECORDINGS}
@@ -88,11 +89,7 @@ def test_same_events_however_the_bytes_are_split(rec: Recording, cuts: list[int]
 
 
 def test_every_single_cut_of_a_small_recording() -> None:
-    body = BY_NAME["vertex-parallel-calls-partial-args"].body
-    whole, _ = run([body])
-    for cut in range(1, len(body)):
-        assert run([body[:cut], body[cut:]])[0] == whole, cut
-    assert run([body[i:i + 1] for i in range(len(body))])[0] == whole
+    same_events_at_every_cut(lambda chunks: run(chunks)[0], BY_NAME["vertex-parallel-calls-partial-args"].body)
 
 
 @pytest.mark.parametrize("rec", RECORDINGS, ids=repr)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -10,7 +10,6 @@ import openai
 import orjson
 import pytest
 
-from app.core.accumulator import Accumulator
 from app.core.errors import (
     GatewayError,
     RequestError,
@@ -20,7 +19,6 @@ from app.core.errors import (
     UpstreamRateLimited,
     UpstreamTimeout,
 )
-from app.core.events import StreamEvent
 from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec
 from app.providers.base import ProviderRequest
 from app.providers.openai_responses import (
@@ -35,6 +33,7 @@ from app.providers.openai_responses import (
 from app.providers.registry import build_registry
 from app.settings import Settings
 from tests.support import recordings
+from tests.upstream_fakes import Body, drain, event_stream
 
 RECORDING = {r.name: r for r in recordings("openai-responses")}
 Handler = Callable[[httpx2.Request], httpx2.Response]
@@ -160,45 +159,9 @@ def test_message_from_responses() -> None:
 # -- the adapter over MockTransport -------------------------------------------------------------
 
 
-class Body(httpx2.AsyncByteStream):
-    """A response body served in pieces, remembering whether the client closed it."""
-
-    def __init__(self, chunks: list[bytes], *, fail: Exception | None = None) -> None:
-        self.chunks = chunks
-        self.fail = fail
-        self.closed = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self.chunks:
-            yield chunk
-        if self.fail is not None:
-            raise self.fail
-
-    async def aclose(self) -> None:
-        self.closed = True
-
-
 def client_for(handler: Handler) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(api_key="sk-test", base_url="http://openai.test/v1", max_retries=0,
                               http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)))
-
-
-def event_stream(body: Body) -> httpx2.Response:
-    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
-
-
-async def drain(adapter: OpenAIResponsesAdapter, req: ProviderRequest) -> list[StreamEvent]:
-    stream = await adapter.open_stream(req)
-    acc = Accumulator(model=req.model, provider=adapter.name)
-    events: list[StreamEvent] = []
-    try:
-        async for batch in stream:
-            events.extend(acc.push_all(batch))
-    except GatewayError as exc:
-        events.append(acc.final("error", error=exc.to_dict()))
-        return events
-    events.append(acc.final("ok" if acc.completed else "error"))
-    return events
 
 
 async def test_stream_posts_to_responses_and_reads_raw_bytes() -> None:

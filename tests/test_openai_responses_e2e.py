@@ -4,26 +4,17 @@ OPENAI_BASE_URL, serving `openai-responses/*` against a fake Responses server on
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
-import httpx
-
-from app.main import create_app
 from app.settings import Settings
-from tests.fake_upstream import FakeUpstream
-from tests.support import parse_sse, recordings, serve
+from tests.support import parse_sse, recordings
+from tests.upstream_fakes import FakeUpstream, first_token_then_leave, gateway
 
 RECORDING = {r.name: r for r in recordings("openai-responses")}
 KEY = "sk-responses-e2e-test-key-0000"
 
 
-@contextlib.asynccontextmanager
-async def gateway(fake: FakeUpstream) -> AsyncIterator[httpx.AsyncClient]:
-    async with serve(fake.app()) as upstream:
-        settings = Settings(openai_api_key=KEY, openai_base_url=f"{upstream}/v1", upstream_max_retries=0)
-        async with serve(create_app(settings)) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
-            yield client
+def configured(upstream: str) -> Settings:
+    return Settings(openai_api_key=KEY, openai_base_url=f"{upstream}/v1", upstream_max_retries=0)
 
 
 ASK = {
@@ -38,7 +29,7 @@ ASK = {
 
 async def test_function_call_round_trip_through_the_gateway() -> None:
     fake = FakeUpstream("/v1/responses", [RECORDING["function-call"].body, RECORDING["text"].body])
-    async with gateway(fake) as client:
+    async with gateway(fake, configured) as client:
         first = parse_sse((await client.post("/v1/stream", json=ASK)).content)
         assert [e for _, e, _ in first][0] == "start" and first[0][2]["provider"] == "openai-responses"
         final = first[-1][2]
@@ -70,7 +61,7 @@ async def test_function_call_round_trip_through_the_gateway() -> None:
 
 async def test_reasoning_and_built_in_tools_come_out_as_canonical_events() -> None:
     fake = FakeUpstream("/v1/responses", [RECORDING["code-interpreter-reasoning-summary"].body])
-    async with gateway(fake) as client:
+    async with gateway(fake, configured) as client:
         ask = {"model": "openai-responses/gpt-5", "messages": [{"role": "user", "content": "123456^123?"}],
                "provider_options": {"reasoning_effort": "low", "reasoning_summary": "detailed",
                                     "builtin_tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]}}
@@ -98,7 +89,7 @@ async def test_failures_before_and_after_the_first_event() -> None:
         RECORDING["text"].body[: RECORDING["text"].body.index(b"event: response.output_text.done")],
     ])
     ask = {"model": "openai-responses/gpt-5-nano", "messages": [{"role": "user", "content": "Hi"}]}
-    async with gateway(fake) as client:
+    async with gateway(fake, configured) as client:
         limited = await client.post("/v1/stream", json=ask)
         assert limited.status_code == 429 and limited.headers["retry-after"] == "11"
         refused = await client.post("/v1/stream", json=ask)
@@ -114,11 +105,8 @@ async def test_failures_before_and_after_the_first_event() -> None:
 async def test_client_disconnect_closes_the_responses_stream() -> None:
     body = RECORDING["text"].body
     fake = FakeUpstream("/v1/responses", [body[: body.index(b"event: response.output_text.done")]], hold=True)
-    async with gateway(fake) as client:
+    async with gateway(fake, configured) as client:
         ask = {"model": "openai-responses/gpt-4o", "messages": [{"role": "user", "content": "Capital of France?"}]}
-        async with client.stream("POST", "/v1/stream", json=ask) as response:
-            async for line in response.aiter_lines():
-                if line.startswith("event: token"):
-                    break
+        await first_token_then_leave(client, ask)
         # The gateway's client is gone: the upstream response is closed (DESIGN.md section 6).
         await asyncio.wait_for(fake.closed.wait(), timeout=5.0)

@@ -5,8 +5,10 @@ The injected client is an `httpx2.AsyncClient`, not the `google-genai` SDK: the 
 streaming call yields typed pydantic objects per chunk (the cost DESIGN.md section 4 measured and
 rejected) and has no public raw-bytes variant, and it would add a dependency tree (google-auth,
 its own httpx) for one POST. The REST call is small: `POST {base}/v1beta/models/{model}:
-streamGenerateContent?alt=sse` with the key in `x-goog-api-key`. An injected client may carry its
-own auth headers instead (Vertex AI, proxies); then no key needs configuring.
+streamGenerateContent?alt=sse` with the key in `x-goog-api-key`. GEMINI_BASE_URL as a bare host
+gets `/v1beta`; with a path it is used as given (a proxy prefix, or Vertex AI's
+`https://{region}-aiplatform.googleapis.com/v1/projects/{p}/locations/{region}/publishers/google`).
+An injected client may carry its own auth headers instead of a key (Vertex AI, proxies).
 
 Request mapping decisions:
 - Every system message goes into `systemInstruction` (Gemini has no system turn), in order.
@@ -20,7 +22,8 @@ Request mapping decisions:
   block from this provider) goes on its first `functionCall` part, or on its first text part when
   it has no calls, which is where Gemini puts it. Thought text is not sent back.
 - Tools are `functionDeclarations` with `parametersJsonSchema` (full JSON Schema, no conversion
-  to the OpenAPI subset of `parameters`).
+  to the OpenAPI subset of `parameters`). Tool specs and `tool_choice` are checked by the Chat
+  converters, so every provider accepts and refuses the same things.
 - `temperature` and `max_tokens` go into `generationConfig`. `provider_options`: a
   `generationConfig` object merges into ours (thinkingConfig, topP, stopSequences, ...),
   `builtin_tools` (e.g. `[{"googleSearch": {}}, {"codeExecution": {}}]`) join the tools, any
@@ -34,7 +37,7 @@ import contextlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx2
 import orjson
@@ -49,9 +52,10 @@ from app.core.errors import (
     UpstreamRateLimited,
     UpstreamTimeout,
 )
-from app.core.messages import AdapterError, Message, ToolSpec, check_unique_tool_names, thaw
+from app.core.messages import AdapterError, Message, ToolSpec, thaw
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, SSEPatchStream, ToolChoice
 from app.providers.gemini_stream import GeminiNormalizer
+from app.providers.openai_chat_convert import tool_choice_to_openai, tool_specs_to_openai
 from app.providers.sse import SSEEvent
 from app.settings import Settings
 
@@ -130,36 +134,24 @@ def _tool_response(content: str) -> dict[str, Any]:
 
 
 def tool_specs_to_gemini(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-    """Foundry tool specs -> `functionDeclarations` (empty list: no declarations)."""
-    for tool in tools:
-        if not isinstance(tool, ToolSpec):
-            raise AdapterError(f"tool {tool!r} is not a Foundry ToolSpec")
-    try:
-        check_unique_tool_names(tools)
-    except ValueError as exc:
-        raise AdapterError(str(exc)) from None
+    """Foundry tool specs -> `functionDeclarations`, checked by the Chat converter (duplicate
+    names and malformed specs raise AdapterError), schemas as `parametersJsonSchema`."""
     declarations = []
-    for tool in tools:
-        declaration: dict[str, Any] = {"name": tool.name, "parametersJsonSchema": thaw(tool.parameters)}
-        if tool.description:
-            declaration["description"] = tool.description
-        declarations.append(declaration)
+    for spec in tool_specs_to_openai(tools):
+        function = dict(spec["function"])
+        function["parametersJsonSchema"] = function.pop("parameters")
+        declarations.append(function)
     return declarations
 
 
 def tool_choice_to_gemini(choice: ToolChoice | None, tools: Sequence[ToolSpec]) -> dict[str, Any] | None:
-    """auto/none/required/<tool name> -> `toolConfig` (None: omit), as for the other providers."""
-    if choice is None:
+    """auto/none/required/<tool name> -> `toolConfig` (None: omit), checked as for Chat."""
+    wire = tool_choice_to_openai(choice, tools)
+    if wire is None:
         return None
-    if choice in _CHOICE_MODES:
-        if not tools:
-            if choice == "required":
-                raise AdapterError("tool_choice 'required' needs tools")
-            return None
-        return {"functionCallingConfig": {"mode": _CHOICE_MODES[choice]}}
-    if choice not in {t.name for t in tools}:
-        raise AdapterError(f"tool_choice {choice!r} is not auto, none, required or the name of a given tool")
-    return {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [choice]}}
+    if isinstance(wire, dict):
+        return {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [wire["function"]["name"]]}}
+    return {"functionCallingConfig": {"mode": _CHOICE_MODES[wire]}}
 
 
 def gemini_request(request: ProviderRequest, *, provider: str = "gemini") -> dict[str, Any]:
@@ -293,8 +285,10 @@ class GeminiAdapter:
         self._headers = {"content-type": "application/json"}
         if api_key:
             self._headers["x-goog-api-key"] = api_key
+        # A bare host gets the Gemini API's version; a URL with a path is used as given
+        # (".../v1beta", a proxy's prefix, Vertex AI's ".../locations/{l}/publishers/google").
         base = (base_url or GEMINI_BASE_URL).rstrip("/")
-        self._base = base if base.rsplit("/", 1)[-1] in ("v1", "v1beta", "v1alpha") else f"{base}/v1beta"
+        self._base = base if urlsplit(base).path else f"{base}/v1beta"
         self._owns_client = owns_client
 
     def ready(self) -> bool:

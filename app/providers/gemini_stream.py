@@ -158,17 +158,9 @@ class GeminiNormalizer:
         if self._failure is not None:
             return
         try:
-            chunk = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            self._fail(f"a chunk is not JSON: {event.data[:200]!r}")
-            return
-        if not isinstance(chunk, dict):
-            self._fail("a chunk is not a JSON object")
-            return
-        try:
-            self._chunk(chunk, out)
-        except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
-            self._fail(f"malformed chunk ({exc})")
+            self._chunk(orjson.loads(event.data), out)
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:  # not JSON, or not the shape
+            self._fail(f"malformed chunk ({exc}): {event.data[:200]!r}")
 
     def finish(self, out: list[Patch]) -> None:
         if self._failure is not None:

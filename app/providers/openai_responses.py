@@ -8,7 +8,8 @@ normalizer lives in `openai_responses_stream.py`. Request mapping decisions:
   messages `function_call_output` items answering them, so a tool round trip needs no stored
   state upstream.
 - Function tools are sent with `strict: false`: strict mode demands schemas Foundry does not
-  (every property required, `additionalProperties: false`).
+  (every property required, `additionalProperties: false`). Tool specs and `tool_choice` are
+  checked by the Chat converters, so every OpenAI wire accepts and refuses the same things.
 - Reasoning blocks are not sent back: a Responses reasoning item can only be replayed with its
   item id and encrypted content, which the Foundry message does not carry.
 - `temperature` is not sent to reasoning models (`o1`, `o3`, `o4-mini`, `gpt-5*`) nor when
@@ -23,16 +24,17 @@ normalizer lives in `openai_responses_stream.py`. Request mapping decisions:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import openai
 import orjson
 
 from app.core.errors import RequestError, UpstreamError
-from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec, check_unique_tool_names, thaw
+from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec, thaw
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, SSEPatchStream, ToolChoice
 from app.providers.openai_chat import OPENAI_BASE_URL, make_client, upstream_errors
+from app.providers.openai_chat_convert import tool_choice_to_openai, tool_specs_to_openai
 from app.providers.openai_chat_stream import stream_error
 from app.providers.openai_responses_stream import SUMMARY_PART_SEPARATOR, ResponsesNormalizer
 from app.settings import Settings
@@ -83,33 +85,20 @@ def messages_to_responses(messages: tuple[Message, ...] | list[Message]) -> tupl
     return ("\n\n".join(instructions) if instructions else None), items
 
 
-def tool_specs_to_responses(tools: tuple[ToolSpec, ...] | list[ToolSpec]) -> list[dict[str, Any]]:
-    """Foundry tool specs -> Responses `function` tools (not strict; see the module docstring)."""
-    for tool in tools:
-        if not isinstance(tool, ToolSpec):
-            raise AdapterError(f"tool {tool!r} is not a Foundry ToolSpec")
-    try:
-        check_unique_tool_names(tools)
-    except ValueError as exc:
-        raise AdapterError(str(exc)) from None
-    return [{"type": "function", "name": t.name, "description": t.description,
-             "parameters": thaw(t.parameters), "strict": False} for t in tools]
+def tool_specs_to_responses(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Foundry tool specs -> Responses `function` tools (not strict; see the module docstring).
+
+    Checked by the Chat converter (duplicate names, malformed specs raise), then flattened.
+    """
+    return [{"type": "function", **spec["function"], "strict": False} for spec in tool_specs_to_openai(tools)]
 
 
-def tool_choice_to_responses(
-    choice: ToolChoice | None, tools: tuple[ToolSpec, ...] | list[ToolSpec], *, builtin_tools: bool = False
-) -> Any:
-    """auto/none/required/<tool name> -> Responses `tool_choice` (None: omit), as for Chat."""
-    if choice is None:
-        return None
-    if choice in ("auto", "none", "required"):
-        any_tools = bool(tools) or builtin_tools
-        if not any_tools and choice == "required":
-            raise AdapterError("tool_choice 'required' needs tools")
-        return choice if any_tools else None
-    if choice not in {t.name for t in tools}:
-        raise AdapterError(f"tool_choice {choice!r} is not auto, none, required or the name of a given tool")
-    return {"type": "function", "name": choice}
+def tool_choice_to_responses(choice: ToolChoice | None, tools: Sequence[ToolSpec], *, builtin_tools: bool = False) -> Any:
+    """auto/none/required/<tool name> -> Responses `tool_choice` (None: omit), checked as for Chat."""
+    if builtin_tools and not tools and choice in ("auto", "none", "required"):
+        return choice  # only built-in tools: the words still apply
+    wire = tool_choice_to_openai(choice, tools)
+    return {"type": "function", "name": wire["function"]["name"]} if isinstance(wire, dict) else wire
 
 
 def responses_request(request: ProviderRequest, *, stream: bool) -> dict[str, Any]:

@@ -129,16 +129,9 @@ class ResponsesNormalizer:
             return
         try:
             data = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            self._fail(f"an event is not JSON: {event.data[:200]!r}")
-            return
-        if not isinstance(data, dict):
-            self._fail("an event is not a JSON object")
-            return
-        try:
             self._event(data.get("type") or event.event, data, out)
-        except (AttributeError, TypeError, ValueError) as exc:  # a field of the wrong type
-            self._fail(f"malformed {data.get('type')!r} event ({exc})")
+        except (AttributeError, TypeError, ValueError) as exc:  # not JSON, or a field of the wrong type
+            self._fail(f"malformed {event.event!r} event ({exc}): {event.data[:200]!r}")
 
     def finish(self, out: list[Patch]) -> None:
         if self._failure is not None:
