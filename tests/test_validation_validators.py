@@ -11,12 +11,8 @@ from app.validation.specs import parse_spec
 from app.validation.validators.base import CheckContext, GateEnv, ToolCallCheck, Verdict
 from app.validation.validators.judge import judge_prompt, parse_verdict
 from app.validation.validators.pii import find_pii, luhn_ok
+from tests.validation_support import ADD
 
-ADD = ToolSpec(
-    name="add",
-    parameters={"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"]},
-)
 
 
 def make(name: str, config: dict, *, tools: tuple[ToolSpec, ...] = (), judge=None):
