@@ -298,6 +298,8 @@ async def test_registry_serves_gemini_with_a_key_or_a_client(monkeypatch: pytest
     injected = httpx2.AsyncClient(transport=httpx2.MockTransport(raising(AssertionError())))
     adapter = build_gemini(settings(), {"gemini": injected})["gemini"]
     assert isinstance(adapter, GeminiAdapter) and adapter._client is injected
+    with pytest.raises(TypeError, match="httpx2.AsyncClient"):
+        build_gemini(settings(), {"gemini": object()})
     monkeypatch.setenv("GOOGLE_API_KEY", "from-google-env")
     registry = build_registry(Settings())
     served = registry.get("gemini")

@@ -350,6 +350,8 @@ def build_gemini(settings: Settings, clients: Mapping[str, Any]) -> dict[str, Pr
     key = settings.gemini_api_key.get_secret_value() if settings.gemini_api_key else None
     client = clients.get("gemini")
     if client is not None:
+        if not isinstance(client, httpx2.AsyncClient):
+            raise TypeError(f"clients['gemini'] must be an httpx2.AsyncClient, got {type(client).__name__}")
         return {"gemini": GeminiAdapter(client, api_key=key, base_url=settings.gemini_base_url)}
     if not key:
         return {}
