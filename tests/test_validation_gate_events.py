@@ -181,3 +181,12 @@ async def test_a_lane_no_validator_judges_passes_through_at_once() -> None:
     thinking = ReasoningEvent(index=0, content="Unfinished thought")
     assert await gate.admit(thinking) == [thinking]
     assert gate.summary()["chunks"] == {"text": 0, "reasoning": 0}
+
+
+async def test_final_checks_judge_the_last_turn_the_final_message_holds() -> None:
+    schema = {"type": "object", "required": ["sum"]}
+    gate = make_gate(spec("json_schema", schema=schema), tools=(ADD,))
+    events = [*tokens("Let me add."), *call_events("c1", ['{"a": 1, "b": 2}'], {"a": 1, "b": 2}),
+              ToolResultEvent(tool_call_id="c1", name="add", content="3"), *tokens('{"sum": 3}', first=3)]
+    released, blocked = await drive(gate, events)
+    assert blocked is None and text_of(released) == 'Let me add.{"sum": 3}'

@@ -107,7 +107,7 @@ class ValidationGate:
             for lane in (self._text, self._reasoning):
                 if not lane.members or (lane is self._reasoning and not lane.fed):
                     continue
-                text = "".join(lane.parts)
+                text = lane.turn_text()
                 ctx = lane.final_context(self._tool_calls)
                 await run_checks(lane.members, "final", lambda v: v.check_final(text, ctx), self._observer)
             out = self._release()

@@ -23,7 +23,7 @@ _COMPACT_AT = 1024
 
 class TextLane:
     __slots__ = (
-        "kind", "chunker", "members", "fed", "chunked", "validated", "released", "chunks", "turn_start",
+        "kind", "chunker", "members", "fed", "chunked", "validated", "released", "chunks", "turn_start", "turn_chars",
         "parts", "parts_chars", "redactions", "_red_starts", "_red_ends", "_red_texts",
         "_starts", "_head", "released_tokens", "_out_index",
     )
@@ -38,6 +38,7 @@ class TextLane:
         self.released = 0  # characters of released events
         self.chunks = 0
         self.turn_start = 0  # where the accumulator's current assistant turn began
+        self.turn_chars = 0  # the same place in the validated (released-form) text
         self.parts: list[str] = []  # validated text as released (redactions applied)
         self.parts_chars = 0
         self.redactions = 0
@@ -62,8 +63,14 @@ class TextLane:
         return start, self.fed
 
     def new_turn(self) -> None:
-        """The accumulator closed the assistant turn (a caller's tool call got its result)."""
+        """The accumulator closed the assistant turn (a caller's tool call got its result).
+        The gate flushed the lane first, so the turn starts on a chunk boundary."""
         self.turn_start = self.fed
+        self.turn_chars = self.parts_chars
+
+    def turn_text(self) -> str:
+        """The current turn's validated text as released: what the final checks judge."""
+        return "".join(self.parts)[self.turn_chars:]
 
     def pass_through(self) -> None:
         """An ungated lane (no validator judges it): everything admitted counts as validated."""
@@ -77,9 +84,10 @@ class TextLane:
         )
 
     def final_context(self, tool_calls: int) -> CheckContext:
+        """For final checks: `before` is the text of earlier turns (only its length is kept)."""
         return CheckContext(
             lane=self.kind, index=self.chunks, tokens=self.released_tokens + len(self._starts) - self._head,
-            tool_calls=tool_calls, parts=[], chars=0,
+            tool_calls=tool_calls, parts=[], chars=self.turn_chars,
         )
 
     def accept(self, chunk: str, start: int, verdicts: list[Verdict]) -> None:

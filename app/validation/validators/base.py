@@ -159,6 +159,8 @@ class Validator:
         return UNKNOWN
 
     async def check_final(self, text: str, ctx: CheckContext) -> Verdict:
+        """`text`: the lane's current turn as released (the final message's content, for the
+        answer); `ctx.before_chars` counts the earlier turns of a multi-step run."""
         return UNKNOWN
 
     async def check_tool_call(self, call: ToolCallCheck, ctx: CheckContext) -> Verdict:

@@ -64,7 +64,7 @@ class MaxLength(Validator):
         return self._judge(ctx.before_chars + len(chunk), ctx)
 
     async def check_final(self, text: str, ctx: CheckContext) -> Verdict:
-        return self._judge(len(text), ctx)
+        return self._judge(ctx.before_chars + len(text), ctx)  # earlier turns count too
 
 
 def _nested_unbounded(parsed: Any, inside: bool = False) -> bool:
