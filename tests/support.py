@@ -54,9 +54,10 @@ def run_bytes(
     decoder = SSEDecoder()
     acc = Accumulator(model=model, provider=provider)
     events: list[StreamEvent] = []
+    patches: list[Patch] = []
     try:
         for chunk in chunks:
-            patches: list[Patch] = []
+            patches = []
             for ev in decoder.feed(chunk):
                 normalizer.feed(ev, patches)
             for p in patches:
@@ -68,6 +69,8 @@ def run_bytes(
         for p in patches:
             acc.push(p, events)
     except GatewayError as exc:
+        for p in patches:  # as SSEPatchStream: patches of the failing read are still delivered
+            acc.push(p, events)
         events.append(acc.final("error", error=exc.to_dict()))
         return events, acc
     if acc.completed:

@@ -185,7 +185,7 @@ def test_stream_params() -> None:
         "model": "gpt-x", "messages": [{"role": "user", "content": "hi"}], "stream": True,
         "stream_options": {"include_usage": True}, "tools": tool_specs_to_openai([WEATHER]),
         "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "max_completion_tokens": 9,
-        "extra_body": {"seed": 7, "response_format": {"type": "json_object"}},
+        "seed": 7, "response_format": {"type": "json_object"},
     }
     compat = stream_params(_request(max_tokens=5), include_usage=False, max_tokens_field="max_tokens")
     assert compat == {"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}], "stream": True,

@@ -1,4 +1,4 @@
-"""FastAPI dependencies as Annotated aliases."""
+"""FastAPI dependencies as Annotated aliases (async: sync ones would hop to a thread per request)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from fastapi import Depends, Request
 from app.pipeline import Gateway
 
 
-def _gateway(request: Request) -> Gateway:
+async def _gateway(request: Request) -> Gateway:
     return request.app.state.gateway
 
 
-def _record(request: Request) -> dict[str, Any]:
+async def _record(request: Request) -> dict[str, Any]:
     """The request's log record (filled by the pipeline, written by the middleware)."""
     return request.scope.setdefault("state", {}).setdefault("record", {})
 

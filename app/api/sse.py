@@ -1,27 +1,116 @@
-"""The SSE response: sse-starlette's EventSourceResponse over pre-encoded frames.
+"""The SSE response: pre-encoded frames out, disconnects in, pings on silence.
 
-Frames are encoded once, by the stream log (app/streams/log.py); sse-starlette supplies the
-ping, disconnect and send-timeout machinery. Pings are `: ping` comments.
+Frames are encoded once, by the stream log (app/streams/log.py). We began on sse-starlette's
+EventSourceResponse; its per-response task group and its per-send cancel scope and anyio lock
+cost more than the rest of the gateway's per-chunk work together (bench/run.py, see README), so
+this is the same protocol with less machinery. Deliberate choices, numbered as sse-starlette does:
+1. One helper task per response watches `receive` for `http.disconnect` and cancels the
+   streaming task (so the run is cancelled and the upstream closed), and sends `: ping` after
+   `ping_seconds` of silence.
+2. The same task is the send watchdog: a send stuck longer than `send_timeout` (a client that
+   stopped reading) is treated as a disconnect, so a dead reader never pins an upstream.
+3. No lock around sends: a ping is one complete frame and only goes out when nothing was sent
+   for a whole interval; uvicorn refuses (and we ignore) a ping that loses the race with the end.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
-__all__ = ["sse_response"]
+__all__ = ["SSEResponse"]
 
-_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-_SEND_TIMEOUT = 30.0  # a client that stops reading for this long is dropped
-
-
-def _ping() -> ServerSentEvent:
-    return ServerSentEvent(comment="ping", sep="\n")
+_HEADERS = {"cache-control": "no-store", "x-accel-buffering": "no"}
+_PING = {"type": "http.response.body", "body": b": ping\n\n", "more_body": True}
 
 
-def sse_response(frames: AsyncIterator[bytes], *, ping_seconds: float, stream_id: str) -> EventSourceResponse:
-    return EventSourceResponse(
-        frames, headers={**_HEADERS, "X-Stream-ID": stream_id}, ping=ping_seconds, sep="\n",
-        ping_message_factory=_ping, send_timeout=_SEND_TIMEOUT,
-    )
+class SSEResponse(Response):
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        frames: AsyncIterator[bytes],
+        *,
+        ping_seconds: float = 5.0,
+        send_timeout: float = 30.0,
+        headers: Mapping[str, str] | None = None,
+        status_code: int = 200,
+    ) -> None:
+        self.frames = frames
+        self.ping_seconds = ping_seconds
+        self.send_timeout = send_timeout
+        self.status_code = status_code
+        self.background = None
+        self.init_headers({**_HEADERS, **(headers or {})})
+        self.raw_headers[:] = [(k, v) for k, v in self.raw_headers if k != b"content-type"]
+        self.raw_headers.append((b"content-type", b"text/event-stream; charset=utf-8"))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        loop = asyncio.get_running_loop()
+        streamer = asyncio.current_task()
+        assert streamer is not None
+        state = _State(last_send=loop.time())
+        helper = loop.create_task(self._watch(receive, send, streamer, state))
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            async for chunk in self.frames:
+                state.sending_since = loop.time()
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                state.last_send = loop.time()
+                state.sending_since = None
+            state.done = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not state.client_gone:
+                raise
+            streamer.uncancel()  # we cancelled ourselves: the client left; end quietly
+        except OSError:
+            pass  # the client went away mid-send (ASGI spec 2.4)
+        finally:
+            state.done = True
+            helper.cancel()
+            close = getattr(self.frames, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
+
+    async def _watch(self, receive: Receive, send: Send, streamer: asyncio.Task[None], state: _State) -> None:
+        loop = asyncio.get_running_loop()
+        interval = min(self.ping_seconds, self.send_timeout)
+        disconnect = loop.create_task(_wait_disconnect(receive))
+        try:
+            while not state.done:
+                done, _ = await asyncio.wait({disconnect}, timeout=interval)
+                if state.done:
+                    return
+                now = loop.time()
+                stuck = state.sending_since is not None and now - state.sending_since > self.send_timeout
+                if done or stuck:
+                    state.client_gone = True
+                    streamer.cancel()
+                    return
+                if state.sending_since is None and now - state.last_send >= self.ping_seconds:
+                    with contextlib.suppress(Exception):
+                        await send(_PING)
+                    state.last_send = loop.time()
+        finally:
+            disconnect.cancel()
+
+
+class _State:
+    __slots__ = ("last_send", "sending_since", "done", "client_gone")
+
+    def __init__(self, *, last_send: float) -> None:
+        self.last_send = last_send
+        self.sending_since: float | None = None
+        self.done = False
+        self.client_gone = False
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -123,14 +123,24 @@ class SSEPatchStream:
                     events = decoder.feed(chunk)
                     if events:
                         out: list[Patch] = []
-                        for event in events:
-                            feed(event, out)
+                        try:
+                            for event in events:
+                                feed(event, out)
+                        except GatewayError:
+                            if out:  # what arrived in the same read before the failure still counts
+                                yield out
+                            raise
                         if out:
                             yield out
             out = []
-            for event in decoder.flush():
-                feed(event, out)
-            self._normalizer.finish(out)
+            try:
+                for event in decoder.flush():
+                    feed(event, out)
+                self._normalizer.finish(out)
+            except GatewayError:
+                if out:
+                    yield out
+                raise
             if out:
                 yield out
         finally:

@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query
-from sse_starlette import EventSourceResponse
 
 from app.api.convert import to_spec
 from app.api.deps import GatewayDep, RecordDep
 from app.api.schemas import ErrorBody, GenerateRequest
-from app.api.sse import sse_response
+from app.api.sse import SSEResponse
 from app.core.errors import RequestError
 from app.streams.log import parse_cursor
 
@@ -28,18 +27,19 @@ _SSE_DOC = {
 
 @router.post(
     "/v1/stream",
-    response_class=EventSourceResponse,
+    response_class=SSEResponse,
     responses={200: _SSE_DOC, **{c: {"model": ErrorBody} for c in (400, 404, 413, 422, 429, 502, 503, 504)}},
     summary="Run and stream canonical events as SSE",
 )
-async def stream(body: GenerateRequest, gateway: GatewayDep, record: RecordDep) -> EventSourceResponse:
+async def stream(body: GenerateRequest, gateway: GatewayDep, record: RecordDep) -> SSEResponse:
     run = await gateway.open(to_spec(body), record=record)
-    return sse_response(run.frames(), ping_seconds=gateway.settings.ping_seconds, stream_id=run.stream_id)
+    return SSEResponse(run.frames(), ping_seconds=gateway.settings.ping_seconds,
+                       headers={"x-stream-id": run.stream_id})
 
 
 @router.get(
     "/v1/stream/{stream_id}",
-    response_class=EventSourceResponse,
+    response_class=SSEResponse,
     responses={200: _SSE_DOC, **{c: {"model": ErrorBody} for c in (400, 404, 410)}},
     summary="Subscribe to a stream: replay after Last-Event-ID or ?after=N, then follow live",
 )
@@ -48,11 +48,12 @@ async def subscribe(
     stream_id: Annotated[str, Path(max_length=64)],
     after: Annotated[int | None, Query(ge=0, description="Replay events after this id.")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
-) -> EventSourceResponse:
+) -> SSEResponse:
     log = gateway.store.get(stream_id)
     if log is None:
         raise RequestError(f"no stream {stream_id!r} (unknown or expired)", code="stream_not_found",
                            status=404, field="stream_id")
     cursor = parse_cursor(last_event_id, after)
     log.check_replay(cursor)
-    return sse_response(log.follow(cursor), ping_seconds=gateway.settings.ping_seconds, stream_id=stream_id)
+    return SSEResponse(log.follow(cursor), ping_seconds=gateway.settings.ping_seconds,
+                       headers={"x-stream-id": stream_id})

@@ -1,0 +1,90 @@
+"""The SSE response: frames pass through, pings fill silence, dead clients end the run."""
+
+import asyncio
+
+from app.api.sse import SSEResponse
+
+
+class Frames:
+    """An async frame source that records whether it was closed."""
+
+    def __init__(self, frames, *, then_wait: bool = False):
+        self.frames = list(frames)
+        self.then_wait = then_wait
+        self.closed = asyncio.Event()
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        if self.frames:
+            return self.frames.pop(0)
+        if self.then_wait:
+            await asyncio.Event().wait()
+        raise StopAsyncIteration
+
+    async def aclose(self):
+        self.closed.set()
+
+
+async def never_disconnect():
+    await asyncio.Event().wait()
+
+
+async def call(response, receive, send):
+    await asyncio.wait_for(response({"type": "http"}, receive, send), timeout=5)
+
+
+async def test_frames_go_out_in_order_and_the_body_ends():
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    await call(SSEResponse(Frames([b"a", b"b"])), never_disconnect, send)
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    headers = dict(sent[0]["headers"])
+    assert headers[b"content-type"] == b"text/event-stream; charset=utf-8" and headers[b"cache-control"] == b"no-store"
+    assert [m["body"] for m in sent[1:]] == [b"a", b"b", b""] and sent[-1]["more_body"] is False
+
+
+async def test_silence_is_filled_with_ping_comments():
+    sent = []
+    pinged = asyncio.Event()
+
+    async def send(message):
+        sent.append(message)
+        if message.get("body") == b": ping\n\n":
+            pinged.set()
+
+    frames = Frames([b"first"], then_wait=True)
+    task = asyncio.create_task(SSEResponse(frames, ping_seconds=0.01)({"type": "http"}, never_disconnect, send))
+    await asyncio.wait_for(pinged.wait(), timeout=5)
+    task.cancel()
+    assert sent[1]["body"] == b"first"
+
+
+async def test_a_disconnect_cancels_the_frame_source_and_ends_quietly():
+    disconnect = asyncio.Event()
+
+    async def receive():
+        await disconnect.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        if message.get("body") == b"first":
+            disconnect.set()
+
+    frames = Frames([b"first"], then_wait=True)
+    await call(SSEResponse(frames, ping_seconds=0.01), receive, send)
+    assert frames.closed.is_set()
+
+
+async def test_a_client_that_stops_reading_is_dropped_after_the_send_timeout():
+    async def send(message):
+        if message.get("body") == b"second":
+            await asyncio.Event().wait()  # the client's window is full forever
+
+    frames = Frames([b"first", b"second", b"third"])
+    await call(SSEResponse(frames, ping_seconds=1, send_timeout=0.02), never_disconnect, send)
+    assert frames.closed.is_set()
