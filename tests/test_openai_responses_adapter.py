@@ -247,6 +247,12 @@ async def test_errors_before_the_body_are_raised_from_open_stream(
         assert info.value.retryable
 
 
+async def test_json_instead_of_an_event_stream_is_an_upstream_error() -> None:
+    adapter = OpenAIResponsesAdapter(client_for(lambda req: httpx2.Response(200, json={"id": "resp_1"})))
+    with pytest.raises(UpstreamError, match="expected an event stream"):
+        await adapter.open_stream(request())
+
+
 async def test_schema_violations_are_request_errors() -> None:
     adapter = OpenAIResponsesAdapter(client_for(raising(AssertionError("no request expected"))))
     with pytest.raises(RequestError):

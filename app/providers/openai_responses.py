@@ -27,6 +27,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import httpx2
 import openai
 import orjson
 
@@ -50,6 +51,8 @@ __all__ = [
 ]
 
 PROVIDER = "openai-responses"
+# The SDK's own marker for "hand me the response unread" (openai._constants.RAW_RESPONSE_HEADER).
+_RAW_STREAM: Any = {"headers": {"X-Stainless-Raw-Response": "stream"}}
 _NO_TEMPERATURE_RE = re.compile(r"^(o\d|gpt-5)")
 _RESERVED_OPTIONS = frozenset({"model", "input", "instructions", "stream", "tools"})
 
@@ -189,33 +192,34 @@ class OpenAIResponsesAdapter:
         if self._owns_client:
             await self._client.close()
 
-    def _call(self, request: ProviderRequest, *, stream: bool) -> dict[str, Any]:
-        """SDK keyword arguments: the typed essentials, the rest of the body as extra_body."""
+    def _body(self, request: ProviderRequest, *, stream: bool) -> dict[str, Any]:
         try:
-            body = responses_request(request, stream=stream)
+            return responses_request(request, stream=stream)
         except AdapterError as exc:
             raise RequestError(f"{self.name}: {exc}", provider=self.name) from None
-        essentials = {key: body.pop(key) for key in ("model", "input", "stream")}
-        return {**essentials, "extra_body": body}
 
     async def open_stream(self, request: ProviderRequest) -> PatchStream:
-        """Send the request; raise GatewayError for anything known before the body starts."""
-        manager = self._client.responses.with_streaming_response.create(**self._call(request, stream=True))
+        """Send the request; raise GatewayError for anything known before the body starts.
+
+        Through the SDK (auth, base URL, retries, typed errors) by `client.post` with the
+        raw-stream header, as openai_chat does: no typed-params transform, the body unread.
+        """
+        body = self._body(request, stream=True)
         with upstream_errors(self.name):
-            response = await manager.__aenter__()
-
-        async def close() -> None:
-            await manager.__aexit__(None, None, None)
-
-        return SSEPatchStream(response.http_response.aiter_bytes(), ResponsesNormalizer(provider=self.name),
-                              close=close, provider=self.name)
+            http = await self._client.post("/responses", body=body, cast_to=httpx2.Response, options=_RAW_STREAM)
+            if http.headers.get("content-type", "").startswith("application/json"):
+                text = (await http.aread())[:500].decode("utf-8", "replace")
+                await http.aclose()
+                raise UpstreamError(f"{self.name}: expected an event stream, got JSON: {text}", provider=self.name)
+        return SSEPatchStream(http.aiter_bytes(), ResponsesNormalizer(provider=self.name), close=http.aclose,
+                              provider=self.name)
 
     async def generate(self, request: ProviderRequest) -> Message:
         """One non-streaming call: the assistant message, with function calls and reasoning."""
-        kwargs = self._call(request, stream=False)
+        body = self._body(request, stream=False)
         with upstream_errors(self.name):
-            raw = await self._client.responses.with_raw_response.create(**kwargs)
-            payload = raw.http_response.content
+            http = await self._client.post("/responses", body=body, cast_to=httpx2.Response)
+            payload = http.content
         try:
             data = orjson.loads(payload)
         except orjson.JSONDecodeError:
