@@ -261,6 +261,12 @@ async def test_errors_before_the_body_are_raised_from_open_stream(
     assert error.retryable == (http >= 500 and code != "upstream_auth" or http == 429)
 
 
+async def test_json_instead_of_an_event_stream_is_an_upstream_error() -> None:
+    adapter = adapter_for(lambda req: httpx2.Response(200, json=[{"candidates": []}]))
+    with pytest.raises(UpstreamError, match="expected an event stream"):
+        await adapter.open_stream(request())
+
+
 async def test_schema_violations_are_request_errors() -> None:
     adapter = adapter_for(raising(AssertionError("no request expected")))
     with pytest.raises(RequestError):

@@ -321,6 +321,13 @@ class GeminiAdapter:
     async def open_stream(self, request: ProviderRequest) -> PatchStream:
         """Send the request; raise GatewayError for anything known before the body starts."""
         response = await self._send(request, "streamGenerateContent?alt=sse")
+        if response.headers.get("content-type", "").startswith("application/json"):  # `alt=sse` ignored
+            with gemini_errors(self.name):
+                try:
+                    text = (await response.aread())[:500].decode("utf-8", "replace")
+                finally:
+                    await response.aclose()
+            raise UpstreamError(f"{self.name}: expected an event stream, got JSON: {text}", provider=self.name)
         return SSEPatchStream(response.aiter_bytes(), GeminiNormalizer(provider=self.name), close=response.aclose,
                               provider=self.name)
 
