@@ -18,6 +18,7 @@ from prometheus_client.exposition import generate_latest
 __all__ = ["Metrics", "configure_logging", "get_logger"]
 
 _TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_CHECK_BUCKETS = (0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5)
 _DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
@@ -58,10 +59,11 @@ class Metrics:
                                        ["provider", "code"], registry=r)
         self.streams_finished = Counter("foundry_streams_finished", "Runs ended, by provider and final status.",
                                         ["provider", "status"], registry=r)
-        self.validator_verdicts = Counter("foundry_validator_verdicts", "Chunk and final verdicts by validator.",
-                                          ["validator", "verdict"], registry=r)
+        self.validator_verdicts = Counter("foundry_validator_verdicts", "Validator verdicts by phase (chunk, "
+                                          "tool_call, final) and outcome.", ["validator", "phase", "outcome"],
+                                          registry=r)
         self.validator_seconds = Histogram("foundry_validator_check_seconds", "Duration of one validator check.",
-                                           ["validator"], registry=r)
+                                           ["validator", "phase"], buckets=_CHECK_BUCKETS, registry=r)
         self.tool_executions = Counter("foundry_tool_executions", "Gateway-executed tool calls by tool and outcome.",
                                        ["tool", "outcome"], registry=r)
 
@@ -69,6 +71,11 @@ class Metrics:
         """Add a finished run's per-type event counts (counted locally: no metric call per event)."""
         for event_type, n in tally.items():
             self.events.labels(event_type).inc(n)
+
+    def observe_check(self, validator: str, phase: str, outcome: str, seconds: float) -> None:
+        """The validation gate's observer: one call per validator check."""
+        self.validator_verdicts.labels(validator, phase, outcome).inc()
+        self.validator_seconds.labels(validator, phase).observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

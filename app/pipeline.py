@@ -28,6 +28,7 @@ from app.providers.base import PatchStream, ProviderRequest, ToolChoice
 from app.providers.registry import ProviderRegistry
 from app.settings import Settings
 from app.streams.log import StreamLog, StreamStore
+from app.validation import build_gate
 
 __all__ = ["Gateway", "Run", "RunSpec"]
 
@@ -47,7 +48,7 @@ class Gate(Protocol):
     def summary(self) -> dict[str, Any]: ...
 
 
-GateFactory = Callable[["RunSpec", "Gateway"], "Gate | None"]
+GateFactory = Callable[["Gateway", "RunSpec"], "Gate | None"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -81,7 +82,7 @@ class Gateway:
         self.registry = registry
         self.store = store
         self.metrics = metrics
-        self.gate_factory = gate_factory
+        self.gate_factory = gate_factory or Gateway.build_gate
         self.log = get_logger("foundry.pipeline")
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -89,7 +90,7 @@ class Gateway:
         """Resolve, configure and start one run; raise GatewayError before any event exists."""
         started = time.perf_counter()
         adapter, provider, upstream_model = self.registry.resolve(spec.model)
-        gate = self.gate_factory(spec, self) if self.gate_factory is not None else None
+        gate = self.gate_factory(self, spec)
         request = ProviderRequest(
             model=upstream_model, messages=spec.messages, tools=spec.tools, tool_choice=spec.tool_choice,
             temperature=spec.temperature, max_tokens=spec.max_tokens, options=spec.options,
@@ -106,6 +107,31 @@ class Gateway:
             gateway=self, log=log, upstream=upstream, gate=gate, provider=provider, model=spec.model,
             started=started, record=record if record is not None else {},
         )
+
+    def build_gate(self, spec: RunSpec) -> Gate | None:
+        """The run's validation gate: operator validators always, the request's added; None
+        (a pass-through, no added latency) when there are none."""
+        return build_gate(
+            request_specs=spec.validators, operator_specs=self.settings.validators,
+            chunking=spec.chunking or self.settings.default_chunking, tools=spec.tools,
+            judge=self.judge, observer=self.metrics.observe_check,
+        )
+
+    async def judge(self, model: str, prompt: str) -> str:
+        """One short, deterministic completion from `provider/model` (the llm_judge backend)."""
+        adapter, provider, name = self.registry.resolve(model)
+        request = ProviderRequest(model=name, messages=(Message(role="user", content=prompt),),
+                                  temperature=0.0, max_tokens=256)
+        stream = await adapter.open_stream(request)
+        acc = Accumulator(model=name, provider=provider)
+        try:
+            async for batch in stream:
+                acc.push_all(batch)
+        finally:
+            await stream.aclose()
+        if not acc.completed:
+            raise UpstreamError(f"judge {model}: the stream ended before it finished", code="upstream_incomplete")
+        return acc.text
 
     def spawn(self, run: Run) -> None:
         """Run in the background, for subscribers only (POST /v1/generate with stream: true)."""
@@ -269,4 +295,6 @@ class Run:
         )
         if final.error:
             self.record["error_code"] = final.error.get("code")
+        if self.gate is not None:
+            self.record["validation"] = final.extra.get("validation")
 

@@ -17,7 +17,7 @@ from tests.support import parse_sse
 def gateway(adapter: FakeAdapter, settings: Settings | None = None) -> Gateway:
     settings = settings or Settings()
 
-    def gate_factory(spec: RunSpec, gw: Gateway):
+    def gate_factory(gw: Gateway, spec: RunSpec):
         return build_gate(request_specs=spec.validators, operator_specs=gw.settings.validators,
                           chunking=spec.chunking, tools=spec.tools, judge=None)
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from app.api.schemas import GenerateRequest
 from app.pipeline import RunSpec
+from app.validation import check_specs
 
 
 def to_spec(body: GenerateRequest) -> RunSpec:
+    """Also refuses (422) unknown validators, bad validator configs and unknown chunkers."""
+    check_specs(body.validators, body.chunking)
     return RunSpec(
         model=body.model,
         messages=tuple(body.messages),

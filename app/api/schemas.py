@@ -7,26 +7,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from app.core.messages import Message, ToolSpec, check_unique_tool_names
+from app.validation import ValidatorSpec
 
 __all__ = [
     "ErrorBody",
     "FinalPayload",
     "GenerateRequest",
     "StreamAccepted",
-    "ValidatorSpecIn",
     "EVENT_SCHEMAS",
 ]
 
 _STRICT = ConfigDict(extra="forbid")
-
-
-class ValidatorSpecIn(BaseModel):
-    """One validator for this request: a built-in name and its configuration."""
-
-    model_config = _STRICT
-
-    name: str = Field(min_length=1, examples=["regex_deny"])
-    config: dict[str, Any] = Field(default_factory=dict, examples=[{"patterns": ["(?i)password"]}])
 
 
 class GenerateRequest(BaseModel):
@@ -52,7 +43,10 @@ class GenerateRequest(BaseModel):
     )
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Defaults to 0 (deterministic).")
     max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
-    validators: list[ValidatorSpecIn] = Field(default_factory=list, max_length=32)
+    validators: list[ValidatorSpec] = Field(
+        default_factory=list, max_length=32,
+        description="Chunk validators for this request, added to the operator's (which always apply).",
+    )
     chunking: Literal["sentence", "word", "paragraph", "none"] | None = Field(
         default=None, description="How validated text is cut into chunks; `sentence` when validators are set."
     )
