@@ -12,13 +12,14 @@ comments, `data` lines join with LF, unknown fields are ignored. Two divergences
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["SSEDecoder", "SSEEvent"]
 
 
-@dataclass(slots=True, frozen=True)
-class SSEEvent:
+class SSEEvent(NamedTuple):
+    """One dispatched event (a NamedTuple: built once per upstream event, on the hot path)."""
+
     event: str
     data: str
     id: str | None = None
@@ -45,8 +46,18 @@ class SSEDecoder:
         lines = buf.split(b"\n")
         self._buf = lines.pop() + tail
         out: list[SSEEvent] = []
+        data = self._data
         for line in lines:
-            self._line(line, out)
+            if not line:  # dispatch
+                if data:
+                    out.append(SSEEvent(self._event or "message", "\n".join(data), self._id))
+                    self._data = data = []
+                self._event = ""
+            elif line[:5] == b"data:":  # the common case, without the general field machine
+                value = line[6:] if line[5:6] == b" " else line[5:]
+                data.append(value.decode("utf-8", "replace"))
+            else:
+                self._line(line, out)
         return out
 
     def flush(self) -> list[SSEEvent]:
