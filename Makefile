@@ -35,7 +35,8 @@ openapi: $(VENV)/.installed-run  ## regenerate openapi/openapi.json from the app
 	$(BIN)/python scripts/export_openapi.py
 
 bench: $(VENV)/.installed-test  ## run the benchmarks in bench/
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py --gate
+	$(BIN)/python bench/gate_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
