@@ -4,7 +4,8 @@ The pure request/response converters live in `anthropic_convert.py` (re-exported
 docstring lists the mapping decisions: system lifting, tool-result turns, the thinking round
 trip, the `max_tokens` default, why `temperature` is not sent, `provider_options`), and the stream
 normalizer in `anthropic_stream.py`. The SDK client is injected; the stream body is read as raw
-bytes through `with_streaming_response` and parsed once by `SSEPatchStream` (DESIGN.md section 4).
+bytes through the SDK's `client.post` (see `RAW_STREAM`) and parsed once by `SSEPatchStream`
+(DESIGN.md section 4).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from app.providers.anthropic_convert import (
     tool_specs_to_anthropic,
 )
 from app.providers.anthropic_stream import AnthropicNormalizer
-from app.providers.base import ProviderAdapter, ProviderRequest, SSEPatchStream, ToolChoice
+from app.providers.base import RAW_STREAM, ProviderAdapter, ProviderRequest, SSEPatchStream, ToolChoice, sse_body
 from app.settings import Settings
 
 __all__ = [
@@ -129,26 +130,20 @@ class AnthropicAdapter:
         return {**required, "extra_body": body}
 
     async def open_stream(self, request: ProviderRequest) -> SSEPatchStream:
-        """Send the request; raise GatewayError for anything known before the body starts."""
+        """Send the request; raise GatewayError for anything known before the body starts.
+
+        Through the SDK (auth, base URL, retries before the response, typed errors) by its
+        documented `client.post(..., cast_to=httpx2.Response)` with the raw-stream header, as
+        openai_chat does: the same request without the typed-params transform, the body unread.
+        """
         try:
-            arguments = self._sdk_arguments(request)
+            body = build_anthropic_request(request, provider=self.name)
         except AdapterError as exc:
             raise RequestError(f"{self.name}: {exc}", provider=self.name) from None
-        manager = self._client.messages.with_streaming_response.create(**arguments, stream=True)
-        # Entered by hand: errors before the body raise from here (HTTP errors to the caller),
-        # and the stream's aclose() exits it, which closes the upstream connection.
+        body["stream"] = True
         with anthropic_errors(self.name):
-            response = await manager.__aenter__()
-            http = response.http_response
-            if http.headers.get("content-type", "").startswith("application/json"):
-                body = (await http.aread())[:500].decode("utf-8", "replace")
-                await manager.__aexit__(None, None, None)
-                raise UpstreamError(f"{self.name}: expected an event stream, got JSON: {body}", provider=self.name)
-
-        async def close() -> None:
-            await manager.__aexit__(None, None, None)
-
-        return SSEPatchStream(http.aiter_bytes(), AnthropicNormalizer(), close=close, provider=self.name)
+            http = await self._client.post("/v1/messages", body=body, cast_to=httpx2.Response, options=RAW_STREAM)
+        return await sse_body(http, AnthropicNormalizer(), provider=self.name)
 
     async def generate(
         self,

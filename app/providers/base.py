@@ -24,6 +24,7 @@ from app.core.patches import Patch
 from app.providers.sse import SSEDecoder, SSEEvent
 
 __all__ = [
+    "RAW_STREAM",
     "BaseStreamIterator",
     "PatchStream",
     "ProviderAdapter",
@@ -32,7 +33,14 @@ __all__ = [
     "StreamNormalizer",
     "ToolChoice",
     "mid_stream_errors",
+    "sse_body",
 ]
+
+RAW_STREAM: Any = {"headers": {"X-Stainless-Raw-Response": "stream"}}
+"""`options=` for the official SDKs' documented `client.post(path, cast_to=httpx2.Response, ...)`:
+their own marker (`_constants.RAW_RESPONSE_HEADER`) for "hand me the response unread". The SDK
+keeps auth, base URL, retries before the response and typed errors; we skip its typed-params
+transform, which cost ~0.5 ms CPU per request here (bench/run.py), and parse the bytes once."""
 
 ToolChoice = Literal["auto", "none", "required"] | str
 """`auto`, `none`, `required`, or the name of one tool the model must call."""
@@ -151,6 +159,22 @@ class SSEPatchStream:
             self._closed = True
             with contextlib.suppress(Exception):
                 await self._close()
+
+
+async def sse_body(response: httpx2.Response, normalizer: StreamNormalizer, *, provider: str) -> SSEPatchStream:
+    """An open streaming response as patches.
+
+    A JSON body where an event stream was asked for (a proxy that dropped `stream`, Gemini's
+    `alt=sse` ignored) is an upstream error before the first event, with the body's start.
+    """
+    if response.headers.get("content-type", "").startswith("application/json"):
+        try:
+            with mid_stream_errors(provider):
+                text = (await response.aread())[:500].decode("utf-8", "replace")
+        finally:
+            await response.aclose()
+        raise UpstreamError(f"{provider}: expected an event stream, got JSON: {text}", provider=provider)
+    return SSEPatchStream(response.aiter_bytes(), normalizer, close=response.aclose, provider=provider)
 
 
 class BaseStreamIterator:

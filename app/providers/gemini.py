@@ -53,7 +53,7 @@ from app.core.errors import (
     UpstreamTimeout,
 )
 from app.core.messages import AdapterError, Message, ToolSpec, thaw
-from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, SSEPatchStream, ToolChoice
+from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
 from app.providers.gemini_stream import GeminiNormalizer
 from app.providers.openai_chat_convert import tool_choice_to_openai, tool_specs_to_openai
 from app.providers.sse import SSEEvent
@@ -321,15 +321,7 @@ class GeminiAdapter:
     async def open_stream(self, request: ProviderRequest) -> PatchStream:
         """Send the request; raise GatewayError for anything known before the body starts."""
         response = await self._send(request, "streamGenerateContent?alt=sse")
-        if response.headers.get("content-type", "").startswith("application/json"):  # `alt=sse` ignored
-            with gemini_errors(self.name):
-                try:
-                    text = (await response.aread())[:500].decode("utf-8", "replace")
-                finally:
-                    await response.aclose()
-            raise UpstreamError(f"{self.name}: expected an event stream, got JSON: {text}", provider=self.name)
-        return SSEPatchStream(response.aiter_bytes(), GeminiNormalizer(provider=self.name), close=response.aclose,
-                              provider=self.name)
+        return await sse_body(response, GeminiNormalizer(provider=self.name), provider=self.name)
 
     async def generate(self, request: ProviderRequest) -> Message:
         """One non-streaming call: the assistant message, with function calls and signatures."""

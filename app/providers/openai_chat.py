@@ -4,7 +4,8 @@ The pure converters (reference/foundry-adapters.md) live in `openai_chat_convert
 stream normalizer in `openai_chat_stream.py`; this module maps a `ProviderRequest` to the wire,
 maps SDK and transport errors to the gateway's hierarchy (once, in `map_upstream_error`), and
 holds the adapter and the registry builder. The SDK client is injected; the body is read as raw
-bytes through `with_streaming_response` and parsed once by `SSEPatchStream` (DESIGN.md section 4).
+bytes through the SDK's `client.post` (see `RAW_STREAM`) and parsed once by `SSEPatchStream`
+(DESIGN.md section 4).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from app.core.errors import (
     UpstreamTimeout,
 )
 from app.core.messages import AdapterError, Message, ToolSpec
-from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, SSEPatchStream
+from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, sse_body
 from app.providers.openai_chat_convert import (
     messages_to_openai,
     normalize_tool_calls,
@@ -54,8 +55,6 @@ __all__ = [
 ]
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
-# The SDK's own marker for "hand me the response unread" (openai._constants.RAW_RESPONSE_HEADER).
-_RAW_STREAM: Any = {"headers": {"X-Stainless-Raw-Response": "stream"}}
 _NO_KEY = "unused"
 """Sent to compatible servers that need no key: the SDK insists on one, they ignore it."""
 
@@ -249,15 +248,9 @@ class OpenAIAdapter:
         # transform, which alone cost ~0.5 ms CPU per request here (bench/run.py, README).
         with upstream_errors(self.name):
             http = await self._client.post(
-                "/chat/completions", body=params, cast_to=httpx2.Response, options=_RAW_STREAM
+                "/chat/completions", body=params, cast_to=httpx2.Response, options=RAW_STREAM
             )
-            if http.headers.get("content-type", "").startswith("application/json"):
-                body = (await http.aread())[:500].decode("utf-8", "replace")
-                await http.aclose()
-                raise UpstreamError(f"{self.name}: expected an event stream, got JSON: {body}",
-                                    provider=self.name)
-        return SSEPatchStream(http.aiter_bytes(), ChatChunkNormalizer(provider=self.name),
-                              close=http.aclose, provider=self.name)
+        return await sse_body(http, ChatChunkNormalizer(provider=self.name), provider=self.name)
 
 
 # -- configuration ------------------------------------------------------------------------

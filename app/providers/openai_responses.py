@@ -33,7 +33,7 @@ import orjson
 
 from app.core.errors import RequestError, UpstreamError
 from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec, thaw
-from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, SSEPatchStream, ToolChoice
+from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
 from app.providers.openai_chat import OPENAI_BASE_URL, make_client, upstream_errors
 from app.providers.openai_chat_convert import tool_choice_to_openai, tool_specs_to_openai
 from app.providers.openai_chat_stream import stream_error
@@ -51,8 +51,6 @@ __all__ = [
 ]
 
 PROVIDER = "openai-responses"
-# The SDK's own marker for "hand me the response unread" (openai._constants.RAW_RESPONSE_HEADER).
-_RAW_STREAM: Any = {"headers": {"X-Stainless-Raw-Response": "stream"}}
 _NO_TEMPERATURE_RE = re.compile(r"^(o\d|gpt-5)")
 _RESERVED_OPTIONS = frozenset({"model", "input", "instructions", "stream", "tools"})
 
@@ -206,13 +204,8 @@ class OpenAIResponsesAdapter:
         """
         body = self._body(request, stream=True)
         with upstream_errors(self.name):
-            http = await self._client.post("/responses", body=body, cast_to=httpx2.Response, options=_RAW_STREAM)
-            if http.headers.get("content-type", "").startswith("application/json"):
-                text = (await http.aread())[:500].decode("utf-8", "replace")
-                await http.aclose()
-                raise UpstreamError(f"{self.name}: expected an event stream, got JSON: {text}", provider=self.name)
-        return SSEPatchStream(http.aiter_bytes(), ResponsesNormalizer(provider=self.name), close=http.aclose,
-                              provider=self.name)
+            http = await self._client.post("/responses", body=body, cast_to=httpx2.Response, options=RAW_STREAM)
+        return await sse_body(http, ResponsesNormalizer(provider=self.name), provider=self.name)
 
     async def generate(self, request: ProviderRequest) -> Message:
         """One non-streaming call: the assistant message, with function calls and reasoning."""
