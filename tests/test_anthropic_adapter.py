@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
@@ -27,27 +27,10 @@ from app.providers.base import ProviderRequest
 from app.providers.registry import build_registry
 from app.settings import Settings
 from tests.support import recordings
+from tests.upstream_fakes import Body, event_stream
 
 RECORDING = {r.name: r for r in recordings("anthropic")}
 Handler = Callable[[httpx2.Request], httpx2.Response]
-
-
-class Body(httpx2.AsyncByteStream):
-    """A response body served in pieces, remembering whether the client closed it."""
-
-    def __init__(self, chunks: list[bytes], *, fail: Exception | None = None) -> None:
-        self.chunks = chunks
-        self.fail = fail
-        self.closed = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self.chunks:
-            yield chunk
-        if self.fail is not None:
-            raise self.fail
-
-    async def aclose(self) -> None:
-        self.closed = True
 
 
 def client_for(handler: Handler) -> anthropic.AsyncAnthropic:
@@ -55,10 +38,6 @@ def client_for(handler: Handler) -> anthropic.AsyncAnthropic:
         api_key="test-key", base_url="http://anthropic.test", max_retries=0,
         http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)),
     )
-
-
-def sse(body: Body) -> httpx2.Response:
-    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
 
 
 def request(**kw: Any) -> ProviderRequest:
@@ -86,7 +65,7 @@ async def test_stream_reads_raw_bytes_and_sends_the_documented_body() -> None:
 
     def handler(req: httpx2.Request) -> httpx2.Response:
         seen.append(req)
-        return sse(body)
+        return event_stream(body)
 
     adapter = AnthropicAdapter(client_for(handler))
     req = request(
@@ -119,7 +98,7 @@ async def test_stream_reads_raw_bytes_and_sends_the_documented_body() -> None:
 
 async def test_aclose_closes_the_upstream_response() -> None:
     body = Body([RECORDING["thinking-signature"].body[:2000]])
-    adapter = AnthropicAdapter(client_for(lambda req: sse(body)))
+    adapter = AnthropicAdapter(client_for(lambda req: event_stream(body)))
     stream = await adapter.open_stream(request())
     assert not body.closed
     await stream.aclose()
@@ -130,7 +109,7 @@ async def test_aclose_closes_the_upstream_response() -> None:
 async def test_transport_failure_mid_body_ends_with_a_retryable_error() -> None:
     rec = RECORDING["text"]
     body = Body([rec.body[:600]], fail=httpx2.ReadError("connection reset"))
-    events = await drain(AnthropicAdapter(client_for(lambda req: sse(body))), request())
+    events = await drain(AnthropicAdapter(client_for(lambda req: event_stream(body))), request())
     final = events[-1]
     assert isinstance(final, FinalEvent) and final.status == "error"
     assert final.error["code"] == "upstream_disconnected" and final.error["retryable"]

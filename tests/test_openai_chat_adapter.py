@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,6 +30,7 @@ from app.providers.openai_chat import OpenAIAdapter, build_openai
 from app.providers.registry import build_registry
 from app.settings import CompatibleProvider, Settings
 from tests.support import Recording, recordings
+from tests.upstream_fakes import Body, event_stream
 
 KEY = "sk-test-0123456789abcdef"
 HI = (Message(role="user", content="hi"),)
@@ -122,28 +123,6 @@ async def test_generate_malformed_response_is_adapter_error(response: Any, match
 # -- open_stream() through a real SDK client -----------------------------------------------
 
 
-class Body(httpx2.AsyncByteStream):
-    """A response body: the given chunks, then optionally a transport failure; records closing."""
-
-    def __init__(self, chunks: list[bytes], fail: Exception | None = None) -> None:
-        self.chunks = chunks
-        self.fail = fail
-        self.closed = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for piece in self.chunks:
-            yield piece
-        if self.fail is not None:
-            raise self.fail
-
-    async def aclose(self) -> None:
-        self.closed = True
-
-
-def sse_response(body: Body) -> httpx2.Response:
-    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
-
-
 def sdk_client(handler: Callable[[httpx2.Request], Any], base_url: str = "http://upstream.test/v1") -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(api_key=KEY, base_url=base_url, max_retries=0,
                               http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)))
@@ -167,7 +146,7 @@ async def test_every_recording_through_the_sdk(rec: Recording) -> None:
 
     def handler(request: httpx2.Request) -> httpx2.Response:
         sent.append(request)
-        return sse_response(Body([rec.body[i:i + 700] for i in range(0, len(rec.body), 700)]))
+        return event_stream(Body([rec.body[i:i + 700] for i in range(0, len(rec.body), 700)]))
 
     adapter = OpenAIAdapter(sdk_client(handler))
     _, final = await drain(await adapter.open_stream(ProviderRequest(model="gpt-x", messages=HI)))
@@ -182,7 +161,7 @@ async def test_request_body_on_the_wire() -> None:
 
     def handler(request: httpx2.Request) -> httpx2.Response:
         sent.append(json.loads(request.content))
-        return sse_response(Body([b"data: [DONE]\n\n"]))
+        return event_stream(Body([b"data: [DONE]\n\n"]))
 
     adapter = OpenAIAdapter(sdk_client(handler))
     request = ProviderRequest(model="gpt-x", messages=HI, tools=(ADD,), tool_choice="required", max_tokens=3,
@@ -281,7 +260,7 @@ def chunk(content: str) -> bytes:
 ])
 async def test_mid_stream_failure_keeps_text_so_far(failure: Exception, code: str) -> None:
     body = Body([chunk("Hel"), chunk("lo")], fail=failure)
-    adapter = OpenAIAdapter(sdk_client(lambda request: sse_response(body)))
+    adapter = OpenAIAdapter(sdk_client(lambda request: event_stream(body)))
     events, final = await drain(await adapter.open_stream(ProviderRequest(model="m", messages=HI)))
     assert final.status == "error" and final.stop_reason == "error"
     assert final.error["code"] == code and final.error["retryable"] is True
@@ -291,14 +270,14 @@ async def test_mid_stream_failure_keeps_text_so_far(failure: Exception, code: st
 
 async def test_stream_ending_early_is_an_error() -> None:
     body = Body([chunk("Hel")])
-    adapter = OpenAIAdapter(sdk_client(lambda request: sse_response(body)))
+    adapter = OpenAIAdapter(sdk_client(lambda request: event_stream(body)))
     _, final = await drain(await adapter.open_stream(ProviderRequest(model="m", messages=HI)))
     assert final.error["code"] == "upstream_incomplete" and final.message.content == "Hel"
 
 
 async def test_aclose_closes_the_upstream_response() -> None:
     body = Body([chunk("a"), chunk("b"), b"data: [DONE]\n\n"])
-    adapter = OpenAIAdapter(sdk_client(lambda request: sse_response(body)))
+    adapter = OpenAIAdapter(sdk_client(lambda request: event_stream(body)))
     stream = await adapter.open_stream(ProviderRequest(model="m", messages=HI))
     assert not body.closed
     batches = stream.__aiter__()

@@ -71,7 +71,7 @@ def test_finished_streams_expire_and_the_store_is_bounded():
     a.append(final())
     assert s.get(a.info.stream_id) is None  # ttl 0: gone as soon as it finished
     s = store(max_streams=2)
-    a, b = s.create(model="m", provider="p"), s.create(model="m", provider="p")
+    a, _running = s.create(model="m", provider="p"), s.create(model="m", provider="p")
     a.append(final())
     c = s.create(model="m", provider="p")  # evicts the oldest finished stream
     assert s.get(a.info.stream_id) is None and s.get(c.info.stream_id) is c
