@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
 from app.api.openapi import install_openapi
-from app.api.routes import generate, health, stream
+from app.api.routes import generate, health, stream, transcript
 from app.observability import Metrics, configure_logging
 from app.pipeline import Gateway
 from app.providers.base import ProviderAdapter
@@ -63,6 +63,7 @@ def create_app(
     app.state.settings = settings
     app.include_router(generate.router)
     app.include_router(stream.router)
+    app.include_router(transcript.router)
     app.include_router(health.router)
     install_error_handlers(app)
     install_openapi(app)

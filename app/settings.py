@@ -16,6 +16,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, fiel
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from app.core.errors import RequestError
+from app.tools.config import ToolConfig, default_tools
 from app.validation import ValidatorSpec, check_specs
 
 __all__ = ["CompatibleProvider", "Settings"]
@@ -83,6 +84,25 @@ class Settings(BaseSettings):
     )
     default_chunking: str = Field(default="sentence", description="Chunker when a request names none.")
 
+    # Gateway-executed tools (app/tools/config.py has the format; JSON list in FOUNDRY_TOOLS)
+    tools: list[ToolConfig] = Field(
+        default_factory=default_tools,
+        description="Tools the gateway offers to the model and runs itself. Default: the built-in calculator "
+                    "for the mock provider only.",
+    )
+    max_steps: int = Field(
+        default=8, ge=1, le=100,
+        description="Most provider calls one run may make when the gateway runs tools: the default and the cap "
+                    "of the request's max_steps.",
+    )
+    tool_max_output_chars: int = Field(default=100_000, ge=100, description="A tool's output is cut past this.")
+    transcript_max_chars: int = Field(
+        default=1_000_000, ge=1_000, description="Text kept per stream transcript (answers, thinking, tool I/O)."
+    )
+    transcript_max_items: int = Field(
+        default=2_000, ge=10, description="Records (tool calls, messages) kept per stream transcript."
+    )
+
     # Logging
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = Field(default=True, description="JSON log lines (false: human-readable console).")
@@ -111,6 +131,15 @@ class Settings(BaseSettings):
         except RequestError as exc:
             raise ValueError(exc.message) from None
         return chunking
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tool_names(cls, tools: list[ToolConfig]) -> list[ToolConfig]:
+        names = [t.name for t in tools]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"tool {name!r} registered twice")
+        return tools
 
     @field_validator("aliases")
     @classmethod

@@ -20,4 +20,5 @@ def to_spec(body: GenerateRequest) -> RunSpec:
         options=dict(body.provider_options),
         validators=tuple(body.validators),
         chunking=body.chunking,
+        max_steps=body.max_steps,
     )

@@ -14,6 +14,7 @@ __all__ = [
     "FinalPayload",
     "GenerateRequest",
     "StreamAccepted",
+    "Transcript",
     "EVENT_SCHEMAS",
 ]
 
@@ -49,6 +50,12 @@ class GenerateRequest(BaseModel):
     )
     chunking: Literal["sentence", "word", "paragraph", "none"] | None = Field(
         default=None, description="How validated text is cut into chunks; `sentence` when validators are set."
+    )
+    max_steps: int | None = Field(
+        default=None, ge=1, le=100,
+        description="Most provider calls this run may make when the gateway runs tools (each call of a gateway "
+                    "tool is answered and the model called again). Defaults to, and may not exceed, the "
+                    "operator's FOUNDRY_MAX_STEPS.",
     )
     stream: bool = Field(default=False, description="POST /v1/generate only: answer 202 and run in the background.")
     provider_options: dict[str, Any] = Field(
@@ -158,6 +165,82 @@ class FinalPayload(BaseModel):
     model: str
     provider: str
     error: ErrorDetail | None = None
+    steps: int = Field(description="Provider calls the run made (more than 1 when the gateway ran tools).")
+    max_steps_reached: bool = Field(
+        description="The run stopped at max_steps after running tools (stop_reason `pause`): append `messages` "
+                    "and send again to continue."
+    )
+    messages: list[Message] | None = Field(
+        default=None,
+        description="Present when the gateway ran tools: the messages the run added to the conversation "
+                    "(assistant turns and the gateway's tool results), to append before a next request. "
+                    "The caller then answers `message.tool_calls`, if any.",
+    )
+
+
+# -- GET /v1/stream/{id}/transcript -----------------------------------------------------------
+
+
+class TranscriptToolCall(BaseModel):
+    """One tool call tracked by its id; its output is matched to it by the same id."""
+
+    id: str
+    name: str
+    state: Literal["in_progress", "complete", "has_output"]
+    step: int
+    origin: Literal["stream", "request"] = Field(description="`request`: a call in the request's messages.")
+    server: bool = Field(description="Run by the provider itself (web search, code execution, ...).")
+    gateway: bool = Field(description="Run by the gateway (a registered tool).")
+    input: dict[str, Any] | None = Field(description="The parsed arguments, once the call is complete.")
+    fragments: list[str] = Field(description="The argument fragments as received.")
+    fragment_count: int
+    output: str | None
+    is_error: bool
+    output_source: Literal["provider", "gateway", "caller"] | None = Field(
+        description="Who produced the output: the provider's stream, the gateway, or the caller's `tool` message."
+    )
+    created_at: float
+    completed_at: float | None
+    output_at: float | None
+
+
+class TranscriptMessage(BaseModel):
+    """A classified message: thinking, assistant_text (the text of a turn that calls tools), tool_call and
+    tool_output are reasoning messages; response is the text of a turn that calls none."""
+
+    id: str = Field(description="The call id for tool_call and tool_output; `msg_<n>` for text.")
+    type: Literal["thinking", "assistant_text", "tool_call", "tool_output", "response"]
+    step: int
+    turn: int
+    content: Any = Field(description="Text, or the tool's input/output as shaped by its display processor.")
+    timestamp: float
+
+
+class UnmatchedOutput(BaseModel):
+    tool_call_id: str
+    name: str
+    content: str
+    is_error: bool
+    source: str
+
+
+class Transcript(BaseModel):
+    """The stored record of a stream, for redisplay; it expires with the stream."""
+
+    stream_id: str
+    model: str
+    provider: str
+    created_at: float
+    status: Literal["running", "ok", "blocked", "error", "cancelled"]
+    stop_reason: str | None
+    steps: int
+    usage: UsageData = Field(description="Summed over the steps so far.")
+    request_messages: list[Message]
+    reasoning_messages: list[TranscriptMessage]
+    response_messages: list[TranscriptMessage]
+    tool_calls: list[TranscriptToolCall]
+    unmatched_outputs: list[UnmatchedOutput] = Field(description="Outputs whose call was never seen.")
+    truncated: bool = Field(description="The stream outgrew the transcript's limits; later content is missing.")
 
 
 EVENT_SCHEMAS: dict[str, type[BaseModel]] = {

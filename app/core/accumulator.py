@@ -150,6 +150,13 @@ class Accumulator:
             handlers[patch.kind](patch, out)
         return out
 
+    def continue_from(self, previous: Accumulator) -> None:
+        """Continue the public indexes of an earlier response of the same stream (the next step
+        of a run with gateway-executed tools): one stream, one sequence of token/tool indexes."""
+        self._token_index = previous._token_index
+        self._reasoning_index = previous._reasoning_index
+        self._tool_index = previous._tool_index
+
     @property
     def text(self) -> str:
         """The current turn's answer text so far."""

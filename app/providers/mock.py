@@ -2,10 +2,17 @@
 
 Served as `mock/<scenario>`:
 - `simple`: "Hello", ", world".
-- `tool_call`: "Calling calculator", a `calculator` call whose arguments arrive in two fragments,
-  its result, then "Sum is 4" (the final message, as in reference/foundry-adapters.md).
+- `tool_call`: behaves like a model with a calculator: when the last message is not a tool
+  result it says "Calling calculator" and calls `calculator` (arguments in two fragments,
+  stop_reason tool_calls); when it is, it answers "Sum is <result>". With the gateway's built-in
+  calculator (on for `mock` by default) one request gives the reference scenario of
+  reference/foundry-adapters.md, the result coming from the gateway's execution.
 - `echo`: the last user message back, word by word.
 - `lorem-<N>`: N tokens of lorem ipsum, for demos and load.
+
+`MockStreamIterator` / `replay_stream` keep the reference's semantics (the whole scenario, the same
+list on every replay, the iterator closes itself): for `tool_call` it plays the conversation the
+gateway would, running the calculator between the steps (`conversation_chunks`).
 
 `provider_options` (all optional): `delay_ms` between chunks, so a terminal shows the stream
 arriving; `fail_after` (N) breaks the stream after N chunks with a retryable upstream error, to
@@ -18,7 +25,9 @@ import asyncio
 import re
 from collections.abc import AsyncIterator
 
+from app.core.accumulator import Accumulator
 from app.core.errors import RequestError, UpstreamError, UpstreamNotFound
+from app.core.messages import Message
 from app.core.patches import (
     MessageDelta,
     MessageEnd,
@@ -34,8 +43,16 @@ from app.core.patches import (
     UsagePatch,
 )
 from app.providers.base import BaseStreamIterator, ProviderRequest, replay_stream
+from app.tools.calculator import calculate
 
-__all__ = ["MockAdapter", "MockStreamIterator", "SCENARIOS", "replay_stream", "scenario_chunks"]
+__all__ = [
+    "SCENARIOS",
+    "MockAdapter",
+    "MockStreamIterator",
+    "conversation_chunks",
+    "replay_stream",
+    "scenario_chunks",
+]
 
 SCENARIOS = ("simple", "tool_call", "echo", "lorem-<N>")
 _LOREM_RE = re.compile(r"^lorem-(\d{1,7})$")
@@ -58,18 +75,20 @@ def scenario_chunks(model: str, messages: tuple = ()) -> list[list[Patch]]:
         chunks: list[list[Patch]] = [[TextDelta(text=t)] for t in texts]
         stop = "stop"
     elif model == "tool_call":
-        chunks = [
-            [TextDelta(text="Calling calculator")],
-            [ToolStart(key="call", id="call_mock_1", name="calculator"),
-             ToolDelta(key="call", fragment='{"expression": ')],
-            [ToolDelta(key="call", fragment='"2 + 2"}')],
-            [ToolEnd(key="call"),
-             ToolResultStart(key="result", tool_call_id="call_mock_1", name="calculator"),
-             ToolResultDelta(key="result", content="4"), ToolResultEnd(key="result")],
-            [TextDelta(text="Sum is 4")],
-        ]
-        texts = ["Calling calculator", "Sum is 4"]
-        stop = "stop"
+        if messages and messages[-1].role == "tool":
+            texts = [f"Sum is {messages[-1].content}"]
+            chunks = [[TextDelta(text=texts[0])]]
+            stop = "stop"
+        else:
+            call_id = f"call_mock_{1 + sum(len(m.tool_calls) for m in messages)}"  # unique in the conversation
+            texts = ["Calling calculator"]
+            chunks = [
+                [TextDelta(text=texts[0])],
+                [ToolStart(key="call", id=call_id, name="calculator"), ToolDelta(key="call", fragment='{"expression": ')],
+                [ToolDelta(key="call", fragment='"2 + 2"}')],
+                [ToolEnd(key="call")],
+            ]
+            stop = "tool_calls"
     elif model == "echo":
         last = next((m.content for m in reversed(messages) if m.role == "user"), "")
         texts = _words(last) if last else []
@@ -91,6 +110,41 @@ def scenario_chunks(model: str, messages: tuple = ()) -> list[list[Patch]]:
     chunks.insert(0, [MessageStart(id=f"mock-{model}", model=model, usage=UsagePatch(input_tokens=input_tokens))])
     chunks.append([MessageDelta(stop_reason=stop, usage=UsagePatch(output_tokens=output_tokens)), MessageEnd()])
     return chunks
+
+
+def conversation_chunks(model: str, messages: tuple = (), *, max_steps: int = 8) -> list[list[Patch]]:
+    """The scenario played to its end as the gateway plays it with its built-in calculator: each
+    step's chunks with the calculator's results between them (as in-stream tool results), one
+    message start and one end with the usage summed. Pure and repeatable."""
+    out: list[list[Patch]] = []
+    conversation = tuple(messages)
+    input_tokens = output_tokens = 0
+    stop = None
+    for _ in range(max_steps):
+        acc = Accumulator(model=model, provider="mock")
+        for chunk in scenario_chunks(model, conversation):
+            acc.push_all(chunk)
+            body = [p for p in chunk if p.kind not in ("message_start", "message_delta", "message_end")]
+            if body:
+                out.append(body)
+        usage, stop, message = acc.usage, acc.stop_reason, acc.message()
+        input_tokens += usage.input_tokens
+        output_tokens += usage.output_tokens
+        calls = [c for c in message.tool_calls if c.name == "calculator"]
+        if not calls:
+            break
+        results = []
+        for call in calls:
+            result = calculate(call.arguments.get("expression", ""))
+            out.append([ToolResultStart(key=f"result-{call.id}", tool_call_id=call.id, name=call.name),
+                        ToolResultDelta(key=f"result-{call.id}", content=result),
+                        ToolResultEnd(key=f"result-{call.id}")])
+            results.append(Message(role="tool", content=result, tool_call_id=call.id, name=call.name))
+        turn = Message(role="assistant", content=message.content, tool_calls=message.tool_calls)
+        conversation = (*conversation, turn, *results)
+    out.insert(0, [MessageStart(id=f"mock-{model}", model=model, usage=UsagePatch(input_tokens=input_tokens))])
+    out.append([MessageDelta(stop_reason=stop, usage=UsagePatch(output_tokens=output_tokens)), MessageEnd()])
+    return out
 
 
 class _MockPatchStream:
@@ -141,11 +195,12 @@ class MockAdapter:
 
 
 class MockStreamIterator(BaseStreamIterator):
-    """Replays a scenario as canonical events; the same list on every replay."""
+    """Replays a scenario as canonical events, the calculator's steps included (see
+    `conversation_chunks`); the same list on every replay."""
 
     def __init__(self, scenario: str = "simple", messages: tuple = ()) -> None:
         super().__init__(model=scenario, provider="mock")
-        self._chunks = iter(scenario_chunks(scenario, messages))
+        self._chunks = iter(conversation_chunks(scenario, messages))
 
     async def _get_next_chunk(self) -> list[Patch] | None:
         await asyncio.sleep(0)
