@@ -188,8 +188,9 @@ async def main() -> dict:
 
         relay_us, _, _ = await cpu_per_chunk(relay.pid, relay_url, body(model))
         gw_us, gw_events, gw_wall = await cpu_per_chunk(gw.pid, gw_url, body(model))
+        # CPU is read in clock ticks (10 ms): a tiny run can measure 0, so no ratio then.
         results["cpu_us_per_chunk"] = {"relay": round(relay_us, 2), "gateway": round(gw_us, 2),
-                                       "ratio": round(gw_us / relay_us, 2)}
+                                       "ratio": round(gw_us / relay_us, 2) if relay_us else None}
         results["gateway_events_per_second"] = round(gw_events / gw_wall)
         if args.gate:
             validators = [{"name": "regex_deny", "config": {"patterns": [r"(?i)\bpassword\b"]}},
