@@ -19,7 +19,15 @@ import anyio
 
 from app.core.accumulator import Accumulator
 from app.core.errors import GatewayError, UpstreamError
-from app.core.events import AssistantMessage, FinalEvent, StartEvent, StopReason, StreamEvent, Usage
+from app.core.events import (
+    STOP_REASON_FOR_STATUS,
+    AssistantMessage,
+    FinalEvent,
+    StartEvent,
+    StopReason,
+    StreamEvent,
+    Usage,
+)
 from app.core.messages import Message, ToolCall
 from app.core.transcript import Transcript
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest
@@ -282,7 +290,7 @@ class Run:
         if status == "ok":
             stop_reason = self._stop_reason or acc.stop_reason
         else:
-            stop_reason = "cancelled" if status == "cancelled" else "error"
+            stop_reason = STOP_REASON_FOR_STATUS[status]
         extra: dict[str, Any] = {"steps": self.steps, "max_steps_reached": self.max_steps_reached}
         if self._added:
             extra["messages"] = [m.model_dump(mode="json", exclude_defaults=True) for m in self._added]

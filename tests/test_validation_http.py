@@ -42,6 +42,7 @@ async def test_a_block_ends_the_stream_before_the_offending_sentence_is_sent(ada
     assert text == f"Your card is {CARD}. "
     final = events[-1][2]
     assert final["status"] == "blocked" and final["error"]["code"] == "validation_failed"
+    assert final["stop_reason"] == "content_filter"
     assert final["error"]["validator"] == "regex_deny" and "password" in final["error"]["reason"]
     assert final["message"]["content"] == text  # the message as released
     assert adapter.streams[0].closed.is_set()

@@ -39,7 +39,7 @@ async def test_a_block_closes_the_upstream_and_held_text_never_goes_out() -> Non
     assert adapter.streams[0].closed.is_set()
     assert [e for _, e, _ in events] == ["start", "final"]  # "Fine. The pass" straddles: held, dropped
     final = events[-1][2]
-    assert final["status"] == "blocked" and final["stop_reason"] == "error"
+    assert final["status"] == "blocked" and final["stop_reason"] == "content_filter"
     assert final["error"] == {"code": "validation_failed", "message": "validator regex_deny failed: matched "
                               "'password': 'password'", "retryable": False, "validator": "regex_deny",
                               "reason": "matched 'password': 'password'"}

@@ -21,6 +21,7 @@ import orjson
 
 from app.core.errors import UpstreamError
 from app.core.events import (
+    STOP_REASON_FOR_STATUS,
     AssistantMessage,
     FinalEvent,
     FinalStatus,
@@ -206,7 +207,7 @@ class Accumulator:
         extra: dict[str, Any] | None = None,
     ) -> FinalEvent:
         if stop_reason is None:
-            stop_reason = self.stop_reason if status == "ok" else ("cancelled" if status == "cancelled" else "error")
+            stop_reason = self.stop_reason if status == "ok" else STOP_REASON_FOR_STATUS[status]
         return FinalEvent(
             status=status,
             message=self.message(),

@@ -14,6 +14,7 @@ from app.core.messages import ReasoningBlock, ToolCall, thaw
 __all__ = [
     "FINAL_STATUSES",
     "STOP_REASONS",
+    "STOP_REASON_FOR_STATUS",
     "AssistantMessage",
     "FinalEvent",
     "FinalStatus",
@@ -31,6 +32,9 @@ StopReason = Literal["stop", "length", "tool_calls", "content_filter", "pause", 
 STOP_REASONS: tuple[str, ...] = StopReason.__args__  # type: ignore[attr-defined]
 FinalStatus = Literal["ok", "blocked", "error", "cancelled"]
 FINAL_STATUSES: tuple[str, ...] = FinalStatus.__args__  # type: ignore[attr-defined]
+STOP_REASON_FOR_STATUS: dict[str, StopReason] = {"blocked": "content_filter", "error": "error", "cancelled": "cancelled"}
+"""The stop reason of a run that did not end ok. A block (a validator or the provider refused the
+content) is a content filter, as providers themselves report it."""
 
 
 @dataclass(slots=True, kw_only=True)
