@@ -23,7 +23,8 @@ def _chunk(delta: dict, finish: str | None = None, usage: dict | None = None, ch
 
 def body_chunks(n: int, *, finish: bool = True) -> list[bytes]:
     out = [_chunk({"role": "assistant", "content": ""})]
-    out += [_chunk({"content": f" tok{i}"}) for i in range(n)]
+    # A sentence ends every tenth token, so the sentence chunker (--gate) cuts real chunks.
+    out += [_chunk({"content": f" tok{i}" + ("." if i % 10 == 9 else "")}) for i in range(n)]
     if finish:
         out.append(_chunk({}, finish="stop"))
         out.append(_chunk({}, usage={"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5},
