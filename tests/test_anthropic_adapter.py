@@ -10,7 +10,6 @@ import httpx2
 import orjson
 import pytest
 
-from app.core.accumulator import Accumulator
 from app.core.errors import (
     GatewayError,
     RequestError,
@@ -20,14 +19,14 @@ from app.core.errors import (
     UpstreamRateLimited,
     UpstreamTimeout,
 )
-from app.core.events import FinalEvent, StreamEvent
+from app.core.events import FinalEvent
 from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec
 from app.providers.anthropic import AnthropicAdapter, build_anthropic
 from app.providers.base import ProviderRequest
 from app.providers.registry import build_registry
 from app.settings import Settings
 from tests.support import recordings
-from tests.upstream_fakes import Body, event_stream
+from tests.upstream_fakes import Body, drain, event_stream
 
 RECORDING = {r.name: r for r in recordings("anthropic")}
 Handler = Callable[[httpx2.Request], httpx2.Response]
@@ -42,20 +41,6 @@ def client_for(handler: Handler) -> anthropic.AsyncAnthropic:
 
 def request(**kw: Any) -> ProviderRequest:
     return ProviderRequest(model="claude-haiku-4-5", messages=(Message(role="user", content="Hi"),), **kw)
-
-
-async def drain(adapter: AnthropicAdapter, req: ProviderRequest) -> list[StreamEvent]:
-    stream = await adapter.open_stream(req)
-    acc = Accumulator(model=req.model, provider="anthropic")
-    events: list[StreamEvent] = []
-    try:
-        async for batch in stream:
-            events.extend(acc.push_all(batch))
-    except GatewayError as exc:
-        events.append(acc.final("error", error=exc.to_dict()))
-        return events
-    events.append(acc.final("ok" if acc.completed else "error"))
-    return events
 
 
 async def test_stream_reads_raw_bytes_and_sends_the_documented_body() -> None:
