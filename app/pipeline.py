@@ -1,4 +1,4 @@
-"""One run, end to end: provider adapter -> accumulator -> validation gate -> stream log.
+"""The Gateway service: opens runs (provider adapter -> accumulator -> gate -> stream log).
 
 `Gateway.open()` does everything that can fail before the first event (model resolution,
 validator configuration, the upstream request) and raises `GatewayError`, which the API turns

@@ -9,7 +9,6 @@ the environment wins over the file. Secrets are `SecretStr`: never printed, logg
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
@@ -175,18 +174,3 @@ class Settings(BaseSettings):
         if path:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
         return tuple(sources)
-
-    def public(self) -> dict[str, Any]:
-        """The settings with secrets masked, for logs and diagnostics."""
-        return self.model_dump(mode="json")  # SecretStr dumps as "**********"
-
-
-def redact(text: str, settings: Settings) -> str:
-    """Remove every configured secret from a string before it is logged or sent anywhere."""
-    secrets = [s.get_secret_value() for s in (settings.openai_api_key, settings.anthropic_api_key,
-                                              settings.gemini_api_key) if s]
-    secrets += [k for p in settings.providers if (k := p.api_key())]
-    for secret in secrets:
-        if len(secret) >= 6:
-            text = text.replace(secret, "[redacted]")
-    return re.sub(r"(?i)\b(sk|key|bearer)[-_ ]?[A-Za-z0-9_-]{16,}", "[redacted]", text)
