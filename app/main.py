@@ -58,6 +58,8 @@ def create_app(
         version=VERSION,
         description="One canonical SSE event stream for every LLM provider, with in-process chunk validation.",
         lifespan=lifespan,
+        docs_url=None,  # Swagger UI loads from a CDN (blank offline); the document is /openapi.json
+        redoc_url=None,
     )
     app.state.gateway = gateway
     app.state.settings = settings

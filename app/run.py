@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import traceback
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -41,6 +42,7 @@ __all__ = ["Gate", "Run"]
 
 _CLOSE_TIMEOUT = 1.0  # DESIGN.md section 6: the upstream is closed within a second
 _CONTENT_EVENTS = frozenset({"token", "reasoning", "tool_call", "tool_result"})
+_INTERNAL = {"code": "internal_error", "message": "internal gateway error", "retryable": True}
 
 
 class Gate(Protocol):
@@ -147,32 +149,41 @@ class Run:
                 tail = await gate.finish()
                 if tail:
                     yield self._emit(tail, tally)
-            final = self._final("ok")
+            final = self._ending("ok", None)
         except (asyncio.CancelledError, GeneratorExit):
-            final = self._final("cancelled", {"code": "cancelled", "message": "the client went away",
-                                              "retryable": False})
+            final = self._ending("cancelled", {"code": "cancelled", "message": "the client went away",
+                                               "retryable": False})
             raise
         except GatewayError as exc:
             if exc.final_status == "error":
                 metrics.upstream_errors.labels(self.provider, exc.code).inc()
                 self.error_status = exc.status if exc.status >= 500 else 502
-            final = self._final(exc.final_status, exc.to_dict())
-        except Exception:
-            self.gateway.log.exception("run_failed", stream_id=self.stream_id)
-            final = self._final("error", {"code": "internal_error", "message": "internal gateway error",
-                                          "retryable": True})
+            final = self._ending(exc.final_status, exc.to_dict())
+        except Exception as exc:
+            # The exception's type only: its text may quote content (DESIGN.md: no content in logs).
+            self.gateway.log.error("run_failed", stream_id=self.stream_id, exception=type(exc).__name__,
+                                   where=traceback.format_tb(exc.__traceback__)[-3:])
+            final = self._ending("error", _INTERNAL)
             self.error_status = 500
         finally:
-            await self._close_upstream()
-            if final is None:  # unreachable by design; never leave a stream without its final
-                final = self._final("error", {"code": "internal_error", "message": "run ended abnormally",
-                                              "retryable": True})
-            tally["final"] += 1
-            frame = log.append(final)
-            self.transcript.finish(status=final.status, stop_reason=final.stop_reason, usage=final.usage,
-                                   steps=self.steps)
-            metrics.active_streams.dec()
-            self._record_end(final, tally)
+            try:
+                await self._close_upstream()
+            finally:
+                if final is None:  # unreachable by design; never leave a stream without its final
+                    final = self._ending("error", _INTERNAL)
+                tally["final"] += 1
+                try:
+                    frame = log.append(final)
+                except Exception:  # the final itself cannot be encoded: a bare one says so
+                    self.error_status = 500
+                    final = self._bare_final("error", _INTERNAL)
+                    frame = log.append(final)
+                try:
+                    self.transcript.finish(status=final.status, stop_reason=final.stop_reason, usage=final.usage,
+                                           steps=self.steps)
+                    self._record_end(final, tally)
+                finally:
+                    metrics.active_streams.dec()
         # Reached only when not cancelled: the last frame goes to the caller.
         yield frame
 
@@ -275,6 +286,19 @@ class Run:
         if not self._counted:
             usage.add(self.accumulator.usage)
         return usage
+
+    def _ending(self, status: str, error: dict[str, Any] | None) -> FinalEvent:
+        """The final event; a bare one (no message) if building the full one fails."""
+        try:
+            return self._final(status, error)
+        except Exception:
+            self.error_status = 500
+            return self._bare_final("error", _INTERNAL)
+
+    def _bare_final(self, status: str, error: dict[str, Any]) -> FinalEvent:
+        return FinalEvent(status=status, message=AssistantMessage(),  # type: ignore[arg-type]
+                          usage=Usage(), stop_reason=STOP_REASON_FOR_STATUS[status], model=self.model,
+                          provider=self.provider, error=error, extra={"steps": self.steps, "max_steps_reached": False})
 
     def _final(self, status: str, error: dict[str, Any] | None = None) -> FinalEvent:
         acc = self.accumulator

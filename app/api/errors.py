@@ -9,11 +9,25 @@ from fastapi.exceptions import RequestValidationError
 from app.api.responses import JSON
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.core.errors import GatewayError
+from app.core.errors import GatewayError, RequestError
+from app.observability import get_logger
 
-__all__ = ["error_response", "install_error_handlers"]
+__all__ = ["error_response", "install_error_handlers", "require_json"]
 
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+_BODY_UNPARSABLE = "There was an error parsing the body"  # FastAPI: not UTF-8, or nested too deep
+_log = get_logger("foundry.http")
+
+
+async def require_json(request: Request) -> None:
+    """A request body must be JSON: 415 for a declared content type that is not."""
+    declared = request.headers.get("content-type")
+    if declared is None:
+        return  # read as JSON, as FastAPI does
+    media = declared.split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise RequestError(f"the request body must be application/json, not {media[:100]!r}",
+                           code="unsupported_media_type", status=415, field="content-type")
 
 
 def error_response(status: int, error: dict[str, Any], headers: dict[str, str] | None = None) -> JSON:
@@ -67,6 +81,16 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSON:
+        if exc.status_code == 400 and exc.detail == _BODY_UNPARSABLE:
+            return error_response(400, {"code": "invalid_json", "retryable": False, "field": "body",
+                                        "message": "request body is not valid JSON (not UTF-8, or nested too deep)"})
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         return error_response(exc.status_code, {"code": code, "message": str(exc.detail), "retryable": False},
                               dict(exc.headers or {}))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSON:
+        # The safety net: JSON, never a plain-text 500; the type only (its text may quote content).
+        _log.error("unhandled_error", exception=type(exc).__name__)
+        return error_response(500, {"code": "internal_error", "message": "internal gateway error",
+                                    "retryable": True})

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from starlette.responses import JSONResponse
+
+from app.core import safejson
 
 __all__ = ["JSON"]
 
 
 class JSON(JSONResponse):
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
+        return safejson.dumps(content)

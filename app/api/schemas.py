@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from app.core.errors import RequestError
 from app.core.messages import Message, ToolSpec, check_unique_tool_names
+from app.core.safejson import first_surrogate
 from app.validation import ValidatorSpec
 
 __all__ = [
@@ -19,6 +21,30 @@ __all__ = [
 ]
 
 _STRICT = ConfigDict(extra="forbid")
+
+
+def refuse_invalid_unicode(body: Any) -> None:
+    """422 naming the first string (value or key, at any depth) that is not valid Unicode: a lone
+    surrogate, which JSON's `\\udXXX` escapes can carry but no UTF-8 encoder can write."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(body, ())]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            bad = first_surrogate(node)
+            if bad >= 0:
+                field = ".".join(path) or "body"
+                raise RequestError(f"{field}: not valid Unicode (a lone surrogate at character {bad})",
+                                   status=422, code="invalid_unicode", field=field)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                key = str(key)
+                if first_surrogate(key) >= 0:
+                    field = ".".join(path) or "body"
+                    raise RequestError(f"{field}: a key is not valid Unicode (a lone surrogate)",
+                                       status=422, code="invalid_unicode", field=field)
+                stack.append((value, (*path, key)))
+        elif isinstance(node, list):
+            stack.extend((item, (*path, str(i))) for i, item in enumerate(node))
 
 
 class GenerateRequest(BaseModel):
@@ -42,8 +68,8 @@ class GenerateRequest(BaseModel):
     tool_choice: Literal["auto", "none", "required"] | str | None = Field(
         default=None, description="`auto`, `none`, `required`, or the name of a tool the model must call."
     )
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0, description="Defaults to 0 (deterministic).")
-    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0, strict=True, description="Defaults to 0 (deterministic).")
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000, strict=True)
     validators: list[ValidatorSpec] = Field(
         default_factory=list, max_length=32,
         description="Chunk validators for this request, added to the operator's (which always apply).",
@@ -52,15 +78,21 @@ class GenerateRequest(BaseModel):
         default=None, description="How validated text is cut into chunks; `sentence` when validators are set."
     )
     max_steps: int | None = Field(
-        default=None, ge=1, le=100,
+        default=None, ge=1, le=100, strict=True,
         description="Most provider calls this run may make when the gateway runs tools (each call of a gateway "
                     "tool is answered and the model called again). Defaults to, and may not exceed, the "
                     "operator's FOUNDRY_MAX_STEPS.",
     )
-    stream: bool = Field(default=False, description="POST /v1/generate only: answer 202 and run in the background.")
+    stream: bool = Field(default=False, strict=True, description="POST /v1/generate only: answer 202 and run in the background.")
     provider_options: dict[str, Any] = Field(
         default_factory=dict, description="Provider-specific extras, passed to the provider explicitly."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        refuse_invalid_unicode(data)
+        return data
 
     @field_validator("tools")
     @classmethod

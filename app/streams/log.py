@@ -17,8 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import orjson
-
+from app.core import safejson
 from app.core.errors import GatewayError, RequestError
 from app.core.events import FinalEvent, StreamEvent
 
@@ -38,7 +37,7 @@ class StoreFull(GatewayError):
 
 def encode_frame(seq: int, event: StreamEvent) -> bytes:
     """One SSE frame: `id`, `event`, one compact JSON `data` line, blank line."""
-    return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, event.type.encode(), orjson.dumps(event.data()))
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, event.type.encode(), safejson.dumps(event.data()))
 
 
 @dataclass(slots=True, kw_only=True)

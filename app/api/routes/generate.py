@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from starlette.responses import Response
 
 from app.api.convert import to_spec
 from app.api.deps import GatewayDep, RecordDep
+from app.api.errors import require_json
 from app.api.responses import JSON
 from app.api.schemas import ErrorBody, FinalPayload, GenerateRequest, StreamAccepted
 
 router = APIRouter(tags=["generate"])
 
-_ERRORS = {code: {"model": ErrorBody} for code in (400, 404, 413, 422, 429, 502, 503, 504)}
+_ERRORS = {code: {"model": ErrorBody} for code in (400, 404, 413, 415, 422, 429, 500, 502, 503, 504)}
 
 
 @router.post(
@@ -23,6 +24,7 @@ _ERRORS = {code: {"model": ErrorBody} for code in (400, 404, 413, 422, 429, 502,
         **_ERRORS,
     },
     summary="Run to completion and answer the final payload as JSON",
+    dependencies=[Depends(require_json)],
 )
 async def generate(body: GenerateRequest, gateway: GatewayDep, record: RecordDep) -> Response:
     run = await gateway.open(to_spec(body), record=record)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query
+from fastapi import APIRouter, Depends, Header, Path, Query
 
 from app.api.convert import to_spec
 from app.api.deps import GatewayDep, RecordDep
-from app.api.schemas import ErrorBody, GenerateRequest
+from app.api.errors import require_json
+from app.api.schemas import GenerateRequest
 from app.api.sse import SSEResponse
 from app.core.errors import RequestError
 from app.streams.log import parse_cursor
@@ -25,11 +26,18 @@ _SSE_DOC = {
 }
 
 
+def json_errors(*codes: int) -> dict[int | str, dict[str, object]]:
+    """Error responses of an SSE route: JSON (`ErrorBody`), not the route's event-stream type."""
+    schema = {"$ref": "#/components/schemas/ErrorBody"}
+    return {code: {"description": "Error", "content": {"application/json": {"schema": schema}}} for code in codes}
+
+
 @router.post(
     "/v1/stream",
     response_class=SSEResponse,
-    responses={200: _SSE_DOC, **{c: {"model": ErrorBody} for c in (400, 404, 413, 422, 429, 502, 503, 504)}},
+    responses={200: _SSE_DOC, **json_errors(400, 404, 413, 415, 422, 429, 502, 503, 504)},
     summary="Run and stream canonical events as SSE",
+    dependencies=[Depends(require_json)],
 )
 async def stream(body: GenerateRequest, gateway: GatewayDep, record: RecordDep) -> SSEResponse:
     run = await gateway.open(to_spec(body), record=record)
@@ -40,7 +48,7 @@ async def stream(body: GenerateRequest, gateway: GatewayDep, record: RecordDep) 
 @router.get(
     "/v1/stream/{stream_id}",
     response_class=SSEResponse,
-    responses={200: _SSE_DOC, **{c: {"model": ErrorBody} for c in (400, 404, 410)}},
+    responses={200: _SSE_DOC, **json_errors(400, 404, 410)},
     summary="Subscribe to a stream: replay after Last-Event-ID or ?after=N, then follow live",
 )
 async def subscribe(
@@ -54,6 +62,10 @@ async def subscribe(
         raise RequestError(f"no stream {stream_id!r} (unknown or expired)", code="stream_not_found",
                            status=404, field="stream_id")
     cursor = parse_cursor(last_event_id, after)
+    if cursor > log.last_seq:  # no client can have seen an event that does not exist yet
+        field = "Last-Event-ID" if last_event_id is not None else "after"
+        raise RequestError(f"{field} {cursor} is past the stream's last event ({log.last_seq})",
+                           code="cursor_ahead", status=400, field=field)
     log.check_replay(cursor)
     return SSEResponse(log.follow(cursor), ping_seconds=gateway.settings.ping_seconds,
                        headers={"x-stream-id": stream_id})

@@ -132,7 +132,7 @@ class GateEnv:
 class ValidatorConfig(BaseModel):
     """Config keys every validator takes: a timeout per check and what an error means."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # "10" is not 10
 
     timeout: float = Field(default=5.0, gt=0, le=300, description="Seconds per check (awaiting validators).")
     on_error: Literal["fail", "ignore"] = Field(
