@@ -13,6 +13,7 @@ from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
 from app.api.openapi import install_openapi
 from app.api.routes import generate, health, stream, transcript
+from app.core import secrets
 from app.observability import Metrics, configure_logging
 from app.pipeline import Gateway
 from app.providers.base import ProviderAdapter
@@ -33,6 +34,7 @@ def create_app(
     """Build the gateway. `clients` injects provider SDK clients by provider name (tests pass
     fakes, operators pass configured clients); `adapters` injects whole provider adapters."""
     settings = settings or Settings()
+    secrets.remember(*settings.secret_values())
     configure_logging(settings.log_level, settings.log_json)
     metrics = Metrics()
     store = MemoryStreamStore(

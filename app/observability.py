@@ -12,6 +12,8 @@ from collections import Counter as TallyCounter
 from typing import Any
 
 import structlog
+
+from app.core.secrets import scrub
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
@@ -32,11 +34,17 @@ def configure_logging(level: str = "info", json: bool = True) -> None:
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
             renderer,
+            _scrub_line,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stdout),
         cache_logger_on_first_use=False,
     )
+
+
+def _scrub_line(logger: Any, method: str, line: Any) -> Any:
+    """The last processor: no configured secret or key-shaped token leaves in a log line."""
+    return scrub(line) if isinstance(line, str) else line
 
 
 def get_logger(name: str = "foundry") -> Any:

@@ -345,4 +345,13 @@ class Run:
         if final.error:
             self.record["error_code"] = final.error.get("code")
         if self.gate is not None:
-            self.record["validation"] = final.extra.get("validation")
+            self.record["validation"] = _without_content(final.extra.get("validation"))
+
+
+def _without_content(validation: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The validation summary for the log: a block names the validator and the code, never the
+    reason (a reason may quote the matched text; it stays in the response and the transcript)."""
+    if not validation or "blocked" not in validation:
+        return validation
+    blocked = validation["blocked"]
+    return {**validation, "blocked": {"validator": blocked.get("validator"), "code": "validation_failed"}}

@@ -9,6 +9,7 @@ the environment wins over the file. Secrets are `SecretStr`: never printed, logg
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
@@ -21,6 +22,7 @@ from app.validation import ValidatorSpec, check_specs
 __all__ = ["CompatibleProvider", "Settings"]
 
 PROVIDER_NAME_RE = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+_SECRET_NAME = re.compile(r"(API_KEY|_KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
 
 
 class CompatibleProvider(BaseModel):
@@ -159,6 +161,15 @@ class Settings(BaseSettings):
             if name in reserved:
                 raise ValueError(f"provider name {name!r} is built in")
         return providers
+
+    def secret_values(self) -> list[str]:
+        """Every configured secret: provider keys (settings and the compatible providers' env
+        variables) and FOUNDRY_* variables named like secrets; scrubbed from errors and logs."""
+        values = [s.get_secret_value() for s in (self.openai_api_key, self.anthropic_api_key, self.gemini_api_key)
+                  if s is not None]
+        values += [key for p in self.providers if (key := p.api_key())]
+        values += [v for k, v in os.environ.items() if _SECRET_NAME.search(k)]
+        return values
 
     @classmethod
     def settings_customise_sources(

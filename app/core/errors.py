@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.core.secrets import scrub, scrub_value
+
 __all__ = [
     "GatewayError",
     "RequestError",
@@ -46,6 +48,7 @@ class GatewayError(Exception):
         retryable: bool | None = None,
         **details: Any,
     ) -> None:
+        message = scrub(message)  # upstream text may quote the gateway's key (app/core/secrets.py)
         super().__init__(message)
         self.message = message
         if code is not None:
@@ -54,7 +57,7 @@ class GatewayError(Exception):
             self.status = status
         if retryable is not None:
             self.retryable = retryable
-        self.details = {k: v for k, v in details.items() if v is not None}
+        self.details = {k: scrub_value(v) for k, v in details.items() if v is not None}
 
     def to_dict(self) -> dict[str, Any]:
         """The `error` object of an HTTP error body or of `final.error`."""
