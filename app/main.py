@@ -40,7 +40,9 @@ def create_app(
     store = MemoryStreamStore(
         ttl=settings.stream_ttl_seconds, max_streams=settings.max_streams,
         max_events=settings.max_stream_events, max_bytes=settings.max_stream_bytes,
+        max_total_bytes=settings.max_store_bytes, on_evict=lambda reason: metrics.streams_evicted.labels(reason).inc(),
     )
+    metrics.store_bytes.set_function(lambda: store.total_bytes)
     gateway = Gateway(settings=settings, registry=build_registry(settings, clients, adapters),
                       store=store, metrics=metrics)
 

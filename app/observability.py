@@ -72,6 +72,10 @@ class Metrics:
                                           registry=r)
         self.validator_seconds = Histogram("foundry_validator_check_seconds", "Duration of one validator check.",
                                            ["validator", "phase"], buckets=_CHECK_BUCKETS, registry=r)
+        self.streams_evicted = Counter("foundry_streams_evicted", "Finished streams evicted before their TTL, by "
+                                       "reason (budget: the store's byte budget; streams: its stream cap).",
+                                       ["reason"], registry=r)
+        self.store_bytes = Gauge("foundry_store_bytes", "Encoded bytes retained by the stream store.", registry=r)
         self.tool_executions = Counter("foundry_tool_executions", "Gateway-executed tool calls by tool and outcome.",
                                        ["tool", "outcome"], registry=r)
 

@@ -56,6 +56,10 @@ class Settings(BaseSettings):
     max_stream_events: int = Field(default=100_000, ge=16, description="Events kept per stream (oldest dropped past it).")
     max_stream_bytes: int = Field(default=8 << 20, ge=4096, description="Encoded bytes kept per stream.")
     max_streams: int = Field(default=10_000, ge=1, description="Streams kept in the store at once.")
+    max_store_bytes: int = Field(
+        default=256 << 20, ge=4096,
+        description="Encoded bytes kept by all streams together; past it the oldest finished streams are evicted.",
+    )
 
     # Upstream
     connect_timeout: float = Field(default=10.0, gt=0)

@@ -8,7 +8,7 @@ Served as `mock/<scenario>`:
   calculator (on for `mock` by default) one request gives the reference scenario of
   reference/foundry-adapters.md, the result coming from the gateway's execution.
 - `echo`: the last user message back, word by word.
-- `lorem-<N>`: N tokens of lorem ipsum, for demos and load.
+- `lorem-<N>`: N tokens of lorem ipsum (N up to 100 000), made lazily, for demos and load.
 
 `MockStreamIterator` / `replay_stream` keep the reference's semantics (the whole scenario, the same
 list on every replay, the iterator closes itself): for `tool_call` it plays the conversation the
@@ -22,8 +22,9 @@ see an honest `final{status: "error"}` without a real provider.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 
 from app.core.accumulator import Accumulator
 from app.core.errors import RequestError, UpstreamError, UpstreamNotFound
@@ -52,20 +53,55 @@ __all__ = [
     "conversation_chunks",
     "replay_stream",
     "scenario_chunks",
+    "scenario_stream",
 ]
 
 SCENARIOS = ("simple", "tool_call", "echo", "lorem-<N>")
-_LOREM_RE = re.compile(r"^lorem-(\d{1,7})$")
+_LOREM_RE = re.compile(r"^lorem-(\d{1,12})$")
 _LOREM = (
     "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut "
     "labore et dolore magna aliqua"
 ).split()
-MAX_LOREM = 1_000_000
+MAX_LOREM = 100_000
+"""The cap of lorem-N: 100k tokens is about 8 MB of frames, the default per-stream log budget."""
+_YIELD_EVERY = 64  # chunks between yields to the event loop: a long canned stream never holds it
 
 
 def _words(text: str) -> list[str]:
     """Split keeping the spaces, so the tokens join back to the text exactly."""
     return re.findall(r"\s*\S+\s*", text) or [text]
+
+
+def lorem_size(model: str) -> int | None:
+    """N of `lorem-N`, checked against the cap (422 naming `model` past it); None for other names."""
+    m = _LOREM_RE.match(model)
+    if m is None:
+        return None
+    n = int(m.group(1))
+    if n > MAX_LOREM:
+        raise RequestError(f"model: mock/lorem-N accepts N up to {MAX_LOREM}, got {n}", code="invalid_model",
+                           status=422, field="model")
+    return n
+
+
+def _lorem(model: str, n: int) -> Iterator[list[Patch]]:
+    """lorem-N made as it is read: nothing is built up front, whatever N."""
+    yield [MessageStart(id=f"mock-{model}", model=model, usage=UsagePatch(input_tokens=0))]
+    for i in range(n):
+        yield [TextDelta(text=(" " if i else "") + _LOREM[i % len(_LOREM)])]
+    yield [MessageDelta(stop_reason="stop", usage=UsagePatch(output_tokens=n)), MessageEnd()]
+
+
+def scenario_stream(model: str, messages: tuple = ()) -> Iterator[list[Patch]]:
+    """The scenario's chunks, lazily for lorem-N; raises before the first chunk for bad names."""
+    n = lorem_size(model)
+    if n is None:
+        return iter(scenario_chunks(model, messages))
+    input_tokens = sum(len(m.content.split()) for m in messages)
+    chunks = _lorem(model, n)
+    first = next(chunks)
+    first[0] = MessageStart(id=f"mock-{model}", model=model, usage=UsagePatch(input_tokens=input_tokens))
+    return itertools.chain([first], chunks)
 
 
 def scenario_chunks(model: str, messages: tuple = ()) -> list[list[Patch]]:
@@ -94,13 +130,8 @@ def scenario_chunks(model: str, messages: tuple = ()) -> list[list[Patch]]:
         texts = _words(last) if last else []
         chunks = [[TextDelta(text=t)] for t in texts]
         stop = "stop"
-    elif m := _LOREM_RE.match(model):
-        n = int(m.group(1))
-        if n > MAX_LOREM:
-            raise RequestError(f"mock/lorem-N accepts N up to {MAX_LOREM}", code="invalid_model", field="model")
-        texts = [(" " if i else "") + _LOREM[i % len(_LOREM)] for i in range(n)]
-        chunks = [[TextDelta(text=t)] for t in texts]
-        stop = "stop"
+    elif lorem_size(model) is not None:
+        return list(scenario_stream(model, messages))
     else:
         raise UpstreamNotFound(
             f"mock has no scenario {model!r}; try one of: {', '.join(SCENARIOS)}", provider="mock"
@@ -148,7 +179,7 @@ def conversation_chunks(model: str, messages: tuple = (), *, max_steps: int = 8)
 
 
 class _MockPatchStream:
-    def __init__(self, chunks: list[list[Patch]], *, delay: float, fail_after: int | None) -> None:
+    def __init__(self, chunks: Iterable[list[Patch]], *, delay: float, fail_after: int | None) -> None:
         self._chunks = chunks
         self._delay = delay
         self._fail_after = fail_after
@@ -162,6 +193,8 @@ class _MockPatchStream:
                                         code="upstream_disconnected", retryable=True, provider="mock")
                 if self._delay and n:
                     await asyncio.sleep(self._delay)
+                elif n % _YIELD_EVERY == _YIELD_EVERY - 1:
+                    await asyncio.sleep(0)
                 yield chunk
         finally:
             self.closed = True
@@ -190,7 +223,7 @@ class MockAdapter:
         if unknown:
             raise RequestError(f"mock does not take provider_options {sorted(unknown)}",
                                field="provider_options")
-        chunks = scenario_chunks(request.model, request.messages)
+        chunks = scenario_stream(request.model, request.messages)
         return _MockPatchStream(chunks, delay=delay_ms / 1000, fail_after=fail_after)
 
 

@@ -13,7 +13,7 @@ import asyncio
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -54,10 +54,11 @@ class StreamLog:
     """The events of one stream, in order, numbered from 1."""
 
     __slots__ = ("info", "_frames", "_first_seq", "_next_seq", "_bytes", "_max_events", "_max_bytes",
-                 "_waiter", "final", "finished_at")
+                 "_waiter", "final", "finished_at", "_budget")
 
-    def __init__(self, info: StreamInfo, *, max_events: int, max_bytes: int) -> None:
+    def __init__(self, info: StreamInfo, *, max_events: int, max_bytes: int, budget: Budget | None = None) -> None:
         self.info = info
+        self._budget = budget
         self._frames: deque[bytes] = deque()
         self._first_seq = 1
         self._next_seq = 1
@@ -90,6 +91,7 @@ class StreamLog:
         frame = encode_frame(self._next_seq, event)
         self._next_seq += 1
         self._frames.append(frame)
+        before = self._bytes
         self._bytes += len(frame)
         while len(self._frames) > 1 and (len(self._frames) > self._max_events or self._bytes > self._max_bytes):
             self._bytes -= len(self._frames.popleft())
@@ -100,6 +102,8 @@ class StreamLog:
         if self._waiter is not None:
             self._waiter.set()
             self._waiter = None
+        if self._budget is not None:
+            self._budget.grow(self._bytes - before)
         return frame
 
     def check_replay(self, after: int) -> None:
@@ -141,6 +145,23 @@ class StreamLog:
             await self._waiter.wait()
 
 
+class Budget:
+    """The bytes retained by all the logs of a store, against one limit; `relieve` (the store's
+    eviction of finished streams) runs when a log's growth takes the total past it."""
+
+    __slots__ = ("limit", "used", "relieve")
+
+    def __init__(self, limit: int, relieve: Callable[[], None]) -> None:
+        self.limit = limit
+        self.used = 0
+        self.relieve = relieve
+
+    def grow(self, delta: int) -> None:
+        self.used += delta
+        if self.used > self.limit:
+            self.relieve()
+
+
 class StreamStore(Protocol):
     def create(self, *, model: str, provider: str) -> StreamLog: ...
 
@@ -152,14 +173,25 @@ class StreamStore(Protocol):
 
 
 class MemoryStreamStore:
-    """Streams in this process; finished streams expire `ttl` seconds after their final event."""
+    """Streams in this process; finished streams expire `ttl` seconds after their final event.
 
-    def __init__(self, *, ttl: float, max_streams: int, max_events: int, max_bytes: int) -> None:
+    The bytes of all logs together are capped by `max_total_bytes`: past it the oldest finished
+    streams are evicted first (`on_evict("budget")`), and while running streams alone fill it,
+    new streams are refused (503, retryable)."""
+
+    def __init__(self, *, ttl: float, max_streams: int, max_events: int, max_bytes: int,
+                 max_total_bytes: int | None = None, on_evict: Callable[[str], None] | None = None) -> None:
         self._ttl = ttl
         self._max_streams = max_streams
         self._max_events = max_events
         self._max_bytes = max_bytes
         self._logs: OrderedDict[str, StreamLog] = OrderedDict()
+        self._budget = Budget(max_total_bytes if max_total_bytes is not None else 1 << 62, self._relieve)
+        self._on_evict = on_evict or (lambda reason: None)
+
+    @property
+    def total_bytes(self) -> int:
+        return self._budget.used
 
     def __len__(self) -> int:
         return len(self._logs)
@@ -171,19 +203,22 @@ class MemoryStreamStore:
         if len(self._logs) >= self._max_streams:
             self.sweep()
         if len(self._logs) >= self._max_streams:
-            self._evict_oldest_finished()
+            self._evict_oldest_finished("streams")
         if len(self._logs) >= self._max_streams:
             raise StoreFull("too many open streams; retry later")
+        self._relieve()
+        if self._budget.used >= self._budget.limit:
+            raise StoreFull("the stream store is full; retry later")
         stream_id = "str_" + uuid.uuid4().hex
         log = StreamLog(StreamInfo(stream_id=stream_id, model=model, provider=provider),
-                        max_events=self._max_events, max_bytes=self._max_bytes)
+                        max_events=self._max_events, max_bytes=self._max_bytes, budget=self._budget)
         self._logs[stream_id] = log
         return log
 
     def get(self, stream_id: str) -> StreamLog | None:
         log = self._logs.get(stream_id)
         if log is not None and self._expired(log, time.monotonic()):
-            del self._logs[stream_id]
+            self._drop(stream_id)
             return None
         return log
 
@@ -191,17 +226,29 @@ class MemoryStreamStore:
         now = time.monotonic()
         expired = [sid for sid, log in self._logs.items() if self._expired(log, now)]
         for sid in expired:
-            del self._logs[sid]
+            self._drop(sid)
         return len(expired)
 
     def _expired(self, log: StreamLog, now: float) -> bool:
         return log.finished_at is not None and now - log.finished_at >= self._ttl
 
-    def _evict_oldest_finished(self) -> None:
+    def _drop(self, stream_id: str) -> None:
+        log = self._logs.pop(stream_id)
+        self._budget.used -= log.size_bytes
+        log._budget = None  # a reader may still hold it: it no longer counts
+
+    def _evict_oldest_finished(self, reason: str) -> bool:
         for sid, log in self._logs.items():
             if log.finished:
-                del self._logs[sid]
-                return
+                self._drop(sid)
+                self._on_evict(reason)
+                return True
+        return False
+
+    def _relieve(self) -> None:
+        """Evict the oldest finished streams while the store is over its byte budget."""
+        while self._budget.used > self._budget.limit and self._evict_oldest_finished("budget"):
+            pass
 
 
 def parse_cursor(last_event_id: str | None, after: int | None) -> int:
