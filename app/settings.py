@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     # HTTP edge
     max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest accepted request body.")
     ping_seconds: float = Field(default=5.0, gt=0, description="SSE keep-alive comment after this much silence.")
+    send_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="An SSE reader whose send is stuck this long (it stopped reading) is dropped."
+    )
     aliases: dict[str, str] = Field(default_factory=dict, description="Model aliases: alias -> provider/model.")
 
     # Stream log

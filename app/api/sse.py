@@ -62,8 +62,9 @@ class SSEResponse(Response):
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 state.last_send = loop.time()
                 state.sending_since = None
-            state.done = True
+            state.sending_since = loop.time()  # the closing send is watched too (a reader that never reads)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+            state.done = True
         except asyncio.CancelledError:
             if not state.client_gone:
                 raise

@@ -10,6 +10,7 @@ Each log is bounded (events and bytes; the oldest frames go first) and the store
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 import uuid
 from collections import OrderedDict, deque
@@ -21,7 +22,11 @@ from app.core import safejson
 from app.core.errors import GatewayError, RequestError
 from app.core.events import FinalEvent, StreamEvent
 
-__all__ = ["MemoryStreamStore", "ReplayUnavailable", "StreamLog", "StreamStore", "encode_frame"]
+BATCH_BYTES = 64 * 1024
+"""Most bytes a reader takes from the log per send (one frame at least)."""
+_BATCH_FRAMES = 1024
+
+__all__ = ["BATCH_BYTES", "MemoryStreamStore", "ReplayUnavailable", "StreamLog", "StreamStore", "encode_frame"]
 
 
 class ReplayUnavailable(GatewayError):
@@ -115,27 +120,39 @@ class StreamLog:
                 first_available=self._first_seq,
             )
 
-    def frames_after(self, after: int) -> bytes:
-        """The frames numbered above `after`, joined."""
+    def frames_after(self, after: int, max_bytes: int | None = None) -> bytes:
+        """The frames numbered above `after`, joined; at most about `max_bytes` (at least one frame)."""
+        return self._batch(after, max_bytes)[0]
+
+    def _batch(self, after: int, max_bytes: int | None) -> tuple[bytes, int]:
+        """Frames above `after` up to `max_bytes` (at least one), and the last id they hold."""
         start = max(after + 1, self._first_seq)
         if start >= self._next_seq:
-            return b""
+            return b"", after
         offset = start - self._first_seq
-        if offset == 0:
-            return b"".join(self._frames)
-        frames = self._frames
-        return b"".join(frames[i] for i in range(offset, len(frames)))
+        if max_bytes is None:
+            frames = self._frames if offset == 0 else itertools.islice(self._frames, offset, None)
+            return b"".join(frames), self.last_seq
+        batch: list[bytes] = []
+        size = 0
+        for frame in itertools.islice(self._frames, offset, offset + _BATCH_FRAMES):
+            batch.append(frame)
+            size += len(frame)
+            if size >= max_bytes:
+                break
+        return b"".join(batch), start + len(batch) - 1
 
     async def follow(self, after: int) -> AsyncIterator[bytes]:
-        """Replay from `after`, then follow live until the final event."""
+        """Replay from `after`, then follow live until the final event. A reader holds one batch
+        (about BATCH_BYTES) at a time, never a copy of the whole replay: a reader that stops
+        reading stalls on its send with that much, until the send watchdog drops it."""
         self.check_replay(after)
         cursor = after
         while True:
             if cursor < self.last_seq:
                 if cursor + 1 < self._first_seq:  # this reader fell behind the retention window
                     raise ReplayUnavailable("reader fell behind the stream's retention window")
-                chunk = self.frames_after(cursor)
-                cursor = self.last_seq
+                chunk, cursor = self._batch(cursor, BATCH_BYTES)
                 yield chunk
                 continue
             if self.final is not None:

@@ -42,7 +42,7 @@ def json_errors(*codes: int) -> dict[int | str, dict[str, object]]:
 async def stream(body: GenerateRequest, gateway: GatewayDep, record: RecordDep) -> SSEResponse:
     run = await gateway.open(to_spec(body), record=record)
     return SSEResponse(run.frames(), ping_seconds=gateway.settings.ping_seconds,
-                       headers={"x-stream-id": run.stream_id})
+                       send_timeout=gateway.settings.send_timeout_seconds, headers={"x-stream-id": run.stream_id})
 
 
 @router.get(
@@ -68,4 +68,4 @@ async def subscribe(
                            code="cursor_ahead", status=400, field=field)
     log.check_replay(cursor)
     return SSEResponse(log.follow(cursor), ping_seconds=gateway.settings.ping_seconds,
-                       headers={"x-stream-id": stream_id})
+                       send_timeout=gateway.settings.send_timeout_seconds, headers={"x-stream-id": stream_id})
