@@ -30,6 +30,7 @@ from app.core.messages import Message, ToolSpec
 from app.core.transcript import Transcript, TranscriptLimits
 from app.observability import Metrics, get_logger
 from app.providers.base import ProviderRequest, ToolChoice
+from app.providers.options import check_provider_options
 from app.providers.registry import ProviderRegistry
 from app.run import Gate, Run
 from app.settings import Settings
@@ -89,6 +90,7 @@ class Gateway:
         """Resolve, configure and start one run; raise GatewayError before any event exists."""
         started = time.perf_counter()
         adapter, provider, upstream_model = self.registry.resolve(spec.model)
+        check_provider_options(provider, spec.options, self.settings.provider_options_allow)
         max_steps = self._max_steps(spec)
         tools = self.tools.for_run(provider, (t.name for t in spec.tools))
         if tools:  # the gateway's tools are offered with the caller's: the model sees what the gateway runs

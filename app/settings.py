@@ -82,6 +82,12 @@ class Settings(BaseSettings):
         default=None, validation_alias=AliasChoices("GEMINI_API_KEY", "GOOGLE_API_KEY", "gemini_api_key")
     )
     gemini_base_url: str | None = Field(default=None, validation_alias=AliasChoices("GEMINI_BASE_URL", "gemini_base_url"))
+    provider_options_allow: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="provider_options keys callers may pass, per provider name (JSON object in "
+                    "FOUNDRY_PROVIDER_OPTIONS_ALLOW); a provider not named keeps the safe default "
+                    "(app/providers/options.py).",
+    )
     providers: list[CompatibleProvider] = Field(
         default_factory=list, description="OpenAI-compatible servers (JSON list in FOUNDRY_PROVIDERS)."
     )

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from app.providers.options import DEFAULT_ALLOWED
 from app.main import create_app
 from app.settings import Settings
 from tests.support import parse_sse, recordings, serve
@@ -64,7 +65,9 @@ class FakeAnthropic:
 @contextlib.asynccontextmanager
 async def gateway(fake: FakeAnthropic) -> AsyncIterator[httpx.AsyncClient]:
     async with serve(fake.app()) as upstream:
-        settings = Settings(anthropic_api_key=KEY, anthropic_base_url=upstream, upstream_max_retries=0)
+        settings = Settings(anthropic_api_key=KEY, anthropic_base_url=upstream, upstream_max_retries=0,
+                            # the operator opts in to server tools; "system" shows the adapter still guards its own fields
+                            provider_options_allow={"anthropic": [*DEFAULT_ALLOWED["anthropic"], "tools", "system"]})
         async with serve(create_app(settings)) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
             yield client
 

@@ -7,6 +7,7 @@ import asyncio
 
 import orjson
 
+from app.providers.options import DEFAULT_ALLOWED
 from app.settings import Settings
 from tests.support import parse_sse, recordings
 from tests.upstream_fakes import FakeUpstream, first_token_then_leave, gateway
@@ -17,7 +18,8 @@ STREAM = "/v1beta/models/gemini-3-pro-preview:streamGenerateContent?alt=sse"
 
 
 def configured(upstream: str) -> Settings:
-    return Settings(gemini_api_key=KEY, gemini_base_url=upstream, upstream_max_retries=0)
+    return Settings(gemini_api_key=KEY, gemini_base_url=upstream, upstream_max_retries=0,
+                    provider_options_allow={"gemini": [*DEFAULT_ALLOWED["gemini"], "builtin_tools"]})
 
 
 def fake_gemini(*replies: object, hold: bool = False) -> FakeUpstream:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from app.providers.options import DEFAULT_ALLOWED
 from app.settings import Settings
 from tests.support import parse_sse, recordings
 from tests.upstream_fakes import FakeUpstream, first_token_then_leave, gateway
@@ -14,7 +15,8 @@ KEY = "sk-responses-e2e-test-key-0000"
 
 
 def configured(upstream: str) -> Settings:
-    return Settings(openai_api_key=KEY, openai_base_url=f"{upstream}/v1", upstream_max_retries=0)
+    return Settings(openai_api_key=KEY, openai_base_url=f"{upstream}/v1", upstream_max_retries=0,
+                    provider_options_allow={"openai-responses": [*DEFAULT_ALLOWED["openai-responses"], "builtin_tools"]})
 
 
 ASK = {
