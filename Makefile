@@ -10,7 +10,7 @@ PORT   ?= 8000
 .PHONY: run test install install-test openapi bench clean
 
 run: $(VENV)/.installed-run  ## install and serve the gateway (mock provider by default) on $(HOST):$(PORT)
-	$(BIN)/uvicorn app.main:app --host $(HOST) --port $(PORT) --no-access-log
+	$(BIN)/uvicorn app.main:app --host $(HOST) --port $(PORT) --no-access-log --timeout-graceful-shutdown 10
 
 test: $(VENV)/.installed-test  ## install the test dependencies and run the whole suite
 	$(BIN)/python -m pytest

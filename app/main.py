@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any
 
 from fastapi import FastAPI
@@ -49,9 +51,11 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         sweeper = asyncio.create_task(_sweep(store, settings.stream_ttl_seconds))
+        restore = _on_stop_signal(lambda: gateway.end_runs(settings.shutdown_grace_seconds))
         try:
             yield
         finally:
+            restore()
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
@@ -75,6 +79,36 @@ def create_app(
     install_openapi(app)
     app.add_middleware(RequestContextMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
     return app
+
+
+def _on_stop_signal(start: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
+    """Chain a handler onto SIGTERM/SIGINT (uvicorn's own still runs first and stops accepting):
+    the server then waits for open connections, so running streams are ended after the grace
+    period with a `shutdown` final. Returns the undo. Only the main thread can handle signals."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    loop = asyncio.get_running_loop()
+    started: list[asyncio.Task[None]] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def handler(sig: int, frame: Any) -> None:
+        before = previous.get(sig)
+        if callable(before):
+            before(sig, frame)
+        if not started:
+            loop.call_soon_threadsafe(lambda: started.append(loop.create_task(start())))
+
+    for sig in previous:
+        signal.signal(sig, handler)
+
+    def restore() -> None:
+        for sig, before in previous.items():
+            if signal.getsignal(sig) is handler:
+                signal.signal(sig, before)
+        for task in started:
+            task.cancel()
+
+    return restore
 
 
 async def _sweep(store: MemoryStreamStore, ttl: float) -> None:

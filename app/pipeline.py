@@ -85,6 +85,21 @@ class Gateway:
                                                   max_items=settings.transcript_max_items)
         self.log = get_logger("foundry.pipeline")
         self._background: set[asyncio.Task[Any]] = set()
+        self.running: dict[Run, asyncio.Task[Any] | None] = {}
+        """Runs in progress and the task driving each (for a bounded shutdown)."""
+        self.shutting_down = False
+
+    async def end_runs(self, grace: float) -> None:
+        """Shutdown: let running streams finish for `grace` seconds, then end the rest with
+        `final{status: "error", error.code: "shutdown", retryable: true}`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while self.running and loop.time() < deadline:
+            await asyncio.sleep(min(0.1, max(0.0, deadline - loop.time())))
+        self.shutting_down = True
+        for task in list(self.running.values()):
+            if task is not None and not task.done():
+                task.cancel()
 
     async def open(self, spec: RunSpec, *, record: dict[str, Any] | None = None) -> Run:
         """Resolve, configure and start one run; raise GatewayError before any event exists."""

@@ -43,6 +43,8 @@ __all__ = ["Gate", "Run"]
 _CLOSE_TIMEOUT = 1.0  # DESIGN.md section 6: the upstream is closed within a second
 _CONTENT_EVENTS = frozenset({"token", "reasoning", "tool_call", "tool_result"})
 _INTERNAL = {"code": "internal_error", "message": "internal gateway error", "retryable": True}
+_GONE = {"code": "cancelled", "message": "the client went away", "retryable": False}
+_SHUTDOWN = {"code": "shutdown", "message": "the gateway is shutting down; retry", "retryable": True}
 
 
 class Gate(Protocol):
@@ -115,6 +117,7 @@ class Run:
         final: FinalEvent | None = None
         metrics = self.gateway.metrics
         metrics.active_streams.inc()
+        self.gateway.running[self] = asyncio.current_task()  # ended by Gateway.end_runs on shutdown
         try:
             tally["start"] += 1
             yield log.append(StartEvent(stream_id=self.stream_id, model=self.model, provider=self.provider))
@@ -150,9 +153,18 @@ class Run:
                 if tail:
                     yield self._emit(tail, tally)
             final = self._ending("ok", None)
-        except (asyncio.CancelledError, GeneratorExit):
-            final = self._ending("cancelled", {"code": "cancelled", "message": "the client went away",
-                                               "retryable": False})
+        except asyncio.CancelledError:
+            if not self.gateway.shutting_down:
+                final = self._ending("cancelled", _GONE)
+                raise
+            # The gateway is stopping (SIGTERM, grace over): an honest end the caller can retry.
+            final = self._ending("error", _SHUTDOWN)
+            self.error_status = 503
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+        except GeneratorExit:
+            final = self._ending("cancelled", _GONE)
             raise
         except GatewayError as exc:
             if exc.final_status == "error":
@@ -184,6 +196,7 @@ class Run:
                     self._record_end(final, tally)
                 finally:
                     metrics.active_streams.dec()
+                    self.gateway.running.pop(self, None)
         # Reached only when not cancelled: the last frame goes to the caller.
         yield frame
 

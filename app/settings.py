@@ -52,6 +52,11 @@ class Settings(BaseSettings):
     send_timeout_seconds: float = Field(
         default=30.0, gt=0, description="An SSE reader whose send is stuck this long (it stopped reading) is dropped."
     )
+    shutdown_grace_seconds: float = Field(
+        default=5.0, ge=0, le=300,
+        description="On SIGTERM, running streams get this long to finish; then they end with a final of "
+                    "error.code `shutdown` (retryable). Keep it below uvicorn's --timeout-graceful-shutdown.",
+    )
     aliases: dict[str, str] = Field(default_factory=dict, description="Model aliases: alias -> provider/model.")
 
     # Stream log
