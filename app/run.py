@@ -333,7 +333,10 @@ class Run:
             extra["messages"] = [m.model_dump(mode="json", exclude_defaults=True) for m in self._added]
         if self.gate is not None:
             extra["validation"] = self.gate.summary()
-        return FinalEvent(status=status, message=message, usage=self._final_usage(),  # type: ignore[arg-type]
+        usage = self._final_usage()
+        if status != "ok" and not self._counted and not acc.completed:
+            usage.output_unknown = True  # the provider never said how much it produced
+        return FinalEvent(status=status, message=message, usage=usage,  # type: ignore[arg-type]
                           stop_reason=stop_reason, model=acc.model, provider=acc.provider, error=error, extra=extra)
 
     def _record_end(self, final: FinalEvent, tally: Counter[str]) -> None:
@@ -350,7 +353,7 @@ class Run:
             ttft_ms=round(self.ttft * 1000, 3) if self.ttft is not None else None,
             run_ms=round(duration * 1000, 3),
             input_tokens=final.usage.input_tokens,
-            output_tokens=final.usage.output_tokens,
+            output_tokens=None if final.usage.output_unknown else final.usage.output_tokens,
             events=sum(tally.values()),
             steps=self.steps,
             tools_run=self.tools_run,

@@ -413,3 +413,18 @@ async def test_openapi_documents_sse_errors_as_json_and_docs_are_gone():
 def test_license_is_an_spdx_string():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["license"] == "Apache-2.0"
+
+
+async def test_a_cancelled_stream_reports_unknown_output_usage_as_null():
+    adapter = FakeAdapter([[TextDelta(text=f"t{i} ")] for i in range(20)], block=True)  # never finishes
+    async with gateway(adapters={"fake": adapter}) as c:
+        async with c.stream("POST", "/v1/stream", json={"model": "fake/m", "messages": USER}) as r:
+            stream_id = r.headers["x-stream-id"]
+            async for line in r.aiter_lines():
+                if line.startswith("event: token"):
+                    break
+        log = c.app.state.gateway.store.get(stream_id)  # type: ignore[attr-defined]
+        await asyncio.wait_for(adapter.streams[0].closed.wait(), DEADLINE)
+        final = one_final((await c.get(f"/v1/stream/{stream_id}", params={"after": log.last_seq - 1})).content)
+        assert final["status"] == "cancelled"
+        assert final["usage"]["output_tokens"] is None and final["usage"]["total_tokens"] is None

@@ -165,8 +165,9 @@ class ToolResultData(BaseModel):
 
 class UsageData(BaseModel):
     input_tokens: int
-    output_tokens: int
-    total_tokens: int
+    output_tokens: int | None = Field(description="null when unknown: the stream ended before the provider "
+                                                  "reported it (cancelled, broken).")
+    total_tokens: int | None = Field(description="null when output_tokens is.")
     cache_read_tokens: int
     cache_write_tokens: int
     reasoning_tokens: int

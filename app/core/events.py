@@ -47,12 +47,15 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    output_unknown: bool = False
+    """The stream ended before the provider reported its output (cancelled, broken): the output
+    and total counts are unknown, `null` on the wire rather than a false 0."""
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, int | None]:
         return {
             "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "total_tokens": self.total_tokens,
+            "output_tokens": None if self.output_unknown else self.output_tokens,
+            "total_tokens": None if self.output_unknown else self.total_tokens,
             "cache_read_tokens": self.cache_read_tokens,
             "cache_write_tokens": self.cache_write_tokens,
             "reasoning_tokens": self.reasoning_tokens,
@@ -66,6 +69,7 @@ class Usage:
         self.cache_read_tokens += other.cache_read_tokens
         self.cache_write_tokens += other.cache_write_tokens
         self.reasoning_tokens += other.reasoning_tokens
+        self.output_unknown = self.output_unknown or other.output_unknown
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
