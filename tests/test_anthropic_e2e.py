@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from app.providers.options import DEFAULT_ALLOWED
 from app.main import create_app
+from app.providers.options import DEFAULT_ALLOWED
 from app.settings import Settings
 from tests.support import parse_sse, recordings, serve
 

@@ -20,7 +20,6 @@ from pydantic import Field, field_validator
 from referencing import Registry
 
 from app.core.errors import RequestError
-
 from app.core.messages import thaw
 from app.validation.validators.base import (
     PASS,
