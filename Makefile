@@ -7,13 +7,19 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test install install-test openapi bench clean
+.PHONY: run test lint install install-test openapi bench clean
 
 run: $(VENV)/.installed-run  ## install and serve the gateway (mock provider by default) on $(HOST):$(PORT)
 	$(BIN)/uvicorn app.main:app --host $(HOST) --port $(PORT) --no-access-log --timeout-graceful-shutdown 10
 
-test: $(VENV)/.installed-test  ## install the test dependencies and run the whole suite
+test: $(VENV)/.installed-test  ## install the test dependencies; lint, type-check, then run the whole suite
+	$(BIN)/ruff check app tests bench scripts
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
+
+lint: $(VENV)/.installed-test  ## ruff (lint + import order) and mypy only
+	$(BIN)/ruff check app tests bench scripts
+	$(BIN)/mypy
 
 install: $(VENV)/.installed-run
 install-test: $(VENV)/.installed-test

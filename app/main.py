@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import signal
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from fastapi import FastAPI
@@ -16,6 +16,7 @@ from app.api.middleware import RequestContextMiddleware
 from app.api.openapi import install_openapi
 from app.api.routes import generate, health, stream, transcript
 from app.core import secrets
+from app.core.report import RunObserver
 from app.observability import Metrics, configure_logging
 from app.pipeline import Gateway
 from app.providers.base import ProviderAdapter
@@ -27,14 +28,18 @@ __all__ = ["create_app"]
 
 VERSION = "0.1.0"
 
+app: FastAPI  # built on first access (module __getattr__ below)
+
 
 def create_app(
     settings: Settings | None = None,
     clients: Mapping[str, Any] | None = None,
     adapters: Mapping[str, ProviderAdapter] | None = None,
+    observers: Iterable[RunObserver] = (),
 ) -> FastAPI:
     """Build the gateway. `clients` injects provider SDK clients by provider name (tests pass
-    fakes, operators pass configured clients); `adapters` injects whole provider adapters."""
+    fakes, operators pass configured clients); `adapters` injects whole provider adapters;
+    `observers` get each run's `RunReport` when it ends (app/core/report.py)."""
     settings = settings or Settings()
     secrets.remember(*settings.secret_values())
     configure_logging(settings.log_level, settings.log_json)
@@ -45,8 +50,8 @@ def create_app(
         max_total_bytes=settings.max_store_bytes, on_evict=lambda reason: metrics.streams_evicted.labels(reason).inc(),
     )
     metrics.store_bytes.set_function(lambda: store.total_bytes)
-    gateway = Gateway(settings=settings, registry=build_registry(settings, clients, adapters),
-                      store=store, metrics=metrics)
+    gateway = Gateway(settings=settings, registry=build_registry(settings.provider_config(), clients, adapters),
+                      store=store, metrics=metrics, observers=observers)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -92,7 +97,7 @@ def _on_stop_signal(start: Callable[[], Coroutine[Any, Any, None]]) -> Callable[
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
 
     def handler(sig: int, frame: Any) -> None:
-        before = previous.get(sig)
+        before = previous.get(signal.Signals(sig))
         if callable(before):
             before(sig, frame)
         if not started:

@@ -12,10 +12,10 @@ from collections import Counter as TallyCounter
 from typing import Any
 
 import structlog
-
-from app.core.secrets import scrub
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
+
+from app.core.secrets import scrub
 
 __all__ = ["Metrics", "configure_logging", "get_logger"]
 
@@ -78,6 +78,9 @@ class Metrics:
         self.store_bytes = Gauge("foundry_store_bytes", "Encoded bytes retained by the stream store.", registry=r)
         self.tool_executions = Counter("foundry_tool_executions", "Gateway-executed tool calls by tool and outcome.",
                                        ["tool", "outcome"], registry=r)
+        self.upstream_ignored = Counter("foundry_upstream_ignored", "Upstream stream parts ignored as harmless "
+                                        "(e.g. an unexpected delta kind for its block), by provider and kind.",
+                                        ["provider", "what"], registry=r)
 
     def count_events(self, tally: TallyCounter[str]) -> None:
         """Add a finished run's per-type event counts (counted locally: no metric call per event)."""

@@ -13,52 +13,63 @@ assistant and tool messages are appended and the provider is called again, up to
 All steps make one stream: one `start`, one sequence of ids and indexes, one validation gate
 (chunk checks on every step's text, final checks on the last turn), one `final` whose `message`
 is the last assistant message and whose usage is summed over the steps. The stream's transcript
-(app/core/transcript.py) is fed the released events and kept in the stream's record.
+(app/core/transcript.py) is fed the released events and kept with the stream (`StreamInfo`).
+
+When a run ends, every observer (`Gateway(observers=...)`, `add_observer`) gets its `RunReport`
+(app/core/report.py): the seam for run records, usage accounting and metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.core.accumulator import Accumulator
 from app.core.errors import GatewayError, RequestError, UpstreamError
 from app.core.messages import Message, ToolSpec
+from app.core.report import RunObserver, RunReport
 from app.core.transcript import Transcript, TranscriptLimits
 from app.observability import Metrics, get_logger
-from app.providers.base import ProviderRequest, ToolChoice
+from app.providers.base import ProviderRequest, drive
 from app.providers.options import check_provider_options
 from app.providers.registry import ProviderRegistry
-from app.run import Gate, Run
+from app.run import Run, RunningRuns, RunPlan
 from app.settings import Settings
 from app.streams.log import StreamStore
 from app.tools import ToolRegistry, build_tools
-from app.validation import build_gate
+from app.validation import Gate, PassThroughGate, ValidatorSpec, build_gate
 
-__all__ = ["Gate", "Gateway", "Run", "RunSpec"]
+__all__ = ["Gate", "Gateway", "Run", "RunObserver", "RunReport", "RunSpec"]
 
 
 GateFactory = Callable[["Gateway", "RunSpec"], "Gate | None"]
+"""Builds a run's gate; None means no validator applies (a pass-through)."""
+_PASS_THROUGH = PassThroughGate()
 
 
-@dataclass(slots=True, kw_only=True)
+@dataclass(slots=True, frozen=True, kw_only=True)
 class RunSpec:
-    """A request, checked at the edge, as the pipeline needs it."""
+    """A request, checked at the edge: what to ask the provider, and what the gateway does
+    around it. Each field has one home: the model call's fields are the `ProviderRequest`'s."""
 
-    model: str
-    messages: tuple[Message, ...]
-    tools: tuple[ToolSpec, ...] = ()
-    tool_choice: ToolChoice | None = None
-    temperature: float = 0.0
-    max_tokens: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    validators: Sequence[Any] = ()
+    request: ProviderRequest
+    """Its `model` is as the caller named it (`provider/model` or an alias): `Gateway.open`
+    resolves it and sends the provider its own model name."""
+    validators: Sequence[ValidatorSpec] = ()
     chunking: str | None = None
     max_steps: int | None = None
     """Most provider calls when the gateway runs tools; None: the operator's `max_steps`."""
+
+    @property
+    def model(self) -> str:
+        return self.request.model
+
+    @property
+    def tools(self) -> tuple[ToolSpec, ...]:
+        return self.request.tools
 
 
 class Gateway:
@@ -73,6 +84,7 @@ class Gateway:
         metrics: Metrics,
         gate_factory: GateFactory | None = None,
         tools: ToolRegistry | None = None,
+        observers: Iterable[RunObserver] = (),
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -84,39 +96,31 @@ class Gateway:
         self.transcript_limits = TranscriptLimits(max_chars=settings.transcript_max_chars,
                                                   max_items=settings.transcript_max_items)
         self.log = get_logger("foundry.pipeline")
+        self.observers: list[RunObserver] = list(observers)
         self._background: set[asyncio.Task[Any]] = set()
-        self.running: dict[Run, asyncio.Task[Any] | None] = {}
+        self.runs = RunningRuns()
         """Runs in progress and the task driving each (for a bounded shutdown)."""
-        self.shutting_down = False
 
     async def end_runs(self, grace: float) -> None:
         """Shutdown: let running streams finish for `grace` seconds, then end the rest with
         `final{status: "error", error.code: "shutdown", retryable: true}`."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace
-        while self.running and loop.time() < deadline:
-            await asyncio.sleep(min(0.1, max(0.0, deadline - loop.time())))
-        self.shutting_down = True
-        for task in list(self.running.values()):
-            if task is not None and not task.done():
-                task.cancel()
+        await self.runs.end(grace)
 
-    async def open(self, spec: RunSpec, *, record: dict[str, Any] | None = None) -> Run:
+    def add_observer(self, observer: RunObserver) -> None:
+        """Call `observer(report)` when each later run ends (app/core/report.py)."""
+        self.observers.append(observer)
+
+    async def open(self, spec: RunSpec, *, request_id: str | None = None) -> Run:
         """Resolve, configure and start one run; raise GatewayError before any event exists."""
-        started = time.perf_counter()
+        started, started_at = time.perf_counter(), time.time()
         adapter, provider, upstream_model = self.registry.resolve(spec.model)
-        check_provider_options(provider, spec.options, self.settings.provider_options_allow)
+        check_provider_options(provider, spec.request.options, self.settings.provider_options_allow)
         max_steps = self._max_steps(spec)
         tools = self.tools.for_run(provider, (t.name for t in spec.tools))
         if tools:  # the gateway's tools are offered with the caller's: the model sees what the gateway runs
-            spec = replace(spec, tools=(*spec.tools, *tools.specs))
-        gate = self.gate_factory(self, spec)
-        request = ProviderRequest(
-            model=upstream_model, messages=spec.messages, tools=spec.tools, tool_choice=spec.tool_choice,
-            temperature=spec.temperature, max_tokens=spec.max_tokens, options=spec.options,
-        )
-        if record is not None:
-            record.update(model=spec.model, provider=provider)
+            spec = replace(spec, request=replace(spec.request, tools=(*spec.tools, *tools.specs)))
+        gate = self.gate_factory(self, spec) or _PASS_THROUGH
+        request = replace(spec.request, model=upstream_model)
         try:
             upstream = await adapter.open_stream(request)
         except GatewayError as exc:
@@ -124,13 +128,12 @@ class Gateway:
             raise
         log = self.store.create(model=spec.model, provider=provider)
         transcript = Transcript(processors=self.tools.processors, limits=self.transcript_limits)
-        transcript.add_request(spec.messages)
-        log.info.record["transcript"] = transcript
-        return Run(
-            gateway=self, log=log, upstream=upstream, gate=gate, provider=provider, model=spec.model,
-            started=started, record=record if record is not None else {}, adapter=adapter, request=request,
-            tools=tools, max_steps=max_steps, transcript=transcript,
-        )
+        transcript.add_request(request.messages)
+        log.info.transcript = transcript
+        plan = RunPlan(model=spec.model, provider=provider, adapter=adapter, request=request, max_steps=max_steps,
+                       request_id=request_id, started=started, started_at=started_at)
+        return Run(plan, log=log, upstream=upstream, gate=gate, tools=tools, transcript=transcript,
+                   metrics=self.metrics, logger=self.log, observers=self.observers, runs=self.runs)
 
     def _max_steps(self, spec: RunSpec) -> int:
         cap = self.settings.max_steps
@@ -156,15 +159,11 @@ class Gateway:
         adapter, provider, name = self.registry.resolve(model)
         request = ProviderRequest(model=name, messages=(Message(role="user", content=prompt),),
                                   temperature=0.0, max_tokens=256)
-        stream = await adapter.open_stream(request)
         acc = Accumulator(model=name, provider=provider)
-        try:
-            async for batch in stream:
-                acc.push_all(batch)
-        finally:
-            await stream.aclose()
-        if not acc.completed:
-            raise UpstreamError(f"judge {model}: the stream ended before it finished", code="upstream_incomplete")
+        final = await drive(await adapter.open_stream(request), acc)
+        if final.error is not None:
+            raise UpstreamError(f"judge {model}: {final.error['message']}", code=final.error["code"],
+                                retryable=final.error["retryable"])
         return acc.text
 
     def spawn(self, run: Run) -> None:
@@ -174,12 +173,12 @@ class Gateway:
         task.add_done_callback(self._background.discard)
 
     async def _detached(self, run: Run) -> None:
-        record = dict(run.record)  # the request's own log line was written with the 202
-        run.record = record
         try:
             await run.drain()
-        finally:
-            self.log.info("background_stream", **record)
+        finally:  # the request's own log line was written with the 202
+            fields = run.report.log_fields() if run.report is not None else {"stream_id": run.stream_id}
+            self.log.info("background_stream", request_id=run.plan.request_id, model=run.model,
+                          provider=run.provider, **fields)
 
     async def aclose(self) -> None:
         for task in list(self._background):

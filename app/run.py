@@ -1,165 +1,185 @@
-"""One run of the pipeline: its steps, its events, its honest end (see app/pipeline.py).
+"""One run of the pipeline: its steps, its events, its honest end, its report.
 
-`Run.frames()` drives the provider's responses through the accumulator, the validation gate and
-the stream log; between steps it runs the gateway's tools. Whatever happens (upstream break,
-validator block, client disconnect, a bug) the log gets exactly one `final`, open tool calls are
-cancelled and the upstream response is closed in `finally`.
+`Run.frames()` is three parts:
+- the step pump (`_pump`): one provider response, upstream -> accumulator -> gate -> stream log;
+- the tool loop (`_run_tools`, `_continues`, `_next_step`): between steps, the gateway's tools
+  run and their results go out, then the provider is called again, up to `max_steps`;
+- the end (`_end`): exactly one `final` in the log whatever happened (upstream break, validator
+  block, client disconnect, a bug), the upstream closed, metrics counted, and a `RunReport`
+  (app/core/report.py) handed to the observers.
+The run knows no HTTP: how an error answers over HTTP is the API layer's business.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import traceback
 from collections import Counter
-from collections.abc import AsyncIterator
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import anyio
 
 from app.core.accumulator import Accumulator
-from app.core.errors import GatewayError, UpstreamError
+from app.core.errors import ErrorData, GatewayError
 from app.core.events import (
     STOP_REASON_FOR_STATUS,
     AssistantMessage,
     FinalEvent,
+    FinalStatus,
     StartEvent,
     StopReason,
     StreamEvent,
     Usage,
 )
 from app.core.messages import Message, ToolCall
+from app.core.report import RunObserver, RunReport
 from app.core.transcript import Transcript
-from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest
+from app.observability import Metrics
+from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, response_events
 from app.streams.log import StreamLog
 from app.tools import Execution, RunTools
+from app.validation import Gate
 
-if TYPE_CHECKING:
-    from app.pipeline import Gateway
-
-__all__ = ["Gate", "Run"]
+__all__ = ["Run", "RunPlan", "RunningRuns"]
 
 _CLOSE_TIMEOUT = 1.0  # DESIGN.md section 6: the upstream is closed within a second
 _CONTENT_EVENTS = frozenset({"token", "reasoning", "tool_call", "tool_result"})
-_INTERNAL = {"code": "internal_error", "message": "internal gateway error", "retryable": True}
-_GONE = {"code": "cancelled", "message": "the client went away", "retryable": False}
-_SHUTDOWN = {"code": "shutdown", "message": "the gateway is shutting down; retry", "retryable": True}
+_INTERNAL: ErrorData = {"code": "internal_error", "message": "internal gateway error", "retryable": True}
+_GONE: ErrorData = {"code": "cancelled", "message": "the client went away", "retryable": False}
+_SHUTDOWN: ErrorData = {"code": "shutdown", "message": "the gateway is shutting down; retry", "retryable": True}
 
 
-class Gate(Protocol):
-    """The validation gate as the pipeline uses it (app/validation/gate.py)."""
+class RunningRuns:
+    """The runs in progress and the task driving each, for a bounded shutdown."""
 
-    async def admit(self, event: StreamEvent) -> list[StreamEvent]: ...
+    def __init__(self) -> None:
+        self.running: dict[Run, asyncio.Task[Any] | None] = {}
+        self.shutting_down = False
 
-    async def finish(self) -> list[StreamEvent]: ...
+    async def end(self, grace: float) -> None:
+        """Let running runs finish for `grace` seconds, then cancel the rest: each ends with
+        `final{status: "error", error.code: "shutdown", retryable: true}`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while self.running and loop.time() < deadline:  # noqa: ASYNC110 (runs leave from their own tasks)
+            await asyncio.sleep(min(0.1, max(0.0, deadline - loop.time())))
+        self.shutting_down = True
+        for task in list(self.running.values()):
+            if task is not None and not task.done():
+                task.cancel()
 
-    def released_message(self, message: AssistantMessage) -> AssistantMessage: ...
 
-    def summary(self) -> dict[str, Any]: ...
+@dataclass(slots=True, frozen=True, kw_only=True)
+class RunPlan:
+    """What `Gateway.open` resolved for a run, before any event existed."""
 
+    model: str
+    """As the caller asked for it."""
+    provider: str
+    adapter: ProviderAdapter
+    request: ProviderRequest
+    """The first step's request; later steps append the turns and tool results."""
+    max_steps: int
+    request_id: str | None = None
+    started: float = field(default_factory=time.perf_counter)
+    started_at: float = field(default_factory=time.time)
+
+
+@dataclass(slots=True, kw_only=True)
+class _Progress:
+    """What the steps so far added up to."""
+
+    steps: int = 1
+    tools_run: int = 0
+    max_steps_reached: bool = False
+    usage: Usage = field(default_factory=Usage)  # of the steps that ended
+    counted: bool = False  # the current step's usage is in `usage`
+    added: list[Message] = field(default_factory=list)  # messages the run appended to the conversation
+    gateway_ids: set[str] = field(default_factory=set)  # calls the gateway took on: never the caller's
+    step_message: AssistantMessage | None = None  # the current step's, once it ended with gateway calls
+    stop_reason: StopReason | None = None
+    events: Counter[str] = field(default_factory=Counter)
 
 
 class Run:
     def __init__(
         self,
+        plan: RunPlan,
         *,
-        gateway: Gateway,
         log: StreamLog,
         upstream: PatchStream,
-        gate: Gate | None,
-        provider: str,
-        model: str,
-        started: float,
-        record: dict[str, Any],
-        adapter: ProviderAdapter,
-        request: ProviderRequest,
+        gate: Gate,
         tools: RunTools,
-        max_steps: int,
         transcript: Transcript,
+        metrics: Metrics,
+        logger: Any,
+        observers: Sequence[RunObserver] = (),
+        runs: RunningRuns | None = None,
     ) -> None:
-        self.gateway = gateway
+        self.plan = plan
         self.log = log
-        self.upstream = upstream
         self.gate = gate
-        self.provider = provider
-        self.model = model
-        self.started = started
-        self.record = record
-        self.adapter = adapter
-        self.request = request
         self.tools = tools
-        self.max_steps = max_steps
         self.transcript = transcript
-        self.accumulator = Accumulator(model=model, provider=provider)
+        self.metrics = metrics
+        self.logger = logger
+        self.observers = observers
+        self.runs = runs if runs is not None else RunningRuns()
+        self.upstream = upstream
+        self.accumulator = Accumulator(model=plan.model, provider=plan.provider)
         self.ttft: float | None = None
-        self.error_status = 502
-        """HTTP status for a JSON answer when the run ended in error (POST /v1/generate)."""
-        self.steps = 1
-        self.tools_run = 0
-        self.max_steps_reached = False
-        self._usage = Usage()  # of the steps that ended
-        self._counted = False  # the current step's usage is in _usage
-        self._step_message: AssistantMessage | None = None  # the current step's, once it ended with gateway calls
-        self._gateway_ids: set[str] = set()  # calls the gateway took on: never the caller's to answer
-        self._added: list[Message] = []  # the messages the run appended to the conversation
-        self._stop_reason: StopReason | None = None
-        self.record["stream_id"] = log.info.stream_id
+        self.report: RunReport | None = None
+        """Set once the run ended (its final is in the log)."""
+        self._progress = _Progress()
 
     @property
     def stream_id(self) -> str:
         return self.log.info.stream_id
 
-    async def frames(self) -> AsyncIterator[bytes]:
+    @property
+    def model(self) -> str:
+        return self.plan.model
+
+    @property
+    def provider(self) -> str:
+        return self.plan.provider
+
+    async def frames(self) -> AsyncGenerator[bytes, None]:
         """Drive the run; yield each batch of SSE frames as soon as it is in the log."""
-        log, gate = self.log, self.gate
-        tally: Counter[str] = Counter()
         final: FinalEvent | None = None
-        metrics = self.gateway.metrics
-        metrics.active_streams.inc()
-        self.gateway.running[self] = asyncio.current_task()  # ended by Gateway.end_runs on shutdown
+        self.metrics.active_streams.inc()
+        self.runs.running[self] = asyncio.current_task()  # ended by RunningRuns.end on shutdown
         try:
-            tally["start"] += 1
-            yield log.append(StartEvent(stream_id=self.stream_id, model=self.model, provider=self.provider))
+            yield self._emit([StartEvent(stream_id=self.stream_id, model=self.plan.model,
+                                         provider=self.plan.provider)])
             while True:
-                acc = self.accumulator
-                async for batch in self.upstream:
-                    events = acc.push_all(batch)
-                    if gate is not None and events:
-                        events = await self._through_gate(gate, events)
-                    if events:
-                        yield self._emit(events, tally)
-                if not acc.completed:
-                    raise UpstreamError("the provider's stream ended before it finished",
-                                        code="upstream_incomplete", retryable=True, provider=self.provider)
+                async with contextlib.aclosing(self._pump()) as frames:
+                    async for batch in frames:
+                        yield batch
                 calls = await self._end_step()
                 if not calls:
                     break
                 execution = self.tools.start(calls)
-                try:
-                    while not execution.done:
-                        results: list[StreamEvent] = list(await execution.wait())
-                        if gate is not None:
-                            results = await self._through_gate(gate, results)
-                        if results:
-                            yield self._emit(results, tally)
-                finally:
-                    await execution.aclose()  # cancelled or failed: nothing keeps running
+                async with contextlib.aclosing(self._run_tools(execution)) as frames:
+                    async for batch in frames:
+                        yield batch
                 if not self._continues(execution):
                     break
                 await self._next_step()
-            if gate is not None:
-                tail = await gate.finish()
-                if tail:
-                    yield self._emit(tail, tally)
+            tail = await self.gate.finish()
+            if tail:
+                yield self._emit(tail)
             final = self._ending("ok", None)
         except asyncio.CancelledError:
-            if not self.gateway.shutting_down:
+            if not self.runs.shutting_down:
                 final = self._ending("cancelled", _GONE)
                 raise
             # The gateway is stopping (SIGTERM, grace over): an honest end the caller can retry.
             final = self._ending("error", _SHUTDOWN)
-            self.error_status = 503
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
@@ -168,56 +188,44 @@ class Run:
             raise
         except GatewayError as exc:
             if exc.final_status == "error":
-                metrics.upstream_errors.labels(self.provider, exc.code).inc()
-                self.error_status = exc.status if exc.status >= 500 else 502
+                self.metrics.upstream_errors.labels(self.plan.provider, exc.code).inc()
             final = self._ending(exc.final_status, exc.to_dict())
         except Exception as exc:
             # The exception's type only: its text may quote content (DESIGN.md: no content in logs).
-            self.gateway.log.error("run_failed", stream_id=self.stream_id, exception=type(exc).__name__,
-                                   where=traceback.format_tb(exc.__traceback__)[-3:])
+            self.logger.error("run_failed", stream_id=self.stream_id, exception=type(exc).__name__,
+                              where=traceback.format_tb(exc.__traceback__)[-3:])
             final = self._ending("error", _INTERNAL)
-            self.error_status = 500
         finally:
-            try:
-                await self._close_upstream()
-            finally:
-                if final is None:  # unreachable by design; never leave a stream without its final
-                    final = self._ending("error", _INTERNAL)
-                tally["final"] += 1
-                try:
-                    frame = log.append(final)
-                except Exception:  # the final itself cannot be encoded: a bare one says so
-                    self.error_status = 500
-                    final = self._bare_final("error", _INTERNAL)
-                    frame = log.append(final)
-                try:
-                    self.transcript.finish(status=final.status, stop_reason=final.stop_reason, usage=final.usage,
-                                           steps=self.steps)
-                    self._record_end(final, tally)
-                finally:
-                    metrics.active_streams.dec()
-                    self.gateway.running.pop(self, None)
+            if final is None:  # unreachable by design; never leave a stream without its final
+                final = self._ending("error", _INTERNAL)
+            frame = await self._end(final)
         # Reached only when not cancelled: the last frame goes to the caller.
         yield frame
 
     async def drain(self) -> FinalEvent:
         """Drive to the end without a live reader (background runs, JSON answers)."""
-        async for _ in self.frames():
-            pass
+        async with contextlib.aclosing(self.frames()) as frames:
+            async for _ in frames:
+                pass
         assert self.log.final is not None
         return self.log.final
 
-    async def _through_gate(self, gate: Gate, events: list[StreamEvent]) -> list[StreamEvent]:
-        released: list[StreamEvent] = []
-        for event in events:
-            released.extend(await gate.admit(event))
-        return released
+    # -- the step pump ----------------------------------------------------------------------
 
-    def _emit(self, events: list[StreamEvent], tally: Counter[str]) -> bytes:
+    async def _pump(self) -> AsyncGenerator[bytes, None]:
+        """One provider response: upstream -> accumulator -> gate -> log."""
+        admit = self.gate.admit_all
+        async with contextlib.aclosing(response_events(self.upstream, self.accumulator)) as batches:
+            async for events in batches:
+                released = await admit(events)
+                if released:
+                    yield self._emit(released)
+
+    def _emit(self, events: list[StreamEvent]) -> bytes:
         """Append released events to the log (and the transcript); their frames, joined."""
-        if self.ttft is None:
-            self._mark_first_token(events)
-        observe, append = self.transcript.observe, self.log.append
+        if self.ttft is None and any(e.type in _CONTENT_EVENTS for e in events):
+            self.ttft = time.perf_counter() - self.plan.started
+        tally, observe, append = self._progress.events, self.transcript.observe, self.log.append
         frames = []
         for event in events:
             tally[event.type] += 1
@@ -229,145 +237,162 @@ class Run:
         with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
             await self.upstream.aclose()
 
-    # -- steps ----------------------------------------------------------------------------
+    # -- the tool loop ----------------------------------------------------------------------
 
     async def _end_step(self) -> list[ToolCall]:
         """The step's response is complete: release it; the calls the gateway runs (maybe none)."""
         await self._close_upstream()  # nothing stays open while tools run
-        acc = self.accumulator
-        self._usage.add(acc.usage)
-        self._counted = True
+        progress, acc = self._progress, self.accumulator
+        progress.usage.add(acc.usage)
+        progress.counted = True
         self.transcript.close_turn()
-        self.transcript.usage, self.transcript.steps = self._final_usage(), self.steps
+        self.transcript.usage, self.transcript.steps = self._usage(), progress.steps
         message = acc.message()
-        calls = [c for c in message.tool_calls if self.tools.runs(c.name)]
-        if not calls:
+        if not any(self.tools.runs(c.name) for c in message.tool_calls):
             return []
-        if self.gate is not None:  # run what was released (validators may have rewritten arguments)
-            message = self.gate.released_message(message)
-            calls = [c for c in message.tool_calls if self.tools.runs(c.name)]
-        self._step_message = message
-        self._gateway_ids.update(c.id for c in calls)
+        message = self.gate.released_message(message)  # validators may have rewritten arguments
+        calls = [c for c in message.tool_calls if self.tools.runs(c.name)]
+        progress.step_message = message
+        progress.gateway_ids.update(c.id for c in calls)
         self.transcript.mark_gateway(c.id for c in calls)
         return calls
 
+    async def _run_tools(self, execution: Execution) -> AsyncGenerator[bytes, None]:
+        """The step's gateway calls, in parallel; their results go out as they come."""
+        try:
+            while not execution.done:
+                results = await self.gate.admit_all(list(await execution.wait()))
+                if results:
+                    yield self._emit(results)
+        finally:
+            await execution.aclose()  # cancelled or failed: nothing keeps running
+
     def _continues(self, execution: Execution) -> bool:
         """Append the turn and its results to the conversation; whether another step follows."""
-        message = self._step_message
+        progress = self._progress
+        message = progress.step_message
         assert message is not None
-        self._added.extend(self.accumulator.history)
-        self._added.append(Message(role="assistant", content=message.content, tool_calls=message.tool_calls,
-                                   reasoning=message.reasoning))
+        progress.added.extend(self.accumulator.history)
+        progress.added.append(Message(role="assistant", content=message.content, tool_calls=message.tool_calls,
+                                      reasoning=message.reasoning))
         for call in execution.calls:
             result = execution.results[call.id]
             # model_construct: an empty output is a fact to pass on, not caller input to refuse.
-            self._added.append(Message.model_construct(role="tool", content=result.content, tool_call_id=call.id,
-                                                       name=call.name, tool_calls=(), reasoning=()))
-        self.tools_run += len(execution.calls)
+            progress.added.append(Message.model_construct(role="tool", content=result.content, tool_call_id=call.id,
+                                                          name=call.name, tool_calls=(), reasoning=()))
+        progress.tools_run += len(execution.calls)
         if len(message.tool_calls) > len(execution.calls):
-            self._stop_reason = "tool_calls"  # the caller answers the rest (after appending `messages`)
+            progress.stop_reason = "tool_calls"  # the caller answers the rest (after appending `messages`)
             return False
-        if self.steps >= self.max_steps:
-            self._stop_reason = "pause"  # send `messages` back to continue, as with a paused turn
-            self.max_steps_reached = True
+        if progress.steps >= self.plan.max_steps:
+            progress.stop_reason = "pause"  # send `messages` back to continue, as with a paused turn
+            progress.max_steps_reached = True
             return False
         return True
 
     async def _next_step(self) -> None:
-        choice = self.request.tool_choice
+        first, progress = self.plan.request, self._progress
+        choice = first.tool_choice
         if choice not in (None, "auto", "none"):
             choice = None  # "required" or a named tool applies to the first step: it would loop forever
-        request = replace(self.request, messages=(*self.request.messages, *self._added), tool_choice=choice)
-        self.steps += 1
-        self.transcript.step = self.steps
-        upstream = await self.adapter.open_stream(request)
-        acc = Accumulator(model=self.model, provider=self.provider)
+        request = replace(first, messages=(*first.messages, *progress.added), tool_choice=choice)
+        progress.steps += 1
+        self.transcript.step = progress.steps
+        upstream = await self.plan.adapter.open_stream(request)
+        self._count_ignored()
+        acc = Accumulator(model=self.plan.model, provider=self.plan.provider)
         acc.continue_from(self.accumulator)
         self.upstream, self.accumulator = upstream, acc
-        self._counted = False
-        self._step_message = None
+        progress.counted = False
+        progress.step_message = None
 
-    # -- the end --------------------------------------------------------------------------
+    # -- the end ----------------------------------------------------------------------------
 
-    def _mark_first_token(self, events: list[StreamEvent]) -> None:
-        if any(e.type in _CONTENT_EVENTS for e in events):
-            self.ttft = time.perf_counter() - self.started
-
-    def _final_usage(self) -> Usage:
+    def _usage(self) -> Usage:
         usage = Usage()
-        usage.add(self._usage)
-        if not self._counted:
+        usage.add(self._progress.usage)
+        if not self._progress.counted:
             usage.add(self.accumulator.usage)
         return usage
 
-    def _ending(self, status: str, error: dict[str, Any] | None) -> FinalEvent:
+    def _ending(self, status: FinalStatus, error: ErrorData | None) -> FinalEvent:
         """The final event; a bare one (no message) if building the full one fails."""
         try:
             return self._final(status, error)
         except Exception:
-            self.error_status = 500
             return self._bare_final("error", _INTERNAL)
 
-    def _bare_final(self, status: str, error: dict[str, Any]) -> FinalEvent:
-        return FinalEvent(status=status, message=AssistantMessage(),  # type: ignore[arg-type]
-                          usage=Usage(), stop_reason=STOP_REASON_FOR_STATUS[status], model=self.model,
-                          provider=self.provider, error=error, extra={"steps": self.steps, "max_steps_reached": False})
+    def _bare_final(self, status: FinalStatus, error: ErrorData) -> FinalEvent:
+        return FinalEvent(status=status, message=AssistantMessage(), usage=Usage(),
+                          stop_reason=STOP_REASON_FOR_STATUS[status], model=self.plan.model,
+                          provider=self.plan.provider, error=error, steps=self._progress.steps)
 
-    def _final(self, status: str, error: dict[str, Any] | None = None) -> FinalEvent:
-        acc = self.accumulator
-        message = self._step_message
-        if message is None:
-            message = acc.message()
-            if self.gate is not None:
-                message = self.gate.released_message(message)
-        if self._gateway_ids:
-            message = AssistantMessage(content=message.content, reasoning=message.reasoning, tool_calls=tuple(
-                c for c in message.tool_calls if c.id not in self._gateway_ids))
-        stop_reason: StopReason | None
-        if status == "ok":
-            stop_reason = self._stop_reason or acc.stop_reason
-        else:
-            stop_reason = STOP_REASON_FOR_STATUS[status]
-        extra: dict[str, Any] = {"steps": self.steps, "max_steps_reached": self.max_steps_reached}
-        if self._added:
-            extra["messages"] = [m.model_dump(mode="json", exclude_defaults=True) for m in self._added]
-        if self.gate is not None:
-            extra["validation"] = self.gate.summary()
-        usage = self._final_usage()
-        if status != "ok" and not self._counted and not acc.completed:
+    def _final(self, status: FinalStatus, error: ErrorData | None = None) -> FinalEvent:
+        acc, progress = self.accumulator, self._progress
+        message = progress.step_message or self.gate.released_message(acc.message())
+        if progress.gateway_ids:
+            message = replace(message, tool_calls=tuple(
+                c for c in message.tool_calls if c.id not in progress.gateway_ids))
+        stop_reason = (progress.stop_reason or acc.stop_reason) if status == "ok" else STOP_REASON_FOR_STATUS[status]
+        usage = self._usage()
+        if status != "ok" and not progress.counted and not acc.completed:
             usage.output_unknown = True  # the provider never said how much it produced
-        return FinalEvent(status=status, message=message, usage=usage,  # type: ignore[arg-type]
-                          stop_reason=stop_reason, model=acc.model, provider=acc.provider, error=error, extra=extra)
+        return FinalEvent(status=status, message=message, usage=usage, stop_reason=stop_reason,
+                          model=acc.model, provider=acc.provider, error=error, steps=progress.steps,
+                          max_steps_reached=progress.max_steps_reached, messages=tuple(progress.added),
+                          validation=self.gate.summary())
 
-    def _record_end(self, final: FinalEvent, tally: Counter[str]) -> None:
-        duration = time.perf_counter() - self.started
-        metrics = self.gateway.metrics
-        metrics.count_events(tally)
-        metrics.stream_duration.labels(self.provider, final.status).observe(duration)
-        metrics.streams_finished.labels(self.provider, final.status).inc()
-        if self.ttft is not None:
-            metrics.ttft.labels(self.provider).observe(self.ttft)
-        self.record.update(
-            stream_status=final.status,
-            stop_reason=final.stop_reason,
-            ttft_ms=round(self.ttft * 1000, 3) if self.ttft is not None else None,
-            run_ms=round(duration * 1000, 3),
-            input_tokens=final.usage.input_tokens,
-            output_tokens=None if final.usage.output_unknown else final.usage.output_tokens,
-            events=sum(tally.values()),
-            steps=self.steps,
-            tools_run=self.tools_run,
+    async def _end(self, final: FinalEvent) -> bytes:
+        """Close the upstream, append the final, count, report; the final's frame. Each part
+        runs whatever the one before did: the stream always gets its final."""
+        progress = self._progress
+        try:
+            await self._close_upstream()
+        finally:
+            progress.events["final"] += 1
+            try:
+                frame = self.log.append(final)
+            except Exception:  # the final itself cannot be encoded: a bare one says so
+                final = self._bare_final("error", _INTERNAL)
+                frame = self.log.append(final)
+            try:
+                self.transcript.finish(status=final.status, stop_reason=final.stop_reason, usage=final.usage,
+                                       steps=progress.steps)
+                duration = time.perf_counter() - self.plan.started
+                self._count(final, duration)
+                self._report(final, duration)
+            finally:
+                self.metrics.active_streams.dec()
+                self.runs.running.pop(self, None)
+        return frame
+
+    def _report(self, final: FinalEvent, duration: float) -> None:
+        progress = self._progress
+        self.report = report = RunReport(
+            stream_id=self.stream_id, request_id=self.plan.request_id, model=self.plan.model,
+            served_model=final.model, provider=self.plan.provider, status=final.status,
+            stop_reason=final.stop_reason, error=final.error, usage=final.usage, steps=final.steps,
+            max_steps_reached=final.max_steps_reached, tools_run=progress.tools_run,
+            events=sum(progress.events.values()), validation=final.validation, ttft=self.ttft,
+            duration=duration, started_at=self.plan.started_at, final=final, transcript=self.transcript,
         )
-        if final.error:
-            self.record["error_code"] = final.error.get("code")
-        if self.gate is not None:
-            self.record["validation"] = _without_content(final.extra.get("validation"))
+        for observer in self.observers:
+            try:
+                observer(report)
+            except Exception as exc:
+                self.logger.error("run_observer_failed", stream_id=self.stream_id, exception=type(exc).__name__)
 
+    def _count_ignored(self) -> None:
+        """What the step's normalizer ignored as harmless: counted and logged (debug), per step."""
+        for what, n in self.accumulator.ignored.items():
+            self.metrics.upstream_ignored.labels(self.plan.provider, what).inc(n)
+            self.logger.debug("upstream_ignored", stream_id=self.stream_id, what=what, count=n)
 
-def _without_content(validation: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The validation summary for the log: a block names the validator and the code, never the
-    reason (a reason may quote the matched text; it stays in the response and the transcript)."""
-    if not validation or "blocked" not in validation:
-        return validation
-    blocked = validation["blocked"]
-    return {**validation, "blocked": {"validator": blocked.get("validator"), "code": "validation_failed"}}
+    def _count(self, final: FinalEvent, duration: float) -> None:
+        self._count_ignored()
+        metrics, provider = self.metrics, self.plan.provider
+        metrics.count_events(self._progress.events)
+        metrics.stream_duration.labels(provider, final.status).observe(duration)
+        metrics.streams_finished.labels(provider, final.status).inc()
+        if self.ttft is not None:
+            metrics.ttft.labels(provider).observe(self.ttft)

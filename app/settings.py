@@ -12,36 +12,17 @@ import os
 import re
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from app.core.errors import RequestError
+from app.providers.config import CompatibleProvider, ProviderConfig
 from app.tools.config import ToolConfig, default_tools
 from app.validation import ValidatorSpec, check_specs
 
-__all__ = ["CompatibleProvider", "Settings"]
+__all__ = ["CompatibleProvider", "Settings"]  # CompatibleProvider: app/providers/config.py
 
-PROVIDER_NAME_RE = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
 _SECRET_NAME = re.compile(r"(API_KEY|_KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
-
-
-class CompatibleProvider(BaseModel):
-    """A further OpenAI-compatible server, served as `<name>/<model>`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(pattern=PROVIDER_NAME_RE)
-    base_url: str
-    api_key_env: str | None = Field(
-        default=None, description="Environment variable holding the key; None for servers that need none."
-    )
-    include_usage: bool = Field(
-        default=True, description="Send stream_options.include_usage (some servers reject it)."
-    )
-
-    def api_key(self) -> str | None:
-        return os.environ.get(self.api_key_env) if self.api_key_env else None
-
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FOUNDRY_", extra="forbid", populate_by_name=True)
@@ -188,6 +169,15 @@ class Settings(BaseSettings):
         values += [key for p in self.providers if (key := p.api_key())]
         values += [v for k, v in os.environ.items() if _SECRET_NAME.search(k)]
         return values
+    def provider_config(self) -> ProviderConfig:
+        """What the provider modules need (they never see Settings)."""
+        return ProviderConfig(
+            connect_timeout=self.connect_timeout, read_timeout=self.read_timeout, max_retries=self.upstream_max_retries,
+            openai_api_key=self.openai_api_key, openai_base_url=self.openai_base_url,
+            anthropic_api_key=self.anthropic_api_key, anthropic_base_url=self.anthropic_base_url,
+            gemini_api_key=self.gemini_api_key, gemini_base_url=self.gemini_base_url,
+            compatible=tuple(self.providers), aliases=dict(self.aliases),
+        )
 
     @classmethod
     def settings_customise_sources(

@@ -5,18 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from app.core.accumulator import Accumulator
-from app.core.errors import GatewayError
 from app.core.events import FinalEvent, StreamEvent
-from app.core.patches import Patch
-from app.providers.base import StreamNormalizer
-from app.providers.sse import SSEDecoder
+from app.providers.base import SSEPatchStream, StreamNormalizer, drive
 
+HANG_GUARD = 30.0
+"""Seconds before a test that awaits an event gives up: a guard against hangs, not a timed assertion."""
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO.parent / "shared" / "fixtures"
 
@@ -47,37 +46,32 @@ def recordings(provider: str) -> list[Recording]:
 def run_bytes(
     chunks: Iterable[bytes], normalizer: StreamNormalizer, *, model: str = "m", provider: str = "p"
 ) -> tuple[list[StreamEvent], Accumulator]:
-    """Drive bytes through SSEDecoder -> normalizer -> Accumulator, as SSEPatchStream does.
-
-    Ends with a FinalEvent: ok if the provider completed, error (with the error dict) otherwise.
-    """
-    decoder = SSEDecoder()
+    """Drive bytes through the production path: SSEPatchStream (SSEDecoder -> normalizer) ->
+    `drive()` (the accumulator). Ends with the FinalEvent: ok if the provider completed, else
+    error with what ended it. Synchronous: nothing in the path waits on I/O."""
     acc = Accumulator(model=model, provider=provider)
     events: list[StreamEvent] = []
-    patches: list[Patch] = []
-    try:
+
+    async def body() -> AsyncIterator[bytes]:
         for chunk in chunks:
-            patches = []
-            for ev in decoder.feed(chunk):
-                normalizer.feed(ev, patches)
-            for p in patches:
-                acc.push(p, events)
-        patches = []
-        for ev in decoder.flush():
-            normalizer.feed(ev, patches)
-        normalizer.finish(patches)
-        for p in patches:
-            acc.push(p, events)
-    except GatewayError as exc:
-        for p in patches:  # as SSEPatchStream: patches of the failing read are still delivered
-            acc.push(p, events)
-        events.append(acc.final("error", error=exc.to_dict()))
-        return events, acc
-    if acc.completed:
-        events.append(acc.final("ok"))
-    else:
-        events.append(acc.final("error", error={"code": "upstream_incomplete"}))
+            yield chunk
+
+    async def nothing() -> None:
+        return None
+
+    stream = SSEPatchStream(body(), normalizer, close=nothing, provider=provider)
+    run_sync(drive(stream, acc, events))
     return events, acc
+
+
+def run_sync(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Run a coroutine that never suspends (no real I/O) without an event loop."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("the coroutine suspended: it needs an event loop")
 
 
 def split_at(body: bytes, cuts: Iterable[int]) -> list[bytes]:

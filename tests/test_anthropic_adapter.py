@@ -206,13 +206,13 @@ def settings(**kw: Any) -> Settings:
 
 
 async def test_registry_serves_anthropic_only_with_a_key_or_a_client() -> None:
-    assert build_registry(settings()).get("anthropic") is None
-    registry = build_registry(settings(key="sk-ant-test-000000", base_url="http://127.0.0.1:9"))
+    assert build_registry(settings().provider_config()).get("anthropic") is None
+    registry = build_registry(settings(key="sk-ant-test-000000", base_url="http://127.0.0.1:9").provider_config())
     adapter = registry.get("anthropic")
     assert isinstance(adapter, AnthropicAdapter) and adapter.ready()
     assert str(adapter._client.base_url).startswith("http://127.0.0.1:9")
     await registry.aclose()
 
     injected = client_for(lambda req: httpx2.Response(500))
-    built = build_anthropic(settings(key="sk-ant-test-000000"), {"anthropic": injected})
+    built = build_anthropic(settings(key="sk-ant-test-000000").provider_config(), {"anthropic": injected})
     assert built["anthropic"]._client is injected  # injected clients win over settings

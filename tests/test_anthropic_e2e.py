@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -169,3 +170,21 @@ async def test_client_disconnect_closes_the_anthropic_response() -> None:
                     break
         # The gateway's client is gone: the upstream Anthropic response is closed (DESIGN.md section 6).
         await asyncio.wait_for(fake.closed.wait(), timeout=5.0)
+
+
+async def test_a_harmless_unexpected_delta_keeps_the_answer_and_is_counted() -> None:
+    """A signature_delta on a text block (seen in another project's recordings) used to end the
+    stream as upstream_protocol_error; now the answer goes out whole and the drop is counted."""
+    body = RECORDING["thinking-signature"].body
+    at = body.index(b"event: content_block_delta", body.index(b'"text_delta"'))
+    index = orjson.loads(body[at:].split(b"\n")[1][6:])["index"]
+    odd = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
+           b'"delta":{"type":"signature_delta","signature":"c2ln"}}\n\n' % index)
+    fake = FakeAnthropic([body, body[:at] + odd + body[at:]])
+    async with gateway(fake) as client:
+        ask = {"model": "anthropic/claude-sonnet-4-6", "messages": [{"role": "user", "content": "Cross a street?"}]}
+        plain = parse_sse((await client.post("/v1/stream", json=ask)).content)[-1][2]
+        odd_final = parse_sse((await client.post("/v1/stream", json=ask)).content)[-1][2]
+        metrics = (await client.get("/metrics")).text
+    assert odd_final["status"] == "ok" and odd_final["message"] == plain["message"]
+    assert 'foundry_upstream_ignored_total{provider="anthropic",what="anthropic:signature_delta_on_text"} 1.0' in metrics

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec
 from app.core.errors import UpstreamError
+from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec
 from app.providers.anthropic import (
     DEFAULT_MAX_TOKENS,
     build_anthropic_request,

@@ -300,14 +300,14 @@ def settings(**kw: Any) -> Settings:
 async def test_registry_serves_gemini_with_a_key_or_a_client(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GEMINI_API_KEY", raising=False)
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
-    assert build_gemini(settings(), {}) == {}
+    assert build_gemini(settings().provider_config(), {}) == {}
     injected = httpx2.AsyncClient(transport=httpx2.MockTransport(raising(AssertionError())))
-    adapter = build_gemini(settings(), {"gemini": injected})["gemini"]
+    adapter = build_gemini(settings().provider_config(), {"gemini": injected})["gemini"]
     assert isinstance(adapter, GeminiAdapter) and adapter._client is injected
     with pytest.raises(TypeError, match="httpx2.AsyncClient"):
-        build_gemini(settings(), {"gemini": object()})
+        build_gemini(settings().provider_config(), {"gemini": object()})
     monkeypatch.setenv("GOOGLE_API_KEY", "from-google-env")
-    registry = build_registry(Settings())
+    registry = build_registry(Settings().provider_config())
     served = registry.get("gemini")
     assert isinstance(served, GeminiAdapter) and served.ready()
     assert served._headers["x-goog-api-key"] == "from-google-env"

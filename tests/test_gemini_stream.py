@@ -13,7 +13,6 @@ from app.core.events import FinalEvent, ReasoningEvent, TokenEvent, ToolCallEven
 from app.core.messages import thaw
 from app.providers.gemini_stream import GeminiNormalizer
 from tests.support import Recording, final_of, recordings, run_bytes, split_at
-from tests.upstream_fakes import same_events_at_every_cut
 
 RECORDINGS = recordings("gemini")
 BY_NAME = {r.name: r for r in RECORDINGS}
@@ -78,18 +77,6 @@ def test_recording_gives_expected_outcome(rec: Recording) -> None:
     assert final.usage.to_dict() == canonical_usage(exp["usage"])
     assert exp["finish_reason"] == "STOP"
     assert final.stop_reason == ("tool_calls" if exp["tool_calls"] else "stop")
-
-
-@pytest.mark.parametrize("rec", RECORDINGS, ids=repr)
-@given(cuts=st.lists(st.integers(min_value=1), max_size=40))
-def test_same_events_however_the_bytes_are_split(rec: Recording, cuts: list[int]) -> None:
-    whole, _ = run([rec.body])
-    parts, _ = run(split_at(rec.body, [c % len(rec.body) for c in cuts]))
-    assert parts == whole
-
-
-def test_every_single_cut_of_a_small_recording() -> None:
-    same_events_at_every_cut(lambda chunks: run(chunks)[0], BY_NAME["vertex-parallel-calls-partial-args"].body)
 
 
 @pytest.mark.parametrize("rec", RECORDINGS, ids=repr)

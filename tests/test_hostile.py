@@ -253,7 +253,7 @@ async def test_a_subscriber_that_never_reads_is_dropped():
         route = 'route="/v1/stream/{stream_id}",status="200"'
 
         async def dropped() -> None:
-            while f'foundry_requests_total{{method="GET",{route}}} 3.0' not in (await c.get("/metrics")).text:
+            while f'foundry_requests_total{{method="GET",{route}}} 3.0' not in (await c.get("/metrics")).text:  # noqa: ASYNC110
                 await asyncio.sleep(0.1)
 
         await asyncio.wait_for(dropped(), DEADLINE)  # the server ended all three responses

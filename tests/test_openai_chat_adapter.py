@@ -219,7 +219,7 @@ async def test_http_errors_before_the_body(response: httpx2.Response, kind: type
     if kind is UpstreamRateLimited:
         assert err.retry_after == "7" and err.to_dict()["retry_after"] == "7"
     if status == 502 and code == "upstream_error" and response.status_code >= 500:
-        assert err.retryable and err.details["upstream_status"] == response.status_code
+        assert err.retryable and err.upstream_status == response.status_code
 
 
 @pytest.mark.parametrize(("failure", "kind", "status"), [
@@ -296,14 +296,15 @@ def settings(**kw: Any) -> Settings:
 
 
 def test_openai_is_served_only_with_a_key_or_an_injected_client() -> None:
-    assert build_openai(settings(), {}) == {}
-    built = build_openai(settings(openai_api_key=KEY, connect_timeout=3, read_timeout=30, upstream_max_retries=0), {})
+    assert build_openai(settings().provider_config(), {}) == {}
+    config = settings(openai_api_key=KEY, connect_timeout=3, read_timeout=30, upstream_max_retries=0).provider_config()
+    built = build_openai(config, {})
     client = built["openai"]._client  # type: ignore[attr-defined]
     assert str(client.base_url) == "https://api.openai.com/v1/" and client.api_key == KEY
     assert client.max_retries == 0
     assert client.timeout.connect == 3 and client.timeout.read == 30
     injected = sdk_client(lambda request: httpx2.Response(500))
-    assert build_openai(settings(), {"openai": injected})["openai"]._client is injected  # type: ignore[attr-defined]
+    assert build_openai(settings().provider_config(), {"openai": injected})["openai"]._client is injected  # type: ignore[attr-defined]
 
 
 def test_compatible_providers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -313,25 +314,25 @@ def test_compatible_providers(monkeypatch: pytest.MonkeyPatch) -> None:
         CompatibleProvider(name="groq", base_url="https://api.groq.test/openai/v1", api_key_env="FOUNDRY_TEST_GROQ_KEY"),
         CompatibleProvider(name="local", base_url="http://127.0.0.1:8000/v1", include_usage=False),
     ]
-    built = build_openai(settings(providers=providers), {})
+    built = build_openai(settings(providers=providers).provider_config(), {})
     assert set(built) == {"local"}
     local = built["local"]
     assert local._client.api_key == "unused" and str(local._client.base_url) == "http://127.0.0.1:8000/v1/"  # type: ignore[attr-defined]
     assert local._include_usage is False and local.name == "local"  # type: ignore[attr-defined]
 
     monkeypatch.setenv("FOUNDRY_TEST_GROQ_KEY", "gsk-test")
-    built = build_openai(settings(providers=providers), {})
+    built = build_openai(settings(providers=providers).provider_config(), {})
     assert set(built) == {"groq", "local"} and built["groq"]._client.api_key == "gsk-test"  # type: ignore[attr-defined]
 
     monkeypatch.delenv("FOUNDRY_TEST_GROQ_KEY")
     injected = sdk_client(lambda request: httpx2.Response(500))
-    assert build_openai(settings(providers=providers), {"groq": injected})["groq"]._client is injected  # type: ignore[attr-defined]
+    assert build_openai(settings(providers=providers).provider_config(), {"groq": injected})["groq"]._client is injected  # type: ignore[attr-defined]
 
 
 async def test_registry_serves_openai_and_closes_only_its_own_clients() -> None:
     injected = sdk_client(lambda request: httpx2.Response(500))
-    registry = build_registry(settings(providers=[CompatibleProvider(name="local", base_url="http://127.0.0.1:1/v1")]),
-                              {"openai": injected})
+    config = settings(providers=[CompatibleProvider(name="local", base_url="http://127.0.0.1:1/v1")]).provider_config()
+    registry = build_registry(config, {"openai": injected})
     assert {"openai", "local", "mock"} <= set(registry.readiness())
     adapter, provider, model = registry.resolve("local/llama-3")
     assert (provider, model) == ("local", "llama-3")

@@ -282,13 +282,13 @@ def settings(**kw: Any) -> Settings:
 
 async def test_registry_serves_openai_responses_with_a_key_or_a_client(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert build_openai_responses(settings(), {}) == {}
+    assert build_openai_responses(settings().provider_config(), {}) == {}
     shared = client_for(raising(AssertionError()))
     own = client_for(raising(AssertionError()))
-    assert build_openai_responses(settings(), {"openai": shared})["openai-responses"]._client is shared
-    chosen = build_openai_responses(settings(), {"openai": shared, "openai-responses": own})
+    assert build_openai_responses(settings().provider_config(), {"openai": shared})["openai-responses"]._client is shared
+    chosen = build_openai_responses(settings().provider_config(), {"openai": shared, "openai-responses": own})
     assert chosen["openai-responses"]._client is own
-    registry = build_registry(settings(openai_api_key="sk-from-settings"))
+    registry = build_registry(settings(openai_api_key="sk-from-settings").provider_config())
     adapter = registry.get("openai-responses")
     assert isinstance(adapter, OpenAIResponsesAdapter) and adapter.ready()
     assert registry.resolve("openai-responses/gpt-5")[2] == "gpt-5"

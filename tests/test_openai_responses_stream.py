@@ -13,7 +13,6 @@ from app.core.events import FinalEvent, ReasoningEvent, TokenEvent, ToolCallEven
 from app.core.messages import thaw
 from app.providers.openai_responses_stream import SERVER_TOOL_NAMES, SUMMARY_PART_SEPARATOR, ResponsesNormalizer
 from tests.support import Recording, final_of, recordings, run_bytes, split_at
-from tests.upstream_fakes import same_events_at_every_cut
 
 RECORDINGS = recordings("openai-responses")
 BY_NAME = {r.name: r for r in RECORDINGS}
@@ -85,18 +84,6 @@ def test_recording_gives_expected_outcome(rec: Recording) -> None:
         assert final.error is not None
         assert final.error["upstream_code"] == exp["finish_reason"]["error"]["code"]
         assert final.error["retryable"] is False  # insufficient_quota: retrying will not help
-
-
-@pytest.mark.parametrize("rec", RECORDINGS, ids=repr)
-@given(cuts=st.lists(st.integers(min_value=1), max_size=40))
-def test_same_events_however_the_bytes_are_split(rec: Recording, cuts: list[int]) -> None:
-    whole, _ = run([rec.body])
-    parts, _ = run(split_at(rec.body, [c % len(rec.body) for c in cuts]))
-    assert parts == whole
-
-
-def test_every_single_cut_of_a_small_recording() -> None:
-    same_events_at_every_cut(lambda chunks: run(chunks)[0], BY_NAME["function-call"].body)
 
 
 @pytest.mark.parametrize("rec", [r for r in RECORDINGS if not r.expected["errors"]], ids=repr)

@@ -83,7 +83,7 @@ def test_finished_streams_expire_and_the_store_is_bounded():
 def test_garbage_last_event_id_is_a_400(bad):
     with pytest.raises(RequestError) as err:
         parse_cursor(bad, None)
-    assert err.value.status == 400 and err.value.details["field"] == "Last-Event-ID"
+    assert err.value.status == 400 and err.value.field == "Last-Event-ID"
 
 
 def test_cursor_sources():

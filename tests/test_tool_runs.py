@@ -237,7 +237,7 @@ async def test_memory_stays_bounded_on_a_long_stream():
         stream_id = r.headers["x-stream-id"]
         t = (await c.get(f"/v1/stream/{stream_id}/transcript")).json()
     log = app.state.gateway.store.get(stream_id)
-    transcript = log.info.record["transcript"]
+    transcript = log.info.transcript
     assert transcript.size[0] <= 2_000 and transcript.size[1] <= 20 and t["truncated"] is True
     assert len(log) <= 100 and log.last_seq == chunks + 2
     assert len(t["response_messages"][0]["content"]) <= 2_000

@@ -11,7 +11,7 @@ from app.main import create_app
 from app.settings import Settings
 from app.tools.config import HttpToolConfig
 from tests import test_tools
-from tests.support import parse_sse, serve
+from tests.support import HANG_GUARD, parse_sse, serve
 from tests.test_tool_runs import ADD, ASK, StepAdapter, answer_step, calls_step, tool
 
 
@@ -24,7 +24,7 @@ async def leave_after(client: httpx.AsyncClient, body: dict, marker: str, *, the
             if marker in line:
                 break
         if then is not None:
-            await asyncio.wait_for(then.wait(), timeout=1.0)
+            await asyncio.wait_for(then.wait(), timeout=HANG_GUARD)
     return stream_id
 
 
@@ -42,8 +42,8 @@ async def test_leaving_during_a_tool_run_cancels_the_tool_and_the_run():
         tool_started = test_tools.started.setdefault("w", asyncio.Event())
         stream_id = await leave_after(c, ASK, '"is_final":true', then=tool_started)  # leave while the tool runs
         log = app.state.gateway.store.get(stream_id)
-        await asyncio.wait_for(until_final(log), timeout=1.0)
-        assert log.final.status == "cancelled" and log.final.extra["steps"] == 1
+        await asyncio.wait_for(until_final(log), timeout=HANG_GUARD)
+        assert log.final.status == "cancelled" and log.final.steps == 1
         assert test_tools.cancelled == ["w"] and len(adapter.requests) == 1  # no further step
         assert adapter.streams[0].closed.is_set()
         metrics = (await c.get("/metrics")).text
@@ -58,12 +58,12 @@ async def test_leaving_during_a_later_step_closes_that_steps_upstream():
     app = create_app(Settings(tools=[ADD]), adapters={"fake": adapter})
     async with serve(app) as url, httpx.AsyncClient(base_url=url) as c:
         stream_id = await leave_after(c, ASK, 'data: {"index":0,"content":"Three"}')
-        await asyncio.wait_for(adapter.streams[1].closed.wait(), timeout=1.0)
+        await asyncio.wait_for(adapter.streams[1].closed.wait(), timeout=HANG_GUARD)
         log = app.state.gateway.store.get(stream_id)
-        await asyncio.wait_for(until_final(log), timeout=1.0)
+        await asyncio.wait_for(until_final(log), timeout=HANG_GUARD)
         final = log.final
-        assert final.status == "cancelled" and final.extra["steps"] == 2 and final.message.content == "Three"
-        assert final.extra["messages"][1] == {"role": "tool", "content": "3", "tool_call_id": "c1", "name": "add"}
+        assert final.status == "cancelled" and final.steps == 2 and final.message.content == "Three"
+        assert final.data()["messages"][1] == {"role": "tool", "content": "3", "tool_call_id": "c1", "name": "add"}
 
 
 async def test_an_http_tool_on_loopback_answers_the_model():

@@ -119,7 +119,7 @@ _ATOMS = [
 def test_same_text_gives_same_chunks_however_sliced(name: str, atoms: list[str], cuts: list[int], cap: int) -> None:
     text = "".join(atoms)
     points = sorted({c for c in cuts if 0 < c < len(text)})
-    pieces = [text[a:b] for a, b in zip([0, *points], [*points, len(text)])]
+    pieces = [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
     whole = chunks_of(name, [text], cap)
     assert "".join(whole) == text
     if name == "none":  # every token its own chunk, by definition

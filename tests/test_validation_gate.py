@@ -105,7 +105,7 @@ async def test_quick_checks_go_to_the_judge_backend_named_in_config() -> None:
 async def test_llm_judge_without_a_judge_backend_is_refused() -> None:
     with pytest.raises(Exception) as info:
         make_gate(spec("llm_judge", model="mock/echo", policy="x"))
-    assert info.value.status == 422 and info.value.details["field"] == "validators.0"
+    assert info.value.status == 422 and info.value.field == "validators.0"
 
 
 async def test_no_deadlock_when_the_gate_stops_with_the_upstream_queue_full() -> None:

@@ -20,7 +20,6 @@ from tests.validation_support import (
     tokens,
 )
 
-
 CARD = "4111 1111 1111 1111"
 
 
@@ -28,7 +27,7 @@ CARD = "4111 1111 1111 1111"
 async def test_a_redacted_card_number_never_appears_in_any_event(cuts: list[int]) -> None:
     text = f"Pay with card {CARD} today. Thanks! Or {CARD.replace(' ', '-')}"
     points = sorted({c for c in cuts if c < len(text)})
-    pieces = [text[a:b] for a, b in zip([0, *points], [*points, len(text)])]
+    pieces = [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
     events = [TokenEvent(index=i, content=p) for i, p in enumerate(pieces)]
     gate = make_gate(spec("pii", action="redact"))
     released, blocked = await drive(gate, events)

@@ -6,6 +6,7 @@ from app.core.messages import Message
 from app.core.patches import MessageDelta, MessageEnd, TextDelta
 from app.observability import Metrics
 from app.pipeline import Gateway, RunSpec
+from app.providers.base import ProviderRequest
 from app.providers.registry import build_registry
 from app.settings import Settings
 from app.streams.log import MemoryStreamStore
@@ -21,14 +22,14 @@ def gateway(adapter: FakeAdapter, settings: Settings | None = None) -> Gateway:
         return build_gate(request_specs=spec.validators, operator_specs=gw.settings.validators,
                           chunking=spec.chunking, tools=spec.tools, judge=None)
 
-    return Gateway(settings=settings, registry=build_registry(settings, None, {"fake": adapter}),
+    return Gateway(settings=settings, registry=build_registry(settings.provider_config(), None, {"fake": adapter}),
                    store=MemoryStreamStore(ttl=60, max_streams=10, max_events=1000, max_bytes=1 << 20),
                    metrics=Metrics(), gate_factory=gate_factory)
 
 
 async def run_to_end(gw: Gateway, *validators: ValidatorSpec) -> list:
-    run = await gw.open(RunSpec(model="fake/m", messages=(Message(role="user", content="hi"),),
-                                validators=validators))
+    request = ProviderRequest(model="fake/m", messages=(Message(role="user", content="hi"),))
+    run = await gw.open(RunSpec(request=request, validators=validators))
     return parse_sse(b"".join([frame async for frame in run.frames()]))
 
 

@@ -14,7 +14,6 @@ from app.validation.validators.pii import find_pii, luhn_ok
 from tests.validation_support import ADD
 
 
-
 def make(name: str, config: dict, *, tools: tuple[ToolSpec, ...] = (), judge=None):
     cls, parsed = parse_spec(0, ValidatorSpec(name=name, config=config))
     return cls(parsed, GateEnv(tools={t.name: t for t in tools}, judge=judge))
@@ -219,7 +218,7 @@ def test_bad_specs_are_422_with_the_field(specs: list[dict], chunking: str | Non
     with pytest.raises(RequestError) as info:
         check_specs([ValidatorSpec(**s) for s in specs], chunking)
     assert info.value.status == 422 and info.value.code == "invalid_validator"
-    assert info.value.details["field"] == field
+    assert info.value.field == field
 
 
 def test_good_specs_pass() -> None:

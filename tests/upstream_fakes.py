@@ -8,7 +8,6 @@
   response stays open after its body until the client goes away; `closed` is set when the body
   generator ends, which is how a test sees the gateway let go. `gateway()` serves the app
   configured against it; `first_token_then_leave()` is a client that disconnects early.
-- `same_events_at_every_cut()`: a recording split in two at every offset, and byte by byte.
 """
 
 from __future__ import annotations
@@ -27,15 +26,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from app.core.accumulator import Accumulator
-from app.core.errors import GatewayError
 from app.core.events import StreamEvent
 from app.main import create_app
-from app.providers.base import ProviderAdapter, ProviderRequest
+from app.providers.base import ProviderAdapter, ProviderRequest, drive
 from app.settings import Settings
 from tests.support import serve
 
-__all__ = ["Body", "FakeUpstream", "Recorded", "drain", "first_token_then_leave", "gateway",
-           "same_events_at_every_cut"]
+__all__ = ["Body", "FakeUpstream", "Recorded", "drain", "first_token_then_leave", "gateway"]
 
 
 class Body(httpx2.AsyncByteStream):
@@ -61,25 +58,11 @@ def event_stream(body: Body) -> httpx2.Response:
 
 
 async def drain(adapter: ProviderAdapter, request: ProviderRequest) -> list[StreamEvent]:
-    """Open the adapter's stream and run it to its final event, as the pipeline would."""
+    """Open the adapter's stream and run it to its final event, as the pipeline does (`drive`)."""
     stream = await adapter.open_stream(request)
-    acc = Accumulator(model=request.model, provider=adapter.name)
     events: list[StreamEvent] = []
-    try:
-        async for batch in stream:
-            events.extend(acc.push_all(batch))
-    except GatewayError as exc:
-        events.append(acc.final("error", error=exc.to_dict()))
-        return events
-    events.append(acc.final("ok" if acc.completed else "error"))
+    await drive(stream, Accumulator(model=request.model, provider=adapter.name), events)
     return events
-
-
-def same_events_at_every_cut(run: Callable[[list[bytes]], Any], body: bytes) -> None:
-    whole = run([body])
-    for cut in range(1, len(body)):
-        assert run([body[:cut], body[cut:]]) == whole, cut
-    assert run([body[i:i + 1] for i in range(len(body))]) == whole
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from app.api.schemas import GenerateRequest
 from app.pipeline import RunSpec
+from app.providers.base import ProviderRequest
 from app.validation import check_specs
 
 
 def to_spec(body: GenerateRequest) -> RunSpec:
     """Also refuses (422) unknown validators, bad validator configs and unknown chunkers."""
     check_specs(body.validators, body.chunking)
-    return RunSpec(
+    request = ProviderRequest(
         model=body.model,
         messages=tuple(body.messages),
         tools=tuple(body.tools),
@@ -18,6 +19,9 @@ def to_spec(body: GenerateRequest) -> RunSpec:
         temperature=body.temperature,
         max_tokens=body.max_tokens,
         options=dict(body.provider_options),
+    )
+    return RunSpec(
+        request=request,
         validators=tuple(body.validators),
         chunking=body.chunking,
         max_steps=body.max_steps,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, Request
 
+from app.api.middleware import RequestLog
 from app.pipeline import Gateway
 
 
@@ -13,10 +14,14 @@ async def _gateway(request: Request) -> Gateway:
     return request.app.state.gateway
 
 
-async def _record(request: Request) -> dict[str, Any]:
-    """The request's log record (filled by the pipeline, written by the middleware)."""
-    return request.scope.setdefault("state", {}).setdefault("record", {})
+async def _record(request: Request) -> RequestLog:
+    """The request's log line (a route attaches its run; the middleware writes it)."""
+    state = request.scope.setdefault("state", {})
+    record = state.get("record")
+    if not isinstance(record, RequestLog):  # served without the middleware (a bare router in a test)
+        record = state["record"] = RequestLog(request_id="", method=request.method, path=request.url.path)
+    return record
 
 
 GatewayDep = Annotated[Gateway, Depends(_gateway)]
-RecordDep = Annotated[dict[str, Any], Depends(_record)]
+RecordDep = Annotated[RequestLog, Depends(_record)]

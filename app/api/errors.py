@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from app.api.responses import JSON
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api.responses import JSON
 from app.core.errors import GatewayError, RequestError
 from app.observability import get_logger
 
@@ -30,13 +31,13 @@ async def require_json(request: Request) -> None:
                            code="unsupported_media_type", status=415, field="content-type")
 
 
-def error_response(status: int, error: dict[str, Any], headers: dict[str, str] | None = None) -> JSON:
+def error_response(status: int, error: Mapping[str, Any], headers: dict[str, str] | None = None) -> JSON:
     return JSON({"error": error}, status_code=status, headers=headers)
 
 
 def gateway_error_response(exc: GatewayError) -> JSON:
     headers = {}
-    retry_after = exc.details.get("retry_after")
+    retry_after = exc.retry_after
     if retry_after is not None:
         headers["Retry-After"] = str(retry_after)
     return error_response(exc.status, exc.to_dict(), headers)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import structlog
@@ -17,7 +18,37 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.observability import Metrics, get_logger
 
-__all__ = ["RequestContextMiddleware"]
+if TYPE_CHECKING:
+    from app.run import Run
+
+__all__ = ["RequestContextMiddleware", "RequestLog"]
+
+
+@dataclass(slots=True)
+class RequestLog:
+    """One request's log line, written by the middleware when the response ended. A route that
+    opens a run attaches it; the run's report (app/core/report.py) adds the run's fields."""
+
+    request_id: str
+    method: str
+    path: str
+    model: str | None = None
+    """The model asked for, once the body was read."""
+    run: Run | None = None
+
+    def fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"request_id": self.request_id, "method": self.method, "path": self.path}
+        run = self.run
+        if run is None:
+            if self.model is not None:
+                out["model"] = self.model
+            return out
+        out.update(model=run.model, provider=run.provider)
+        if run.report is not None:
+            out.update(run.report.log_fields())
+        else:  # still running (in the background): its own line comes when it ends
+            out["stream_id"] = run.stream_id
+        return out
 
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
@@ -35,7 +66,7 @@ class RequestContextMiddleware:
             return
         started = time.perf_counter()
         request_id = _request_id(scope)
-        record: dict[str, Any] = {"request_id": request_id, "method": scope["method"], "path": scope["path"]}
+        record = RequestLog(request_id=request_id, method=scope["method"], path=scope["path"])
         scope.setdefault("state", {})["record"] = record
         status = 500
         header = (b"x-request-id", request_id.encode())
@@ -50,19 +81,20 @@ class RequestContextMiddleware:
         structlog.contextvars.bind_contextvars(request_id=request_id)
         try:
             if scope["method"] in ("POST", "PUT", "PATCH"):
-                receive = await self._limited_body(scope, receive, send_wrapper)
-                if receive is None:
+                buffered = await self._limited_body(scope, receive, send_wrapper)
+                if buffered is None:
                     status = 413
                     return
+                receive = buffered
             await self.app(scope, receive, send_wrapper)
         finally:
             structlog.contextvars.unbind_contextvars("request_id")
             route = scope.get("route")
             route_path = getattr(route, "path", None) or "unmatched"
             self.metrics.requests.labels(route_path, scope["method"], str(status)).inc()
-            record.update(status=status, duration_ms=round((time.perf_counter() - started) * 1000, 3))
             if route_path != "/metrics" and not route_path.endswith("z"):
-                self.log.info("request", **record)
+                self.log.info("request", **record.fields(), status=status,
+                              duration_ms=round((time.perf_counter() - started) * 1000, 3))
 
     async def _limited_body(self, scope: Scope, receive: Receive, send: Send) -> Receive | None:
         """Read the body up to the limit; answer 413 (and return None) past it."""

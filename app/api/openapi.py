@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic.json_schema import models_json_schema
+from pydantic import TypeAdapter
 
 from app.api.schemas import EVENT_SCHEMAS
 
@@ -18,8 +18,8 @@ def install_openapi(app: FastAPI) -> None:
         if app.openapi_schema is not None:
             return app.openapi_schema
         doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-        _, defs = models_json_schema(
-            [(model, "serialization") for model in EVENT_SCHEMAS.values()],
+        _, defs = TypeAdapter.json_schemas(
+            [(event, "serialization", TypeAdapter(schema)) for event, schema in EVENT_SCHEMAS.items()],
             ref_template="#/components/schemas/{model}",
         )
         schemas = doc.setdefault("components", {}).setdefault("schemas", {})
@@ -31,4 +31,4 @@ def install_openapi(app: FastAPI) -> None:
         app.openapi_schema = doc
         return doc
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    setattr(app, "openapi", openapi)  # noqa: B010 (FastAPI's documented override; mypy: method-assign)

@@ -6,7 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from app.core.errors import RequestError
+from app.core.errors import ErrorData, RequestError
+from app.core.events import EVENT_SCHEMAS, FinalPayload, UsageData
 from app.core.messages import Message, ToolSpec, check_unique_tool_names
 from app.core.safejson import first_surrogate
 from app.validation import ValidatorSpec
@@ -114,101 +115,8 @@ class StreamAccepted(BaseModel):
     stream_url: str
 
 
-class ErrorDetail(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    code: str = Field(examples=["invalid_request"])
-    message: str
-    retryable: bool = False
-    field: str | None = Field(default=None, description="Path of the offending field, e.g. `messages.0.content`.")
-
-
 class ErrorBody(BaseModel):
-    error: ErrorDetail
-
-
-# -- SSE event payloads (documented as named schemas in the OpenAPI document) ------------------
-
-
-class StartData(BaseModel):
-    stream_id: str
-    model: str
-    provider: str
-
-
-class TokenData(BaseModel):
-    index: int = Field(description="Counts token events of the stream from 0.")
-    content: str
-
-
-class ReasoningData(BaseModel):
-    index: int = Field(description="Counts reasoning events of the stream from 0.")
-    content: str
-
-
-class ToolCallData(BaseModel):
-    id: str
-    name: str
-    index: int = Field(description="The call's position among the stream's tool calls, from 0.")
-    args_fragment: str
-    is_final: bool
-    arguments: dict[str, Any] | None = Field(default=None, description="Parsed arguments; on the final fragment only.")
-    server: bool | None = Field(default=None, description="True for tools the provider runs itself.")
-
-
-class ToolResultData(BaseModel):
-    tool_call_id: str
-    name: str
-    content: str
-    is_error: bool
-
-
-class UsageData(BaseModel):
-    input_tokens: int
-    output_tokens: int | None = Field(description="null when unknown: the stream ended before the provider "
-                                                  "reported it (cancelled, broken).")
-    total_tokens: int | None = Field(description="null when output_tokens is.")
-    cache_read_tokens: int
-    cache_write_tokens: int
-    reasoning_tokens: int
-
-
-class ToolCallOut(BaseModel):
-    id: str
-    name: str
-    arguments: dict[str, Any]
-
-
-class AssistantMessageOut(BaseModel):
-    role: Literal["assistant"]
-    content: str
-    tool_calls: list[ToolCallOut]
-    reasoning: list[dict[str, Any]] | None = None
-
-
-class FinalPayload(BaseModel):
-    """The `final` event's data, and the JSON answer of POST /v1/generate."""
-
-    model_config = ConfigDict(extra="allow")
-
-    status: Literal["ok", "blocked", "error", "cancelled"]
-    message: AssistantMessageOut
-    usage: UsageData
-    stop_reason: Literal["stop", "length", "tool_calls", "content_filter", "pause", "error", "cancelled"] | None
-    model: str
-    provider: str
-    error: ErrorDetail | None = None
-    steps: int = Field(description="Provider calls the run made (more than 1 when the gateway ran tools).")
-    max_steps_reached: bool = Field(
-        description="The run stopped at max_steps after running tools (stop_reason `pause`): append `messages` "
-                    "and send again to continue."
-    )
-    messages: list[Message] | None = Field(
-        default=None,
-        description="Present when the gateway ran tools: the messages the run added to the conversation "
-                    "(assistant turns and the gateway's tool results), to append before a next request. "
-                    "The caller then answers `message.tool_calls`, if any.",
-    )
+    error: ErrorData
 
 
 # -- GET /v1/stream/{id}/transcript -----------------------------------------------------------
@@ -274,13 +182,3 @@ class Transcript(BaseModel):
     tool_calls: list[TranscriptToolCall]
     unmatched_outputs: list[UnmatchedOutput] = Field(description="Outputs whose call was never seen.")
     truncated: bool = Field(description="The stream outgrew the transcript's limits; later content is missing.")
-
-
-EVENT_SCHEMAS: dict[str, type[BaseModel]] = {
-    "start": StartData,
-    "token": TokenData,
-    "reasoning": ReasoningData,
-    "tool_call": ToolCallData,
-    "tool_result": ToolResultData,
-    "final": FinalPayload,
-}

@@ -2,8 +2,10 @@
 
 Frames are encoded once, by the stream log (app/streams/log.py). We began on sse-starlette's
 EventSourceResponse; its per-response task group and its per-send cancel scope and anyio lock
-cost more than the rest of the gateway's per-chunk work together (bench/run.py, see README), so
-this is the same protocol with less machinery. Deliberate choices, numbered as sse-starlette does:
+add per-chunk work (bench/run.py measures the whole gateway's CPU per chunk; the saving was not
+measured apart), so this is the same protocol with less machinery. It is a StreamingResponse
+for its headers (set by `StreamingResponse.__init__`) with its own `__call__`. Deliberate
+choices, numbered as sse-starlette does:
 1. One helper task per response watches `receive` for `http.disconnect` and cancels the
    streaming task (so the run is cancelled and the upstream closed), and sends `: ping` after
    `ping_seconds` of silence.
@@ -19,7 +21,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 
-from starlette.responses import Response
+from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 __all__ = ["SSEResponse"]
@@ -28,7 +30,7 @@ _HEADERS = {"cache-control": "no-store", "x-accel-buffering": "no"}
 _PING = {"type": "http.response.body", "body": b": ping\n\n", "more_body": True}
 
 
-class SSEResponse(Response):
+class SSEResponse(StreamingResponse):
     media_type = "text/event-stream"
 
     def __init__(
@@ -40,14 +42,10 @@ class SSEResponse(Response):
         headers: Mapping[str, str] | None = None,
         status_code: int = 200,
     ) -> None:
+        super().__init__(frames, status_code=status_code, headers={**_HEADERS, **(headers or {})})
         self.frames = frames
         self.ping_seconds = ping_seconds
         self.send_timeout = send_timeout
-        self.status_code = status_code
-        self.background = None
-        self.init_headers({**_HEADERS, **(headers or {})})
-        self.raw_headers[:] = [(k, v) for k, v in self.raw_headers if k != b"content-type"]
-        self.raw_headers.append((b"content-type", b"text/event-stream; charset=utf-8"))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         loop = asyncio.get_running_loop()

@@ -13,13 +13,14 @@ call gives at least one `tool_call` event and exactly one final one, with no emp
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import orjson
 
-from app.core.errors import UpstreamError
+from app.core.errors import ErrorData, UpstreamError
 from app.core.events import (
     STOP_REASON_FOR_STATUS,
     AssistantMessage,
@@ -36,6 +37,7 @@ from app.core.events import (
 from app.core.messages import Message, ReasoningBlock, ToolCall, freeze
 from app.core.patches import (
     BlockKey,
+    Ignored,
     MessageDelta,
     MessageEnd,
     MessageStart,
@@ -93,7 +95,7 @@ class _ResultState:
     parts: list[str] = field(default_factory=list)
 
 
-_USAGE_FIELDS = tuple(UsagePatch.__slots__)  # type: ignore[attr-defined]
+_USAGE_FIELDS = tuple(f.name for f in fields(UsagePatch))
 
 
 class Accumulator:
@@ -118,6 +120,8 @@ class Accumulator:
         self._text: list[str] = []
         self._turn_reasoning: list[ReasoningBlock] = []
         self._turn_calls: list[ToolCallRecord] = []
+        self.ignored: Counter[str] = Counter()
+        """What the normalizer dropped as harmless (Ignored patches), by label."""
         self.history: list[Message] = []
         """Completed turns inside this response (assistant tool calls, then their results)."""
         self._handlers: dict[str, Callable[[Any, list[StreamEvent]], None]] = {
@@ -136,6 +140,7 @@ class Accumulator:
             "tool_result_end": self._result_end,
             "message_delta": self._message_delta,
             "message_end": self._message_end,
+            "ignored": self._ignored,
         }
 
     # -- the contract ---------------------------------------------------------------------
@@ -144,8 +149,11 @@ class Accumulator:
         """Apply one patch; append the canonical events it releases to `out`."""
         self._handlers[patch.kind](patch, out)
 
-    def push_all(self, patches: list[Patch]) -> list[StreamEvent]:
-        out: list[StreamEvent] = []
+    def push_all(self, patches: list[Patch], out: list[StreamEvent] | None = None) -> list[StreamEvent]:
+        """Apply a batch; the events it releases (appended to `out` when given: if a patch
+        raises, `out` keeps the events of the patches before it)."""
+        if out is None:
+            out = []
         handlers = self._handlers
         for patch in patches:
             handlers[patch.kind](patch, out)
@@ -202,9 +210,8 @@ class Accumulator:
         self,
         status: FinalStatus,
         *,
-        error: dict[str, Any] | None = None,
+        error: ErrorData | None = None,
         stop_reason: StopReason | None = None,
-        extra: dict[str, Any] | None = None,
     ) -> FinalEvent:
         if stop_reason is None:
             stop_reason = self.stop_reason if status == "ok" else STOP_REASON_FOR_STATUS[status]
@@ -216,7 +223,6 @@ class Accumulator:
             model=self.model,
             provider=self.provider,
             error=error,
-            extra=extra or {},
         )
 
     # -- handlers -------------------------------------------------------------------------
@@ -387,6 +393,9 @@ class Accumulator:
             if not record.done:
                 self._finish_tool(record, None, out)
         self.completed = True
+
+    def _ignored(self, p: Ignored, out: list[StreamEvent]) -> None:
+        self.ignored[p.what] += 1
 
     def _merge_usage(self, patch: UsagePatch) -> None:
         usage = self._usage

@@ -1,6 +1,6 @@
-"""The gateway's error hierarchy.
+"""The gateway's error hierarchy, and the typed `error` object it becomes.
 
-    GatewayError                    code, message, status, retryable, details
+    GatewayError                    code, message, status, retryable + the explicit fields below
      +-- RequestError               the caller's mistake (400/404/413/422)
      +-- UpstreamError              the provider failed (502 by default)
      |    +-- UpstreamTimeout       connect/read timeout (504)
@@ -10,17 +10,26 @@
      +-- UpstreamBlocked            the provider refused the content (final status "blocked")
 
 Raised before the first event, a GatewayError becomes the HTTP status and JSON body of
-DESIGN.md section 1; raised after it, it becomes `final{status: "error"}` with `error` set.
-Provider modules map SDK and transport errors into this hierarchy once, at their boundary.
+DESIGN.md section 1; raised after it, it becomes `final{status: "error"}` with `error` set to
+its `info()`. `status` is the HTTP status of the first case only: the run never reads it (the
+API layer maps a run's error to a status, app/api/responses.py). Provider modules map SDK and
+transport errors into this hierarchy once, at their boundary (app/providers/errors.py).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, NotRequired, cast
 
-from app.core.secrets import scrub, scrub_value
+from pydantic import Field
+from typing_extensions import TypedDict
+
+from app.core.secrets import scrub
 
 __all__ = [
+    "ErrorData",
+    "ErrorInfo",
+    "FinalStatus",
     "GatewayError",
     "RequestError",
     "UpstreamBadRequest",
@@ -31,12 +40,66 @@ __all__ = [
     "UpstreamTimeout",
 ]
 
+FinalStatus = Literal["ok", "blocked", "error", "cancelled"]
+
+
+class ErrorData(TypedDict):
+    """The `error` object: of an HTTP error body, and of `final.error` (one definition for both)."""
+
+    code: Annotated[str, Field(examples=["invalid_request"])]
+    message: str
+    retryable: bool
+    field: NotRequired[Annotated[str, Field(description="Path of the offending field, e.g. `messages.0.content`.")]]
+    provider: NotRequired[str]
+    upstream_status: NotRequired[Annotated[int, Field(description="The provider's HTTP status.")]]
+    upstream_code: NotRequired[str | int]
+    upstream_type: NotRequired[str]
+    request_id: NotRequired[Annotated[str, Field(description="The provider's request id.")]]
+    retry_after: NotRequired[str]
+    validator: NotRequired[Annotated[str, Field(description="The validator that blocked the stream.")]]
+    reason: NotRequired[Annotated[str, Field(description="Why the validator failed.")]]
+    block_reason: NotRequired[Annotated[str, Field(description="Why the provider blocked the content.")]]
+    first_available: NotRequired[Annotated[int, Field(description="The oldest event id a replay can start after, less one.")]]
+    errors: NotRequired[Annotated[list[dict[str, Any]], Field(description="Every invalid field (422).")]]
+
+
+_OPTIONAL = ("field", "provider", "upstream_status", "upstream_code", "upstream_type", "request_id", "retry_after",
+             "validator", "reason", "block_reason", "first_available")
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class ErrorInfo:
+    """What went wrong, as data: `final.error`, a run report's error, an HTTP error body."""
+
+    code: str
+    message: str
+    retryable: bool = False
+    field: str | None = None
+    provider: str | None = None
+    upstream_status: int | None = None
+    upstream_code: str | int | None = None
+    upstream_type: str | None = None
+    request_id: str | None = None
+    retry_after: str | None = None
+    validator: str | None = None
+    reason: str | None = None
+    block_reason: str | None = None
+    first_available: int | None = None
+
+    def data(self) -> ErrorData:
+        out: dict[str, Any] = {"code": self.code, "message": self.message, "retryable": self.retryable}
+        for name in _OPTIONAL:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return cast(ErrorData, out)  # the keys are ErrorData's (_OPTIONAL lists its optional ones)
+
 
 class GatewayError(Exception):
     status: int = 500
     code: str = "internal_error"
     retryable: bool = False
-    final_status: str = "error"
+    final_status: FinalStatus = "error"
     """The `final.status` this error gives when raised after the first event."""
 
     def __init__(
@@ -46,7 +109,17 @@ class GatewayError(Exception):
         code: str | None = None,
         status: int | None = None,
         retryable: bool | None = None,
-        **details: Any,
+        field: str | None = None,
+        provider: str | None = None,
+        upstream_status: int | None = None,
+        upstream_code: str | int | None = None,
+        upstream_type: str | None = None,
+        request_id: str | None = None,
+        retry_after: str | None = None,
+        validator: str | None = None,
+        reason: str | None = None,
+        block_reason: str | None = None,
+        first_available: int | None = None,
     ) -> None:
         message = scrub(message)  # upstream text may quote the gateway's key (app/core/secrets.py)
         super().__init__(message)
@@ -57,11 +130,35 @@ class GatewayError(Exception):
             self.status = status
         if retryable is not None:
             self.retryable = retryable
-        self.details = {k: scrub_value(v) for k, v in details.items() if v is not None}
+        self.field = _scrubbed(field)
+        self.provider = provider
+        self.upstream_status = upstream_status
+        self.upstream_code = scrub(upstream_code) if isinstance(upstream_code, str) else upstream_code
+        self.upstream_type = _scrubbed(upstream_type)
+        self.request_id = _scrubbed(request_id)
+        self.retry_after = _scrubbed(retry_after)
+        self.validator = validator
+        self.reason = _scrubbed(reason)
+        self.block_reason = _scrubbed(block_reason)
+        self.first_available = first_available
 
-    def to_dict(self) -> dict[str, Any]:
+    def info(self) -> ErrorInfo:
+        return ErrorInfo(
+            code=self.code, message=self.message, retryable=self.retryable, field=self.field,
+            provider=self.provider, upstream_status=self.upstream_status, upstream_code=self.upstream_code,
+            upstream_type=self.upstream_type, request_id=self.request_id, retry_after=self.retry_after,
+            validator=self.validator, reason=self.reason, block_reason=self.block_reason,
+            first_available=self.first_available,
+        )
+
+    def to_dict(self) -> ErrorData:
         """The `error` object of an HTTP error body or of `final.error`."""
-        return {"code": self.code, "message": self.message, "retryable": self.retryable, **self.details}
+        return self.info().data()
+
+
+def _scrubbed(value: str | None) -> str | None:
+    """Text details pass through `scrub` too (an upstream type or field could quote a key)."""
+    return scrub(value) if value is not None else None
 
 
 class RequestError(GatewayError):
@@ -84,10 +181,6 @@ class UpstreamRateLimited(UpstreamError):
     status = 429
     code = "rate_limited"
     retryable = True
-
-    def __init__(self, message: str, *, retry_after: str | None = None, **kw: Any) -> None:
-        super().__init__(message, retry_after=retry_after, **kw)
-        self.retry_after = retry_after
 
 
 class UpstreamBadRequest(UpstreamError):

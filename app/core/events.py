@@ -6,13 +6,20 @@ one `final` last. Events are frozen (many readers share them); `data()` is the S
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, NotRequired, cast, get_args
 
-from app.core.messages import ReasoningBlock, ToolCall, thaw
+from pydantic import Field, WithJsonSchema
+from typing_extensions import TypedDict
+
+from app.core.errors import ErrorData, FinalStatus
+from app.core.messages import Message, ReasoningBlock, ToolCall, thaw
 
 __all__ = [
+    "EVENT_SCHEMAS",
     "FINAL_STATUSES",
+    "FinalPayload",
+    "ValidationData",
     "STOP_REASONS",
     "STOP_REASON_FOR_STATUS",
     "AssistantMessage",
@@ -29,12 +36,143 @@ __all__ = [
 ]
 
 StopReason = Literal["stop", "length", "tool_calls", "content_filter", "pause", "error", "cancelled"]
-STOP_REASONS: tuple[str, ...] = StopReason.__args__  # type: ignore[attr-defined]
-FinalStatus = Literal["ok", "blocked", "error", "cancelled"]
-FINAL_STATUSES: tuple[str, ...] = FinalStatus.__args__  # type: ignore[attr-defined]
+STOP_REASONS: tuple[str, ...] = get_args(StopReason)
+FINAL_STATUSES: tuple[str, ...] = get_args(FinalStatus)
 STOP_REASON_FOR_STATUS: dict[str, StopReason] = {"blocked": "content_filter", "error": "error", "cancelled": "cancelled"}
 """The stop reason of a run that did not end ok. A block (a validator or the provider refused the
 content) is a content filter, as providers themselves report it."""
+
+# -- the `data` of each event: one definition, for the SSE bytes (`data()`) and the OpenAPI schemas --
+
+
+class StartData(TypedDict):
+    stream_id: str
+    model: str
+    provider: str
+
+
+class TokenData(TypedDict):
+    index: Annotated[int, Field(description="Counts token events of the stream from 0.")]
+    content: str
+
+
+class ReasoningData(TypedDict):
+    index: Annotated[int, Field(description="Counts reasoning events of the stream from 0.")]
+    content: str
+
+
+class ToolCallData(TypedDict):
+    id: str
+    name: str
+    index: Annotated[int, Field(description="The call's position among the stream's tool calls, from 0.")]
+    args_fragment: str
+    is_final: bool
+    arguments: NotRequired[Annotated[dict[str, Any] | None, Field(description="Parsed arguments; on the final fragment only.")]]
+    server: NotRequired[Annotated[bool, Field(description="True for tools the provider runs itself.")]]
+
+
+class ToolResultData(TypedDict):
+    tool_call_id: str
+    name: str
+    content: str
+    is_error: bool
+
+
+class UsageData(TypedDict):
+    input_tokens: int
+    output_tokens: Annotated[int | None, Field(
+        description="null when unknown: the stream ended before the provider reported it (cancelled, broken).")]
+    total_tokens: Annotated[int | None, Field(description="null when output_tokens is.")]
+    cache_read_tokens: int
+    cache_write_tokens: int
+    reasoning_tokens: int
+
+
+class ToolCallOut(TypedDict):
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class ReasoningBlockData(TypedDict):
+    text: str
+    signature: NotRequired[str]
+    redacted: NotRequired[Annotated[str, Field(description="Opaque redacted-thinking payload.")]]
+    provider: NotRequired[str]
+
+
+class AssistantMessageOut(TypedDict):
+    role: Literal["assistant"]
+    content: str
+    tool_calls: list[ToolCallOut]
+    reasoning: NotRequired[list[ReasoningBlockData]]
+
+
+ValidatorStatsData = TypedDict(
+    "ValidatorStatsData", {"pass": int, "fail": int, "unknown": int, "error": int, "checks": int, "seconds": float}
+)
+
+
+class ChunkCounts(TypedDict):
+    text: int
+    reasoning: int
+
+
+class BlockedBy(TypedDict):
+    validator: str
+    reason: str
+
+
+class ValidationData(TypedDict):
+    """What the validation gate did: chunks checked, redactions, verdict counts per validator."""
+
+    chunking: str
+    chunks: ChunkCounts
+    redactions: int
+    validators: dict[str, ValidatorStatsData]
+    blocked: NotRequired[BlockedBy]
+
+
+MessageData = Annotated[dict[str, Any], WithJsonSchema({"$ref": "#/components/schemas/Message"})]
+"""A `Message` as JSON (the request's message schema)."""
+
+
+class FinalPayload(TypedDict):
+    """The `final` event's data, and the JSON answer of POST /v1/generate."""
+
+    status: FinalStatus
+    message: AssistantMessageOut
+    usage: UsageData
+    stop_reason: StopReason | None
+    model: str
+    provider: str
+    error: NotRequired[ErrorData]
+    steps: Annotated[int, Field(description="Provider calls the run made (more than 1 when the gateway ran tools).")]
+    max_steps_reached: Annotated[bool, Field(
+        description="The run stopped at max_steps after running tools (stop_reason `pause`): append `messages` "
+                    "and send again to continue.")]
+    messages: NotRequired[Annotated[list[MessageData], Field(
+        description="Present when the gateway ran tools: the messages the run added to the conversation "
+                    "(assistant turns and the gateway's tool results), to append before a next request. "
+                    "The caller then answers `message.tool_calls`, if any.")]]
+    validation: NotRequired[Annotated[ValidationData, Field(
+        description="Present when validators ran: chunks, redactions and verdicts per validator.")]]
+
+
+class _ErrorPart(TypedDict, total=False):
+    error: ErrorData
+
+
+EVENT_SCHEMAS: dict[str, Any] = {
+    "start": StartData,
+    "token": TokenData,
+    "reasoning": ReasoningData,
+    "tool_call": ToolCallData,
+    "tool_result": ToolResultData,
+    "final": FinalPayload,
+}
+"""Each event type's `data` schema (the OpenAPI document names them)."""
+
 
 
 @dataclass(slots=True, kw_only=True)
@@ -51,7 +189,7 @@ class Usage:
     """The stream ended before the provider reported its output (cancelled, broken): the output
     and total counts are unknown, `null` on the wire rather than a false 0."""
 
-    def to_dict(self) -> dict[str, int | None]:
+    def to_dict(self) -> UsageData:
         return {
             "input_tokens": self.input_tokens,
             "output_tokens": None if self.output_unknown else self.output_tokens,
@@ -80,8 +218,8 @@ class AssistantMessage:
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: tuple[ReasoningBlock, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_dict(self) -> AssistantMessageOut:
+        out: AssistantMessageOut = {
             "role": "assistant",
             "content": self.content,
             "tool_calls": [
@@ -89,7 +227,7 @@ class AssistantMessage:
             ],
         }
         if self.reasoning:
-            out["reasoning"] = [b.model_dump(exclude_none=True) for b in self.reasoning]
+            out["reasoning"] = [cast(ReasoningBlockData, b.model_dump(exclude_none=True)) for b in self.reasoning]
         return out
 
 
@@ -100,7 +238,7 @@ class StartEvent:
     model: str
     provider: str
 
-    def data(self) -> dict[str, Any]:
+    def data(self) -> StartData:
         return {"stream_id": self.stream_id, "model": self.model, "provider": self.provider}
 
 
@@ -112,7 +250,7 @@ class TokenEvent:
     index: int
     content: str
 
-    def data(self) -> dict[str, Any]:
+    def data(self) -> TokenData:
         return {"index": self.index, "content": self.content}
 
 
@@ -124,7 +262,7 @@ class ReasoningEvent:
     index: int
     content: str
 
-    def data(self) -> dict[str, Any]:
+    def data(self) -> ReasoningData:
         return {"index": self.index, "content": self.content}
 
 
@@ -144,8 +282,8 @@ class ToolCallEvent:
     arguments: dict[str, Any] | None = None
     server: bool = False
 
-    def data(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def data(self) -> ToolCallData:
+        out: ToolCallData = {
             "id": self.id,
             "name": self.name,
             "index": self.index,
@@ -167,7 +305,7 @@ class ToolResultEvent:
     content: str
     is_error: bool = False
 
-    def data(self) -> dict[str, Any]:
+    def data(self) -> ToolResultData:
         return {
             "tool_call_id": self.tool_call_id,
             "name": self.name,
@@ -178,7 +316,7 @@ class ToolResultEvent:
 
 @dataclass(slots=True, frozen=True, kw_only=True)
 class FinalEvent:
-    """Always last, exactly once. `error` is set unless status is "ok"."""
+    """Always last, exactly once. `error` is set unless status is "ok"; `data()` is `FinalPayload`."""
 
     type: Literal["final"] = "final"
     status: FinalStatus
@@ -187,22 +325,30 @@ class FinalEvent:
     stop_reason: StopReason | None
     model: str
     provider: str
-    error: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Further fields of the payload (validation summary, steps, ...), kept flat in `data()`."""
+    error: ErrorData | None = None
+    steps: int = 1
+    max_steps_reached: bool = False
+    messages: tuple[Message, ...] = ()
+    """The messages a run with gateway-executed tools added to the conversation."""
+    validation: ValidationData | None = None
 
-    def data(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def data(self) -> FinalPayload:
+        error: _ErrorPart = {"error": self.error} if self.error is not None else {}
+        out: FinalPayload = {
             "status": self.status,
             "message": self.message.to_dict(),
             "usage": self.usage.to_dict(),
             "stop_reason": self.stop_reason,
             "model": self.model,
             "provider": self.provider,
+            **error,
+            "steps": self.steps,
+            "max_steps_reached": self.max_steps_reached,
         }
-        if self.error is not None:
-            out["error"] = self.error
-        out.update(self.extra)
+        if self.messages:
+            out["messages"] = [m.model_dump(mode="json", exclude_defaults=True) for m in self.messages]
+        if self.validation is not None:
+            out["validation"] = self.validation
         return out
 
 

@@ -7,7 +7,7 @@ Provider converters are pure functions that raise `AdapterError` on anything out
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -21,6 +21,7 @@ __all__ = [
     "Role",
     "ToolCall",
     "ToolSpec",
+    "assistant_message",
     "freeze",
     "thaw",
 ]
@@ -189,3 +190,12 @@ def check_unique_tool_names(tools: tuple[ToolSpec, ...] | list[ToolSpec]) -> Non
         if tool.name in seen:
             raise ValueError(f"duplicate tool name: {tool.name}")
         seen.add(tool.name)
+
+
+def assistant_message(content: str, tool_calls: Sequence[ToolCall], reasoning: Sequence[ReasoningBlock]) -> Message:
+    """An assistant message as a provider answered it. An empty answer (only thinking, or the
+    token budget spent at once) is a fact to report, not caller input to refuse: built unchecked."""
+    if not content and not tool_calls:
+        return Message.model_construct(role="assistant", content=content, tool_calls=tuple(tool_calls),
+                                       reasoning=tuple(reasoning), tool_call_id=None, name=None)
+    return Message(role="assistant", content=content, tool_calls=tuple(tool_calls), reasoning=tuple(reasoning))

@@ -15,6 +15,7 @@ from app.core.events import StopReason
 
 __all__ = [
     "BlockKey",
+    "Ignored",
     "MessageDelta",
     "MessageEnd",
     "MessageStart",
@@ -168,6 +169,16 @@ class MessageEnd:
     kind: Literal["message_end"] = "message_end"
 
 
+@dataclass(slots=True, kw_only=True)
+class Ignored:
+    """Something the provider sent that the normalizer dropped because it does not change the
+    answer (an unexpected delta kind for its block, ...): counted, never fatal (DESIGN.md 4)."""
+
+    kind: Literal["ignored"] = "ignored"
+    what: str
+    """A short, bounded label, e.g. `anthropic:signature_delta_on_text`."""
+
+
 Patch = (
     MessageStart
     | TextStart
@@ -184,4 +195,5 @@ Patch = (
     | ToolResultEnd
     | MessageDelta
     | MessageEnd
+    | Ignored
 )

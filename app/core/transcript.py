@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import orjson
 
-from app.core.events import StreamEvent, ToolCallEvent, Usage
+from app.core.events import ReasoningEvent, StreamEvent, TokenEvent, ToolCallEvent, ToolResultEvent, Usage
 from app.core.messages import Message, thaw
 from app.core.processors import Processor, ProcessorRegistry
 
@@ -184,10 +184,9 @@ class Transcript:
 
     def observe(self, event: StreamEvent) -> None:
         """One released canonical event (start and final are the pipeline's business)."""
-        kind = event.type
-        if kind == "token":
+        if isinstance(event, TokenEvent):
             # Hot path (every answer token): extend the open text part in place.
-            turn, text = self._turn, event.content  # type: ignore[union-attr]
+            turn, text = self._turn, event.content
             chars = self._chars + len(text)
             if turn and turn[-1].kind == "text" and chars <= self._max_chars:
                 self._chars = chars
@@ -197,12 +196,12 @@ class Transcript:
                     parts[:] = ["".join(parts)]
             else:
                 self._text("text", text)
-        elif kind == "reasoning":
-            self._text("thinking", event.content)  # type: ignore[union-attr]
-        elif kind == "tool_call":
-            self._call_event(event)  # type: ignore[arg-type]
-        elif kind == "tool_result":
-            self._output(event.tool_call_id, event.name, event.content, event.is_error,  # type: ignore[union-attr]
+        elif isinstance(event, ReasoningEvent):
+            self._text("thinking", event.content)
+        elif isinstance(event, ToolCallEvent):
+            self._call_event(event)
+        elif isinstance(event, ToolResultEvent):
+            self._output(event.tool_call_id, event.name, event.content, event.is_error,
                          None, self._clock())
 
     def mark_gateway(self, call_ids: Iterable[str]) -> None:

@@ -21,11 +21,7 @@ import orjson
 from app.core.errors import (
     GatewayError,
     RequestError,
-    UpstreamBadRequest,
     UpstreamError,
-    UpstreamNotFound,
-    UpstreamRateLimited,
-    UpstreamTimeout,
 )
 from app.core.messages import AdapterError, Message, ToolSpec
 from app.providers.anthropic_convert import (
@@ -38,7 +34,8 @@ from app.providers.anthropic_convert import (
 )
 from app.providers.anthropic_stream import AnthropicNormalizer
 from app.providers.base import RAW_STREAM, ProviderAdapter, ProviderRequest, SSEPatchStream, ToolChoice, sse_body
-from app.settings import Settings
+from app.providers.config import ProviderConfig
+from app.providers.errors import status_error, transport_error
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -67,42 +64,21 @@ def anthropic_errors(provider: str = "anthropic") -> Iterator[None]:
     except ValueError as exc:  # the SDK refusing a call, e.g. a non-streaming max_tokens too large
         raise RequestError(f"{provider}: {exc}", code="invalid_request", provider=provider) from exc
     except anthropic.APITimeoutError as exc:
-        raise UpstreamTimeout(f"{provider}: request timed out", provider=provider) from exc
+        raise transport_error(httpx2.TimeoutException(str(exc)), provider) from exc
     except anthropic.APIConnectionError as exc:
-        raise UpstreamError(f"{provider}: cannot connect ({exc.message})", code="upstream_unavailable",
-                            retryable=True, provider=provider) from exc
+        raise transport_error(exc, provider) from exc
     except anthropic.APIStatusError as exc:
         raise _status_error(exc, provider) from exc
     except anthropic.AnthropicError as exc:
         raise UpstreamError(f"{provider}: {type(exc).__name__}: {exc}", provider=provider) from exc
-    except httpx2.TimeoutException as exc:
-        raise UpstreamTimeout(f"{provider}: request timed out", provider=provider) from exc
     except httpx2.TransportError as exc:
-        raise UpstreamError(f"{provider}: transport error ({type(exc).__name__})", code="upstream_unavailable",
-                            retryable=True, provider=provider) from exc
+        raise transport_error(exc, provider) from exc
 
 
 def _status_error(exc: anthropic.APIStatusError, provider: str) -> UpstreamError:
-    status = exc.status_code
-    detail = exc.api_message or exc.message
-    extra = {"provider": provider, "upstream_status": status, "upstream_type": exc.type,
-             "request_id": exc.request_id}
-    if status == 429:
-        return UpstreamRateLimited(f"{provider}: rate limited: {detail}",
-                                   retry_after=exc.response.headers.get("retry-after"), **extra)
-    if status in (401, 403):
-        # The gateway's credentials failed: our problem (502), never the caller's 401.
-        return UpstreamError(f"{provider}: upstream refused the gateway's credentials ({status})",
-                             code="upstream_auth", **extra)
-    if status == 404:
-        return UpstreamNotFound(f"{provider}: {detail}", **extra)
-    if status == 408:
-        return UpstreamTimeout(f"{provider}: upstream request timeout", **extra)
-    if status == 529:
-        return UpstreamError(f"{provider}: overloaded: {detail}", code="upstream_overloaded", retryable=True, **extra)
-    if status >= 500:
-        return UpstreamError(f"{provider}: upstream error {status}: {detail}", retryable=True, **extra)
-    return UpstreamBadRequest(f"{provider}: {detail}", **extra)
+    return status_error(exc.status_code, exc.api_message or exc.message, provider=provider,
+                        retry_after=exc.response.headers.get("retry-after"), upstream_type=exc.type,
+                        request_id=exc.request_id)
 
 
 # -- the adapter ------------------------------------------------------------------------------
@@ -176,17 +152,17 @@ class AnthropicAdapter:
 # -- registry builder -------------------------------------------------------------------------
 
 
-def build_anthropic(settings: Settings, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
+def build_anthropic(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
     """`anthropic` from an injected client, else from ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL."""
     client = clients.get("anthropic")
     if client is not None:
         return {"anthropic": AnthropicAdapter(client)}
-    if settings.anthropic_api_key is None:
+    if config.anthropic_api_key is None:
         return {}
     client = anthropic.AsyncAnthropic(
-        api_key=settings.anthropic_api_key.get_secret_value(),
-        base_url=settings.anthropic_base_url,
-        max_retries=settings.upstream_max_retries,  # only before a response starts: no duplicate output
-        timeout=httpx2.Timeout(settings.read_timeout, connect=settings.connect_timeout),
+        api_key=config.anthropic_api_key.get_secret_value(),
+        base_url=config.anthropic_base_url,
+        max_retries=config.max_retries,  # only before a response starts: no duplicate output
+        timeout=httpx2.Timeout(config.read_timeout, connect=config.connect_timeout),
     )
     return {"anthropic": AnthropicAdapter(client, owns_client=True)}

@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.core.errors import UpstreamError
-from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec, thaw
+from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec, assistant_message, thaw
 from app.providers.base import ProviderRequest, ToolChoice
 
 __all__ = [
@@ -234,10 +234,6 @@ def message_from_anthropic(data: Any, *, provider: str = "anthropic") -> Message
             elif btype == "redacted_thinking":
                 reasoning.append(ReasoningBlock(redacted=block["data"], provider=provider))
         content = "".join(texts)
-        fields = {"role": "assistant", "content": content, "tool_calls": tuple(calls), "reasoning": tuple(reasoning)}
-        if not content and not calls:
-            # An empty answer (only thinking, or max_tokens hit at once) is a fact to report.
-            return Message.model_construct(tool_call_id=None, name=None, **fields)
-        return Message(**fields)
+        return assistant_message(content, calls, reasoning)
     except (KeyError, TypeError, ValidationError) as exc:
         raise UpstreamError(f"{provider}: malformed response: {type(exc).__name__}: {exc}", provider=provider) from None

@@ -26,6 +26,7 @@ import orjson
 from app.core.errors import UpstreamError
 from app.core.events import StopReason
 from app.core.patches import (
+    Ignored,
     MessageDelta,
     MessageEnd,
     MessageStart,
@@ -44,6 +45,7 @@ from app.core.patches import (
     ToolStart,
     UsagePatch,
 )
+from app.providers.errors import stream_error as shared_stream_error
 from app.providers.sse import SSEEvent
 
 __all__ = [
@@ -67,14 +69,6 @@ STOP_REASON_MAP: dict[str, StopReason] = {
     "compaction": "pause",  # context management with pause_after_compaction
 }
 
-# In-stream `error.type` -> (code, retryable). https://docs.claude.com/en/api/errors
-_STREAM_ERROR_MAP: dict[str, tuple[str, bool]] = {
-    "overloaded_error": ("upstream_overloaded", True),
-    "api_error": ("upstream_error", True),
-    "rate_limit_error": ("rate_limited", True),
-    "timeout_error": ("upstream_timeout", True),
-    "invalid_request_error": ("upstream_bad_request", False),
-}
 
 
 def is_server_tool_use(block_type: str) -> bool:
@@ -159,6 +153,13 @@ def _sum_iterations(iterations: list[Any]) -> dict[str, int]:
 
 
 BlockKind = Literal["text", "reasoning", "tool", "result", "ignored"]
+_DELTA_BLOCK: dict[str, BlockKind] = {
+    "text_delta": "text", "input_json_delta": "tool", "thinking_delta": "reasoning", "signature_delta": "reasoning",
+}
+"""The block kind each known delta belongs to."""
+_NO_INDEX = -1
+_DELTA_CONTENT = {"text_delta": "text", "input_json_delta": "partial_json", "thinking_delta": "thinking",
+                  "signature_delta": "signature"}
 
 
 @dataclass(slots=True, kw_only=True)
@@ -275,43 +276,55 @@ class AnthropicNormalizer:
 
     def _block_delta(self, data: dict[str, Any], out: list[Patch]) -> None:
         key = data.get("index")
+        if not isinstance(key, int):
+            key = _NO_INDEX  # as before: a delta without an index still counts (its block auto-opens)
         delta = data.get("delta") or {}
-        dtype = delta.get("type")
-        block = self._blocks.get(key)  # type: ignore[arg-type]
+        dtype = str(delta.get("type", ""))
+        block = self._blocks.get(key)
         if block is not None and block.kind == "ignored":
             return
+        expected = _DELTA_BLOCK.get(dtype)
+        if expected is None:
+            return  # citations_delta and delta types added later are dropped (module docstring)
+        if block is not None and block.kind != expected:
+            if delta.get(_DELTA_CONTENT[dtype]) and dtype != "signature_delta":
+                # Text, thinking or arguments with nowhere to go: the answer would be wrong.
+                raise UpstreamError(f"anthropic: {dtype} for a {block.kind} block", code="upstream_protocol_error",
+                                    provider="anthropic")
+            # A delta that carries none of the answer (a signature_delta on a text block, an
+            # empty delta): ignored and counted, never fatal (DESIGN.md section 4).
+            out.append(Ignored(what=f"anthropic:{dtype}_on_{block.kind}"))
+            return
         if dtype == "text_delta":
-            out.append(TextDelta(key=key, text=delta.get("text", "")))  # type: ignore[arg-type]
+            out.append(TextDelta(key=key, text=delta.get("text", "")))
         elif dtype == "input_json_delta":
             fragment = delta.get("partial_json", "")
             if fragment:
                 if block is not None:
                     block.streamed = True
-                out.append(ToolDelta(key=key, fragment=fragment))  # type: ignore[arg-type]
+                out.append(ToolDelta(key=key, fragment=fragment))
         elif dtype == "thinking_delta":
             if delta.get("thinking"):
-                out.append(ReasoningDelta(key=key, text=delta["thinking"]))  # type: ignore[arg-type]
-        elif dtype == "signature_delta":
-            if delta.get("signature"):
-                out.append(ReasoningDelta(key=key, signature=delta["signature"]))  # type: ignore[arg-type]
-        # citations_delta and delta types added later are dropped (module docstring).
+                out.append(ReasoningDelta(key=key, text=delta["thinking"]))
+        elif delta.get("signature"):  # signature_delta
+            out.append(ReasoningDelta(key=key, signature=delta["signature"]))
 
     def _block_stop(self, data: dict[str, Any], out: list[Patch]) -> None:
         key = data.get("index")
-        block = self._blocks.pop(key, None)  # type: ignore[arg-type]
-        if block is None:
+        block = self._blocks.pop(key, None) if isinstance(key, int) else None
+        if block is None or not isinstance(key, int):
             return
         if block.kind == "text":
-            out.append(TextEnd(key=key))  # type: ignore[arg-type]
+            out.append(TextEnd(key=key))
         elif block.kind == "reasoning":
-            out.append(ReasoningEnd(key=key))  # type: ignore[arg-type]
+            out.append(ReasoningEnd(key=key))
         elif block.kind == "tool":
             given = None
             if not block.streamed and isinstance(block.start_input, dict):
                 given = block.start_input
-            out.append(ToolEnd(key=key, arguments=given))  # type: ignore[arg-type]
+            out.append(ToolEnd(key=key, arguments=given))
         elif block.kind == "result":
-            out.append(ToolResultEnd(key=key, is_error=block.is_error))  # type: ignore[arg-type]
+            out.append(ToolResultEnd(key=key, is_error=block.is_error))
 
     # -- message ---------------------------------------------------------------------------
 
@@ -330,10 +343,6 @@ class AnthropicNormalizer:
 def stream_error(error: Any, request_id: Any = None) -> UpstreamError:
     """An in-stream `event: error` as the UpstreamError that ends the stream."""
     error = error if isinstance(error, Mapping) else {}
-    etype = str(error.get("type") or "error")
-    code, retryable = _STREAM_ERROR_MAP.get(etype, ("upstream_error", False))
-    return UpstreamError(
-        f"anthropic: {etype}: {error.get('message') or 'error event in stream'}", code=code,
-        retryable=retryable, provider="anthropic", upstream_type=etype,
-        request_id=request_id if isinstance(request_id, str) else None,
-    )
+    kind = str(error.get("type") or "error")
+    return shared_stream_error("anthropic", f"{kind}: {error.get('message') or 'error event in stream'}",
+                               kind=kind, request_id=request_id if isinstance(request_id, str) else None)

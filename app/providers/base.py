@@ -10,7 +10,7 @@ before the first byte of the body (they become HTTP errors); the returned `Patch
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -32,7 +32,11 @@ __all__ = [
     "SSEPatchStream",
     "StreamNormalizer",
     "ToolChoice",
+    "drive",
+    "incomplete",
     "mid_stream_errors",
+    "response_events",
+    "to_final",
     "sse_body",
 ]
 
@@ -177,6 +181,75 @@ async def sse_body(response: httpx2.Response, normalizer: StreamNormalizer, *, p
     return SSEPatchStream(response.aiter_bytes(), normalizer, close=response.aclose, provider=provider)
 
 
+def incomplete(provider: str) -> UpstreamError:
+    """The body ended before the provider said it finished."""
+    return UpstreamError(f"{provider}: the stream ended before the provider finished", code="upstream_incomplete",
+                         retryable=True, provider=provider)
+
+
+async def response_events(stream: AsyncIterable[list[Patch]], accumulator: Accumulator,
+                          ) -> AsyncGenerator[list[StreamEvent], None]:
+    """One provider response: its patches through the accumulator, a batch of canonical events
+    per upstream read. Raises the stream's GatewayError (after the events that came before it
+    in the same read), and `upstream_incomplete` when the body ended before the provider finished.
+    The run's step pump, `drive()` and the conformance tests all read responses through this."""
+    push_all = accumulator.push_all
+    async for batch in stream:
+        out: list[StreamEvent] = []
+        try:
+            push_all(batch, out)
+        except GatewayError:
+            if out:
+                yield out
+            raise
+        if out:
+            yield out
+    if not accumulator.completed:
+        raise incomplete(accumulator.provider)
+
+
+async def to_final(stream: PatchStream, accumulator: Accumulator) -> AsyncGenerator[list[StreamEvent], None]:
+    """One response driven to its end: batches of canonical events, the last one `[final]` (ok,
+    or the error that ended the response). Closes the stream."""
+    try:
+        async with contextlib.aclosing(response_events(stream, accumulator)) as batches:
+            async for batch in batches:
+                yield batch
+        final = accumulator.final("ok")
+    except GatewayError as exc:
+        final = accumulator.final(exc.final_status, error=exc.to_dict())
+    finally:
+        await stream.aclose()
+    yield [final]
+
+
+async def drive(stream: PatchStream, accumulator: Accumulator, events: list[StreamEvent] | None = None) -> FinalEvent:
+    """Drive one response to its final event; `events` collects every event, the final last.
+    Used by the judge, `BaseStreamIterator` and the tests' drivers (tests/support.py,
+    tests/upstream_fakes.py), so they all exercise this production path."""
+    out = events if events is not None else []
+    async with contextlib.aclosing(to_final(stream, accumulator)) as batches:
+        async for batch in batches:
+            out.extend(batch)
+    final = out[-1]
+    assert isinstance(final, FinalEvent)
+    return final
+
+
+class _ChunkSource:
+    """A `BaseStreamIterator`'s chunks as a patch stream."""
+
+    def __init__(self, iterator: BaseStreamIterator) -> None:
+        self._iterator = iterator
+
+    async def __aiter__(self) -> AsyncIterator[list[Patch]]:
+        while (chunk := await self._iterator._get_next_chunk()) is not None:
+            yield chunk
+
+    async def aclose(self) -> None:
+        return None
+
+
 class BaseStreamIterator:
     """Canonical events from a chunk source, for library use and contract tests.
 
@@ -187,8 +260,7 @@ class BaseStreamIterator:
 
     def __init__(self, *, model: str, provider: str) -> None:
         self._accumulator = Accumulator(model=model, provider=provider)
-        self._pending: list[StreamEvent] = []
-        self._done = False
+        self._events: AsyncIterator[StreamEvent] | None = None
         self.closed = False
 
     async def _get_next_chunk(self) -> list[Patch] | None:
@@ -201,36 +273,17 @@ class BaseStreamIterator:
         return self
 
     async def __anext__(self) -> StreamEvent:
-        while not self._pending:
-            if self._done:
-                if not self.closed:
-                    await self.close()
-                raise StopAsyncIteration
-            try:
-                chunk = await self._get_next_chunk()
-            except GatewayError as exc:
-                self._finish(self._accumulator.final("error", error=exc.to_dict()))
-                continue
-            if chunk is None:
-                acc = self._accumulator
-                if acc.completed:
-                    self._finish(acc.final("ok"))
-                else:
-                    error = UpstreamError("stream ended before the provider finished", code="upstream_incomplete")
-                    self._finish(acc.final("error", error=error.to_dict()))
-                continue
-            try:
-                self._pending.extend(self._accumulator.push_all(chunk))
-            except GatewayError as exc:
-                self._finish(self._accumulator.final("error", error=exc.to_dict()))
-        event = self._pending.pop(0)
-        if isinstance(event, FinalEvent):
-            await self.close()
-        return event
+        if self._events is None:
+            self._events = self._run()
+        return await self._events.__anext__()
 
-    def _finish(self, final: FinalEvent) -> None:
-        self._pending.append(final)
-        self._done = True
+    async def _run(self) -> AsyncGenerator[StreamEvent, None]:
+        async with contextlib.aclosing(to_final(_ChunkSource(self), self._accumulator)) as batches:
+            async for batch in batches:
+                for event in batch:
+                    if isinstance(event, FinalEvent):
+                        await self.close()
+                    yield event
 
 
 async def replay_stream(iterator: BaseStreamIterator) -> list[StreamEvent]:

@@ -46,18 +46,15 @@ from app.core.accumulator import Accumulator
 from app.core.errors import (
     GatewayError,
     RequestError,
-    UpstreamBadRequest,
     UpstreamError,
-    UpstreamNotFound,
-    UpstreamRateLimited,
-    UpstreamTimeout,
 )
-from app.core.messages import AdapterError, Message, ToolSpec, thaw
+from app.core.messages import AdapterError, Message, ToolSpec, assistant_message, thaw
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
+from app.providers.config import ProviderConfig
+from app.providers.errors import status_error, transport_error
 from app.providers.gemini_stream import GeminiNormalizer
-from app.providers.openai_chat_convert import tool_choice_to_openai, tool_specs_to_openai
 from app.providers.sse import SSEEvent
-from app.settings import Settings
+from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools
 
 __all__ = [
     "GEMINI_BASE_URL",
@@ -134,24 +131,26 @@ def _tool_response(content: str) -> dict[str, Any]:
 
 
 def tool_specs_to_gemini(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-    """Foundry tool specs -> `functionDeclarations`, checked by the Chat converter (duplicate
-    names and malformed specs raise AdapterError), schemas as `parametersJsonSchema`."""
+    """Foundry tool specs -> `functionDeclarations` (duplicate names and malformed specs raise
+    AdapterError), schemas as `parametersJsonSchema`."""
     declarations = []
-    for spec in tool_specs_to_openai(tools):
-        function = dict(spec["function"])
-        function["parametersJsonSchema"] = function.pop("parameters")
+    for tool in checked_tools(tools):
+        function: dict[str, Any] = {"name": tool.name}
+        if tool.description:
+            function["description"] = tool.description
+        function["parametersJsonSchema"] = thaw(tool.parameters)
         declarations.append(function)
     return declarations
 
 
 def tool_choice_to_gemini(choice: ToolChoice | None, tools: Sequence[ToolSpec]) -> dict[str, Any] | None:
-    """auto/none/required/<tool name> -> `toolConfig` (None: omit), checked as for Chat."""
-    wire = tool_choice_to_openai(choice, tools)
-    if wire is None:
+    """auto/none/required/<tool name> -> `toolConfig` (None: omit)."""
+    checked = checked_tool_choice(choice, tools)
+    if checked is None:
         return None
-    if isinstance(wire, dict):
-        return {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [wire["function"]["name"]]}}
-    return {"functionCallingConfig": {"mode": _CHOICE_MODES[wire]}}
+    if isinstance(checked, ForcedTool):
+        return {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [checked.name]}}
+    return {"functionCallingConfig": {"mode": _CHOICE_MODES[checked]}}
 
 
 def gemini_request(request: ProviderRequest, *, provider: str = "gemini") -> dict[str, Any]:
@@ -199,11 +198,7 @@ def message_from_gemini(data: Mapping[str, Any], *, provider: str = "gemini") ->
     normalizer.finish(patches)
     accumulator.push_all(patches)
     message = accumulator.message()
-    fields = {"role": "assistant", "content": message.content, "tool_calls": message.tool_calls,
-              "reasoning": message.reasoning}
-    if not message.content and not message.tool_calls:  # an empty answer is a fact to report
-        return Message.model_construct(tool_call_id=None, name=None, **fields)
-    return Message(**fields)
+    return assistant_message(message.content, message.tool_calls, message.reasoning)
 
 
 # -- errors: HTTP status and transport -> GatewayError, in one place --------------------------
@@ -218,14 +213,11 @@ def gemini_errors(provider: str = "gemini") -> Iterator[None]:
         raise
     except AdapterError as exc:
         raise RequestError(f"{provider}: {exc}", provider=provider) from exc
-    except httpx2.TimeoutException as exc:
-        raise UpstreamTimeout(f"{provider}: the provider did not answer in time", provider=provider) from exc
     except httpx2.HTTPError as exc:
-        raise UpstreamError(f"{provider}: cannot reach the provider ({type(exc).__name__})",
-                            code="upstream_unavailable", retryable=True, provider=provider) from exc
+        raise transport_error(exc, provider) from exc
 
 
-def status_error(status: int, headers: Mapping[str, str], body: bytes, provider: str) -> UpstreamError:
+def error_answer(status: int, headers: Mapping[str, str], body: bytes, provider: str) -> UpstreamError:
     """An HTTP error answer (DESIGN.md section 1): 400 with the upstream message, bad key (Gemini
     says 400 API_KEY_INVALID) / 401 / 403 -> 502, 404, 429 with Retry-After, 5xx -> 502."""
     try:
@@ -237,20 +229,8 @@ def status_error(status: int, headers: Mapping[str, str], body: bytes, provider:
     message = error.get("message") or body[:300].decode("utf-8", "replace") or f"HTTP {status}"
     details = [d for d in error.get("details") or () if isinstance(d, dict)]
     reasons = {d.get("reason") for d in details}
-    extra = {"provider": provider, "upstream_status": status, "upstream_code": error.get("status")}
-    if status in (401, 403) or "API_KEY_INVALID" in reasons:
-        # The gateway's credentials failed: its problem (502). The upstream text is not echoed.
-        return UpstreamError(f"{provider}: the provider refused the gateway's credentials (HTTP {status})",
-                             code="upstream_auth", **extra)
-    if status == 404:
-        return UpstreamNotFound(f"{provider}: {message}", **extra)
-    if status == 408:
-        return UpstreamTimeout(f"{provider}: {message}", **extra)
-    if status == 429:
-        return UpstreamRateLimited(f"{provider}: {message}", retry_after=_retry_after(headers, details), **extra)
-    if status < 500:
-        return UpstreamBadRequest(f"{provider}: {message}", **extra)
-    return UpstreamError(f"{provider}: {message}", retryable=True, **extra)
+    return status_error(status, message, provider=provider, retry_after=_retry_after(headers, details),
+                        upstream_code=error.get("status"), credentials_refused="API_KEY_INVALID" in reasons)
 
 
 def _retry_after(headers: Mapping[str, str], details: list[dict[str, Any]]) -> str | None:
@@ -315,7 +295,7 @@ class GeminiAdapter:
                     payload = await response.aread()
                 finally:
                     await response.aclose()
-                raise status_error(response.status_code, response.headers, payload, self.name)
+                raise error_answer(response.status_code, response.headers, payload, self.name)
         return response
 
     async def open_stream(self, request: ProviderRequest) -> PatchStream:
@@ -343,19 +323,19 @@ class GeminiAdapter:
 # -- registry builder -------------------------------------------------------------------------
 
 
-def build_gemini(settings: Settings, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
+def build_gemini(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
     """`gemini` from an injected clients["gemini"] (an httpx2.AsyncClient), else from
     GEMINI_API_KEY / GOOGLE_API_KEY and GEMINI_BASE_URL with a client of its own."""
-    key = settings.gemini_api_key.get_secret_value() if settings.gemini_api_key else None
+    key = config.gemini_api_key.get_secret_value() if config.gemini_api_key else None
     client = clients.get("gemini")
     if client is not None:
         if not isinstance(client, httpx2.AsyncClient):
             raise TypeError(f"clients['gemini'] must be an httpx2.AsyncClient, got {type(client).__name__}")
-        return {"gemini": GeminiAdapter(client, api_key=key, base_url=settings.gemini_base_url)}
+        return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url)}
     if not key:
         return {}
     client = httpx2.AsyncClient(
-        timeout=httpx2.Timeout(settings.read_timeout, connect=settings.connect_timeout),
-        transport=httpx2.AsyncHTTPTransport(retries=settings.upstream_max_retries),  # connection failures only
+        timeout=httpx2.Timeout(config.read_timeout, connect=config.connect_timeout),
+        transport=httpx2.AsyncHTTPTransport(retries=config.max_retries),  # connection failures only
     )
-    return {"gemini": GeminiAdapter(client, api_key=key, base_url=settings.gemini_base_url, owns_client=True)}
+    return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url, owns_client=True)}

@@ -54,6 +54,7 @@ from app.core.patches import (
     ToolStart,
     UsagePatch,
 )
+from app.providers.errors import stream_error
 from app.providers.sse import SSEEvent
 
 __all__ = ["GeminiNormalizer", "gemini_error", "gemini_usage"]
@@ -76,7 +77,6 @@ _FINISH_REASON_MAP: dict[str, StopReason] = {
 }
 # Any other finish reason (OTHER, FINISH_REASON_UNSPECIFIED, new ones) still means "finished": stop.
 _FAILED_TOOL_CALL_REASONS = frozenset({"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS"})
-_RETRYABLE_STATUSES = frozenset({"RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED"})
 _PATH_STEP_RE = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]|\['([^']*)'\]")
 
 
@@ -95,14 +95,13 @@ def gemini_usage(usage: dict[str, Any]) -> UsagePatch | None:
 
 
 def gemini_error(error: Any, provider: str) -> UpstreamError:
-    """A Google API error object (`{code, message, status}`) -> UpstreamError."""
+    """A Google API error object (`{code, message, status}`) found in the stream."""
     if not isinstance(error, dict):
-        return UpstreamError(f"{provider}: stream error: {str(error)[:500]}", provider=provider)
+        return stream_error(provider, f"stream error: {str(error)[:500]}")
     code, status = error.get("code"), error.get("status")
-    retryable = status in _RETRYABLE_STATUSES or (isinstance(code, int) and (code == 429 or code >= 500))
-    return UpstreamError(f"{provider}: {error.get('message') or 'error in stream'}", retryable=retryable,
-                         provider=provider, upstream_status=code if isinstance(code, int) else None,
-                         upstream_code=status if isinstance(status, str) else None)
+    return stream_error(provider, error.get("message") or "error in stream",
+                        status=code if isinstance(code, int) else None,
+                        upstream_code=status if isinstance(status, str) else None)
 
 
 def _set_path(args: dict[str, Any], path: str, value: Any, *, append: bool) -> None:

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 
 from app.core.accumulator import Accumulator
 from app.core.errors import RequestError, UpstreamError, UpstreamNotFound
+from app.core.events import StopReason
 from app.core.messages import Message
 from app.core.patches import (
     MessageDelta,
@@ -109,7 +110,7 @@ def scenario_chunks(model: str, messages: tuple = ()) -> list[list[Patch]]:
     if model == "simple":
         texts = ["Hello", ", world"]
         chunks: list[list[Patch]] = [[TextDelta(text=t)] for t in texts]
-        stop = "stop"
+        stop: StopReason = "stop"
     elif model == "tool_call":
         if messages and messages[-1].role == "tool":
             texts = [f"Sum is {messages[-1].content}"]

@@ -21,14 +21,12 @@ from pydantic import ValidationError
 from app.core.errors import (
     GatewayError,
     RequestError,
-    UpstreamBadRequest,
     UpstreamError,
-    UpstreamNotFound,
-    UpstreamRateLimited,
-    UpstreamTimeout,
 )
 from app.core.messages import AdapterError, Message, ToolSpec
 from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, sse_body
+from app.providers.config import ProviderConfig
+from app.providers.errors import status_error, transport_error
 from app.providers.openai_chat_convert import (
     messages_to_openai,
     normalize_tool_calls,
@@ -38,7 +36,6 @@ from app.providers.openai_chat_convert import (
     tool_specs_to_openai,
 )
 from app.providers.openai_chat_stream import ChatChunkNormalizer
-from app.settings import Settings
 
 __all__ = [
     "OpenAIAdapter",
@@ -137,31 +134,13 @@ def map_upstream_error(exc: Exception, provider: str) -> GatewayError:
     if isinstance(exc, GatewayError):
         return exc
     if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        message = f"{provider}: {_upstream_message(exc)}"
-        if status in (401, 403):
-            # The gateway's credentials failed: its problem (502), never the caller's 401. The
-            # upstream text is not echoed: it can quote part of the key.
-            return UpstreamError(f"{provider}: the provider refused the gateway's credentials (HTTP {status})",
-                                 code="upstream_auth", provider=provider, upstream_status=status)
-        if status == 404:
-            return UpstreamNotFound(message, provider=provider, upstream_status=status)
-        if status == 408:
-            return UpstreamTimeout(message, provider=provider, upstream_status=status)
-        if status == 429:
-            if exc.code == "insufficient_quota":  # billing, not load: retrying will not help
-                return UpstreamError(message, code="upstream_quota", provider=provider, upstream_status=status)
-            return UpstreamRateLimited(message, retry_after=exc.response.headers.get("retry-after"),
-                                       provider=provider, upstream_status=status)
-        if status < 500:
-            return UpstreamBadRequest(message, provider=provider, upstream_status=status)
-        return UpstreamError(message, retryable=True, provider=provider, upstream_status=status)
+        code = exc.code if isinstance(exc.code, (str, int)) else None
+        return status_error(exc.status_code, _upstream_message(exc), provider=provider, upstream_code=code,
+                            retry_after=exc.response.headers.get("retry-after"))
     if isinstance(exc, (openai.APITimeoutError, httpx2.TimeoutException)):
-        return UpstreamTimeout(f"{provider}: the provider did not answer in time", provider=provider)
+        return transport_error(httpx2.TimeoutException(str(exc)), provider)
     if isinstance(exc, (openai.APIConnectionError, httpx2.TransportError)):
-        cause = exc.__cause__ or exc
-        return UpstreamError(f"{provider}: cannot reach the provider ({type(cause).__name__})",
-                             code="upstream_unavailable", retryable=True, provider=provider)
+        return transport_error(exc, provider)
     return UpstreamError(f"{provider}: {type(exc).__name__}: {exc}", provider=provider)
 
 
@@ -256,19 +235,19 @@ class OpenAIAdapter:
 # -- configuration ------------------------------------------------------------------------
 
 
-def make_client(*, api_key: str, base_url: str, settings: Settings) -> openai.AsyncOpenAI:
+def make_client(*, api_key: str, base_url: str, config: ProviderConfig) -> openai.AsyncOpenAI:
     """An SDK client with the gateway's timeouts and retry budget (retries happen only before
     the response starts, so they never duplicate output)."""
     return openai.AsyncOpenAI(
         api_key=api_key,
         base_url=base_url,
-        max_retries=settings.upstream_max_retries,
-        timeout=httpx2.Timeout(settings.read_timeout, connect=settings.connect_timeout),
+        max_retries=config.max_retries,
+        timeout=httpx2.Timeout(config.read_timeout, connect=config.connect_timeout),
     )
 
 
-def build_openai(settings: Settings, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
-    """`openai` and every `Settings.providers` entry; injected `clients[name]` win over settings.
+def build_openai(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
+    """`openai` and every compatible server (`Settings.providers`); injected `clients[name]` win.
 
     A provider whose key is not configured is not served; a compatible provider declared without
     `api_key_env` needs none. Keys and base URLs are always passed explicitly, so the SDK never
@@ -276,13 +255,13 @@ def build_openai(settings: Settings, clients: Mapping[str, Any]) -> dict[str, Pr
     """
     adapters: dict[str, ProviderAdapter] = {}
     client = clients.get("openai")
-    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else ""
+    key = config.openai_api_key.get_secret_value() if config.openai_api_key else ""
     if client is not None:
         adapters["openai"] = OpenAIAdapter(client, name="openai")
     elif key:
-        client = make_client(api_key=key, base_url=settings.openai_base_url or OPENAI_BASE_URL, settings=settings)
+        client = make_client(api_key=key, base_url=config.openai_base_url or OPENAI_BASE_URL, config=config)
         adapters["openai"] = OpenAIAdapter(client, name="openai", owns_client=True)
-    for provider in settings.providers:
+    for provider in config.compatible:
         # Compatible servers know max_tokens; max_completion_tokens is OpenAI's newer name.
         options: dict[str, Any] = {"name": provider.name, "include_usage": provider.include_usage,
                                    "max_tokens_field": "max_tokens"}
@@ -293,6 +272,6 @@ def build_openai(settings: Settings, clients: Mapping[str, Any]) -> dict[str, Pr
         key = provider.api_key() or ""
         if provider.api_key_env and not key:
             continue
-        client = make_client(api_key=key or _NO_KEY, base_url=provider.base_url, settings=settings)
+        client = make_client(api_key=key or _NO_KEY, base_url=provider.base_url, config=config)
         adapters[provider.name] = OpenAIAdapter(client, owns_client=True, **options)
     return adapters

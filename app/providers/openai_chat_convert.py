@@ -17,6 +17,7 @@ import orjson
 from pydantic import ValidationError
 
 from app.core.messages import AdapterError, Message, ToolCall, ToolSpec, thaw
+from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools, first_error
 
 __all__ = [
     "messages_to_openai",
@@ -35,19 +36,12 @@ _MESSAGE_KEYS: dict[str, frozenset[str]] = {
 }
 _TOOL_CALL_KEYS = frozenset({"id", "type", "function"})
 _FUNCTION_KEYS = frozenset({"name", "arguments"})
-_CHOICE_WORDS = frozenset({"auto", "none", "required"})
 
 
 def plain(value: Any) -> Any:
     """An SDK model (pydantic) as a plain dict; anything else unchanged."""
     dump = getattr(value, "model_dump", None)
     return dump() if callable(dump) else value
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    return f"{where}: {err['msg']}" if where else err["msg"]
 
 
 # -- messages -------------------------------------------------------------------------------
@@ -108,7 +102,7 @@ def openai_to_messages(payload: Sequence[Mapping[str, Any]]) -> tuple[Message, .
                 tool_calls=normalize_tool_calls(raw_calls),
             ))
         except ValidationError as exc:
-            raise AdapterError(f"messages[{i}]: {_first_error(exc)}") from None
+            raise AdapterError(f"messages[{i}]: {first_error(exc)}") from None
     return tuple(out)
 
 
@@ -152,7 +146,7 @@ def normalize_tool_calls(raw: Any) -> tuple[ToolCall, ...]:
         try:
             tool_call = ToolCall(id=call.get("id"), name=function.get("name"), arguments=arguments)
         except ValidationError as exc:
-            raise AdapterError(f"tool_calls[{j}]: {_first_error(exc)}") from None
+            raise AdapterError(f"tool_calls[{j}]: {first_error(exc)}") from None
         if tool_call.id in seen:
             raise AdapterError(f"tool_calls[{j}].id {tool_call.id!r} is used twice")
         seen.add(tool_call.id)
@@ -176,18 +170,7 @@ def _parse_arguments(raw: Any, j: int) -> Mapping[str, Any]:
 def tool_specs_to_openai(tools: Sequence[ToolSpec | Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Tool specs -> OpenAI `tools` (`type: function`); duplicate names and bad schemas raise."""
     out: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for i, tool in enumerate(tools):
-        if isinstance(tool, Mapping):
-            try:
-                tool = ToolSpec.model_validate(dict(tool))
-            except ValidationError as exc:
-                raise AdapterError(f"tools[{i}]: {_first_error(exc)}") from None
-        elif not isinstance(tool, ToolSpec):
-            raise AdapterError(f"tools[{i}] is not a ToolSpec")
-        if tool.name in seen:
-            raise AdapterError(f"duplicate tool name: {tool.name}")
-        seen.add(tool.name)
+    for tool in checked_tools(tools):
         function: dict[str, Any] = {"name": tool.name}
         if tool.description:
             function["description"] = tool.description
@@ -199,20 +182,8 @@ def tool_specs_to_openai(tools: Sequence[ToolSpec | Mapping[str, Any]]) -> list[
 def tool_choice_to_openai(
     choice: str | None, tools: Sequence[ToolSpec | Mapping[str, Any]]
 ) -> str | dict[str, Any] | None:
-    """`auto` / `none` / `required` / a tool's name -> OpenAI `tool_choice` (None: leave it out).
-
-    Without tools, `auto` and `none` say nothing (OpenAI refuses tool_choice without tools), and
-    `required` or a name is a mistake.
-    """
-    if choice is None:
-        return None
-    names = {t.name if isinstance(t, ToolSpec) else t.get("name") for t in tools}
-    if choice in _CHOICE_WORDS:
-        if not tools:
-            if choice == "required":
-                raise AdapterError("tool_choice 'required' needs tools")
-            return None
-        return choice
-    if choice in names:
-        return {"type": "function", "function": {"name": choice}}
-    raise AdapterError(f"tool_choice {choice!r} is not auto, none, required or the name of a given tool")
+    """`auto` / `none` / `required` / a tool's name -> OpenAI `tool_choice` (None: leave it out)."""
+    checked = checked_tool_choice(choice, tools)
+    if isinstance(checked, ForcedTool):
+        return {"type": "function", "function": {"name": checked.name}}
+    return checked

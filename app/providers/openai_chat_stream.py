@@ -48,6 +48,7 @@ from app.core.patches import (
     ToolStart,
     UsagePatch,
 )
+from app.providers.errors import stream_error as shared_stream_error
 from app.providers.sse import SSEEvent
 
 __all__ = ["ChatChunkNormalizer", "stream_error", "usage_patch"]
@@ -65,9 +66,6 @@ _FINISH_REASON_MAP: dict[str, StopReason] = {
 }
 # Any other finish_reason still means the provider finished: it maps to "stop".
 
-_RETRYABLE_ERROR_TYPES = frozenset(
-    {"server_error", "overloaded_error", "api_error", "rate_limit_error", "service_unavailable", "timeout"}
-)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -77,7 +75,8 @@ class _ToolSlot:
 
 
 def usage_patch(usage: dict[str, Any]) -> UsagePatch:
-    """OpenAI `usage` -> canonical usage (cached prompt tokens are cache reads)."""
+    """OpenAI `usage` -> canonical usage (cached prompt tokens are cache reads; compatible servers
+    that report `prompt_tokens_details.cache_write_tokens` give the cache writes)."""
     prompt_details = usage.get("prompt_tokens_details") or {}
     completion_details = usage.get("completion_tokens_details") or {}
     cached = prompt_details.get("cached_tokens")
@@ -88,27 +87,24 @@ def usage_patch(usage: dict[str, Any]) -> UsagePatch:
         output_tokens=usage.get("completion_tokens"),
         total_tokens=usage.get("total_tokens"),
         cache_read_tokens=cached,
+        cache_write_tokens=prompt_details.get("cache_write_tokens"),
         reasoning_tokens=completion_details.get("reasoning_tokens"),
     )
 
 
 def stream_error(payload: Any, provider: str) -> UpstreamError:
-    """An error object found in the stream -> UpstreamError; retryable when the provider says so."""
+    """An OpenAI error object found in the stream (`{message, type, code, status?}`)."""
     error = payload.get("error", payload) if isinstance(payload, dict) else payload
     if not isinstance(error, dict):
-        return UpstreamError(f"{provider}: stream error: {str(error)[:500]}", provider=provider)
-    message = error.get("message") or "error in stream"
+        return shared_stream_error(provider, f"stream error: {str(error)[:500]}")
     code = error.get("code")
     status = error.get("status_code") or error.get("status")
     if not isinstance(status, int):
         status = code if isinstance(code, int) else None
     kind = error.get("type")
-    retryable = (status is not None and (status in (408, 429) or status >= 500)) or (
-        kind in _RETRYABLE_ERROR_TYPES or code in _RETRYABLE_ERROR_TYPES
-    )
-    return UpstreamError(
-        f"{provider}: {message}", retryable=retryable, provider=provider, upstream_status=status,
-        upstream_code=code if isinstance(code, str) else None, upstream_type=kind if isinstance(kind, str) else None,
+    return shared_stream_error(
+        provider, error.get("message") or "error in stream", status=status,
+        kind=kind if isinstance(kind, str) else None, upstream_code=code if isinstance(code, str) else None,
     )
 
 

@@ -32,13 +32,13 @@ import openai
 import orjson
 
 from app.core.errors import RequestError, UpstreamError
-from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec, thaw
+from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec, assistant_message, thaw
 from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
+from app.providers.config import ProviderConfig
 from app.providers.openai_chat import OPENAI_BASE_URL, make_client, upstream_errors
-from app.providers.openai_chat_convert import tool_choice_to_openai, tool_specs_to_openai
 from app.providers.openai_chat_stream import stream_error
 from app.providers.openai_responses_stream import SUMMARY_PART_SEPARATOR, ResponsesNormalizer
-from app.settings import Settings
+from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools
 
 __all__ = [
     "OpenAIResponsesAdapter",
@@ -89,17 +89,25 @@ def messages_to_responses(messages: tuple[Message, ...] | list[Message]) -> tupl
 def tool_specs_to_responses(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     """Foundry tool specs -> Responses `function` tools (not strict; see the module docstring).
 
-    Checked by the Chat converter (duplicate names, malformed specs raise), then flattened.
+    Duplicate names and malformed specs raise AdapterError.
     """
-    return [{"type": "function", **spec["function"], "strict": False} for spec in tool_specs_to_openai(tools)]
+    out = []
+    for tool in checked_tools(tools):
+        function: dict[str, Any] = {"type": "function", "name": tool.name}
+        if tool.description:
+            function["description"] = tool.description
+        function["parameters"] = thaw(tool.parameters)
+        function["strict"] = False
+        out.append(function)
+    return out
 
 
 def tool_choice_to_responses(choice: ToolChoice | None, tools: Sequence[ToolSpec], *, builtin_tools: bool = False) -> Any:
-    """auto/none/required/<tool name> -> Responses `tool_choice` (None: omit), checked as for Chat."""
+    """auto/none/required/<tool name> -> Responses `tool_choice` (None: omit)."""
     if builtin_tools and not tools and choice in ("auto", "none", "required"):
         return choice  # only built-in tools: the words still apply
-    wire = tool_choice_to_openai(choice, tools)
-    return {"type": "function", "name": wire["function"]["name"]} if isinstance(wire, dict) else wire
+    checked = checked_tool_choice(choice, tools)
+    return {"type": "function", "name": checked.name} if isinstance(checked, ForcedTool) else checked
 
 
 def responses_request(request: ProviderRequest, *, stream: bool) -> dict[str, Any]:
@@ -163,10 +171,7 @@ def message_from_responses(data: Mapping[str, Any]) -> Message:
             text = SUMMARY_PART_SEPARATOR.join(part.get("text", "") for part in item["summary"])
             reasoning.append(ReasoningBlock(text=text, provider=PROVIDER))
     content = "".join(texts)
-    fields = {"role": "assistant", "content": content, "tool_calls": tuple(calls), "reasoning": tuple(reasoning)}
-    if not content and not calls:  # an empty answer (max_output_tokens spent on reasoning) is a fact
-        return Message.model_construct(tool_call_id=None, name=None, **fields)
-    return Message(**fields)
+    return assistant_message(content, calls, reasoning)
 
 
 # -- the adapter ------------------------------------------------------------------------------
@@ -225,14 +230,14 @@ class OpenAIResponsesAdapter:
 # -- registry builder -------------------------------------------------------------------------
 
 
-def build_openai_responses(settings: Settings, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
+def build_openai_responses(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
     """`openai-responses` from clients["openai-responses"] or clients["openai"], else from
     OPENAI_API_KEY / OPENAI_BASE_URL (with a client of its own, closed with the adapter)."""
     client = clients.get(PROVIDER) or clients.get("openai")
     if client is not None:
         return {PROVIDER: OpenAIResponsesAdapter(client)}
-    if settings.openai_api_key is None or not settings.openai_api_key.get_secret_value():
+    if config.openai_api_key is None or not config.openai_api_key.get_secret_value():
         return {}
-    client = make_client(api_key=settings.openai_api_key.get_secret_value(),
-                         base_url=settings.openai_base_url or OPENAI_BASE_URL, settings=settings)
+    client = make_client(api_key=config.openai_api_key.get_secret_value(),
+                         base_url=config.openai_base_url or OPENAI_BASE_URL, config=config)
     return {PROVIDER: OpenAIResponsesAdapter(client, owns_client=True)}

@@ -1,10 +1,10 @@
 """Which providers this gateway serves, and which adapter answers `provider/model`.
 
-Adapters are built from settings and injected clients: `clients={"openai": AsyncOpenAI(...)}`
-hands a configured (or fake) SDK client to the provider of that name; `adapters={...}` injects
-whole adapters (tests, embedders). A provider with no credentials is not served; `mock` always is.
-Each provider module contributes one builder, listed in `_BUILDERS` (explicit, no import-time
-registration).
+Adapters are built from the provider config (`Settings.provider_config()`) and injected
+clients: `clients={"openai": AsyncOpenAI(...)}` hands a configured (or fake) SDK client to the
+provider of that name; `adapters={...}` injects whole adapters (tests, embedders). A provider
+with no credentials is not served; `mock` always is. Each provider module contributes one
+builder, listed in `_BUILDERS` (explicit, no import-time registration).
 """
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ from typing import Any
 from app.core.errors import RequestError
 from app.providers.anthropic import build_anthropic
 from app.providers.base import ProviderAdapter
+from app.providers.config import ProviderConfig
 from app.providers.gemini import build_gemini
 from app.providers.mock import MockAdapter
 from app.providers.openai_chat import build_openai
 from app.providers.openai_responses import build_openai_responses
-from app.settings import Settings
 
 __all__ = ["ProviderRegistry", "build_registry"]
 
-Builder = Callable[[Settings, Mapping[str, Any]], dict[str, ProviderAdapter]]
+Builder = Callable[[ProviderConfig, Mapping[str, Any]], dict[str, ProviderAdapter]]
 
 
-def _mock(settings: Settings, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
+def _mock(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
     return {"mock": MockAdapter()}
 
 
@@ -73,13 +73,13 @@ class ProviderRegistry:
 
 
 def build_registry(
-    settings: Settings,
+    config: ProviderConfig,
     clients: Mapping[str, Any] | None = None,
     adapters: Mapping[str, ProviderAdapter] | None = None,
 ) -> ProviderRegistry:
     clients = clients or {}
     built: dict[str, ProviderAdapter] = {}
     for builder in _BUILDERS:
-        built.update(builder(settings, clients))
+        built.update(builder(config, clients))
     built.update(adapters or {})
-    return ProviderRegistry(built, settings.aliases)
+    return ProviderRegistry(built, config.aliases)

@@ -16,11 +16,12 @@ import uuid
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from app.core import safejson
 from app.core.errors import GatewayError, RequestError
 from app.core.events import FinalEvent, StreamEvent
+from app.core.transcript import Transcript
 
 BATCH_BYTES = 64 * 1024
 """Most bytes a reader takes from the log per send (one frame at least)."""
@@ -51,8 +52,8 @@ class StreamInfo:
     model: str
     provider: str
     created_at: float = field(default_factory=time.time)
-    record: dict[str, Any] = field(default_factory=dict)
-    """Extra per-stream record (request, transcript, ...) kept for the stream's lifetime."""
+    transcript: Transcript | None = None
+    """The stream's record for redisplay, kept for the stream's lifetime."""
 
 
 class StreamLog:

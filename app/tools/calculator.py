@@ -71,7 +71,7 @@ def calculate(expression: str) -> str:
 
 
 def _eval(node: ast.expr) -> Number:
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and type(node.value) is not bool:
         return _check(node.value)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_eval(node.operand))

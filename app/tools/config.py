@@ -87,7 +87,7 @@ class HttpToolConfig(_DeclaredTool):
 ToolConfig = Annotated[BuiltinToolConfig | PythonToolConfig | HttpToolConfig, Field(discriminator="kind")]
 
 
-def default_tools() -> list[BuiltinToolConfig]:
+def default_tools() -> list[ToolConfig]:
     """Out of the box: the calculator, for the embedded mock provider only (real providers get no
     gateway tool the operator did not configure)."""
     return [BuiltinToolConfig(name="calculator", providers=["mock"])]

@@ -54,7 +54,7 @@ class ToolRegistry:
     ) -> None:
         scopes = providers or {}
         self._tools = {
-            name: _Registered(tool, frozenset(scopes[name]) if scopes.get(name) is not None else None)  # type: ignore[arg-type]
+            name: _Registered(tool, None if (scope := scopes.get(name)) is None else frozenset(scope))
             for name, tool in (tools or {}).items()
         }
         self.processors = processors or ProcessorRegistry()

@@ -1,13 +1,13 @@
 """Chunk validation: chunkers, validators and the gate that holds events until they pass.
 
 The pipeline checks specs at the HTTP edge (`check_specs`), builds one gate per run
-(`build_gate`, None when no validator applies), feeds it every canonical event (`admit`) and
-ends it (`finish`); `Blocked` ends the stream with final{status: "blocked"}.
+(`build_gate`, None when no validator applies: the run then uses a `PassThroughGate`), feeds
+it every canonical event (`admit_all`) and ends it (`finish`); `Blocked` ends the stream with final{status: "blocked"}.
 """
 
 from app.validation.checks import Blocked, Observer
 from app.validation.chunking import CHUNKERS, DEFAULT_CHUNKING, DEFAULT_MAX_CHARS, build_chunker
-from app.validation.gate import ValidationGate, build_gate
+from app.validation.gate import Gate, PassThroughGate, ValidationGate, build_gate
 from app.validation.specs import ValidatorSpec, check_specs
 from app.validation.validators import VALIDATORS
 from app.validation.validators.base import Judge, Validator, Verdict
@@ -18,8 +18,10 @@ __all__ = [
     "DEFAULT_MAX_CHARS",
     "VALIDATORS",
     "Blocked",
+    "Gate",
     "Judge",
     "Observer",
+    "PassThroughGate",
     "ValidationGate",
     "Validator",
     "ValidatorSpec",

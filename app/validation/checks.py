@@ -10,9 +10,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any
 
 from app.core.errors import GatewayError
+from app.core.events import ValidatorStatsData
 from app.validation.validators.base import UNKNOWN, Validator, Verdict
 
 __all__ = ["Blocked", "Member", "Observer", "Stats", "run_checks"]
@@ -34,8 +34,7 @@ class Blocked(GatewayError):
 
     def __init__(self, validator: str, reason: str) -> None:
         super().__init__(f"validator {validator} failed: {reason}", validator=validator, reason=reason)
-        self.validator = validator
-        self.reason = reason
+        self.label, self.why = validator, reason
 
 
 @dataclass(slots=True, kw_only=True)
@@ -59,7 +58,7 @@ class Stats:
             self.errors += 1
         self.seconds += seconds
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ValidatorStatsData:
         return {
             "pass": self.passed,
             "fail": self.failed,
@@ -92,6 +91,7 @@ class Member:
 
 async def _timed(member: Member, phase: str, check: Check, observer: Observer | None) -> Verdict:
     started = perf_counter()
+    outcome: str
     try:
         async with asyncio.timeout(member.timeout):
             verdict = await check(member.validator)
@@ -116,7 +116,7 @@ async def _concurrently(members: list[Member], phase: str, check: Check, observe
         pending: set[asyncio.Task[Verdict]] = set(tasks)
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for member, task in zip(members, tasks):
+            for member, task in zip(members, tasks, strict=True):
                 if task in done:
                     verdict = task.result()
                     if verdict.kind == "fail":
@@ -140,6 +140,7 @@ async def run_checks(members: list[Member], phase: str, check: Check, observer: 
             awaiting.append(member)
             continue
         started = perf_counter()
+        outcome: str
         try:
             verdict = await check(member.validator)
             outcome = verdict.kind

@@ -16,12 +16,20 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol, cast
 
 import orjson
 
 from app.core.errors import GatewayError
-from app.core.events import AssistantMessage, StreamEvent, ToolCallEvent
+from app.core.events import (
+    AssistantMessage,
+    ReasoningEvent,
+    StreamEvent,
+    TokenEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    ValidationData,
+)
 from app.core.messages import ReasoningBlock, ToolCall, ToolSpec, freeze, thaw
 from app.validation.checks import Blocked, Member, Observer, Stats, run_checks
 from app.validation.chunking import DEFAULT_CHUNKING, DEFAULT_MAX_CHARS, build_chunker
@@ -29,13 +37,14 @@ from app.validation.lanes import TextLane
 from app.validation.specs import Registry, ValidatorSpec, check_specs, invalid_validator, parse_spec
 from app.validation.validators.base import GateEnv, Judge, ToolCallCheck
 
-__all__ = ["ValidationGate", "build_gate"]
+__all__ = ["Gate", "PassThroughGate", "ValidationGate", "build_gate"]
 
 
 @dataclass(slots=True)
 class _Held:
     event: StreamEvent
     lane: TextLane | None
+    """Set for token and reasoning events (`event` is then one of them)."""
     start: int = 0
     end: int = 0
 
@@ -45,6 +54,41 @@ class _Call:
     fragments: list[str] = field(default_factory=list)
     passed: bool = False
     arguments: dict[str, Any] | None = None  # redacted arguments to release instead
+
+
+class Gate(Protocol):
+    """The validation gate as a run uses it: `ValidationGate`, or `PassThroughGate` when no
+    validator applies."""
+
+    async def admit_all(self, events: list[StreamEvent]) -> list[StreamEvent]:
+        """Take a batch of events; return the events released (whole, in order; maybe none)."""
+
+    async def finish(self) -> list[StreamEvent]:
+        """End of stream: the events still held, once every final check passed."""
+
+    def released_message(self, message: AssistantMessage) -> AssistantMessage:
+        """The accumulator's message as released (redactions applied, only released calls)."""
+
+    def summary(self) -> ValidationData | None:
+        """What the gate did, for `final.validation`; None for a pass-through."""
+
+
+class PassThroughGate:
+    """No validator applies: every event is released as it comes, at no added latency."""
+
+    __slots__ = ()
+
+    async def admit_all(self, events: list[StreamEvent]) -> list[StreamEvent]:
+        return events
+
+    async def finish(self) -> list[StreamEvent]:
+        return []
+
+    def released_message(self, message: AssistantMessage) -> AssistantMessage:
+        return message
+
+    def summary(self) -> ValidationData | None:
+        return None
 
 
 class ValidationGate:
@@ -71,31 +115,36 @@ class ValidationGate:
         if self._blocked is not None:
             raise self._blocked
         try:
-            kind = event.type
-            if kind == "token" or kind == "reasoning":
-                lane, other = (self._text, self._reasoning) if kind == "token" else (self._reasoning, self._text)
+            if isinstance(event, (TokenEvent, ReasoningEvent)):
+                lane, other = (self._text, self._reasoning) if event.type == "token" else (self._reasoning, self._text)
                 if other.pending:
                     await self._flush(other)
-                start, end = lane.admit(event.content)  # type: ignore[union-attr]
+                start, end = lane.admit(event.content)
                 self._held.append(_Held(event, lane, start, end))
                 if not lane.members:
                     lane.pass_through()
                 else:
-                    for chunk in lane.chunker.feed(event.content):  # type: ignore[union-attr]
+                    for chunk in lane.chunker.feed(event.content):
                         await self._check_chunk(lane, chunk)
             else:
                 await self._flush(self._text)
                 await self._flush(self._reasoning)
                 self._held.append(_Held(event, None))
-                if kind == "tool_call":
-                    await self._admit_call(event)  # type: ignore[arg-type]
-                elif event.tool_call_id in self._client_calls:  # type: ignore[union-attr]
+                if isinstance(event, ToolCallEvent):
+                    await self._admit_call(event)
+                elif isinstance(event, ToolResultEvent) and event.tool_call_id in self._client_calls:
                     self._text.new_turn()  # as the accumulator does: the answer after it is a new turn
                     self._reasoning.new_turn()
             return self._release()
         except Blocked as blocked:
             self._block(blocked)
             raise
+
+    async def admit_all(self, events: list[StreamEvent]) -> list[StreamEvent]:
+        released: list[StreamEvent] = []
+        for event in events:
+            released.extend(await self.admit(event))
+        return released
 
     async def finish(self) -> list[StreamEvent]:
         """End of stream: check the trailing fragments, run every final check, release the rest."""
@@ -107,9 +156,9 @@ class ValidationGate:
             for lane in (self._text, self._reasoning):
                 if not lane.members or (lane is self._reasoning and not lane.fed):
                     continue
-                text = lane.turn_text()
+                text = lane.turn_text()  # the lambda below is awaited within this iteration
                 ctx = lane.final_context(self._tool_calls)
-                await run_checks(lane.members, "final", lambda v: v.check_final(text, ctx), self._observer)
+                await run_checks(lane.members, "final", lambda v: v.check_final(text, ctx), self._observer)  # noqa: B023
             out = self._release()
             self._held.clear()  # fragments of calls that never completed: never validated, never sent
             return out
@@ -134,16 +183,16 @@ class ValidationGate:
             calls.append(call if arguments is None else ToolCall(id=call.id, name=call.name, arguments=arguments))
         return AssistantMessage(content=content, tool_calls=tuple(calls), reasoning=self._released_reasoning(message.reasoning))
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> ValidationData:
         """Verdict counts per validator, for `final.validation` and the request log."""
-        out: dict[str, Any] = {
+        out: ValidationData = {
             "chunking": self._chunking,
             "chunks": {"text": self._text.chunks, "reasoning": self._reasoning.chunks},
             "redactions": self._text.redactions + self._reasoning.redactions,
             "validators": {label: stats.to_dict() for label, stats in self._stats.items()},
         }
         if self._blocked is not None:
-            out["blocked"] = {"validator": self._blocked.validator, "reason": self._blocked.reason}
+            out["blocked"] = {"validator": self._blocked.label, "reason": self._blocked.why}
         return out
 
     # -- internals ------------------------------------------------------------------------
@@ -195,7 +244,7 @@ class ValidationGate:
                 if item.end > lane.validated:
                     break
                 held.popleft()
-                released = lane.emit(item.event, item.start, item.end)  # type: ignore[arg-type]
+                released = lane.emit(cast(TokenEvent | ReasoningEvent, item.event), item.start, item.end)
                 if released is not None:
                     out.append(released)
                 continue

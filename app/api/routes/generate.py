@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends
 from starlette.responses import Response
 
 from app.api.convert import to_spec
 from app.api.deps import GatewayDep, RecordDep
 from app.api.errors import require_json
-from app.api.responses import JSON
+from app.api.responses import JSON, final_status_code
 from app.api.schemas import ErrorBody, FinalPayload, GenerateRequest, StreamAccepted
 
 router = APIRouter(tags=["generate"])
 
-_ERRORS = {code: {"model": ErrorBody} for code in (400, 404, 413, 415, 422, 429, 500, 502, 503, 504)}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody} for code in (400, 404, 413, 415, 422, 429, 500, 502, 503, 504)
+}
 
 
 @router.post(
@@ -27,11 +31,11 @@ _ERRORS = {code: {"model": ErrorBody} for code in (400, 404, 413, 415, 422, 429,
     dependencies=[Depends(require_json)],
 )
 async def generate(body: GenerateRequest, gateway: GatewayDep, record: RecordDep) -> Response:
-    run = await gateway.open(to_spec(body), record=record)
+    record.model = body.model
+    run = record.run = await gateway.open(to_spec(body), request_id=record.request_id or None)
     if body.stream:
         gateway.spawn(run)
         url = f"/v1/stream/{run.stream_id}"
         return JSON({"stream_id": run.stream_id, "stream_url": url}, status_code=202, headers={"Location": url})
     final = await run.drain()
-    status = 200 if final.status in ("ok", "blocked") else run.error_status
-    return JSON(final.data(), status_code=status, headers={"X-Stream-ID": run.stream_id})
+    return JSON(final.data(), status_code=final_status_code(final), headers={"X-Stream-ID": run.stream_id})

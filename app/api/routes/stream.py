@@ -40,7 +40,8 @@ def json_errors(*codes: int) -> dict[int | str, dict[str, object]]:
     dependencies=[Depends(require_json)],
 )
 async def stream(body: GenerateRequest, gateway: GatewayDep, record: RecordDep) -> SSEResponse:
-    run = await gateway.open(to_spec(body), record=record)
+    record.model = body.model
+    run = record.run = await gateway.open(to_spec(body), request_id=record.request_id or None)
     return SSEResponse(run.frames(), ping_seconds=gateway.settings.ping_seconds,
                        send_timeout=gateway.settings.send_timeout_seconds, headers={"x-stream-id": run.stream_id})
 

@@ -10,7 +10,6 @@ from starlette.responses import Response
 from app.api.deps import GatewayDep
 from app.api.responses import JSON
 from app.api.schemas import ErrorBody, Transcript
-from app.core import transcript as tracking
 from app.core.errors import RequestError
 
 router = APIRouter(tags=["stream"])
@@ -24,8 +23,8 @@ router = APIRouter(tags=["stream"])
 )
 async def transcript(gateway: GatewayDep, stream_id: Annotated[str, Path(max_length=64)]) -> Response:
     log = gateway.store.get(stream_id)
-    record = log.info.record.get("transcript") if log is not None else None
-    if log is None or not isinstance(record, tracking.Transcript):
+    record = log.info.transcript if log is not None else None
+    if log is None or record is None:
         raise RequestError(f"no stream {stream_id!r} (unknown or expired)", code="stream_not_found",
                            status=404, field="stream_id")
     info = log.info

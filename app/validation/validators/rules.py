@@ -1,7 +1,8 @@
 """Rule validators, pure CPU: max_length, regex_deny, banned_words.
 
 Caller patterns (regex_deny) are compiled by RE2 (patterns.py): matching takes time linear in
-the text, whatever the pattern. Banned words are escaped literals. Patterns are matched over the chunk plus a tail of the text released before it, so a match
+the text, whatever the pattern. Banned words are escaped literals. Patterns are matched over
+the chunk plus a tail of the text released before it, so a match
 that spans a chunk boundary (two words of a phrase under the `word` chunker) is still caught;
 only matches that end inside the new chunk count, so nothing is judged twice.
 """
@@ -73,7 +74,10 @@ def _compile(pattern: str) -> Any:
 
 
 class RegexDenyConfig(ValidatorConfig):
-    patterns: list[str] = Field(min_length=1, max_length=64, description="RE2 regexes (linear time: no backreferences or lookaround); (?i) for case-insensitive.")
+    patterns: list[str] = Field(
+        min_length=1, max_length=64,
+        description="RE2 regexes (linear time: no backreferences or lookaround); (?i) for case-insensitive.",
+    )
     lookbehind: int = Field(default=200, ge=0, le=4000, description="Released characters searched with each chunk.")
 
     @field_validator("patterns")

@@ -1,0 +1,91 @@
+"""What a run hands over when it ends: the `RunReport`, and the `RunObserver` seam.
+
+A run (app/run.py) builds one `RunReport` after its `final` is in the stream log and calls every
+observer the `Gateway` was given (`Gateway(observers=[...])` or `gateway.add_observer(fn)`) with
+it, once, whatever the outcome (ok, blocked, error, cancelled). This is the one place features
+plug into a run: run records, usage and key accounting, metrics. An observer must not block:
+it copies what it needs and schedules its own I/O (e.g. hands the report to a batch writer).
+An observer that raises is logged and ignored; it never changes the stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.errors import ErrorData, FinalStatus
+from app.core.events import FinalEvent, StopReason, Usage, ValidationData
+from app.core.transcript import Transcript
+
+__all__ = ["RunObserver", "RunReport"]
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class RunReport:
+    """One run, ended. Times are seconds; `started_at` is wall-clock (time.time())."""
+
+    stream_id: str
+    request_id: str | None
+    """The HTTP request that opened the run (X-Request-ID), when there was one."""
+    model: str
+    """The model as the caller asked for it (`provider/model` or an alias)."""
+    served_model: str
+    """The model as the provider reported it."""
+    provider: str
+    status: FinalStatus
+    stop_reason: StopReason | None
+    error: ErrorData | None
+    usage: Usage
+    """Summed over the steps, whatever the provider reported (also on error or cancel)."""
+    steps: int
+    max_steps_reached: bool
+    tools_run: int
+    """Gateway-executed tool calls."""
+    events: int
+    """Events appended to the stream log, `start` and `final` included."""
+    validation: ValidationData | None
+    """The validation gate's verdict summary; None when no validator applied."""
+    ttft: float | None
+    """Request to the first released content event; None when none was released."""
+    duration: float
+    """Request to final."""
+    started_at: float
+    final: FinalEvent
+    transcript: Transcript
+
+    @property
+    def error_code(self) -> str | None:
+        return self.error["code"] if self.error is not None else None
+
+    def log_fields(self) -> dict[str, Any]:
+        """The run's fields of a request log line (never content)."""
+        fields: dict[str, Any] = {
+            "stream_id": self.stream_id,
+            "stream_status": self.status,
+            "stop_reason": self.stop_reason,
+            "ttft_ms": round(self.ttft * 1000, 3) if self.ttft is not None else None,
+            "run_ms": round(self.duration * 1000, 3),
+            "input_tokens": self.usage.input_tokens,
+            "output_tokens": None if self.usage.output_unknown else self.usage.output_tokens,
+            "events": self.events,
+            "steps": self.steps,
+            "tools_run": self.tools_run,
+        }
+        if self.error is not None:
+            fields["error_code"] = self.error["code"]
+        if self.validation is not None:
+            fields["validation"] = _without_content(self.validation)
+        return fields
+
+
+def _without_content(validation: ValidationData) -> dict[str, Any]:
+    """The validation summary for the log: a block names the validator and the code, never the
+    reason (a reason may quote the matched text; it stays in the response and the transcript)."""
+    if "blocked" not in validation:
+        return dict(validation)
+    return {**validation, "blocked": {"validator": validation["blocked"]["validator"], "code": "validation_failed"}}
+
+
+RunObserver = Callable[[RunReport], None]
+"""Called once with each run's report, when the run ended. Must not block (see the module)."""

@@ -1,0 +1,53 @@
+"""What the provider modules need from the gateway's configuration, and nothing else.
+
+`Settings.provider_config()` (app/settings.py) builds it; providers never import `Settings`
+(nor, through it, validation or tools). Keys stay `SecretStr`: never printed or logged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+__all__ = ["PROVIDER_NAME_RE", "CompatibleProvider", "ProviderConfig"]
+
+PROVIDER_NAME_RE = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+
+
+class CompatibleProvider(BaseModel):
+    """A further OpenAI-compatible server, served as `<name>/<model>`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=PROVIDER_NAME_RE)
+    base_url: str
+    api_key_env: str | None = Field(
+        default=None, description="Environment variable holding the key; None for servers that need none."
+    )
+    include_usage: bool = Field(
+        default=True, description="Send stream_options.include_usage (some servers reject it)."
+    )
+
+    def api_key(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProviderConfig:
+    connect_timeout: float = 10.0
+    read_timeout: float = 120.0
+    """Longest silence from an upstream mid-stream."""
+    max_retries: int = 1
+    """SDK retries before a response starts (never after: no duplicate output)."""
+    openai_api_key: SecretStr | None = None
+    openai_base_url: str | None = None
+    anthropic_api_key: SecretStr | None = None
+    anthropic_base_url: str | None = None
+    gemini_api_key: SecretStr | None = None
+    gemini_base_url: str | None = None
+    compatible: tuple[CompatibleProvider, ...] = ()
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    """Model aliases: alias -> provider/model."""

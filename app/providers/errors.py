@@ -1,0 +1,105 @@
+"""Provider failures -> the gateway's errors, in one place for every adapter.
+
+`status_error()` is the one HTTP-status ladder (an error answer before the body: DESIGN.md
+section 1); `stream_error()` the one mapping of an error reported inside a stream (it ends the
+stream with `final{status: "error"}`); `transport_error()` maps a connection failure or timeout.
+Each adapter only extracts the provider's own fields (message, type, retry hint) and calls these.
+"""
+
+from __future__ import annotations
+
+import httpx2
+
+from app.core.errors import (
+    UpstreamBadRequest,
+    UpstreamError,
+    UpstreamNotFound,
+    UpstreamRateLimited,
+    UpstreamTimeout,
+)
+
+__all__ = ["retryable_status", "status_error", "stream_error", "transport_error"]
+
+# Error kinds providers report in a stream (OpenAI `type`/`code`, Anthropic `error.type`, Google
+# `status`) -> the gateway's code; any other kind is `upstream_error`.
+_KIND_CODES = {
+    "overloaded_error": "upstream_overloaded",
+    "rate_limit_error": "rate_limited",
+    "timeout_error": "upstream_timeout",
+    "invalid_request_error": "upstream_bad_request",
+}
+_RETRYABLE_KINDS = frozenset({
+    "server_error", "overloaded_error", "api_error", "rate_limit_error", "service_unavailable", "timeout",
+    "timeout_error", "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED",
+})
+
+
+def retryable_status(status: int | None) -> bool:
+    return status is not None and (status in (408, 429) or status >= 500)
+
+
+def status_error(
+    status: int,
+    detail: str,
+    *,
+    provider: str,
+    retry_after: str | None = None,
+    upstream_code: str | int | None = None,
+    upstream_type: str | None = None,
+    request_id: str | None = None,
+    credentials_refused: bool = False,
+) -> UpstreamError:
+    """An HTTP error answer: 400 with the upstream message, the gateway's credentials refused
+    (401/403, or `credentials_refused`) 502 without echoing the upstream text (it can quote the
+    key), 404, 408 -> 504, 429 with Retry-After, 529 overloaded and 5xx -> 502 retryable."""
+    def error(cls: type[UpstreamError], message: str, *, code: str | None = None,
+              retryable: bool | None = None) -> UpstreamError:
+        return cls(message, code=code, retryable=retryable, provider=provider, upstream_status=status,
+                   upstream_code=upstream_code, upstream_type=upstream_type, request_id=request_id,
+                   retry_after=retry_after if status == 429 else None)
+
+    if status in (401, 403) or credentials_refused:
+        return error(UpstreamError, f"{provider}: the provider refused the gateway's credentials (HTTP {status})",
+                     code="upstream_auth")
+    message = f"{provider}: {detail or f'HTTP {status}'}"
+    if status == 404:
+        return error(UpstreamNotFound, message)
+    if status == 408:
+        return error(UpstreamTimeout, message)
+    if status == 429:
+        if upstream_code == "insufficient_quota":  # billing, not load: retrying will not help
+            return error(UpstreamError, message, code="upstream_quota")
+        return error(UpstreamRateLimited, message)
+    if status == 529:
+        return error(UpstreamError, message, code="upstream_overloaded", retryable=True)
+    if status < 500:
+        return error(UpstreamBadRequest, message)
+    return error(UpstreamError, message, retryable=True)
+
+
+def stream_error(
+    provider: str,
+    message: str,
+    *,
+    status: int | None = None,
+    kind: str | None = None,
+    upstream_code: str | int | None = None,
+    request_id: str | None = None,
+) -> UpstreamError:
+    """An error the provider reported inside its stream. `kind` is its error type; retryable
+    when the status or the kind says so (overload, rate limit, server error, timeout)."""
+    retryable = retryable_status(status) or kind in _RETRYABLE_KINDS or upstream_code in _RETRYABLE_KINDS
+    return UpstreamError(
+        f"{provider}: {message}", code=_KIND_CODES.get(kind or "", "upstream_error"), retryable=retryable,
+        provider=provider, upstream_status=status, upstream_code=upstream_code, upstream_type=kind,
+        request_id=request_id,
+    )
+
+
+def transport_error(exc: Exception, provider: str) -> UpstreamError:
+    """No answer: a timeout (504) or a connection failure (502, retryable)."""
+    if isinstance(exc, httpx2.TimeoutException):
+        return UpstreamTimeout(f"{provider}: the provider did not answer in time", provider=provider)
+    cause = exc.__cause__ or exc
+    return UpstreamError(f"{provider}: cannot reach the provider ({type(cause).__name__})",
+                         code="upstream_unavailable", retryable=True, provider=provider)
