@@ -15,6 +15,7 @@ from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
 from app.api.openapi import install_openapi
 from app.api.routes import generate, health, stream, transcript
+from app.api.routes.web import install_playground
 from app.core import secrets
 from app.core.report import RunObserver
 from app.observability import Metrics, configure_logging
@@ -80,6 +81,7 @@ def create_app(
     app.include_router(stream.router)
     app.include_router(transcript.router)
     app.include_router(health.router)
+    install_playground(app)
     install_error_handlers(app)
     install_openapi(app)
     app.add_middleware(RequestContextMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)

@@ -1,0 +1,246 @@
+"""The playground (GET /) in a real browser: headless system Chromium driven by Playwright.
+
+The gateway runs under uvicorn on loopback (a free port, in a thread) on the mock provider.
+Never a browser download: Chromium is the system's (Debian's `chromium`, or FOUNDRY_CHROMIUM).
+Without it these tests skip locally and fail under CI=true. Each test saves a screenshot to
+artifacts/playwright/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError:  # skipped (or failed under CI) by the `browser` fixture
+    expect = sync_playwright = None
+
+from app.core.patches import TextDelta
+from app.main import create_app
+from app.providers.mock import scenario_chunks
+from app.settings import Settings
+from tests.support import REPO
+
+ARTIFACTS = REPO / "artifacts" / "playwright"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+WAIT_MS = 20_000  # a guard for waits on the page, not a timing assertion
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"browser tests cannot run under CI=true: {reason}")
+    pytest.skip(reason)
+
+
+def _chromium() -> str | None:
+    configured = os.environ.get("FOUNDRY_CHROMIUM")
+    if configured:
+        return configured if Path(configured).exists() else None
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if sync_playwright is None:
+        _unavailable("the playwright package is not installed (pip install -e '.[test]')")
+    path = _chromium()
+    if path is None:
+        _unavailable("no system Chromium found (apt-get install chromium, or set FOUNDRY_CHROMIUM)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[tuple[str, Any]]:
+    """The gateway under uvicorn in a thread (its own event loop), so Playwright's sync API can
+    drive the browser from the test. The socket listens before the server starts."""
+    app = create_app(Settings())
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", app
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+@pytest.fixture
+def page(browser: Any, gateway: tuple[str, Any], request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A fresh page on the playground; fails the test on any script error; saves a screenshot."""
+    viewport = getattr(request, "param", None) or {"width": 1280, "height": 1000}
+    context = browser.new_context(base_url=gateway[0], viewport=viewport)
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    expect.set_options(timeout=WAIT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto("/")
+    page.wait_for_selector("html[data-ready=true]")
+    try:
+        yield page
+    finally:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
+        context.close()
+    assert not errors, f"script errors on the page: {errors}"
+
+
+def _send(page: Any, model: str, prompt: str, *, delay_ms: int | None = None) -> None:
+    page.fill("#model", model)
+    page.fill("#prompt", prompt)
+    if delay_ms is not None:
+        page.click("#options summary")
+        page.fill("#delay-ms", str(delay_ms))
+    page.click("#send")
+
+
+def _final_status(page: Any) -> str:
+    expect(page.locator("#final")).to_have_attribute("data-status", re.compile(".+"))
+    return page.text_content("#f-status")
+
+
+def _frame_ids(page: Any) -> list[int]:
+    return [int(n) for n in re.findall(r"^id: (\d+)$", page.text_content("#frames"), re.M)]
+
+
+def _lorem(n: int) -> str:
+    return "".join(p.text for chunk in scenario_chunks(f"lorem-{n}") for p in chunk if isinstance(p, TextDelta))
+
+
+def test_tool_call_shows_the_call_its_result_and_the_answer(page: Any) -> None:
+    _send(page, "mock/tool_call", "What is 2+2?")
+    assert _final_status(page) == "ok"
+    card = page.locator("#turn .tool")
+    assert card.count() == 1
+    assert card.locator(".tool-name").text_content() == "calculator"
+    assert card.locator(".frag").all_text_contents() == ['{"expression": ', '"2 + 2"}']
+    assert '"expression": "2 + 2"' in card.locator(".args").text_content()
+    assert card.locator(".result").text_content() == "4"
+    assert card.locator(".ran-by").text_content() == "gateway"
+    segments = page.locator("#turn .text-segment").all_text_contents()
+    assert segments == ["Calling calculator", "Sum is 4"]  # text, call, text: in arrival order
+    assert page.text_content("#f-stop") == "stop"
+    assert page.text_content("#f-steps") == "2"
+    assert re.fullmatch(r"\d+ ms", page.text_content("#f-ttft"))
+    assert re.fullmatch(r"\d+ ms", page.text_content("#f-duration"))
+    ids = _frame_ids(page)
+    assert ids == list(range(1, len(ids) + 1)) and page.text_content("#f-last-id") == str(ids[-1])
+    expect(page.locator("#transcript")).to_contain_text("has_output")
+    assert '"output_source": "gateway"' in page.text_content("#transcript")
+    history = page.locator("#history .content").all_text_contents()
+    assert history == ["What is 2+2?", "Calling calculator", "4", "Sum is 4"]
+
+
+def test_validator_block_is_shown_as_blocked(page: Any) -> None:
+    page.click("#options summary")
+    page.check("#v-regex_deny")  # its default config denies (?i)password
+    _send(page, "mock/echo", "Hello there. The password is hunter2. Bye.")
+    assert _final_status(page) == "blocked"
+    assert page.is_visible("#blocked")
+    assert page.text_content("#blocked-validator") == "regex_deny"
+    assert "password" in page.text_content("#blocked-reason").lower()
+    assert page.text_content("#f-stop") == "content_filter"
+    answer = page.text_content("#turn")
+    assert answer.startswith("Hello there.") and "hunter2" not in answer  # the held sentence never showed
+    row = page.locator("#verdicts tbody tr", has_text="regex_deny")
+    assert row.locator("td").all_text_contents()[1] == "1"  # one fail
+    assert page.locator("#history .content").all_text_contents() == ["Hello there. The password is hunter2. Bye."]
+
+
+def test_reload_mid_stream_resumes_without_duplicates(page: Any) -> None:
+    expected = _lorem(100)
+    _send(page, "mock/lorem-100", "hi", delay_ms=40)
+    expect(page.locator("#turn")).to_have_text(re.compile(r"^(\S+ ){8}"))
+    before = page.text_content("#turn")
+    stream_id = page.evaluate("JSON.parse(sessionStorage.getItem('foundry.playground.run')).streamId")
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(f"{r.method} {r.url}"))
+    page.reload()
+    page.wait_for_selector("html[data-ready=true]")
+    assert _final_status(page) == "ok"
+    after = page.text_content("#turn")
+    assert before and len(before) < len(expected) and expected.startswith(before)
+    assert after == expected  # nothing duplicated, nothing missing
+    resumed = [u for u in requests if f"/v1/stream/{stream_id}?after=" in u]
+    assert resumed and int(resumed[0].rsplit("=", 1)[1]) > 0
+    assert not any(u.startswith("POST") for u in requests)  # resumed, not restarted
+    ids = _frame_ids(page)
+    assert ids == list(range(1, len(ids) + 1))
+
+
+def test_model_output_is_rendered_as_text(page: Any) -> None:
+    attack = '<img src=x onerror="window.__pwned=1"><b>bold</b><script>window.__pwned=2</script>'
+    _send(page, "mock/echo", attack)
+    assert _final_status(page) == "ok"
+    assert page.text_content("#turn") == attack
+    assert page.locator("#turn img, #turn b, #turn script, #history img").count() == 0
+    assert page.locator("#history .content").first.text_content() == attack
+    expect(page.locator("#transcript")).to_contain_text("onerror")
+    assert page.locator("#transcript img").count() == 0
+    # an error message echoing hostile input is text too
+    _send(page, "mock/<img src=x onerror=window.__pwned=3>", "hi")
+    expect(page.locator("#form-error")).to_contain_text("onerror")
+    assert page.locator("#form-error img").count() == 0
+    assert page.evaluate("window.__pwned") is None
+
+
+def test_api_key_is_sent_as_bearer_on_every_request(page: Any) -> None:
+    seen: list[tuple[str, str | None]] = []
+    page.on("request", lambda r: seen.append((f"{r.method} {r.url}", r.headers.get("authorization"))))
+    page.fill("#api-key", "test-key-123")
+    _send(page, "mock/simple", "hi")
+    assert _final_status(page) == "ok"
+    assert page.text_content("#turn") == "Hello, world"
+    gateway_calls = [(u, h) for u, h in seen if "/v1/generate" in u or "/v1/stream/" in u]
+    assert any("/v1/generate" in u for u, _ in gateway_calls) and any("/v1/stream/" in u for u, _ in gateway_calls)
+    assert all(h == "Bearer test-key-123" for _, h in gateway_calls), gateway_calls
+
+
+def test_stop_cancels_or_says_it_only_stopped_watching(page: Any, gateway: tuple[str, Any]) -> None:
+    _send(page, "mock/lorem-400", "hi", delay_ms=50)
+    expect(page.locator("#turn")).not_to_be_empty()
+    page.click("#stop")
+    has_cancel = any(getattr(r, "path", "").endswith("/cancel") for r in gateway[1].routes)
+    if has_cancel:
+        assert _final_status(page) == "cancelled"
+    else:
+        expect(page.locator("#status")).to_contain_text("Stopped watching")
+        assert page.is_enabled("#send") and not page.is_enabled("#stop")
+    assert len(page.text_content("#turn")) < len(_lorem(400))
+
+
+@pytest.mark.parametrize("page", [{"width": 390, "height": 844}], indirect=True, ids=["phone"])
+def test_phone_width_labels_and_keyboard(page: Any) -> None:
+    unlabelled = page.evaluate(
+        "[...document.querySelectorAll('input, select, textarea')]"
+        ".filter(el => !el.labels.length && !el.getAttribute('aria-label')).map(el => el.id)"
+    )
+    assert unlabelled == []
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    page.fill("#prompt", "What is 2+2?")
+    page.focus("#prompt")
+    page.keyboard.press("Control+Enter")  # sends from the keyboard
+    assert _final_status(page) == "ok"
+    assert "Sum is 4" in page.text_content("#turn")
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")  # no sideways scroll
