@@ -25,10 +25,23 @@ try:
 except ImportError:  # skipped (or failed under CI) by the `browser` fixture
     expect = sync_playwright = None
 
-from app.core.patches import TextDelta
+from app.core.patches import (
+    MessageDelta,
+    MessageEnd,
+    ReasoningDelta,
+    ReasoningEnd,
+    TextDelta,
+    ToolDelta,
+    ToolEnd,
+    ToolResultDelta,
+    ToolResultEnd,
+    ToolResultStart,
+    ToolStart,
+)
 from app.main import create_app
 from app.providers.mock import scenario_chunks
 from app.settings import Settings
+from tests.fakes import FakeAdapter
 from tests.support import REPO
 
 ARTIFACTS = REPO / "artifacts" / "playwright"
@@ -37,6 +50,18 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 WAIT_MS = 20_000  # a guard for waits on the page, not a timing assertion
+HOSTILE_RESULT = '<img src=x onerror="window.__pwned=4">sunny'
+# `fake/*`: a provider that thinks, runs a server tool (whose output carries HTML) and answers.
+THINKING_SCRIPT = [
+    [ReasoningDelta(text="Let me think <b>hard</b>.")],
+    [ReasoningDelta(text=" The user wants the weather."), ReasoningEnd()],
+    [ToolStart(key="s", id="srv_1", name="web_search", server=True), ToolDelta(key="s", fragment='{"q": ')],
+    [ToolDelta(key="s", fragment='"weather"}'), ToolEnd(key="s")],
+    [ToolResultStart(key="r", tool_call_id="srv_1", name="web_search"),
+     ToolResultDelta(key="r", content=HOSTILE_RESULT), ToolResultEnd(key="r")],
+    [TextDelta(text="It is sunny.")],
+    [MessageDelta(stop_reason="stop"), MessageEnd()],
+]
 
 
 def _unavailable(reason: str) -> None:
@@ -65,20 +90,53 @@ def browser() -> Iterator[Any]:
         browser.close()
 
 
+class DropOnce:
+    """ASGI wrapper: once armed, the next subscription (GET /v1/stream/{id}) is cut after `keep`
+    body writes, as a network drop would, so the browser has to reconnect by itself."""
+
+    def __init__(self, app: Any, keep: int = 6) -> None:
+        self.app = app
+        self.keep = keep
+        self.armed = threading.Event()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if not (self.armed.is_set() and scope["type"] == "http" and scope["method"] == "GET"
+                and path.startswith("/v1/stream/") and not path.endswith("/transcript")):
+            await self.app(scope, receive, send)
+            return
+        self.armed.clear()
+        writes = 0
+
+        async def cut(message: Any) -> None:
+            nonlocal writes
+            if message["type"] == "http.response.body":
+                if writes == self.keep:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                if writes >= self.keep:
+                    writes += 1
+                    raise OSError("connection dropped by the test")
+                writes += 1
+            await send(message)
+
+        await self.app(scope, receive, cut)
+
+
 @pytest.fixture(scope="module")
-def gateway() -> Iterator[tuple[str, Any]]:
+def gateway() -> Iterator[tuple[str, Any, DropOnce]]:
     """The gateway under uvicorn in a thread (its own event loop), so Playwright's sync API can
     drive the browser from the test. The socket listens before the server starts."""
-    app = create_app(Settings())
+    app = create_app(Settings(), adapters={"fake": FakeAdapter(THINKING_SCRIPT)})
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    dropper = DropOnce(app)
+    server = uvicorn.Server(uvicorn.Config(dropper, log_level="warning", access_log=False, lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", app
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", app, dropper
     finally:
         server.should_exit = True
         thread.join(timeout=30)
@@ -86,7 +144,7 @@ def gateway() -> Iterator[tuple[str, Any]]:
 
 
 @pytest.fixture
-def page(browser: Any, gateway: tuple[str, Any], request: pytest.FixtureRequest) -> Iterator[Any]:
+def page(browser: Any, gateway: tuple[str, Any, DropOnce], request: pytest.FixtureRequest) -> Iterator[Any]:
     """A fresh page on the playground; fails the test on any script error; saves a screenshot."""
     viewport = getattr(request, "param", None) or {"width": 1280, "height": 1000}
     context = browser.new_context(base_url=gateway[0], viewport=viewport)
@@ -189,6 +247,22 @@ def test_reload_mid_stream_resumes_without_duplicates(page: Any) -> None:
     assert ids == list(range(1, len(ids) + 1))
 
 
+def test_dropped_connection_reconnects_with_last_event_id(page: Any, gateway: tuple[str, Any, DropOnce]) -> None:
+    expected = _lorem(40)
+    requests: list[Any] = []
+    page.on("request", lambda r: requests.append(r))
+    gateway[2].armed.set()
+    _send(page, "mock/lorem-40", "hi", delay_ms=40)
+    assert _final_status(page) == "ok"
+    assert page.text_content("#turn") == expected
+    subscriptions = [r.all_headers().get("last-event-id") for r in requests
+                     if re.search(r"/v1/stream/[^/]+$", r.url.split("?")[0])]
+    assert len(subscriptions) >= 2 and subscriptions[0] is None, subscriptions
+    assert int(subscriptions[1]) > 0  # EventSource sent the last id it saw itself
+    ids = _frame_ids(page)
+    assert ids == list(range(1, len(ids) + 1))
+
+
 def test_model_output_is_rendered_as_text(page: Any) -> None:
     attack = '<img src=x onerror="window.__pwned=1"><b>bold</b><script>window.__pwned=2</script>'
     _send(page, "mock/echo", attack)
@@ -217,7 +291,7 @@ def test_api_key_is_sent_as_bearer_on_every_request(page: Any) -> None:
     assert all(h == "Bearer test-key-123" for _, h in gateway_calls), gateway_calls
 
 
-def test_stop_cancels_or_says_it_only_stopped_watching(page: Any, gateway: tuple[str, Any]) -> None:
+def test_stop_cancels_or_says_it_only_stopped_watching(page: Any, gateway: tuple[str, Any, DropOnce]) -> None:
     _send(page, "mock/lorem-400", "hi", delay_ms=50)
     expect(page.locator("#turn")).not_to_be_empty()
     page.click("#stop")
@@ -244,3 +318,36 @@ def test_phone_width_labels_and_keyboard(page: Any) -> None:
     assert _final_status(page) == "ok"
     assert "Sum is 4" in page.text_content("#turn")
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")  # no sideways scroll
+
+
+def test_reasoning_lane_and_a_provider_run_tool(page: Any) -> None:
+    _send(page, "fake/thinker", "Weather?")
+    assert _final_status(page) == "ok"
+    lane = page.locator("#reasoning-lane")
+    assert lane.is_visible() and lane.get_attribute("open") is None  # its own lane, collapsed
+    page.focus("#reasoning-lane summary")
+    page.keyboard.press("Enter")  # opens from the keyboard
+    assert page.text_content("#reasoning") == "Let me think <b>hard</b>. The user wants the weather."
+    assert page.locator("#reasoning b").count() == 0
+    card = page.locator("#turn .tool")
+    assert card.locator(".tool-name").text_content() == "web_search"
+    assert card.locator(".ran-by").text_content() == "provider"
+    assert card.locator(".result").text_content() == HOSTILE_RESULT  # tool output as text
+    assert page.locator("#turn img").count() == 0 and page.evaluate("window.__pwned") is None
+    assert page.locator("#turn .text-segment").all_text_contents() == ["It is sunny."]
+
+
+def test_errors_are_shown_with_their_field_or_status(page: Any) -> None:
+    page.click("#options summary")
+    page.fill("#tools", "[not json")
+    _send(page, "mock/simple", "hi")
+    expect(page.locator("#form-error")).to_contain_text("Tools is not valid JSON")
+    assert page.get_attribute("#tools", "aria-invalid") == "true"
+    page.fill("#tools", "")
+    page.fill("#provider-options", '{"fail_after": 3}')
+    _send(page, "mock/lorem-20", "hi")  # the mock breaks its stream after 3 chunks
+    assert _final_status(page) == "error"
+    assert page.text_content("#f-stop") == "error"
+    expect(page.locator("#run-error")).to_be_visible()
+    assert "upstream_disconnected" in page.text_content("#run-error")
+    assert page.locator("#history .msg-assistant").count() == 0  # a failed run adds no answer
