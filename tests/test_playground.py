@@ -312,12 +312,44 @@ def test_phone_width_labels_and_keyboard(page: Any) -> None:
     )
     assert unlabelled == []
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
-    page.fill("#prompt", "What is 2+2?")
-    page.focus("#prompt")
-    page.keyboard.press("Control+Enter")  # sends from the keyboard
-    assert _final_status(page) == "ok"
-    assert "Sum is 4" in page.text_content("#turn")
+    for turn in (1, 2):  # the second request carries the first run's messages (tool calls included)
+        page.fill("#prompt", "What is 2+2?")
+        page.focus("#prompt")
+        page.keyboard.press("Control+Enter")  # sends from the keyboard
+        assert _final_status(page) == "ok"
+        assert "Sum is 4" in page.text_content("#turn")
+        assert page.locator("#history .msg").count() == 4 * turn
+    assert page.locator("#history .msg-tool").all_text_contents()[-1].endswith("4")
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")  # no sideways scroll
+    page.click("#options summary")
+    page.click("#frames-lane summary")
+    assert page.evaluate(CONTRAST_FAILURES) == []
+
+
+# Text of every visible, enabled element against its nearest opaque background (WCAG AA: 4.5:1).
+CONTRAST_FAILURES = """() => {
+  const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const background = (el) => {
+    for (; el; el = el.parentElement) {
+      const c = rgb(getComputedStyle(el).backgroundColor);
+      if (c.length === 3 || c[3] > 0) return c.slice(0, 3);
+    }
+    return [255, 255, 255];
+  };
+  const failures = [];
+  for (const el of document.querySelectorAll("body *")) {
+    const text = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+    if (!text || !el.checkVisibility() || el.closest(":disabled")) continue;
+    const a = lum(rgb(getComputedStyle(el).color)), b = lum(background(el));
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    if (ratio < 4.5) failures.push(`${el.tagName}#${el.id}.${el.className}: ${ratio.toFixed(2)}`);
+  }
+  return failures;
+}"""
 
 
 def test_reasoning_lane_and_a_provider_run_tool(page: Any) -> None:
