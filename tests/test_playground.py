@@ -316,9 +316,9 @@ def test_phone_width_labels_and_keyboard(page: Any) -> None:
         page.fill("#prompt", "What is 2+2?")
         page.focus("#prompt")
         page.keyboard.press("Control+Enter")  # sends from the keyboard
+        expect(page.locator("#history .msg")).to_have_count(4 * turn)  # this run's answer is in
         assert _final_status(page) == "ok"
         assert "Sum is 4" in page.text_content("#turn")
-        assert page.locator("#history .msg").count() == 4 * turn
     assert page.locator("#history .msg-tool").all_text_contents()[-1].endswith("4")
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")  # no sideways scroll
     page.click("#options summary")
@@ -367,6 +367,9 @@ def test_reasoning_lane_and_a_provider_run_tool(page: Any) -> None:
     assert card.locator(".result").text_content() == HOSTILE_RESULT  # tool output as text
     assert page.locator("#turn img").count() == 0 and page.evaluate("window.__pwned") is None
     assert page.locator("#turn .text-segment").all_text_contents() == ["It is sunny."]
+    _send(page, "fake/thinker", "And tomorrow?")  # the thinking turn goes back in the conversation
+    expect(page.locator("#history .msg")).to_have_count(4)
+    assert _final_status(page) == "ok" and page.text_content("#form-error") == ""
 
 
 def test_errors_are_shown_with_their_field_or_status(page: Any) -> None:

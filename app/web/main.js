@@ -59,6 +59,16 @@ function drawHistory() {
   $("history-empty").hidden = conversation.length > 0;
 }
 
+// A message as a request takes it back: only the fields it has (null is not "absent").
+function asMessage(m) {
+  const out = { role: m.role, content: m.content ?? "" };
+  if (m.tool_calls?.length) out.tool_calls = m.tool_calls;
+  if (m.reasoning?.length) out.reasoning = m.reasoning;
+  if (m.tool_call_id) out.tool_call_id = m.tool_call_id;
+  if (m.name) out.name = m.name;
+  return out;
+}
+
 function remember(messages) {
   conversation.push(...messages);
   state.saveConversation(conversation);
@@ -244,7 +254,8 @@ function finish() {
   subscription = null;
   const final = run.final;
   if (final.status === "ok") {
-    remember([...(final.messages || []), ...(final.message.content || final.message.tool_calls.length ? [final.message] : [])]);
+    const answer = final.message.content || final.message.tool_calls?.length ? [final.message] : [];
+    remember([...(final.messages || []), ...answer].map(asMessage));
   }
   state.saveRun(run);
   const labels = { ok: "Done.", blocked: "Blocked.", error: "Ended with an error.", cancelled: "Cancelled." };
