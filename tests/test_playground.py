@@ -22,8 +22,10 @@ import uvicorn
 
 try:
     from playwright.sync_api import expect, sync_playwright
+
+    HAVE_PLAYWRIGHT = True
 except ImportError:  # skipped (or failed under CI) by the `browser` fixture
-    expect = sync_playwright = None
+    HAVE_PLAYWRIGHT = False
 
 from app.core.patches import (
     MessageDelta,
@@ -79,7 +81,7 @@ def _chromium() -> str | None:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if sync_playwright is None:
+    if not HAVE_PLAYWRIGHT:
         _unavailable("the playwright package is not installed (pip install -e '.[test]')")
     path = _chromium()
     if path is None:

@@ -213,9 +213,14 @@ function persistSoon() {
   }, SAVE_EVERY_MS);
 }
 
+function streaming(on) {
+  $("turn").setAttribute("aria-busy", String(on));
+  $("send").disabled = on;
+  $("stop").disabled = !on;
+}
+
 function follow() {
-  $("send").disabled = true;
-  $("stop").disabled = false;
+  streaming(true);
   $("load-transcript").disabled = false;
   setStatus(run.lastId ? `Resuming after event ${run.lastId}…` : "Streaming…");
   subscription = subscribe(run.streamId, {
@@ -245,8 +250,7 @@ function end(note) {
   run.stopped = true;
   state.saveRun(run);
   setStatus(note);
-  $("send").disabled = false;
-  $("stop").disabled = true;
+  streaming(false);
 }
 
 function finish() {
@@ -260,8 +264,7 @@ function finish() {
   state.saveRun(run);
   const labels = { ok: "Done.", blocked: "Blocked.", error: "Ended with an error.", cancelled: "Cancelled." };
   setStatus(`${labels[final.status] ?? final.status} Final received (event ${run.lastId}).`);
-  $("send").disabled = false;
-  $("stop").disabled = true;
+  streaming(false);
   loadTranscript();
 }
 
