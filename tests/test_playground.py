@@ -93,12 +93,13 @@ def browser() -> Iterator[Any]:
 
 
 class DropOnce:
-    """ASGI wrapper: once armed, the next subscription (GET /v1/stream/{id}) is cut after `keep`
-    body writes, as a network drop would, so the browser has to reconnect by itself."""
+    """ASGI wrapper: once armed, the next subscription (GET /v1/stream/{id}) is cut right after
+    the frame with id `keep`, as a network drop would, so the browser has to reconnect by itself.
+    Cut by frame id, not by writes: a late subscriber gets the replay in one write."""
 
     def __init__(self, app: Any, keep: int = 6) -> None:
         self.app = app
-        self.keep = keep
+        self.frame_start = re.compile(rb"(?:^|\n)id: %d\n" % keep)
         self.armed = threading.Event()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -108,18 +109,20 @@ class DropOnce:
             await self.app(scope, receive, send)
             return
         self.armed.clear()
-        writes = 0
+        dropped = False
 
         async def cut(message: Any) -> None:
-            nonlocal writes
-            if message["type"] == "http.response.body":
-                if writes == self.keep:
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                if writes >= self.keep:
-                    writes += 1
-                    raise OSError("connection dropped by the test")
-                writes += 1
-            await send(message)
+            nonlocal dropped
+            if dropped:
+                raise OSError("connection dropped by the test")
+            found = self.frame_start.search(message.get("body", b"")) if message["type"] == "http.response.body" else None
+            if found is None:
+                await send(message)
+                return
+            end = message["body"].index(b"\n\n", found.end()) + 2
+            await send({"type": "http.response.body", "body": message["body"][:end], "more_body": False})
+            dropped = True
+            raise OSError("connection dropped by the test")
 
         await self.app(scope, receive, cut)
 
@@ -260,7 +263,7 @@ def test_dropped_connection_reconnects_with_last_event_id(page: Any, gateway: tu
     subscriptions = [r.all_headers().get("last-event-id") for r in requests
                      if re.search(r"/v1/stream/[^/]+$", r.url.split("?")[0])]
     assert len(subscriptions) >= 2 and subscriptions[0] is None, subscriptions
-    assert int(subscriptions[1]) > 0  # EventSource sent the last id it saw itself
+    assert subscriptions[1] == "6"  # EventSource sent the last id it saw (the cut came after frame 6)
     ids = _frame_ids(page)
     assert ids == list(range(1, len(ids) + 1))
 
