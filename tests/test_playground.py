@@ -115,12 +115,13 @@ class DropOnce:
             nonlocal dropped
             if dropped:
                 raise OSError("connection dropped by the test")
-            found = self.frame_start.search(message.get("body", b"")) if message["type"] == "http.response.body" else None
+            body = message.get("body", b"") if message["type"] == "http.response.body" else b""
+            found = self.frame_start.search(body)
             if found is None:
                 await send(message)
                 return
-            end = message["body"].index(b"\n\n", found.end()) + 2
-            await send({"type": "http.response.body", "body": message["body"][:end], "more_body": False})
+            end = body.index(b"\n\n", found.end()) + 2
+            await send({"type": "http.response.body", "body": body[:end], "more_body": False})
             dropped = True
             raise OSError("connection dropped by the test")
 
