@@ -285,16 +285,22 @@ def test_model_output_is_rendered_as_text(page: Any) -> None:
     assert page.evaluate("window.__pwned") is None
 
 
-def test_api_key_is_sent_as_bearer_on_every_request(page: Any) -> None:
-    seen: list[tuple[str, str | None]] = []
-    page.on("request", lambda r: seen.append((f"{r.method} {r.url}", r.headers.get("authorization"))))
+def test_api_key_is_sent_as_bearer_and_the_reader_reconnects(page: Any, gateway: tuple[str, Any, DropOnce]) -> None:
+    # With a key the page reads the stream with fetch (EventSource cannot send headers): the
+    # reader must send Authorization every time and reconnect after a drop with Last-Event-ID.
+    requests: list[Any] = []
+    page.on("request", lambda r: requests.append(r))
     page.fill("#api-key", "test-key-123")
-    _send(page, "mock/simple", "hi")
+    gateway[2].armed.set()
+    _send(page, "mock/lorem-40", "hi", delay_ms=20)
     assert _final_status(page) == "ok"
-    assert page.text_content("#turn") == "Hello, world"
-    gateway_calls = [(u, h) for u, h in seen if "/v1/generate" in u or "/v1/stream/" in u]
-    assert any("/v1/generate" in u for u, _ in gateway_calls) and any("/v1/stream/" in u for u, _ in gateway_calls)
-    assert all(h == "Bearer test-key-123" for _, h in gateway_calls), gateway_calls
+    assert page.text_content("#turn") == _lorem(40)
+    calls = [(r.method, r.url.split("?")[0], r.all_headers()) for r in requests
+             if "/v1/generate" in r.url or re.search(r"/v1/stream/[^/]+$", r.url.split("?")[0])]
+    assert [m for m, _, _ in calls[:3]] == ["POST", "GET", "GET"], calls
+    assert all(h.get("authorization") == "Bearer test-key-123" for _, _, h in calls)
+    assert [h.get("last-event-id") for _, _, h in calls[1:3]] == [None, "6"]
+    assert _frame_ids(page) == list(range(1, 43))  # start, 40 tokens, final: each once
 
 
 def test_stop_cancels_or_says_it_only_stopped_watching(page: Any, gateway: tuple[str, Any, DropOnce]) -> None:
