@@ -269,6 +269,14 @@ def test_dropped_connection_reconnects_with_last_event_id(page: Any, gateway: tu
     assert ids == list(range(1, len(ids) + 1))
 
 
+def test_a_long_stream_shows_all_its_text_and_its_last_frames(page: Any) -> None:
+    _send(page, "mock/lorem-1500", "hi")
+    assert _final_status(page) == "ok"
+    assert page.text_content("#turn") == _lorem(1500)
+    assert page.text_content("#frames-count") == "(last 500 of 1502)"
+    assert _frame_ids(page) == list(range(1003, 1503))
+
+
 def test_model_output_is_rendered_as_text(page: Any) -> None:
     attack = '<img src=x onerror="window.__pwned=1"><b>bold</b><script>window.__pwned=2</script>'
     _send(page, "mock/echo", attack)

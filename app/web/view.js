@@ -21,7 +21,7 @@ export function createView() {
   let drawn;
 
   function reset() {
-    drawn = { segments: [], reasoning: 0, frames: 0, final: false };
+    drawn = { segments: [], reasoning: 0, frames: 0, shownFrames: 0, final: false };
     $("turn").replaceChildren();
     $("reasoning").replaceChildren(document.createTextNode(""));
     $("reasoning-lane").hidden = true;
@@ -127,13 +127,15 @@ export function createView() {
     const fresh = total - drawn.frames;
     if (fresh <= 0) return;
     const pre = $("frames");
-    if (drawn.frames > 2 * MAX_FRAMES) {  // trim: redraw what the run keeps
+    if (drawn.shownFrames + fresh > 2 * MAX_FRAMES) {  // trim: redraw the frames the run keeps
       pre.replaceChildren(document.createTextNode(run.frames.join("\n\n") + "\n\n"));
+      drawn.shownFrames = run.frames.length;
     } else {
       pre.firstChild.appendData(run.frames.slice(-Math.min(fresh, run.frames.length)).join("\n\n") + "\n\n");
+      drawn.shownFrames += fresh;
     }
     drawn.frames = total;
-    $("frames-count").textContent = `(${total})`;
+    $("frames-count").textContent = run.framesDropped ? `(last ${run.frames.length} of ${total})` : `(${total})`;
   }
 
   function render(run) {
