@@ -205,6 +205,7 @@ def test_tool_call_shows_the_call_its_result_and_the_answer(page: Any) -> None:
     segments = page.locator("#turn .text-segment").all_text_contents()
     assert segments == ["Calling calculator", "Sum is 4"]  # text, call, text: in arrival order
     assert page.text_content("#f-stop") == "stop"
+    assert page.text_content("#f-model") == "mock/tool_call"  # as the provider reported it
     assert page.text_content("#f-steps") == "2"
     assert re.fullmatch(r"\d+ ms", page.text_content("#f-ttft"))
     assert re.fullmatch(r"\d+ ms", page.text_content("#f-duration"))

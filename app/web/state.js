@@ -42,6 +42,9 @@ export function apply(run, id, type, data, raw, now) {
       else run.segments.push({ kind: "text", text: data.content });
       break;
     }
+    case "start":
+      run.served = `${data.provider} (${data.model})`;
+      break;
     case "reasoning":
       run.reasoning += data.content;
       break;
@@ -74,7 +77,7 @@ export function apply(run, id, type, data, raw, now) {
       run.done = true;
       break;
     default:
-      break;  // start, and kinds this page does not know yet: kept in the raw frames
+      break;  // kinds this page does not know yet: kept in the raw frames
   }
   return true;
 }

@@ -32,7 +32,7 @@ export function createView() {
     $("blocked").hidden = true;
     $("run-error").hidden = true;
     $("verdicts").tBodies[0].replaceChildren();
-    for (const id of ["f-status", "f-stop", "f-steps", "f-usage", "f-ttft", "f-duration", "f-stream", "f-last-id"]) {
+    for (const id of ["f-model", "f-status", "f-stop", "f-steps", "f-usage", "f-ttft", "f-duration", "f-stream", "f-last-id"]) {
       $(id).textContent = "–";
     }
     $("final").dataset.status = "";
@@ -78,6 +78,7 @@ export function createView() {
   function drawFinal(run) {
     const final = run.final;
     $("f-stream").textContent = run.streamId;
+    $("f-model").textContent = run.final ? `${run.final.provider}/${run.final.model}` : (run.served ?? run.model);
     $("f-last-id").textContent = String(run.lastId || "–");
     $("f-ttft").textContent = run.firstAt !== null ? ms(run.firstAt - run.sentAt) : "–";
     $("f-duration").textContent = run.endAt !== null ? ms(run.endAt - run.sentAt) : "–";
