@@ -37,6 +37,9 @@ async def test_every_asset_the_page_names_is_served(client):
         assert r.status_code == 200, path
         expected = "text/css" if path.endswith(".css") else "text/javascript"
         assert r.headers["content-type"].startswith(expected), path
+        assert r.headers["cache-control"] == "no-cache" and r.headers["x-content-type-options"] == "nosniff"
+        again = await client.get(path, headers={"if-none-match": r.headers["etag"]})
+        assert again.status_code == 304, path
     assert (await client.get("/web/nope.js")).status_code == 404
 
 

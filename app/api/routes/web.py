@@ -8,6 +8,7 @@ it only ever loads its own scripts and styles and talks to this gateway.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from starlette.responses import FileResponse, Response
@@ -31,6 +32,16 @@ _PAGE_HEADERS = {
 router = APIRouter(tags=["playground"])
 
 
+class _Assets(StaticFiles):
+    """The page's scripts and styles: revalidated on every load (ETag), so an upgraded gateway
+    never runs a stale module next to a new one."""
+
+    def file_response(self, *args: Any, **kwargs: Any) -> Response:
+        response = super().file_response(*args, **kwargs)
+        response.headers.update({"cache-control": "no-cache", "x-content-type-options": "nosniff"})
+        return response
+
+
 @router.get("/", include_in_schema=False)
 async def playground() -> Response:
     return FileResponse(WEB_DIR / "index.html", media_type="text/html; charset=utf-8", headers=_PAGE_HEADERS)
@@ -39,4 +50,4 @@ async def playground() -> Response:
 def install_playground(app: FastAPI) -> None:
     """Serve the page at `/` and its assets at `/web/`."""
     app.include_router(router)
-    app.mount("/web", StaticFiles(directory=WEB_DIR), name="web")
+    app.mount("/web", _Assets(directory=WEB_DIR), name="web")
