@@ -202,6 +202,7 @@ def test_tool_call_shows_the_call_its_result_and_the_answer(page: Any) -> None:
     assert '"expression": "2 + 2"' in card.locator(".args").text_content()
     assert card.locator(".result").text_content() == "4"
     assert card.locator(".ran-by").text_content() == "gateway"
+    assert card.locator(".event-ids").text_content() == "3, 4, 5"  # two fragments, then the result
     segments = page.locator("#turn .text-segment").all_text_contents()
     assert segments == ["Calling calculator", "Sum is 4"]  # text, call, text: in arrival order
     assert page.text_content("#f-stop") == "stop"

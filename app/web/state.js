@@ -52,10 +52,11 @@ export function apply(run, id, type, data, raw, now) {
       let call = run.tools[data.id];
       if (!call) {
         call = { id: data.id, name: data.name, index: data.index, fragments: [], arguments: null,
-                 server: Boolean(data.server), result: null };
+                 server: Boolean(data.server), result: null, events: [] };
         run.tools[data.id] = call;
         run.segments.push({ kind: "tool", id: data.id });
       }
+      call.events.push(id);
       if (data.args_fragment) call.fragments.push(data.args_fragment);
       if (data.is_final) call.arguments = data.arguments ?? {};
       break;
@@ -64,10 +65,11 @@ export function apply(run, id, type, data, raw, now) {
       let call = run.tools[data.tool_call_id];
       if (!call) {  // an output whose call was not streamed: still shown
         call = { id: data.tool_call_id, name: data.name, index: null, fragments: [], arguments: null,
-                 server: false, result: null };
+                 server: false, result: null, events: [] };
         run.tools[data.tool_call_id] = call;
         run.segments.push({ kind: "tool", id: data.tool_call_id });
       }
+      call.events.push(id);
       call.result = { content: data.content, is_error: Boolean(data.is_error) };
       break;
     }

@@ -53,12 +53,14 @@ export function createView() {
     const args = el("pre", "args", "(assembling…)");
     const result = el("pre", "result", "(no result yet)");
     const who = el("span", "ran-by");
+    const events = el("span", "event-ids");
     row("argument fragments", fragments);
     row("parsed arguments", args);
     row("result", result);
     row("ran by", who);
+    row("event ids", events);
     card.append(title, list);
-    return { node: card, fragments, args, result, who, fragmentCount: 0 };
+    return { node: card, fragments, args, result, who, events, fragmentCount: 0 };
   }
 
   function drawTool(slot, call, run) {
@@ -73,6 +75,7 @@ export function createView() {
       if (call.result.is_error) slot.result.prepend(el("strong", "", "error: "));
     }
     slot.who.textContent = ranBy(call, run);
+    slot.events.textContent = (call.events || []).join(", ");
   }
 
   function drawFinal(run) {
