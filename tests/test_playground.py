@@ -407,4 +407,5 @@ def test_errors_are_shown_with_their_field_or_status(page: Any) -> None:
     assert page.text_content("#f-stop") == "error"
     expect(page.locator("#run-error")).to_be_visible()
     assert "upstream_disconnected" in page.text_content("#run-error")
+    assert "unknown out" in page.text_content("#f-usage")  # the provider never reported its output
     assert page.locator("#history .msg-assistant").count() == 0  # a failed run adds no answer

@@ -92,8 +92,9 @@ export function createView() {
     $("f-stop").textContent = final.stop_reason ?? "–";
     $("f-steps").textContent = `${final.steps ?? 1}` + (final.max_steps_reached ? " (max_steps reached)" : "");
     const u = final.usage || {};
+    const count = (n) => (n === null || n === undefined ? "unknown" : n);  // null: never reported
     $("f-usage").textContent =
-      `${u.input_tokens ?? 0} in, ${u.output_tokens ?? 0} out, ${u.total_tokens ?? 0} total` +
+      `${count(u.input_tokens)} in, ${count(u.output_tokens)} out, ${count(u.total_tokens)} total` +
       (u.reasoning_tokens ? `, ${u.reasoning_tokens} reasoning` : "") +
       (u.cache_read_tokens ? `, ${u.cache_read_tokens} cache read` : "") +
       (u.cache_write_tokens ? `, ${u.cache_write_tokens} cache write` : "");
