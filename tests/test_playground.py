@@ -401,6 +401,12 @@ def test_errors_are_shown_with_their_field_or_status(page: Any) -> None:
     expect(page.locator("#form-error")).to_contain_text("Tools is not valid JSON")
     assert page.get_attribute("#tools", "aria-invalid") == "true"
     page.fill("#tools", "")
+    page.check("#v-regex_deny")
+    page.fill("#v-regex_deny-config", '{"patterns": ["("]}')
+    _send(page, "mock/simple", "hi")  # the gateway refuses the pattern: the page points at its config
+    expect(page.locator("#form-error")).to_contain_text("validators.0.config.patterns")
+    assert page.get_attribute("#v-regex_deny-config", "aria-invalid") == "true"
+    page.uncheck("#v-regex_deny")
     page.fill("#provider-options", '{"fail_after": 3}')
     _send(page, "mock/lorem-20", "hi")  # the mock breaks its stream after 3 chunks
     assert _final_status(page) == "error"

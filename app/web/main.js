@@ -158,6 +158,17 @@ function showFormError(message, field) {
   }
 }
 
+// The form control behind a field the gateway refused (`validators.1.config.patterns.0`, ...).
+function controlFor(field, body) {
+  if (!field) return null;
+  const [head, index] = field.split(".");
+  if (head === "validators" && body.validators?.[Number(index)]) return `v-${body.validators[Number(index)].name}-config`;
+  if (head === "provider_options" && field.startsWith("provider_options.delay_ms")) return "delay-ms";
+  const controls = { model: "model", messages: "prompt", tools: "tools", tool_choice: "tools", chunking: "chunking",
+                     max_steps: "max-steps", provider_options: "provider-options" };
+  return controls[head] ?? null;
+}
+
 async function send(event) {
   event.preventDefault();
   if (run && !run.done && !run.stopped) return;
@@ -192,12 +203,13 @@ async function send(event) {
       field = (await response.clone().json()).error?.field;
     } catch { /* not JSON */ }
     const detail = await describeFailure(response);
-    return showFormError(`Refused: ${detail}` + (field ? ` [field: ${field}]` : ""));
+    return showFormError(`Refused: ${detail}` + (field ? ` [field: ${field}]` : ""), controlFor(field, request.body));
   }
   const accepted = await response.json();
   remember([request.user]);
   $("prompt").value = "";
   run = state.newRun(accepted.stream_id, request.body.model, sentAt);
+  state.saveRun(run);  // a reload before the first event still finds the run
   view.reset();
   view.render(run);
   follow();
