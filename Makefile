@@ -7,9 +7,10 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test lint install install-test openapi bench clean
+.PHONY: run test lint install install-test openapi bench migrate clean
 
 run: $(VENV)/.installed-run  ## install and serve the gateway (mock provider by default) on $(HOST):$(PORT)
+	mkdir -p var  # the embedded records database, var/foundry.db (FOUNDRY_DATA_DIR)
 	$(BIN)/uvicorn app.main:app --host $(HOST) --port $(PORT) --no-access-log --timeout-graceful-shutdown 10
 
 test: $(VENV)/.installed-test  ## install the test dependencies; lint, type-check, then run the whole suite
@@ -36,6 +37,9 @@ $(VENV)/.installed-run: pyproject.toml | $(VENV)/bin/python
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $@ $(VENV)/.installed-run
+
+migrate: $(VENV)/.installed-run  ## migrate the records database (FOUNDRY_DATABASE_URL, default var/foundry.db)
+	$(BIN)/python -m app.records migrate
 
 openapi: $(VENV)/.installed-run  ## regenerate openapi/openapi.json from the app
 	$(BIN)/python scripts/export_openapi.py

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
 from app.api.openapi import install_openapi
-from app.api.routes import generate, health, stream, transcript
+from app.api.routes import generate, health, runs, stream, transcript
 from app.api.routes.web import install_playground
 from app.core import secrets
 from app.core.report import RunObserver
@@ -22,6 +22,8 @@ from app.observability import Metrics, configure_logging
 from app.pipeline import Gateway
 from app.providers.base import ProviderAdapter
 from app.providers.registry import build_registry
+from app.recording import RunRecorder
+from app.records import RecordStore, RecordWriter
 from app.settings import Settings
 from app.streams.log import MemoryStreamStore
 
@@ -53,11 +55,16 @@ def create_app(
     metrics.store_bytes.set_function(lambda: store.total_bytes)
     gateway = Gateway(settings=settings, registry=build_registry(settings.provider_config(), clients, adapters),
                       store=store, metrics=metrics, observers=observers)
+    records = _records(settings, metrics)
+    if records is not None:
+        gateway.add_observer(RunRecorder(records, content=settings.record_content))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         sweeper = asyncio.create_task(_sweep(store, settings.stream_ttl_seconds))
         restore = _on_stop_signal(lambda: gateway.end_runs(settings.shutdown_grace_seconds))
+        if records is not None:
+            await records.start()  # migrate, prune, start writing (a database that is down: retried)
         try:
             yield
         finally:
@@ -66,6 +73,8 @@ def create_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
             await gateway.aclose()
+            if records is not None:
+                await records.aclose()  # after the runs: their records are written, then the engine goes
 
     app = FastAPI(
         title="Foundry Gateway",
@@ -77,9 +86,11 @@ def create_app(
     )
     app.state.gateway = gateway
     app.state.settings = settings
+    app.state.records = records
     app.include_router(generate.router)
     app.include_router(stream.router)
     app.include_router(transcript.router)
+    app.include_router(runs.router)
     app.include_router(health.router)
     install_playground(app)
     install_error_handlers(app)
@@ -116,6 +127,19 @@ def _on_stop_signal(start: Callable[[], Coroutine[Any, Any, None]]) -> Callable[
             task.cancel()
 
     return restore
+
+
+def _records(settings: Settings, metrics: Metrics) -> RecordWriter | None:
+    """The run-record writer (app/records), or None with FOUNDRY_RECORDS=off."""
+    if not settings.records:
+        return None
+    store = RecordStore(settings.records_url(), write_timeout=settings.records_write_timeout)
+    return RecordWriter(
+        store, queue_size=settings.records_queue_size, batch_size=settings.records_batch_size,
+        write_timeout=settings.records_write_timeout, retention_days=settings.record_retention_days,
+        on_drop=lambda reason, n: metrics.records_dropped.labels(reason).inc(n),
+        on_write=metrics.records_written.inc,
+    )
 
 
 async def _sweep(store: MemoryStreamStore, ttl: float) -> None:

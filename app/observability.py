@@ -81,6 +81,10 @@ class Metrics:
         self.upstream_ignored = Counter("foundry_upstream_ignored", "Upstream stream parts ignored as harmless "
                                         "(e.g. an unexpected delta kind for its block), by provider and kind.",
                                         ["provider", "what"], registry=r)
+        self.records_written = Counter("foundry_records_written", "Run records written to the database.",
+                                       registry=r)
+        self.records_dropped = Counter("foundry_records_dropped", "Run records lost, by reason (queue_full, "
+                                       "write_failed, shutting_down).", ["reason"], registry=r)
 
     def count_events(self, tally: TallyCounter[str]) -> None:
         """Add a finished run's per-type event counts (counted locally: no metric call per event)."""

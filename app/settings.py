@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -103,11 +104,27 @@ class Settings(BaseSettings):
         default=2_000, ge=10, description="Records (tool calls, messages) kept per stream transcript."
     )
 
+    # Run records (app/records): one durable record and transcript per run, in SQL
+    records: bool = Field(
+        default=True, description="Keep a record of every run (FOUNDRY_RECORDS=off: none, no database).")
+    database_url: SecretStr | None = Field(
+        default=None, description="SQLAlchemy async URL, e.g. postgresql+asyncpg://user@host/db; default: "
+                                  "sqlite+aiosqlite:///<data_dir>/foundry.db. Secret (it may hold a password).")
+    data_dir: str = Field(default="var", description="Where the embedded SQLite database lives.")
+    record_content: bool = Field(
+        default=True, description="Store message content in records (false: metadata only, no text anywhere).")
+    record_retention_days: float = Field(
+        default=30.0, ge=0, description="Records older than this are deleted (0: kept forever).")
+    records_queue_size: int = Field(default=10_000, ge=1, description="Records waiting for the writer; "
+                                    "past it new records are dropped (counted).")
+    records_batch_size: int = Field(default=200, ge=1, le=1000, description="Records per insert.")
+    records_write_timeout: float = Field(default=5.0, gt=0, description="Longest wait on one batch insert.")
+
     # Logging
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = Field(default=True, description="JSON log lines (false: human-readable console).")
 
-    @field_validator("openai_api_key", "openai_base_url", "anthropic_api_key", "anthropic_base_url",
+    @field_validator("database_url", "openai_api_key", "openai_base_url", "anthropic_api_key", "anthropic_base_url",
                      "gemini_api_key", "gemini_base_url", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
@@ -178,6 +195,12 @@ class Settings(BaseSettings):
             gemini_api_key=self.gemini_api_key, gemini_base_url=self.gemini_base_url,
             compatible=tuple(self.providers), aliases=dict(self.aliases),
         )
+
+    def records_url(self) -> str:
+        """The records database: FOUNDRY_DATABASE_URL, else a SQLite file in the data directory."""
+        if self.database_url is not None:
+            return self.database_url.get_secret_value()
+        return f"sqlite+aiosqlite:///{Path(self.data_dir) / 'foundry.db'}"
 
     @classmethod
     def settings_customise_sources(

@@ -1,5 +1,7 @@
 import os
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Property tests re-split recordings many ways; keep CI bounded, deterministic and deadline-free.
@@ -9,3 +11,12 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _records_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Apps the tests build keep their run records (the default SQLite file) in a temporary data
+    directory, never in the checkout's ./var. Tests about records pass their own database."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FOUNDRY_DATA_DIR", str(tmp_path_factory.mktemp("foundry-data")))
+        yield

@@ -166,7 +166,7 @@ class UnmatchedOutput(BaseModel):
 
 
 class Transcript(BaseModel):
-    """The stored record of a stream, for redisplay; it expires with the stream."""
+    """The record of a stream, for redisplay: live while the stream is kept, then from the record store."""
 
     stream_id: str
     model: str
@@ -182,3 +182,6 @@ class Transcript(BaseModel):
     tool_calls: list[TranscriptToolCall]
     unmatched_outputs: list[UnmatchedOutput] = Field(description="Outputs whose call was never seen.")
     truncated: bool = Field(description="The stream outgrew the transcript's limits; later content is missing.")
+    content_recorded: bool = Field(
+        default=True, description="False: served from a record kept without content (FOUNDRY_RECORD_CONTENT=false); "
+                                  "every content field (message text, tool inputs, fragments, outputs) is null or empty.")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
@@ -18,12 +18,22 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", summary="Readiness: configuration loaded, store reachable, providers listed")
-async def readyz(gateway: GatewayDep) -> Response:
+async def readyz(gateway: GatewayDep, request: Request) -> Response:
     store_ok = gateway.store.ping()
     providers = gateway.registry.readiness()
     ready = store_ok and any(providers.values())
-    body = {"status": "ready" if ready else "not_ready", "store": store_ok, "providers": providers}
+    body = {"status": "ready" if ready else "not_ready", "store": store_ok, "providers": providers,
+            "records": await _records_state(request)}
     return JSON(body, status_code=200 if ready else 503)
+
+
+async def _records_state(request: Request) -> str:
+    """The records database: `ok`, `unreachable` or `off`. Reported, not required: runs never wait on it
+    (records are queued, then dropped and counted), so a database outage must not take replicas out."""
+    writer = request.app.state.records
+    if writer is None:
+        return "off"
+    return "ok" if await writer.store.ping() else "unreachable"
 
 
 @router.get("/metrics", summary="Prometheus metrics (text format)", response_class=Response)

@@ -1,0 +1,76 @@
+"""The seam between a finished run and its durable record (app/records).
+
+`run_record()` is the ONE place that reads a run's result (its `RunReport`, app/core/report.py)
+to build a `RunRecord`; `RunRecorder` is the Gateway's run observer that hands each record to the
+background writer. The writer never sees a run, and a run never waits on the database.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from app.core.report import RunReport
+from app.core.transcript import Transcript
+from app.records import RecordWriter, RunRecord, validation_without_content, without_content
+from app.streams.log import StreamLog
+
+__all__ = ["RunRecorder", "live_transcript", "run_record", "transcript_document"]
+
+
+def transcript_document(stream_id: str, model: str, provider: str, created_at: float,
+                        transcript: Transcript) -> dict[str, Any]:
+    """A transcript as GET /v1/stream/{id}/transcript shows it."""
+    return {"stream_id": stream_id, "model": model, "provider": provider, "created_at": created_at,
+            **transcript.snapshot(), "content_recorded": True}
+
+
+def live_transcript(log: StreamLog) -> dict[str, Any] | None:
+    """A live stream's transcript document; None if it has none."""
+    info = log.info
+    if info.transcript is None:
+        return None
+    return transcript_document(info.stream_id, info.model, info.provider, info.created_at, info.transcript)
+
+
+def run_record(report: RunReport, *, content: bool) -> RunRecord:
+    """The record of a run that ended."""
+    transcript = transcript_document(report.stream_id, report.model, report.provider, report.started_at,
+                                     report.transcript)
+    validation: dict[str, Any] | None = dict(report.validation) if report.validation is not None else None
+    if not content:
+        transcript = without_content(transcript)
+        transcript["content_recorded"] = False
+        validation = validation_without_content(validation)
+    return RunRecord(
+        stream_id=report.stream_id,
+        request_id=report.request_id,
+        owner=None,
+        created_at=datetime.fromtimestamp(report.started_at, UTC),
+        finished_at=datetime.fromtimestamp(report.started_at + report.duration, UTC),
+        model=report.model,
+        served_model=report.served_model,
+        provider=report.provider,
+        status=report.status,
+        stop_reason=report.stop_reason,
+        error_code=report.error_code,
+        usage=report.usage,
+        steps=report.steps,
+        tools_run=report.tools_run,
+        validation=validation,
+        ttft_ms=round(report.ttft * 1000, 3) if report.ttft is not None else None,
+        duration_ms=round(report.duration * 1000, 3),
+        content_recorded=content,
+        transcript=transcript,
+    )
+
+
+class RunRecorder:
+    """The Gateway's run observer: every finished run becomes a record in the writer's queue."""
+
+    def __init__(self, writer: RecordWriter, *, content: bool) -> None:
+        self.writer = writer
+        self.content = content
+
+    def __call__(self, report: RunReport) -> None:
+        self.writer.submit(run_record(report, content=self.content))

@@ -1,0 +1,91 @@
+"""The typed record of one finished run, and the content-free form of a transcript.
+
+A `RunRecord` is what the writer stores: built once per run when its `final` is known
+(app/recording.py), plain data, no I/O. `without_content` strips every piece of message text from
+a transcript (request messages, answers, thinking, tool inputs, fragments and outputs) for
+operators who must not store it (FOUNDRY_RECORD_CONTENT=false).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from app.core.events import Usage
+
+__all__ = ["RunRecord", "validation_without_content", "without_content"]
+
+USAGE_FIELDS = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "cache_write_tokens",
+                "reasoning_tokens")
+
+
+@dataclass(slots=True, kw_only=True)
+class RunRecord:
+    stream_id: str
+    request_id: str | None
+    owner: str | None = None
+    """The API key or tenant that ran it, once keys exist; None today."""
+    created_at: datetime
+    finished_at: datetime
+    model: str
+    """As requested (`provider/model` or an alias)."""
+    served_model: str | None
+    """As the provider reported it."""
+    provider: str
+    status: str
+    stop_reason: str | None
+    error_code: str | None
+    usage: Usage = field(default_factory=Usage)
+    steps: int
+    tools_run: int
+    validation: dict[str, Any] | None
+    ttft_ms: float | None
+    duration_ms: float
+    content_recorded: bool
+    transcript: dict[str, Any] | None
+    """As GET /v1/stream/{id}/transcript shows it (without content when content is not recorded)."""
+
+    def row(self) -> dict[str, Any]:
+        """The `runs` table row."""
+        usage = self.usage.to_dict()
+        return {
+            "id": self.stream_id, "request_id": self.request_id, "owner": self.owner,
+            "created_at": self.created_at, "finished_at": self.finished_at, "model": self.model,
+            "served_model": self.served_model, "provider": self.provider, "status": self.status,
+            "stop_reason": self.stop_reason, "error_code": self.error_code,
+            **usage,
+            "steps": self.steps, "tools_run": self.tools_run, "validation": self.validation,
+            "ttft_ms": self.ttft_ms, "duration_ms": self.duration_ms, "content_recorded": self.content_recorded,
+        }
+
+
+# Keys whose values are message content wherever they appear in a transcript.
+_CONTENT_KEYS = frozenset({"content", "input", "output", "arguments", "reasoning", "text", "signature", "data"})
+
+
+def without_content(value: Any) -> Any:
+    """A copy of a transcript (or any JSON value) with content fields emptied: strings and objects
+    under a content key become None, argument fragments an empty list; ids, names, roles, states,
+    counts and timestamps stay."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key in _CONTENT_KEYS:
+                out[key] = None
+            elif key == "fragments":
+                out[key] = []
+            else:
+                out[key] = without_content(item)
+        return out
+    if isinstance(value, list):
+        return [without_content(item) for item in value]
+    return value
+
+
+def validation_without_content(summary: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The validation summary without the block reason (a reason may quote the matched text)."""
+    if summary is None or "blocked" not in summary:
+        return summary
+    blocked = summary["blocked"]
+    return {**summary, "blocked": {"validator": blocked.get("validator"), "reason": None}}

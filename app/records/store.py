@@ -1,0 +1,190 @@
+"""The record store: SQL through SQLAlchemy 2 (async), SQLite (aiosqlite) by default, PostgreSQL
+(asyncpg) for deployments. One engine per process, disposed on shutdown. Reads and batched writes;
+the writer (writer.py) keeps all of it off the streaming path."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from app.core.events import Usage
+from app.records.migrate import upgrade
+from app.records.record import USAGE_FIELDS, RunRecord
+from app.records.tables import run_transcripts, runs
+
+__all__ = ["RecordStore", "RunPage", "RunQuery", "decode_cursor", "encode_cursor"]
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _utc(value: datetime) -> datetime:
+    # SQLite keeps no zone: every stored time is UTC.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def encode_cursor(created_at: datetime, run_id: str) -> str:
+    """An opaque position in the newest-first order: after (created_at, id)."""
+    raw = orjson.dumps({"t": _utc(created_at).isoformat(), "i": run_id})
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """Raise ValueError for anything encode_cursor did not make."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        data = orjson.loads(raw)
+        created_at, run_id = datetime.fromisoformat(data["t"]), data["i"]
+    except (binascii.Error, ValueError, TypeError, KeyError, orjson.JSONDecodeError):
+        raise ValueError("not a cursor this gateway issued") from None
+    if not isinstance(run_id, str) or not run_id:
+        raise ValueError("not a cursor this gateway issued")
+    return _utc(created_at), run_id
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class RunQuery:
+    model: str | None = None
+    status: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int = 50
+    after: tuple[datetime, str] | None = None
+    """A decoded cursor: runs older than this position."""
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class RunPage:
+    runs: list[RunRecord]
+    next_cursor: str | None
+
+
+class RecordStore:
+    def __init__(self, url: str, *, write_timeout: float = 5.0) -> None:
+        self.url = make_url(url)
+        connect_args: dict[str, Any] = {}
+        if self.url.get_backend_name() == "postgresql":
+            connect_args["timeout"] = min(write_timeout, 10.0)  # connecting to a dead host fails, not hangs
+        self.engine: AsyncEngine = create_async_engine(
+            self.url, json_serializer=_dumps, json_deserializer=orjson.loads, pool_pre_ping=True,
+            connect_args=connect_args,
+        )
+        if self.is_sqlite:
+            sa.event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.url.get_backend_name() == "sqlite"
+
+    @property
+    def backend(self) -> str:
+        return self.url.get_backend_name()
+
+    async def migrate(self) -> None:
+        """Create the data directory (SQLite) and bring the schema to the latest revision."""
+        database = self.url.database
+        if self.is_sqlite and database and database != ":memory:" and not database.startswith("file:"):
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        await upgrade(self.engine)
+
+    async def insert(self, records: Sequence[RunRecord]) -> None:
+        """One batch: two multi-row INSERTs in one transaction."""
+        if not records:
+            return
+        transcripts = [{"run_id": r.stream_id, "transcript": r.transcript} for r in records
+                       if r.transcript is not None]
+        async with self.engine.begin() as conn:
+            await conn.execute(sa.insert(runs).values([r.row() for r in records]))
+            if transcripts:
+                await conn.execute(sa.insert(run_transcripts).values(transcripts))
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(sa.select(runs).where(runs.c.id == run_id))).mappings().first()
+        return _from_row(row) if row is not None else None
+
+    async def transcript(self, run_id: str) -> dict[str, Any] | None:
+        query = sa.select(run_transcripts.c.transcript).where(run_transcripts.c.run_id == run_id)
+        async with self.engine.connect() as conn:
+            return (await conn.execute(query)).scalar_one_or_none()
+
+    async def list(self, query: RunQuery) -> RunPage:
+        """Newest first; `limit` runs and the cursor of the next page (None on the last)."""
+        stmt = sa.select(runs)
+        if query.model is not None:
+            stmt = stmt.where(runs.c.model == query.model)
+        if query.status is not None:
+            stmt = stmt.where(runs.c.status == query.status)
+        if query.since is not None:
+            stmt = stmt.where(runs.c.created_at >= _utc(query.since))
+        if query.until is not None:
+            stmt = stmt.where(runs.c.created_at < _utc(query.until))
+        if query.after is not None:
+            at, run_id = query.after
+            stmt = stmt.where(sa.or_(runs.c.created_at < at, sa.and_(runs.c.created_at == at, runs.c.id < run_id)))
+        stmt = stmt.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(query.limit + 1)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(stmt)).mappings().all()
+        records = [_from_row(row) for row in rows[: query.limit]]
+        more = len(rows) > query.limit
+        cursor = encode_cursor(records[-1].created_at, records[-1].stream_id) if more and records else None
+        return RunPage(runs=records, next_cursor=cursor)
+
+    async def prune(self, before: datetime) -> int:
+        """Delete the runs created before `before` and their transcripts; how many runs."""
+        old = sa.select(runs.c.id).where(runs.c.created_at < _utc(before))
+        async with self.engine.begin() as conn:
+            await conn.execute(sa.delete(run_transcripts).where(run_transcripts.c.run_id.in_(old)))
+            result = await conn.execute(sa.delete(runs).where(runs.c.created_at < _utc(before)))
+        return result.rowcount or 0
+
+    async def ping(self) -> bool:
+        """Reachable within a second (readiness must answer fast)."""
+        try:
+            async with asyncio.timeout(1.0):
+                async with self.engine.connect() as conn:
+                    await conn.execute(sa.text("SELECT 1"))
+        except Exception:  # noqa: BLE001 - any failure means "not reachable" to readiness
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        await self.engine.dispose()
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # WAL: readers (the read API) never block the writer; a busy database waits a little, not fails.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _from_row(row: Any) -> RunRecord:
+    return RunRecord(
+        stream_id=row["id"], request_id=row["request_id"], owner=row["owner"],
+        created_at=_utc(row["created_at"]), finished_at=_utc(row["finished_at"]), model=row["model"],
+        served_model=row["served_model"], provider=row["provider"], status=row["status"],
+        stop_reason=row["stop_reason"], error_code=row["error_code"],
+        usage=_usage(row), steps=row["steps"], tools_run=row["tools_run"],
+        validation=row["validation"], ttft_ms=row["ttft_ms"], duration_ms=row["duration_ms"],
+        content_recorded=row["content_recorded"], transcript=None,
+    )
+
+
+def _usage(row: Any) -> Usage:
+    # output_tokens null: the run ended before the provider reported its output
+    return Usage(**{name: row[name] or 0 for name in USAGE_FIELDS}, output_unknown=row["output_tokens"] is None)

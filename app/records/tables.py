@@ -1,0 +1,49 @@
+"""The record tables (SQLAlchemy Core). The migrations in `migrations/versions` create them;
+change both together (a test checks the migrated schema matches these tables)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+__all__ = ["metadata", "run_transcripts", "runs"]
+
+metadata = sa.MetaData()
+
+JSONDoc = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+runs = sa.Table(
+    "runs", metadata,
+    sa.Column("id", sa.String(64), primary_key=True, comment="the stream id"),
+    sa.Column("request_id", sa.String(128)),
+    sa.Column("owner", sa.String(128), comment="API key or tenant, once keys exist"),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("model", sa.String(256), nullable=False, comment="as requested"),
+    sa.Column("served_model", sa.String(256), comment="as the provider reported it"),
+    sa.Column("provider", sa.String(64), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("stop_reason", sa.String(32)),
+    sa.Column("error_code", sa.String(64)),
+    sa.Column("input_tokens", sa.Integer, nullable=False),
+    sa.Column("output_tokens", sa.Integer, comment="null: unknown (the run ended before the provider reported it)"),
+    sa.Column("total_tokens", sa.Integer, comment="null: unknown (the run ended before the provider reported it)"),
+    sa.Column("cache_read_tokens", sa.Integer, nullable=False),
+    sa.Column("cache_write_tokens", sa.Integer, nullable=False),
+    sa.Column("reasoning_tokens", sa.Integer, nullable=False),
+    sa.Column("steps", sa.Integer, nullable=False),
+    sa.Column("tools_run", sa.Integer, nullable=False),
+    sa.Column("validation", JSONDoc),
+    sa.Column("ttft_ms", sa.Float),
+    sa.Column("duration_ms", sa.Float, nullable=False),
+    sa.Column("content_recorded", sa.Boolean, nullable=False),
+    sa.Index("ix_runs_created_id", "created_at", "id"),
+    sa.Index("ix_runs_model_created", "model", "created_at"),
+    sa.Index("ix_runs_owner_created", "owner", "created_at"),
+)
+
+run_transcripts = sa.Table(
+    "run_transcripts", metadata,
+    sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("transcript", JSONDoc, nullable=False),
+)

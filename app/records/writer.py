@@ -1,0 +1,166 @@
+"""The background writer: records leave the run through a bounded queue and reach the database
+in batches, so a slow or unreachable database never delays or breaks a stream.
+
+`submit()` never waits: when the queue is full the record is dropped, counted
+(`foundry_records_dropped_total{reason="queue_full"}`) and logged. A batch the database refuses
+or does not take in time is dropped the same way (`reason="write_failed"`) and the writer backs
+off before the next. Retention runs here too: records older than the retention are deleted at
+start and then periodically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from app.observability import get_logger
+from app.records.record import RunRecord
+from app.records.store import RecordStore
+
+__all__ = ["RecordWriter"]
+
+_MAX_BACKOFF = 5.0
+
+
+class RecordWriter:
+    def __init__(
+        self,
+        store: RecordStore,
+        *,
+        queue_size: int = 10_000,
+        batch_size: int = 200,
+        write_timeout: float = 5.0,
+        retention_days: float = 0.0,
+        on_drop: Callable[[str, int], None] = lambda reason, n: None,
+        on_write: Callable[[int], None] = lambda n: None,
+    ) -> None:
+        self.store = store
+        self.batch_size = batch_size
+        self.write_timeout = write_timeout
+        self.retention = timedelta(days=retention_days) if retention_days > 0 else None
+        self._on_drop = on_drop
+        self._on_write = on_write
+        self._queue: asyncio.Queue[RunRecord] = asyncio.Queue(maxsize=queue_size)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._migrated = False
+        self._closing = False
+        self.log = get_logger("foundry.records")
+
+    # -- the run's side: never waits --------------------------------------------------------
+
+    def submit(self, record: RunRecord) -> None:
+        if self._closing:
+            self._drop([record], "shutting_down")
+            return
+        try:
+            self._queue.put_nowait(record)
+        except asyncio.QueueFull:
+            self._drop([record], "queue_full")
+
+    def _drop(self, records: list[RunRecord], reason: str, error: BaseException | None = None) -> None:
+        self._on_drop(reason, len(records))
+        self.log.warning("records_dropped", reason=reason, count=len(records),
+                         stream_ids=[r.stream_id for r in records[:10]],
+                         error=type(error).__name__ if error is not None else None)
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Migrate and prune (each bounded in time; a database that is down is retried later),
+        then start writing."""
+        await self.ensure_schema()
+        if self._migrated and self.retention is not None:
+            await self._prune()
+        self._tasks.append(asyncio.create_task(self._write_loop(), name="records-writer"))
+        if self.retention is not None:
+            self._tasks.append(asyncio.create_task(self._retention_loop(), name="records-retention"))
+
+    async def flush(self) -> None:
+        """Wait until every record submitted so far was written or dropped."""
+        if self._tasks:
+            await self._queue.join()
+
+    async def aclose(self, grace: float = 5.0) -> None:
+        """Write what is queued (for at most `grace` seconds), then stop and dispose the engine."""
+        self._closing = True
+        if self._tasks:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await self._queue.join()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        left = []
+        while not self._queue.empty():
+            left.append(self._queue.get_nowait())
+        if left:
+            self._drop(left, "shutting_down")
+        await self.store.aclose()
+
+    # -- the writer -------------------------------------------------------------------------
+
+    @property
+    def migrated(self) -> bool:
+        return self._migrated
+
+    async def ensure_schema(self) -> None:
+        """Migrate once (bounded in time); a failure is logged and retried at the next call."""
+        if self._migrated:
+            return
+        try:
+            async with asyncio.timeout(max(self.write_timeout, 10.0)):
+                await self.store.migrate()
+            self._migrated = True
+        except Exception as exc:  # noqa: BLE001 - a database that is down must not stop the gateway
+            self.log.error("records_migration_failed", backend=self.store.backend, error=type(exc).__name__,
+                           detail=str(exc)[:300])
+
+    async def _write_loop(self) -> None:
+        queue = self._queue
+        failures = 0
+        while True:
+            batch = [await queue.get()]
+            while len(batch) < self.batch_size and not queue.empty():
+                batch.append(queue.get_nowait())
+            try:
+                await self._write(batch)
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 - counted and logged; the next batch tries again
+                failures += 1
+                self._drop(batch, "write_failed", exc)
+            finally:
+                for _ in batch:
+                    queue.task_done()
+            if failures:
+                await asyncio.sleep(min(0.1 * 2 ** (failures - 1), _MAX_BACKOFF))
+
+    async def _write(self, batch: list[RunRecord]) -> None:
+        await self.ensure_schema()
+        if not self._migrated:
+            raise ConnectionError("the records database is not migrated (unreachable at start?)")
+        async with asyncio.timeout(self.write_timeout):
+            await self.store.insert(batch)
+        self._on_write(len(batch))
+
+    async def _retention_loop(self) -> None:
+        assert self.retention is not None
+        interval = min(3600.0, self.retention.total_seconds() / 4)
+        while True:
+            await asyncio.sleep(interval)
+            await self._prune()
+
+    async def _prune(self) -> None:
+        assert self.retention is not None
+        try:
+            async with asyncio.timeout(max(self.write_timeout, 30.0)):
+                deleted = await self.store.prune(datetime.now(UTC) - self.retention)
+        except Exception as exc:  # noqa: BLE001 - retried at the next interval
+            self.log.warning("records_prune_failed", error=type(exc).__name__)
+            return
+        if deleted:
+            self.log.info("records_pruned", deleted=deleted, retention_days=self.retention.days)
