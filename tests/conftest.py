@@ -4,6 +4,8 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.records_support import database_url, postgres, postgres_url  # noqa: F401 - database fixtures
+
 # Property tests re-split recordings many ways; keep CI bounded, deterministic and deadline-free.
 settings.register_profile(
     "ci", max_examples=60, deadline=None, derandomize=True,

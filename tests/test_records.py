@@ -21,7 +21,7 @@ from app.main import create_app
 from app.records import RecordStore, RunQuery, decode_cursor, encode_cursor
 from app.records.tables import metadata
 from app.settings import Settings
-from tests.records_support import TcpProxy, database_url, postgres, postgres_url, record, utc  # noqa: F401 - fixtures
+from tests.records_support import TcpProxy, record, utc
 from tests.support import REPO, parse_sse, serve
 
 TOOL_RUN = {"model": "mock/tool_call", "messages": [{"role": "user", "content": "What is 2+2?"}]}
