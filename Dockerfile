@@ -8,6 +8,8 @@ COPY pyproject.toml README.md ./
 COPY app ./app
 RUN pip install --quiet --upgrade pip && pip install --quiet .
 
+RUN mkdir -p var && chown foundry var   # the embedded records database (var/foundry.db) when no FOUNDRY_DATABASE_URL
+
 USER foundry
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=3s --start-period=5s --retries=3 \

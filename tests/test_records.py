@@ -4,6 +4,7 @@ cursors, bad parameters, no-content mode, retention, a database cut off mid-run,
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -311,3 +312,13 @@ async def test_records_off(tmp_path: Path) -> None:
 def test_migrations_ship_inside_the_package() -> None:
     scripts = REPO / "app" / "records" / "migrations"
     assert (scripts / "env.py").is_file() and list((scripts / "versions").glob("0001_*.py"))
+
+
+def test_records_bench_runs_and_reports_the_ratio(tmp_path: Path) -> None:
+    """bench/records_bench.py still runs (tiny sizes; no timing asserted)."""
+    out = tmp_path / "records.json"
+    subprocess.run([sys.executable, "bench/records_bench.py", "--streams", "3", "--chunks", "3", "--rounds", "1",
+                    "--concurrency", "2", "--json", str(out)], cwd=REPO, check=True, timeout=180, capture_output=True)
+    results = json.loads(out.read_text())
+    assert set(results["cpu_us_per_stream"]) == {"records_off", "records_on", "ratio", "added_per_run"}
+    assert results["records_written"] == 23 and results["database"] == "sqlite"
