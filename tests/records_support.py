@@ -99,13 +99,15 @@ def postgres_url(postgres: Callable[[], str]) -> str:
 
 class TcpProxy:
     """A loopback TCP forwarder; `cut()` closes it and every connection through it, so the
-    database behind it becomes unreachable (refused) for the gateway."""
+    database behind it becomes unreachable (refused) for the gateway; `stalled = True` makes it
+    a database that never answers."""
 
     def __init__(self, host: str, port: int) -> None:
         self.target = (host, port)
         self.port = 0
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self.stalled = False
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -122,8 +124,9 @@ class TcpProxy:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
                 while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
+                    if not self.stalled:  # stalled: bytes are swallowed, the peer waits forever
+                        dst.write(data)
+                        await dst.drain()
             except (ConnectionError, OSError):
                 pass
             finally:
