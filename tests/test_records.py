@@ -4,6 +4,7 @@ cursors, bad parameters, no-content mode, retention, a database cut off mid-run,
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import subprocess
@@ -59,15 +60,29 @@ async def test_migrations_from_an_empty_database(database_url: str) -> None:
         await store.aclose()
 
 
-def test_migrate_command_line(tmp_path: Path) -> None:
-    """`python -m app.records migrate` (what `make migrate` runs), from the installed package."""
-    env = {**os.environ, "FOUNDRY_DATA_DIR": str(tmp_path / "var")}
+def test_migrate_and_prune_command_line(tmp_path: Path) -> None:
+    """`python -m app.records migrate` (what `make migrate` runs) and `prune`, from the installed package."""
+    env = {**os.environ, "FOUNDRY_DATA_DIR": str(tmp_path / "var"), "FOUNDRY_RECORD_RETENTION_DAYS": "7"}
     env.pop("FOUNDRY_DATABASE_URL", None)
-    done = subprocess.run([sys.executable, "-m", "app.records", "migrate"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert "migrated" in done.stdout
-    assert (tmp_path / "var" / "foundry.db").is_file()
+
+    def command(name: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "app.records", name], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "migrated" in command("migrate")
+    database = tmp_path / "var" / "foundry.db"
+    assert database.is_file()
+
+    async def seed() -> None:
+        store = RecordStore(f"sqlite+aiosqlite:///{database}")
+        now = datetime.now(UTC)
+        await store.insert([record("str_old", created_at=now - timedelta(days=8)), record("str_new", created_at=now)])
+        await store.aclose()
+
+    asyncio.run(seed())
+    assert command("prune").startswith("deleted 1 records")
 
 
 # -- a tool run, recorded, served after a restart -----------------------------------------------
