@@ -140,3 +140,11 @@ class TcpProxy:
         for writer in list(self._writers):
             writer.close()
         await self._server.wait_closed()
+
+
+async def proxied(url: str) -> tuple[TcpProxy, str]:
+    """A started proxy in front of the PostgreSQL database at `url`, and the URL through it."""
+    target = make_url(url)
+    proxy = TcpProxy(target.host or "127.0.0.1", target.port or 5432)
+    await proxy.start()
+    return proxy, target.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)

@@ -17,13 +17,12 @@ import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy.engine import make_url
 
 from app.main import create_app
 from app.records import RecordStore, RunQuery, decode_cursor, encode_cursor
 from app.records.tables import metadata
 from app.settings import Settings
-from tests.records_support import TcpProxy, record, utc
+from tests.records_support import proxied, record, utc
 from tests.support import REPO, parse_sse, serve
 
 TOOL_RUN = {"model": "mock/tool_call", "messages": [{"role": "user", "content": "What is 2+2?"}]}
@@ -274,10 +273,7 @@ async def test_retention_deletes_old_records_at_start_and_on_demand(database_url
 
 
 async def test_database_cut_off_mid_run_stream_ends_ok_and_the_drop_is_counted(postgres_url: str) -> None:
-    target = make_url(postgres_url)
-    proxy = TcpProxy(target.host or "127.0.0.1", target.port or 5432)
-    await proxy.start()
-    url = target.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    proxy, url = await proxied(postgres_url)
     app = create_app(settings_for(url, records_write_timeout=2))
     body = {"model": "mock/lorem-40", "messages": [{"role": "user", "content": "hi"}],
             "provider_options": {"delay_ms": 5}}
@@ -302,10 +298,7 @@ async def test_database_cut_off_mid_run_stream_ends_ok_and_the_drop_is_counted(p
 
 
 async def test_database_that_never_answers_delays_no_stream(postgres_url: str) -> None:
-    target = make_url(postgres_url)
-    proxy = TcpProxy(target.host or "127.0.0.1", target.port or 5432)
-    await proxy.start()
-    url = target.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    proxy, url = await proxied(postgres_url)
     app = create_app(settings_for(url, records_write_timeout=0.5))
     async with serve(app) as base, httpx.AsyncClient(base_url=base) as client:
         proxy.stalled = True
