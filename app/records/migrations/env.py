@@ -25,7 +25,10 @@ def _run(connection: Connection) -> None:
 
 
 async def _online() -> None:
-    engine = create_async_engine(config.get_main_option("sqlalchemy.url"))
+    url = config.get_main_option("sqlalchemy.url")
+    if not url:
+        raise RuntimeError("no database URL: run migrations through app/records/migrate.py")
+    engine = create_async_engine(url)
     try:
         async with engine.connect() as connection:
             await connection.run_sync(_run)
