@@ -60,7 +60,7 @@ def server(target: str, port: int, env: dict[str, str] | None = None):
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **(env or {})},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90  # a loaded 2-core machine takes a while to import the app
         while True:
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
@@ -68,6 +68,7 @@ def server(target: str, port: int, env: dict[str, str] | None = None):
             except httpx.TransportError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()  # reading the stderr of a live process would wait forever
                 raise RuntimeError(f"{target} did not start: {proc.stderr.read().decode()[-2000:]}")
             time.sleep(0.1)
         yield proc
