@@ -118,7 +118,7 @@ class Settings(BaseSettings):
     records_queue_size: int = Field(default=10_000, ge=1, description="Records waiting for the writer; "
                                     "past it new records are dropped (counted).")
     records_batch_size: int = Field(default=200, ge=1, le=1000, description="Records per insert.")
-    records_write_timeout: float = Field(default=5.0, gt=0, description="Longest wait on one batch insert.")
+    records_write_timeout: float = Field(default=10.0, gt=0, description="Longest wait on one batch insert.")
 
     # Logging
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -72,7 +72,7 @@ class RunPage:
 
 
 class RecordStore:
-    def __init__(self, url: str, *, write_timeout: float = 5.0) -> None:
+    def __init__(self, url: str, *, write_timeout: float = 10.0) -> None:
         self.url = make_url(url)
         connect_args: dict[str, Any] = {}
         if self.url.get_backend_name() == "postgresql":
@@ -100,15 +100,17 @@ class RecordStore:
         await upgrade(self.engine)
 
     async def insert(self, records: Sequence[RunRecord]) -> None:
-        """One batch: two multi-row INSERTs in one transaction."""
+        """One batch in one transaction: `execute(insert(table), rows)`, which SQLAlchemy 2 sends as
+        multi-row INSERTs ("insertmanyvalues") from one cached compiled statement. Measured here, a
+        200-row `insert().values(rows)` costs ~100 ms of event-loop CPU to compile each time; this ~12 ms."""
         if not records:
             return
         transcripts = [{"run_id": r.stream_id, "transcript": r.transcript} for r in records
                        if r.transcript is not None]
         async with self.engine.begin() as conn:
-            await conn.execute(sa.insert(runs).values([r.row() for r in records]))
+            await conn.execute(sa.insert(runs), [r.row() for r in records])
             if transcripts:
-                await conn.execute(sa.insert(run_transcripts).values(transcripts))
+                await conn.execute(sa.insert(run_transcripts), transcripts)
 
     async def get(self, run_id: str) -> RunRecord | None:
         async with self.engine.connect() as conn:

@@ -31,7 +31,7 @@ class RecordWriter:
         *,
         queue_size: int = 10_000,
         batch_size: int = 200,
-        write_timeout: float = 5.0,
+        write_timeout: float = 10.0,
         retention_days: float = 0.0,
         on_drop: Callable[[str, int], None] = lambda reason, n: None,
         on_write: Callable[[int], None] = lambda n: None,
