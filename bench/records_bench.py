@@ -72,7 +72,7 @@ async def main() -> dict:
             cpu: dict[str, list[float]] = {"off": [], "on": []}
             wall: dict[str, list[float]] = {"off": [], "on": []}
             submitted, dropped = 0, 0.0
-            for name, (_, base) in gateways.items():  # warm-up
+            for _, base in gateways.values():  # warm-up
                 await run_streams(f"{base}/v1/stream", payload, 20, args.concurrency)
             submitted += 20
             await wait_recorded(gateways["on"][1], submitted)

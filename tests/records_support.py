@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
+from app.core.events import Usage
 from app.records import RunRecord
 
 _SERVER = os.environ.get("FOUNDRY_TEST_DATABASE_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres")
@@ -81,7 +82,7 @@ def record(stream_id: str, *, created_at: datetime, model: str = "mock/simple", 
         stream_id=stream_id, request_id=f"req_{stream_id}", created_at=created_at, finished_at=created_at,
         model=model, served_model=model.split("/")[-1], provider="mock", status=status,
         stop_reason="stop" if status == "ok" else status, error_code=None if status == "ok" else status,
-        usage={"input_tokens": 3, "output_tokens": 4, "total_tokens": 7}, steps=1, tools_run=0,
+        usage=Usage(input_tokens=3, output_tokens=4, total_tokens=7), steps=1, tools_run=0,
         validation=None, ttft_ms=1.0, duration_ms=2.0, content_recorded=True,
         transcript=transcript,
     )
