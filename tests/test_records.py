@@ -120,6 +120,22 @@ async def test_tool_run_recorded_and_transcript_served_after_restart(database_ur
     assert body["transcript_url"] == f"/v1/stream/{stream_id}/transcript"
 
 
+async def test_a_broken_run_is_recorded_with_its_error_and_unknown_output(database_url: str) -> None:
+    app = create_app(settings_for(database_url))
+    broken = {"model": "mock/lorem-50", "messages": [{"role": "user", "content": "hi"}],
+              "provider_options": {"fail_after": 3}}
+    async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
+        stream_id, events = await stream(client, broken)
+        await app.state.records.flush()
+        run = (await client.get(f"/v1/runs/{stream_id}")).json()
+        errors = (await client.get("/v1/runs", params={"status": "error"})).json()["data"]
+    final = events[-1][2]
+    assert final["status"] == "error"
+    assert (run["status"], run["stop_reason"], run["error_code"]) == ("error", "error", final["error"]["code"])
+    assert run["usage"] == final["usage"]  # output unknown stays null, never a false 0
+    assert [r["id"] for r in errors] == [stream_id]
+
+
 async def test_transcript_served_from_records_once_the_stream_expired(tmp_path: Path) -> None:
     app = create_app(Settings(data_dir=str(tmp_path), stream_ttl_seconds=0.001))
     async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
