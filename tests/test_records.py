@@ -136,6 +136,20 @@ async def test_a_broken_run_is_recorded_with_its_error_and_unknown_output(databa
     assert [r["id"] for r in errors] == [stream_id]
 
 
+async def test_a_background_run_is_recorded_with_the_request_id_that_started_it(tmp_path: Path) -> None:
+    app = create_app(Settings(data_dir=str(tmp_path)))
+    async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
+        accepted = await client.post("/v1/generate", json={**TOOL_RUN, "stream": True},
+                                     headers={"x-request-id": "req-background-1"})
+        stream_id = accepted.json()["stream_id"]
+        async with client.stream("GET", f"/v1/stream/{stream_id}") as response:
+            events = parse_sse(await response.aread())
+        await app.state.records.flush()
+        run = (await client.get(f"/v1/runs/{stream_id}")).json()
+    assert accepted.status_code == 202 and events[-1][1] == "final"
+    assert run["request_id"] == "req-background-1" and run["tools_run"] == 1 and run["status"] == "ok"
+
+
 async def test_transcript_served_from_records_once_the_stream_expired(tmp_path: Path) -> None:
     app = create_app(Settings(data_dir=str(tmp_path), stream_ttl_seconds=0.001))
     async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
