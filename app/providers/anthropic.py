@@ -36,6 +36,7 @@ from app.providers.anthropic_stream import AnthropicNormalizer
 from app.providers.base import RAW_STREAM, ProviderAdapter, ProviderRequest, SSEPatchStream, ToolChoice, sse_body
 from app.providers.config import ProviderConfig
 from app.providers.errors import status_error, transport_error
+from app.providers.transport import upstream_http_client
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -164,5 +165,7 @@ def build_anthropic(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[
         base_url=config.anthropic_base_url,
         max_retries=config.max_retries,  # only before a response starts: no duplicate output
         timeout=httpx2.Timeout(config.read_timeout, connect=config.connect_timeout),
+        http_client=upstream_http_client(connect_timeout=config.connect_timeout,  # issue 12
+                                         read_timeout=config.read_timeout, follow_redirects=True),
     )
     return {"anthropic": AnthropicAdapter(client, owns_client=True)}

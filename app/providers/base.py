@@ -22,6 +22,7 @@ from app.core.events import FinalEvent, StreamEvent
 from app.core.messages import Message, ToolSpec
 from app.core.patches import Patch
 from app.providers.sse import SSEDecoder, SSEEvent
+from app.providers.transport import AiohttpBody
 
 __all__ = [
     "RAW_STREAM",
@@ -178,7 +179,11 @@ async def sse_body(response: httpx2.Response, normalizer: StreamNormalizer, *, p
         finally:
             await response.aclose()
         raise UpstreamError(f"{provider}: expected an event stream, got JSON: {text}", provider=provider)
-    return SSEPatchStream(response.aiter_bytes(), normalizer, close=response.aclose, provider=provider)
+    # On the aiohttp transport, an unencoded body is read as it arrives, without httpx2's
+    # decoder and chunker layers (app/providers/transport.py, point 2).
+    body = response.stream
+    chunks = body if type(body) is AiohttpBody and "content-encoding" not in response.headers else response.aiter_bytes()
+    return SSEPatchStream(chunks, normalizer, close=response.aclose, provider=provider)
 
 
 def incomplete(provider: str) -> UpstreamError:

@@ -55,6 +55,7 @@ from app.providers.errors import status_error, transport_error
 from app.providers.gemini_stream import GeminiNormalizer
 from app.providers.sse import SSEEvent
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools
+from app.providers.transport import upstream_http_client
 
 __all__ = [
     "GEMINI_BASE_URL",
@@ -334,8 +335,6 @@ def build_gemini(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
         return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url)}
     if not key:
         return {}
-    client = httpx2.AsyncClient(
-        timeout=httpx2.Timeout(config.read_timeout, connect=config.connect_timeout),
-        transport=httpx2.AsyncHTTPTransport(retries=config.max_retries),  # connection failures only
-    )
+    client = upstream_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
+                                  retries=config.max_retries)  # connection failures only
     return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url, owns_client=True)}

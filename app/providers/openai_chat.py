@@ -36,6 +36,7 @@ from app.providers.openai_chat_convert import (
     tool_specs_to_openai,
 )
 from app.providers.openai_chat_stream import ChatChunkNormalizer
+from app.providers.transport import upstream_http_client
 
 __all__ = [
     "OpenAIAdapter",
@@ -237,12 +238,14 @@ class OpenAIAdapter:
 
 def make_client(*, api_key: str, base_url: str, config: ProviderConfig) -> openai.AsyncOpenAI:
     """An SDK client with the gateway's timeouts and retry budget (retries happen only before
-    the response starts, so they never duplicate output)."""
+    the response starts, so they never duplicate output), on the aiohttp transport (issue 12)."""
     return openai.AsyncOpenAI(
         api_key=api_key,
         base_url=base_url,
         max_retries=config.max_retries,
         timeout=httpx2.Timeout(config.read_timeout, connect=config.connect_timeout),
+        http_client=upstream_http_client(connect_timeout=config.connect_timeout,
+                                         read_timeout=config.read_timeout, follow_redirects=True),
     )
 
 

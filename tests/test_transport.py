@@ -1,0 +1,229 @@
+"""The aiohttp upstream transport (app/providers/transport.py), through the gateway's default
+clients: errors mapped by what happened (refused 502, silence 504 / final timeout, a hang-up
+mid-body a disconnect), connections reused, and a client that leaves closes the upstream.
+
+The upstream here is a raw HTTP/1.1 server on loopback (asyncio streams), so each test decides
+exactly what the wire does: headers then silence, a chunked body cut mid-way, keep-alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import httpx
+import httpx2
+import pytest
+
+from app.main import create_app
+from app.providers.transport import AiohttpTransport, _mapped, upstream_http_client
+from app.settings import CompatibleProvider, Settings
+from tests.support import parse_sse, serve
+
+HELLO = [{"role": "user", "content": "hi"}]
+_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _sse(delta: dict[str, Any] | None = None, finish: str | None = None) -> bytes:
+    import orjson
+
+    choice = {"index": 0, "delta": delta or {}, "finish_reason": finish}
+    return b"data: " + orjson.dumps({"id": "c1", "model": "m", "choices": [choice]}) + b"\n\n"
+
+
+BODY = [_sse({"role": "assistant", "content": "Hel"}), _sse({"content": "lo"}), _sse(finish="stop"), b"data: [DONE]\n\n"]
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class RawUpstream:
+    """A loopback HTTP/1.1 server: `reply(reader, writer)` answers each request; connections and
+    requests are counted, and `gone` is set when a client closes a connection mid-reply."""
+
+    def __init__(self, reply: Handler) -> None:
+        self.reply = reply
+        self.connections = 0
+        self.requests = 0
+        self.gone = asyncio.Event()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                self.requests += 1
+                await self.reply(reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[str]:
+        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            yield f"http://127.0.0.1:{port}/v1"
+        finally:
+            server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 1.0)
+
+
+async def whole_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.write(_HEAD + b"".join(_chunk(part) for part in BODY) + b"0\r\n\r\n")
+    await writer.drain()
+
+
+def settings(base_url: str, **kw: Any) -> Settings:
+    return Settings(openai_api_key=None, upstream_max_retries=0,
+                    providers=[CompatibleProvider(name="up", base_url=base_url)], **kw)
+
+
+async def stream(upstream: RawUpstream, *, read_timeout: float = 10.0) -> list[tuple[int, str, dict[str, Any]]]:
+    async with upstream.running() as base, serve(create_app(settings(base, read_timeout=read_timeout))) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            response = await client.post("/v1/stream", json={"model": "up/m", "messages": HELLO})
+    assert response.status_code == 200
+    return parse_sse(response.content)
+
+
+def test_the_default_clients_are_on_the_aiohttp_transport() -> None:
+    # What the e2e tests of every provider exercise: create_app(settings) with no injected client.
+    from app.providers.registry import build_registry
+
+    registry = build_registry(settings("http://127.0.0.1:1/v1", gemini_api_key="k", anthropic_api_key="k"))
+    for name in ("up", "anthropic", "gemini"):
+        adapter: Any = registry.get(name)
+        client = adapter._client if name == "gemini" else adapter._client._client
+        assert isinstance(client._transport, AiohttpTransport), name
+
+
+async def test_a_stream_is_read_as_it_arrives_and_its_connection_reused() -> None:
+    upstream = RawUpstream(whole_body)
+    async with upstream.running() as base, serve(create_app(settings(base))) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            for _ in range(3):
+                response = await client.post("/v1/stream", json={"model": "up/m", "messages": HELLO})
+                events = parse_sse(response.content)
+                assert [e for _, e, _ in events] == ["start", "token", "token", "final"]
+                assert events[-1][2]["status"] == "ok" and events[-1][2]["message"]["content"] == "Hello"
+    assert upstream.requests == 3 and upstream.connections == 1  # keep-alive: one connection
+
+
+async def test_a_refused_connection_is_unavailable_not_a_timeout() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nobody listens there
+    async with upstream_http_client(connect_timeout=5, read_timeout=5) as client:
+        with pytest.raises(httpx2.ConnectError):
+            await client.post(f"http://127.0.0.1:{port}/v1/chat/completions", content=b"{}")
+
+
+async def test_silence_before_the_headers_is_a_504() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the gateway gives up and closes
+
+    upstream = RawUpstream(silent)
+    async with upstream.running() as base, serve(create_app(settings(base, read_timeout=0.2))) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            response = await client.post("/v1/stream", json={"model": "up/m", "messages": HELLO})
+    assert response.status_code == 504 and response.json()["error"]["code"] == "upstream_timeout"
+
+
+async def test_silence_mid_stream_ends_in_final_timeout_with_the_text_so_far() -> None:
+    async def stalls(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(_HEAD + _chunk(BODY[0]))
+        await writer.drain()
+        await reader.read()
+
+    events = await stream(RawUpstream(stalls), read_timeout=0.2)
+    final = events[-1][2]
+    assert final["status"] == "error" and final["error"]["code"] == "upstream_timeout"
+    assert final["message"]["content"] == "Hel"
+
+
+async def test_a_hang_up_mid_body_is_a_disconnect_not_a_timeout() -> None:
+    async def hangs_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(_HEAD + _chunk(BODY[0]))  # no terminating chunk
+        await writer.drain()
+        writer.close()
+        raise ConnectionError
+
+    events = await stream(RawUpstream(hangs_up))
+    final = events[-1][2]
+    assert final["status"] == "error" and final["error"]["code"] == "upstream_disconnected"
+    assert final["error"]["retryable"] is True and final["message"]["content"] == "Hel"
+
+
+async def test_an_http_error_before_the_body_keeps_the_sdk_mapping() -> None:
+    async def limited(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = b'{"error": {"message": "slow down", "type": "rate_limit"}}'
+        writer.write(b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: 3\r\n"
+                     b"content-length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+
+    upstream = RawUpstream(limited)
+    async with upstream.running() as base, serve(create_app(settings(base))) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            response = await client.post("/v1/stream", json={"model": "up/m", "messages": HELLO})
+    assert response.status_code == 429 and response.headers["retry-after"] == "3"
+    assert response.json()["error"]["code"] == "rate_limited"
+
+
+async def test_a_client_that_leaves_closes_the_upstream_within_a_second() -> None:
+    upstream: RawUpstream
+
+    async def holds(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(_HEAD + _chunk(BODY[0]))
+        await writer.drain()
+        if not await reader.read(1):  # EOF: the gateway closed the connection
+            upstream.gone.set()
+        raise ConnectionError
+
+    upstream = RawUpstream(holds)
+    async with upstream.running() as base, serve(create_app(settings(base))) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            async with client.stream("POST", "/v1/stream", json={"model": "up/m", "messages": HELLO}) as response:
+                async for line in response.aiter_lines():
+                    if line.startswith("event: token"):
+                        break
+                assert not upstream.gone.is_set()
+        await asyncio.wait_for(upstream.gone.wait(), timeout=1.0)  # DESIGN.md section 6
+
+
+async def test_an_encoded_body_goes_through_httpx2_decoding() -> None:
+    import gzip
+
+    async def gzipped(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        data = gzip.compress(b"".join(BODY))
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
+                     b"transfer-encoding: chunked\r\n\r\n" + _chunk(data) + b"0\r\n\r\n")
+        await writer.drain()
+
+    events = await stream(RawUpstream(gzipped))
+    assert events[-1][2]["status"] == "ok" and events[-1][2]["message"]["content"] == "Hello"
+
+
+@pytest.mark.parametrize(("error", "expected"), [
+    (aiohttp.ConnectionTimeoutError(), httpx2.ConnectTimeout),
+    (aiohttp.SocketTimeoutError(), httpx2.ReadTimeout),
+    (asyncio.TimeoutError(), httpx2.ReadTimeout),
+    (aiohttp.ServerDisconnectedError(), httpx2.RemoteProtocolError),
+    (aiohttp.ClientPayloadError("not enough data"), httpx2.RemoteProtocolError),
+    (aiohttp.ClientOSError(104, "reset"), httpx2.ReadError),
+])
+def test_aiohttp_errors_map_by_what_happened(error: Exception, expected: type[Exception]) -> None:
+    assert type(_mapped(error, connecting=False)) is expected
+
