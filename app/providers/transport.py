@@ -16,7 +16,9 @@ gateway that promises "refused is 502, silence is 504":
 3. `aclose()` on a body not read to the end drops the connection (aiohttp's `release()` closes a
    connection whose payload is not at EOF), so a cancelled run stops the upstream generating;
    a body read to the end returns its connection to the pool (reuse).
-4. `retries` repeats failed connection attempts only (as httpx2's `AsyncHTTPTransport(retries=)`);
+4. The proxy environment (HTTP(S)_PROXY, NO_PROXY) is honoured by the httpx2 client around
+   this transport, which routes proxied URLs through its own transports.
+5. `retries` repeats failed connection attempts only (as httpx2's `AsyncHTTPTransport(retries=)`);
    retries after a response started are never the transport's business.
 The SDKs keep what they own: auth, base URLs, retries before the response, typed errors.
 """
@@ -69,12 +71,10 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         limits: httpx2.Limits | None = None,
         retries: int = 0,
         verify: ssl.SSLContext | bool = True,
-        trust_env: bool = True,
     ) -> None:
         self._limits = limits or httpx2.Limits(max_connections=1000, keepalive_expiry=30.0)
         self._retries = retries
-        self._ssl = httpx2.create_ssl_context(verify=verify, trust_env=trust_env)
-        self._trust_env = trust_env
+        self._ssl = httpx2.create_ssl_context(verify=verify)
         self._session: aiohttp.ClientSession | None = None
 
     def _open_session(self) -> aiohttp.ClientSession:
@@ -84,8 +84,9 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             keepalive_timeout=limits.keepalive_expiry if limits.keepalive_expiry is not None else 15.0,
             ssl=self._ssl,
         )
-        self._session = aiohttp.ClientSession(connector=connector, trust_env=self._trust_env,
-                                              auto_decompress=False)
+        # trust_env=False: the proxy environment is httpx2's business (its client mounts a
+        # transport per proxy); aiohttp's would read it, and ~/.netrc, in a thread per request.
+        self._session = aiohttp.ClientSession(connector=connector, trust_env=False, auto_decompress=False)
         return self._session
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:

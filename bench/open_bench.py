@@ -1,0 +1,72 @@
+"""CPU of `Gateway.open` per request, in process: model resolution, gate, the provider request
+through the SDK down to the transport, the stream log and transcript. The transport is an
+`httpx2.MockTransport` answering a one-chunk stream at once, so no socket work is counted.
+
+Usage: `python bench/open_bench.py [--requests 2000]`. Prints microseconds of CPU per open
+(median of 5 rounds) for the OpenAI Chat, Responses and Anthropic adapters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import anthropic
+import httpx2
+import openai
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app.main import create_app  # noqa: E402
+from app.pipeline import RunSpec  # noqa: E402
+from app.core.messages import Message  # noqa: E402
+from app.settings import Settings  # noqa: E402
+
+_SSE = b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n'
+
+
+def _answer(request: httpx2.Request) -> httpx2.Response:
+    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=_SSE)
+
+
+async def per_open(gateway, model: str, requests: int) -> float:
+    spec = RunSpec(model=model, messages=(Message(role="user", content="hello there"),))
+    for _ in range(50):  # warm-up
+        run = await gateway.open(spec)
+        await run.upstream.aclose()
+    rounds = []
+    for _ in range(5):
+        c0 = time.process_time()
+        for _ in range(requests // 5):
+            run = await gateway.open(spec)
+            await run.upstream.aclose()
+        rounds.append((time.process_time() - c0) / (requests // 5) * 1e6)
+    return statistics.median(rounds)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=2000)
+    args = parser.parse_args()
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(_answer))
+    clients = {
+        "openai": openai.AsyncOpenAI(api_key="k", base_url="http://up.test/v1", http_client=http, max_retries=1),
+        "anthropic": anthropic.AsyncAnthropic(api_key="k", base_url="http://up.test", http_client=http,
+                                              max_retries=1),
+    }
+    app = create_app(Settings(log_level="warning", max_streams=1_000_000), clients=clients)
+    gateway = app.state.gateway
+    out = {}
+    for model in ("openai/gpt-4o-mini", "openai-responses/gpt-4o-mini", "anthropic/claude"):
+        out[model] = round(await per_open(gateway, model, args.requests), 1)
+    print(json.dumps({"gateway_open_cpu_us": out}, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
