@@ -71,6 +71,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--validators", action="store_true", help="sentence chunking + two regex validators")
+    parser.add_argument("--chunks", type=int, default=200, help="chunks per stream (1: the per-request path)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--raw", type=Path, help="keep py-spy's collapsed stacks here")
     args = parser.parse_args()
@@ -86,7 +87,7 @@ async def main() -> None:
         extra = {"chunking": "sentence", "validators": [
             {"name": "regex_deny", "config": {"patterns": [r"(?i)\bpassword\b"]}},
             {"name": "regex_deny", "config": {"patterns": [r"\d{16}"]}}]}
-    payload = body("bench/chunks-200", **extra)
+    payload = body(f"bench/chunks-{args.chunks}", **extra)
     with server("bench.upstream:app", up_port), server("app.main:app", gw_port, env) as gw, \
             tempfile.NamedTemporaryFile(suffix=".txt") as out:
         raw_path = str(args.raw) if args.raw else out.name

@@ -2,17 +2,21 @@
 
 Starts, each in its own process on loopback: a fake OpenAI-compatible upstream
 (bench/upstream.py), the gateway (served as provider `bench` pointing at it), and a bare
-parse-and-re-emit relay (bench/relay.py). This process is the load client. Reports:
+parse-and-re-emit relay (bench/relay.py: Starlette-free ASGI + httpx2, the floor any gateway
+must pay per chunk). This process is the load client. Every comparison is interleaved: the
+targets take turns in several short rounds, so a neighbour's load on this shared machine hits
+them alike. Reports, with the goals of issue 12:
 
-1. CPU per relayed upstream chunk, no validators: gateway vs relay (DESIGN.md section 7: <= 2x);
-2. added time to first token, median, at concurrency 1 and 50: gateway vs a direct connection
-   to the upstream (goal: <= 2 ms), with the bare relay's for scale (the cost of any extra hop);
-3. events per second through the gateway;
-4. memory per open stream (RSS growth with many streams held open mid-generation);
-5. with `--gate`: the same CPU run with the sentence chunker and two regex validators.
+1. CPU per relayed upstream chunk, no validators: gateway / relay (goal <= 0.8x);
+2. the same with the sentence chunker and two regex validators (goal <= 1.2x the relay);
+3. added time to first token, median at concurrency 1, over a direct connection to the upstream
+   (goal <= 1 ms), with the relay's for scale;
+4. CPU per request (1-chunk streams), gateway minus relay (goal <= 0.3 ms);
+5. events per second at concurrency 50, gateway and relay;
+6. memory per open stream (held mid-generation) and per retained (finished) stream.
 
-Usage: `python bench/run.py [--streams 400] [--chunks 200] [--json out.json]`. No timed
-assertions anywhere: this prints numbers; the notes and README quote them.
+Usage: `python bench/run.py [--streams 300] [--chunks 200] [--rounds 3] [--json out.json]`.
+No timed assertions anywhere: this prints numbers; the notes and README quote them.
 """
 
 from __future__ import annotations
@@ -100,33 +104,6 @@ async def run_streams(url: str, payload: dict, streams: int, concurrency: int) -
         return events, time.perf_counter() - start
 
 
-async def ttft_samples(url: str, payload: dict, *, rounds: int, concurrency: int, marker: bytes) -> list[float]:
-    """Time from sending the request to the first byte carrying `marker` (first content)."""
-    limits = httpx.Limits(max_connections=concurrency + 10, max_keepalive_connections=concurrency + 10)
-    samples: list[float] = []
-    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
-
-        async def one() -> None:
-            start = time.perf_counter()
-            async with client.stream("POST", url, json=payload) as r:
-                chunks = r.aiter_bytes()
-                seen = b""
-                async for chunk in chunks:
-                    seen += chunk
-                    if marker in seen:
-                        samples.append(time.perf_counter() - start)
-                        break
-                async for _ in chunks:  # drain, so the connection is reused
-                    pass
-
-        for _ in range(3):  # warm connections
-            await one()
-        samples.clear()
-        for _ in range(rounds):
-            await asyncio.gather(*(one() for _ in range(concurrency)))
-    return samples
-
-
 async def open_streams_memory(url: str, pid: int, streams: int) -> float:
     """RSS growth per stream held open mid-generation (upstream holds after its first chunks)."""
     limits = httpx.Limits(max_connections=streams + 10, max_keepalive_connections=streams + 10)
@@ -158,13 +135,60 @@ async def open_streams_memory(url: str, pid: int, streams: int) -> float:
     return (after - before) / streams
 
 
+GOALS = {"cpu_ratio": 0.8, "cpu_ratio_validators": 1.2, "added_ttft_ms_c1": 1.0, "request_cpu_ms_over_relay": 0.3}
+VALIDATORS = [{"name": "regex_deny", "config": {"patterns": [r"(?i)\bpassword\b"]}},
+              {"name": "regex_deny", "config": {"patterns": [r"\d{16}"]}}]
+
+
+async def interleaved_ttft(targets: dict[str, tuple[str, dict, bytes]], rounds: int) -> dict[str, list[float]]:
+    """Time to first content at concurrency 1, one request per target per round, in turn."""
+    samples: dict[str, list[float]] = {name: [] for name in targets}
+    async with httpx.AsyncClient(timeout=60) as client:
+
+        async def one(url: str, payload: dict, marker: bytes) -> float:
+            start = time.perf_counter()
+            took = None
+            async with client.stream("POST", url, json=payload) as r:
+                seen = b""
+                async for chunk in r.aiter_bytes():
+                    if took is None:
+                        seen += chunk
+                        if marker in seen:
+                            took = time.perf_counter() - start
+            assert took is not None, url
+            return took
+
+        for _ in range(3):  # warm connections and code paths
+            for url, payload, marker in targets.values():
+                await one(url, payload, marker)
+        for i in range(rounds):
+            names = list(targets)
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                samples[name].append(await one(*targets[name]))
+    return samples
+
+
+async def retained_memory(url: str, pid: int, streams: int, concurrency: int, chunks: int) -> float:
+    """RSS growth per finished stream kept for replay (right after start: nothing retained yet)."""
+    await run_streams(url, body(f"bench/chunks-{chunks}"), concurrency, concurrency)  # warm-up
+    before = rss_bytes(pid)
+    await run_streams(url, body(f"bench/chunks-{chunks}"), streams, concurrency)
+    return (rss_bytes(pid) - before) / streams
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 2) if b else None  # CPU is read in 10 ms ticks: tiny runs can read 0
+
+
 async def main() -> dict:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--streams", type=int, default=300)
+    parser.add_argument("--streams", type=int, default=300, help="streams per target for the CPU measure")
     parser.add_argument("--chunks", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the CPU measures")
+    parser.add_argument("--requests", type=int, default=300, help="1-chunk requests per target (CPU per request)")
     parser.add_argument("--ttft-rounds", type=int, default=100)
-    parser.add_argument("--memory-streams", type=int, default=500)
+    parser.add_argument("--memory-streams", type=int, default=300)
     parser.add_argument("--gate", action="store_true", help="also measure with two regex validators")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -173,56 +197,90 @@ async def main() -> dict:
     upstream_url = f"http://127.0.0.1:{up_port}/v1"
     providers = json.dumps([{"name": "bench", "base_url": upstream_url, "api_key_env": None}])
     gw_env = {"FOUNDRY_PROVIDERS": providers, "FOUNDRY_LOG_LEVEL": "warning", "FOUNDRY_MAX_STREAMS": "100000"}
-    results: dict = {"streams": args.streams, "chunks_per_stream": args.chunks, "concurrency": args.concurrency}
+    results: dict = {"streams": args.streams, "chunks_per_stream": args.chunks, "concurrency": args.concurrency,
+                     "rounds": args.rounds}
     model = f"bench/chunks-{args.chunks}"
 
     with server("bench.upstream:app", up_port), server("app.main:app", gw_port, gw_env) as gw, \
             server("bench.relay:app", relay_port, {"RELAY_UPSTREAM": upstream_url}) as relay:
         gw_url, relay_url = f"http://127.0.0.1:{gw_port}/v1/stream", f"http://127.0.0.1:{relay_port}/v1/stream"
+        per_retained = await retained_memory(gw_url, gw.pid, args.memory_streams, args.concurrency, args.chunks)
 
-        async def cpu_per_chunk(pid: int, url: str, payload: dict) -> tuple[float, int, float]:
-            await run_streams(url, payload, 20, args.concurrency)  # warm-up
-            c0 = cpu_seconds(pid)
-            events, wall = await run_streams(url, payload, args.streams, args.concurrency)
-            used = cpu_seconds(pid) - c0
-            return used / (args.streams * args.chunks) * 1e6, events, wall
-
-        relay_us, _, _ = await cpu_per_chunk(relay.pid, relay_url, body(model))
-        gw_us, gw_events, gw_wall = await cpu_per_chunk(gw.pid, gw_url, body(model))
-        # CPU is read in clock ticks (10 ms): a tiny run can measure 0, so no ratio then.
-        results["cpu_us_per_chunk"] = {"relay": round(relay_us, 2), "gateway": round(gw_us, 2),
-                                       "ratio": round(gw_us / relay_us, 2) if relay_us else None}
-        results["gateway_events_per_second"] = round(gw_events / gw_wall)
+        # name -> (pid, url, payload); CPU summed over interleaved rounds.
+        targets = {"relay": (relay.pid, relay_url, body(model)), "gateway": (gw.pid, gw_url, body(model))}
         if args.gate:
-            validators = [{"name": "regex_deny", "config": {"patterns": [r"(?i)\bpassword\b"]}},
-                          {"name": "regex_deny", "config": {"patterns": [r"\d{16}"]}}]
-            gate_us, _, _ = await cpu_per_chunk(gw.pid, gw_url, body(model, validators=validators,
-                                                                     chunking="sentence"))
-            results["cpu_us_per_chunk"]["gateway_two_regex_validators"] = round(gate_us, 2)
+            targets["gateway_validators"] = (gw.pid, gw_url, body(model, validators=VALIDATORS, chunking="sentence"))
 
-        direct = f"{upstream_url}/chat/completions"
-        for concurrency in (1, 50):
-            rounds = args.ttft_rounds if concurrency == 1 else max(4, args.ttft_rounds // 10)
-            d = await ttft_samples(direct, {"model": "chunks-5", "messages": [], "stream": True},
-                                   rounds=rounds, concurrency=concurrency, marker=b"tok0")
-            g = await ttft_samples(gw_url, body("bench/chunks-5"), rounds=rounds, concurrency=concurrency,
-                                   marker=b"event: token")
-            r = await ttft_samples(relay_url, body("bench/chunks-5"), rounds=rounds, concurrency=concurrency,
-                                   marker=b"event: token")
-            results[f"ttft_ms_c{concurrency}"] = {
-                "direct_median": round(statistics.median(d) * 1e3, 3),
-                "gateway_median": round(statistics.median(g) * 1e3, 3),
-                "added_median": round((statistics.median(g) - statistics.median(d)) * 1e3, 3),
-                "relay_added_median": round((statistics.median(r) - statistics.median(d)) * 1e3, 3),
-                "samples": len(g),
-            }
-        per_stream = await open_streams_memory(gw_url, gw.pid, args.memory_streams)
-        results["memory_kib_per_open_stream"] = round(per_stream / 1024, 1)
-        results["memory_streams"] = args.memory_streams
+        async def cpu_rounds(targets: dict, streams: int, chunks: int) -> dict[str, float]:
+            """CPU microseconds per chunk of each target, the targets taking turns each round."""
+            used = dict.fromkeys(targets, 0.0)
+            per_round = max(1, streams // args.rounds)
+            for name, (_, url, payload) in targets.items():  # warm-up
+                await run_streams(url, payload, args.concurrency, args.concurrency)
+            names = list(targets)
+            for i in range(args.rounds):
+                for name in names[i % len(names):] + names[:i % len(names)]:
+                    pid, url, payload = targets[name]
+                    c0 = cpu_seconds(pid)
+                    await run_streams(url, payload, per_round, args.concurrency)
+                    used[name] += cpu_seconds(pid) - c0
+            return {name: used[name] / (per_round * args.rounds * chunks) * 1e6 for name in targets}
+
+        cpu = await cpu_rounds(targets, args.streams, args.chunks)
+        results["cpu_us_per_chunk"] = {name: round(v, 2) for name, v in cpu.items()}
+        results["cpu_us_per_chunk"]["ratio"] = _ratio(cpu["gateway"], cpu["relay"])
+        if args.gate:
+            results["cpu_us_per_chunk"]["ratio_validators"] = _ratio(cpu["gateway_validators"], cpu["relay"])
+
+        one = {name: (pid, url, body("bench/chunks-1")) for name, (pid, url, _) in targets.items()
+               if name != "gateway_validators"}
+        per_request = await cpu_rounds(one, args.requests, 1)
+        results["cpu_ms_per_request"] = {
+            "relay": round(per_request["relay"] / 1e3, 3), "gateway": round(per_request["gateway"] / 1e3, 3),
+            "gateway_over_relay": round((per_request["gateway"] - per_request["relay"]) / 1e3, 3)}
+
+        rate = {}
+        for name in ("relay", "gateway"):
+            _, url, payload = targets[name]
+            events, wall = await run_streams(url, payload, max(50, args.streams // 3), 50)
+            rate[name] = round(events / wall)
+        results["events_per_second_c50"] = rate
+
+        samples = await interleaved_ttft({
+            "direct": (f"{upstream_url}/chat/completions", {"model": "chunks-5", "messages": [], "stream": True},
+                       b"tok0"),
+            "gateway": (gw_url, body("bench/chunks-5"), b"event: token"),
+            "relay": (relay_url, body("bench/chunks-5"), b"event: token"),
+        }, args.ttft_rounds)
+        direct = statistics.median(samples["direct"])
+        results["ttft_ms_c1"] = {
+            "direct_median": round(direct * 1e3, 3),
+            "gateway_added_median": round((statistics.median(samples["gateway"]) - direct) * 1e3, 3),
+            "relay_added_median": round((statistics.median(samples["relay"]) - direct) * 1e3, 3),
+            "samples": len(samples["gateway"]),
+        }
+        per_open = await open_streams_memory(gw_url, gw.pid, args.memory_streams)
+        results["memory_kib"] = {"per_open_stream": round(per_open / 1024, 1),
+                                 "per_retained_stream": round(per_retained / 1024, 1),
+                                 "streams": args.memory_streams}
+    results["goals"] = goals(results)
     print(json.dumps(results, indent=2))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return results
+
+
+def goals(results: dict) -> dict[str, str]:
+    """Each goal of issue 12 against this run's figure: `met`/`not met` with both numbers."""
+    cpu = results["cpu_us_per_chunk"]
+    figures = {
+        "cpu_ratio": cpu.get("ratio"),
+        "cpu_ratio_validators": cpu.get("ratio_validators"),
+        "added_ttft_ms_c1": results["ttft_ms_c1"]["gateway_added_median"],
+        "request_cpu_ms_over_relay": results["cpu_ms_per_request"]["gateway_over_relay"],
+    }
+    return {name: f"{'met' if value <= GOALS[name] else 'NOT met'}: {value} (goal <= {GOALS[name]})"
+            for name, value in figures.items() if value is not None}
 
 
 if __name__ == "__main__":

@@ -2,11 +2,12 @@
 
 import asyncio
 
+import orjson
 import pytest
 
 from app.core.errors import RequestError
-from app.core.events import AssistantMessage, FinalEvent, TokenEvent, Usage
-from app.streams.log import MemoryStreamStore, ReplayUnavailable, StoreFull, parse_cursor
+from app.core.events import AssistantMessage, FinalEvent, ReasoningEvent, TokenEvent, Usage
+from app.streams.log import MemoryStreamStore, ReplayUnavailable, StoreFull, encode_frame, parse_cursor
 from tests.support import parse_sse
 
 
@@ -90,3 +91,14 @@ def test_cursor_sources():
     assert parse_cursor(None, None) == 0
     assert parse_cursor(None, 4) == 4
     assert parse_cursor(" 3 ", 9) == 3
+
+
+@pytest.mark.parametrize("event", [
+    TokenEvent(index=3, content='say "hi"\n\u2028 \U0001f600 </script>'),
+    ReasoningEvent(index=0, content="\\ \t\x00"),
+    TokenEvent(index=12, content=""),
+])
+def test_the_text_delta_fast_path_encodes_the_same_bytes(event) -> None:
+    # encode_frame skips event.data() for text deltas; the frame must not change.
+    general = b"id: 7\nevent: %s\ndata: %s\n\n" % (event.type.encode(), orjson.dumps(event.data()))
+    assert encode_frame(7, event) == general

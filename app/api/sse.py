@@ -10,7 +10,9 @@ choices, numbered as sse-starlette does:
    streaming task (so the run is cancelled and the upstream closed), and sends `: ping` after
    `ping_seconds` of silence.
 2. The same task is the send watchdog: a send stuck longer than `send_timeout` (a client that
-   stopped reading) is treated as a disconnect, so a dead reader never pins an upstream.
+   stopped reading) is treated as a disconnect, so a dead reader never pins an upstream. The
+   streaming loop reads no clock: it counts frames, and the watcher, waking four times per
+   deadline, notes when the count last moved (issue 12: no per-event clock calls).
 3. No lock around sends: a ping is one complete frame and only goes out when nothing was sent
    for a whole interval; uvicorn refuses (and we ignore) a ping that loses the race with the end.
 """
@@ -51,16 +53,16 @@ class SSEResponse(StreamingResponse):
         loop = asyncio.get_running_loop()
         streamer = asyncio.current_task()
         assert streamer is not None
-        state = _State(last_send=loop.time())
+        state = _State()
         helper = loop.create_task(self._watch(receive, send, streamer, state))
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
             async for chunk in self.frames:
-                state.sending_since = loop.time()
+                state.sending = True  # no clock per frame: the watcher samples these (point 2)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                state.last_send = loop.time()
-                state.sending_since = None
-            state.sending_since = loop.time()  # the closing send is watched too (a reader that never reads)
+                state.sending = False
+                state.sent += 1
+            state.sending = True  # the closing send is watched too (a reader that never reads)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             state.done = True
         except asyncio.CancelledError:
@@ -79,33 +81,43 @@ class SSEResponse(StreamingResponse):
 
     async def _watch(self, receive: Receive, send: Send, streamer: asyncio.Task[None], state: _State) -> None:
         loop = asyncio.get_running_loop()
-        interval = min(self.ping_seconds, self.send_timeout)
+        # Wake often enough to see either deadline within a fraction of itself.
+        interval = min(self.ping_seconds, self.send_timeout) / 4
         disconnect = loop.create_task(_wait_disconnect(receive))
+        seen, changed = state.sent, loop.time()  # the last frame count seen, and when it last moved
+        sending_since: float | None = None  # when the send in progress was first seen
         try:
             while not state.done:
                 done, _ = await asyncio.wait({disconnect}, timeout=interval)
                 if state.done:
                     return
                 now = loop.time()
-                stuck = state.sending_since is not None and now - state.sending_since > self.send_timeout
+                moved = state.sent != seen
+                if moved:
+                    seen, changed = state.sent, now
+                if not state.sending:
+                    sending_since = None
+                elif moved or sending_since is None:
+                    sending_since = now
+                stuck = sending_since is not None and now - sending_since > self.send_timeout
                 if done or stuck:
                     state.client_gone = True
                     streamer.cancel()
                     return
-                if state.sending_since is None and now - state.last_send >= self.ping_seconds:
+                if not state.sending and now - changed >= self.ping_seconds:
                     with contextlib.suppress(Exception):
                         await send(_PING)
-                    state.last_send = loop.time()
+                    changed = loop.time()
         finally:
             disconnect.cancel()
 
 
 class _State:
-    __slots__ = ("last_send", "sending_since", "done", "client_gone")
+    __slots__ = ("sent", "sending", "done", "client_gone")
 
-    def __init__(self, *, last_send: float) -> None:
-        self.last_send = last_send
-        self.sending_since: float | None = None
+    def __init__(self) -> None:
+        self.sent = 0  # frames sent; the watcher notes when this last moved
+        self.sending = False
         self.done = False
         self.client_gone = False
 

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from app.core import safejson
 from app.core.errors import GatewayError, RequestError
-from app.core.events import FinalEvent, StreamEvent
+from app.core.events import FinalEvent, ReasoningEvent, StreamEvent, TokenEvent
 from app.core.transcript import Transcript
 
 BATCH_BYTES = 64 * 1024
@@ -42,8 +42,20 @@ class StoreFull(GatewayError):
 
 
 def encode_frame(seq: int, event: StreamEvent) -> bytes:
-    """One SSE frame: `id`, `event`, one compact JSON `data` line, blank line."""
+    """One SSE frame: `id`, `event`, one compact JSON `data` line, blank line.
+
+    Text deltas, most of every stream, skip the payload dict: only the content goes through
+    JSON (the same bytes as `safejson.dumps(event.data())`; tests/test_stream_log.py)."""
+    kind = type(event)
+    if kind is TokenEvent:
+        return _TOKEN_FRAME % (seq, event.index, safejson.dumps(event.content))  # type: ignore[union-attr]
+    if kind is ReasoningEvent:
+        return _REASONING_FRAME % (seq, event.index, safejson.dumps(event.content))  # type: ignore[union-attr]
     return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, event.type.encode(), safejson.dumps(event.data()))
+
+
+_TOKEN_FRAME = b'id: %d\nevent: token\ndata: {"index":%d,"content":%s}\n\n'
+_REASONING_FRAME = b'id: %d\nevent: reasoning\ndata: {"index":%d,"content":%s}\n\n'
 
 
 @dataclass(slots=True, kw_only=True)
