@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test lint install install-test openapi bench migrate clean
+.PHONY: run test lint install install-test openapi bench bench-litellm migrate clean
 
 run: $(VENV)/.installed-run  ## install and serve the gateway (mock provider by default) on $(HOST):$(PORT)
 	mkdir -p var  # the embedded records database, var/foundry.db (FOUNDRY_DATA_DIR)
@@ -44,10 +44,19 @@ migrate: $(VENV)/.installed-run  ## migrate the records database (FOUNDRY_DATABA
 openapi: $(VENV)/.installed-run  ## regenerate openapi/openapi.json from the app
 	$(BIN)/python scripts/export_openapi.py
 
-bench: $(VENV)/.installed-test  ## run the benchmarks in bench/
+bench: $(VENV)/.installed-test  ## run the benchmarks in bench/ (the issue 12 goals, from one run)
 	$(BIN)/python bench/run.py --gate
+	$(BIN)/python bench/open_bench.py
 	$(BIN)/python bench/gate_bench.py
 	$(BIN)/python bench/records_bench.py
 
+LITELLM_VENV ?= .venv-litellm
+$(LITELLM_VENV)/bin/litellm:  ## LiteLLM in a venv of its own: a comparison, never a dependency
+	$(PYTHON) -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/python -m pip install --quiet 'litellm[proxy]'
+
+bench-litellm: $(VENV)/.installed-test $(LITELLM_VENV)/bin/litellm  ## optional: CPU per event vs the LiteLLM proxy
+	$(BIN)/python bench/litellm_bench.py --litellm $(LITELLM_VENV)/bin/litellm
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(LITELLM_VENV) .pytest_cache .hypothesis

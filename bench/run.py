@@ -85,7 +85,8 @@ def body(model: str, **extra) -> dict:
     return {"model": model, "messages": [{"role": "user", "content": "bench"}], **extra}
 
 
-async def run_streams(url: str, payload: dict, streams: int, concurrency: int) -> tuple[int, float]:
+async def run_streams(url: str, payload: dict, streams: int, concurrency: int,
+                      headers: dict[str, str] | None = None) -> tuple[int, float]:
     """Open `streams` SSE streams, `concurrency` at a time; return (events seen, wall seconds)."""
     sem = asyncio.Semaphore(concurrency)
     events = 0
@@ -94,7 +95,7 @@ async def run_streams(url: str, payload: dict, streams: int, concurrency: int) -
 
         async def one() -> None:
             nonlocal events
-            async with sem, client.stream("POST", url, json=payload) as r:
+            async with sem, client.stream("POST", url, json=payload, headers=headers) as r:
                 r.raise_for_status()
                 async for chunk in r.aiter_bytes():
                     events += chunk.count(b"\n\n")
