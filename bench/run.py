@@ -13,7 +13,8 @@ them alike. Reports, with the goals of issue 12:
    (goal <= 1 ms), with the relay's for scale;
 4. CPU per request (1-chunk streams), gateway minus relay (goal <= 0.3 ms);
 5. events per second at concurrency 50, gateway and relay;
-6. memory per open stream (held mid-generation) and per retained (finished) stream.
+6. memory per open stream (held mid-generation) and per retained (finished) stream: RSS growth,
+   and the encoded bytes the store counts against its global budget (FOUNDRY_MAX_STORE_BYTES).
 
 Usage: `python bench/run.py [--streams 300] [--chunks 200] [--rounds 3] [--json out.json]`.
 No timed assertions anywhere: this prints numbers; the notes and README quote them.
@@ -169,12 +170,22 @@ async def interleaved_ttft(targets: dict[str, tuple[str, dict, bytes]], rounds: 
     return samples
 
 
-async def retained_memory(url: str, pid: int, streams: int, concurrency: int, chunks: int) -> float:
-    """RSS growth per finished stream kept for replay (right after start: nothing retained yet)."""
+def store_bytes(base_url: str) -> float:
+    """The stream store's own count of retained encoded bytes (`foundry_store_bytes`)."""
+    for line in httpx.get(f"{base_url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("foundry_store_bytes "):
+            return float(line.split()[1])
+    return 0.0
+
+
+async def retained_memory(url: str, pid: int, streams: int, concurrency: int, chunks: int) -> tuple[float, float]:
+    """Per finished stream kept for replay (measured right after start, nothing retained yet):
+    RSS growth, and the encoded bytes the store counts against its global budget."""
+    base = url.rsplit("/v1/", 1)[0]
     await run_streams(url, body(f"bench/chunks-{chunks}"), concurrency, concurrency)  # warm-up
-    before = rss_bytes(pid)
+    before, counted = rss_bytes(pid), store_bytes(base)
     await run_streams(url, body(f"bench/chunks-{chunks}"), streams, concurrency)
-    return (rss_bytes(pid) - before) / streams
+    return (rss_bytes(pid) - before) / streams, (store_bytes(base) - counted) / streams
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -205,7 +216,8 @@ async def main() -> dict:
     with server("bench.upstream:app", up_port), server("app.main:app", gw_port, gw_env) as gw, \
             server("bench.relay:app", relay_port, {"RELAY_UPSTREAM": upstream_url}) as relay:
         gw_url, relay_url = f"http://127.0.0.1:{gw_port}/v1/stream", f"http://127.0.0.1:{relay_port}/v1/stream"
-        per_retained = await retained_memory(gw_url, gw.pid, args.memory_streams, args.concurrency, args.chunks)
+        per_retained, per_retained_counted = await retained_memory(gw_url, gw.pid, args.memory_streams,
+                                                                   args.concurrency, args.chunks)
 
         # name -> (pid, url, payload); CPU summed over interleaved rounds.
         targets = {"relay": (relay.pid, relay_url, body(model)), "gateway": (gw.pid, gw_url, body(model))}
@@ -263,6 +275,7 @@ async def main() -> dict:
         per_open = await open_streams_memory(gw_url, gw.pid, args.memory_streams)
         results["memory_kib"] = {"per_open_stream": round(per_open / 1024, 1),
                                  "per_retained_stream": round(per_retained / 1024, 1),
+                                 "per_retained_stream_store_counted": round(per_retained_counted / 1024, 1),
                                  "streams": args.memory_streams}
     results["goals"] = goals(results)
     print(json.dumps(results, indent=2))
