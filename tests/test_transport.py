@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -129,6 +129,35 @@ async def test_a_refused_connection_is_unavailable_not_a_timeout() -> None:
     async with upstream_http_client(connect_timeout=5, read_timeout=5) as client:
         with pytest.raises(httpx2.ConnectError):
             await client.post(f"http://127.0.0.1:{port}/v1/chat/completions", content=b"{}")
+
+
+@contextlib.contextmanager
+def unanswered_port() -> Iterator[int]:
+    """A loopback port whose accept queue is full: connection attempts hang (SYNs are dropped)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(0)
+        port = server.getsockname()[1]
+        fillers = []
+        try:
+            for _ in range(3):
+                filler = socket.socket()
+                filler.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    filler.connect(("127.0.0.1", port))
+                fillers.append(filler)
+            yield port
+        finally:
+            for filler in fillers:
+                filler.close()
+
+
+async def test_a_connection_that_never_completes_is_a_504() -> None:
+    with unanswered_port() as port:
+        app = create_app(settings(f"http://127.0.0.1:{port}/v1", connect_timeout=0.3))
+        async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+            response = await client.post("/v1/stream", json={"model": "up/m", "messages": HELLO})
+    assert response.status_code == 504 and response.json()["error"]["code"] == "upstream_timeout"
 
 
 async def test_silence_before_the_headers_is_a_504() -> None:
