@@ -72,7 +72,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         retries: int = 0,
         verify: ssl.SSLContext | bool = True,
     ) -> None:
-        self._limits = limits or httpx2.Limits(max_connections=1000, keepalive_expiry=30.0)
+        self._limits = limits or httpx2.Limits(max_connections=1000, keepalive_expiry=5.0)  # the SDKs' own defaults
         self._retries = retries
         self._ssl = httpx2.create_ssl_context(verify=verify)
         self._session: aiohttp.ClientSession | None = None
