@@ -23,9 +23,10 @@ import openai
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app.core.messages import Message  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.pipeline import RunSpec  # noqa: E402
-from app.core.messages import Message  # noqa: E402
+from app.providers.base import ProviderRequest  # noqa: E402
 from app.settings import Settings  # noqa: E402
 
 _SSE = b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n'
@@ -36,7 +37,7 @@ def _answer(request: httpx2.Request) -> httpx2.Response:
 
 
 async def per_open(gateway, model: str, requests: int) -> float:
-    spec = RunSpec(model=model, messages=(Message(role="user", content="hello there"),))
+    spec = RunSpec(request=ProviderRequest(model=model, messages=(Message(role="user", content="hello there"),)))
     for _ in range(50):  # warm-up
         run = await gateway.open(spec)
         await run.upstream.aclose()

@@ -67,6 +67,23 @@ def summarize(raw: str) -> dict[str, float]:
     return {name: round(100 * n / samples, 1) for name, n in totals.most_common()}
 
 
+def find_spy() -> str:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        raise SystemExit("py-spy is not installed: pip install py-spy (a profiling tool, not a dependency)")
+    return spy
+
+
+def start_spy(spy: str, pid: int, seconds: float, out: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "250",
+                             "--format", "raw", "--output", out, "--nonblocking"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def read_text(path: str) -> str:
+    return Path(path).read_text()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=15)
@@ -75,9 +92,7 @@ async def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--raw", type=Path, help="keep py-spy's collapsed stacks here")
     args = parser.parse_args()
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(spy).exists():
-        raise SystemExit("py-spy is not installed: pip install py-spy (a profiling tool, not a dependency)")
+    spy = find_spy()
     up_port, gw_port = free_port(), free_port()
     upstream_url = f"http://127.0.0.1:{up_port}/v1"
     env = {"FOUNDRY_PROVIDERS": json.dumps([{"name": "bench", "base_url": upstream_url, "api_key_env": None}]),
@@ -93,14 +108,12 @@ async def main() -> None:
         raw_path = str(args.raw) if args.raw else out.name
         url = f"http://127.0.0.1:{gw_port}/v1/stream"
         await run_streams(url, payload, 20, 20)  # warm-up
-        proc = subprocess.Popen([spy, "record", "--pid", str(gw.pid), "--duration", str(int(args.seconds)),
-                                 "--rate", "250", "--format", "raw", "--output", raw_path, "--nonblocking"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = start_spy(spy, gw.pid, args.seconds, raw_path)
         while proc.poll() is None:
             await run_streams(url, payload, 40, 20)
         if proc.returncode:
             raise SystemExit(f"py-spy failed: {proc.stderr.read().decode()[-500:]}")
-        shares = summarize(Path(raw_path).read_text())
+        shares = summarize(read_text(raw_path))
     print(json.dumps({"self_time_percent_by_layer": shares}, indent=2))
     if args.json:
         args.json.write_text(json.dumps(shares, indent=2) + "\n")

@@ -228,7 +228,7 @@ async def main() -> dict:
             """CPU microseconds per chunk of each target, the targets taking turns each round."""
             used = dict.fromkeys(targets, 0.0)
             per_round = max(1, streams // args.rounds)
-            for name, (_, url, payload) in targets.items():  # warm-up
+            for _, url, payload in targets.values():  # warm-up
                 await run_streams(url, payload, args.concurrency, args.concurrency)
             names = list(targets)
             for i in range(args.rounds):

@@ -22,3 +22,10 @@ def test_bench_runs_end_to_end_and_reports_every_number(tmp_path):
     assert results["events_per_second_c50"]["gateway"] > 0 and results["events_per_second_c50"]["relay"] > 0
     assert {"per_open_stream", "per_retained_stream", "per_retained_stream_store_counted"} <= set(results["memory_kib"])
     assert {"added_ttft_ms_c1", "request_cpu_ms_over_relay"} <= set(results["goals"])
+
+
+def test_open_bench_runs_for_every_sdk_adapter():
+    done = subprocess.run([sys.executable, "bench/open_bench.py", "--requests", "10"],
+                          cwd=REPO, check=True, timeout=120, capture_output=True)
+    figures = json.loads(done.stdout)["gateway_open_cpu_us"]
+    assert set(figures) == {"openai/gpt-4o-mini", "openai-responses/gpt-4o-mini", "anthropic/claude"}

@@ -50,7 +50,7 @@ class AiohttpBody(httpx2.AsyncByteStream):
     async def __anext__(self) -> bytes:
         try:
             chunk = await self._content.readany()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise _mapped(exc, connecting=False) from exc
         if not chunk:
             raise StopAsyncIteration
@@ -111,7 +111,7 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
                     server_hostname=request.extensions.get("sni_hostname"),
                 )
                 break
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 mapped = _mapped(exc, connecting=True)
                 if attempts > 0 and isinstance(mapped, (httpx2.ConnectError, httpx2.ConnectTimeout)):
                     continue
