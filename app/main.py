@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from app.api.compat import openai_routes
+from app.api.compat import anthropic_routes, openai_routes
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
 from app.api.openapi import install_openapi
@@ -94,6 +94,7 @@ def create_app(
     app.include_router(runs.router)
     app.include_router(health.router)
     app.include_router(openai_routes.router)
+    app.include_router(anthropic_routes.router)
     install_playground(app)
     install_error_handlers(app)
     install_openapi(app)

@@ -6,19 +6,23 @@ and the request field paths those errors name.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from starlette.responses import Response
 
+from app.api.responses import JSON
+from app.api.sse import SSEResponse
 from app.core.errors import GatewayError
 from app.core.events import FinalEvent, StreamEvent, ToolCallEvent
+from app.pipeline import Gateway
 from app.run import Run
+from app.validation import ValidatorSpec
 
-__all__ = ["ErrorWriter", "FacadeError", "FacadeRoute", "Translator", "caller_call", "collect", "field_path", "translate"]
+__all__ = ["ErrorWriter", "FacadeError", "GatewayExtras", "answer", "FacadeRoute", "Translator", "caller_call", "collect", "field_path", "translate", "validation_reason"]
 
 
 class FacadeError(Exception):
@@ -46,19 +50,18 @@ class FacadeRoute(APIRoute):
     Each facade subclasses it with its `writer` and gives it to its APIRouter as `route_class`."""
 
     writer: ClassVar[ErrorWriter]
+    brackets: ClassVar[bool] = True
+    """Name list items `messages[0].role` (OpenAI's style) rather than `messages.0.role` (Anthropic's)."""
 
     def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
         handler = super().get_route_handler()
-        writer = self.writer
+        writer, brackets = self.writer, self.brackets
 
         async def facade_handler(request: Request) -> Response:
             try:
                 return await handler(request)
-            except RequestValidationError as exc:
-                message, param = _first_problem(exc.errors())
-                return writer.request_error(message, param, 400, None)
-            except ValidationError as exc:
-                message, param = _first_problem(exc.errors())
+            except (RequestValidationError, ValidationError) as exc:
+                message, param = _first_problem(exc.errors(), brackets)
                 return writer.request_error(message, param, 400, None)
             except FacadeError as exc:
                 return writer.request_error(exc.message, exc.param, exc.status, exc.code)
@@ -68,20 +71,28 @@ class FacadeRoute(APIRoute):
         return facade_handler
 
 
-def field_path(loc: Iterable[Any]) -> str:
-    """`("body", "messages", 0, "content")` -> `messages[0].content`, the way the SDKs' docs write it."""
+def field_path(loc: Iterable[Any], brackets: bool = True) -> str:
+    """`("body", "messages", 0, "content")` -> `messages[0].content` (or `messages.0.content`)."""
     out = ""
     for part in loc:
         if part == "body" and not out:
             continue
-        if isinstance(part, int):
+        if isinstance(part, int) and brackets:
             out += f"[{part}]"
         else:
             out += f".{part}" if out else str(part)
     return out or "body"
 
 
-def _first_problem(errors: Any) -> tuple[str, str]:
+def validation_reason(exc: ValidationError) -> str:
+    """The first problem of a canonical model's ValidationError, as `field: message`."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()))
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{where}: {msg}" if where else msg
+
+
+def _first_problem(errors: Any, brackets: bool) -> tuple[str, str]:
     errors = list(errors)
     if not errors:
         return "invalid request", "body"
@@ -90,7 +101,7 @@ def _first_problem(errors: Any) -> tuple[str, str]:
         return "the request body is not valid JSON", "body"
     # pydantic puts the union member's tag into loc (`function-after[...]`, `str`): drop those.
     loc = [p for p in err.get("loc", ()) if isinstance(p, int) or ("[" not in str(p) and p not in _TAGS)]
-    param = field_path(loc)
+    param = field_path(loc, brackets)
     message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
     if err.get("type") == "extra_forbidden":
         message = f"unrecognized request argument: {param}"
@@ -135,3 +146,38 @@ async def collect(run: Run) -> tuple[list[StreamEvent], FinalEvent]:
     run.listener = events.append
     final = await run.drain()
     return events, final
+
+
+async def answer(
+    gateway: Gateway,
+    run: Run,
+    *,
+    stream: Translator | None,
+    build: Callable[[list[StreamEvent], FinalEvent], dict[str, Any]],
+    error: Callable[[int, str, str | None], dict[str, Any]],
+) -> Response:
+    """The facade's answer to an opened run: its translated stream, or the JSON built from the
+    released events (an error body with the run's status when it failed mid-way)."""
+    headers = {"x-stream-id": run.stream_id}
+    if stream is not None:
+        return SSEResponse(translate(run, stream), ping_seconds=gateway.settings.ping_seconds, headers=headers)
+    events, final = await collect(run)
+    if final.status in ("ok", "blocked"):
+        return JSON(build(events, final), headers=headers)
+    detail = final.error or {}
+    return JSON(error(run.error_status, detail.get("message", "the run failed"), detail.get("code")),
+                status_code=run.error_status, headers=headers)
+
+
+class GatewayExtras(BaseModel):
+    """The gateway's own options, accepted as extra top-level fields (the SDKs' `extra_body`)."""
+
+    validators: list[ValidatorSpec] = Field(
+        default_factory=list, max_length=32,
+        description="Gateway extra: chunk validators for this request, added to the operator's.")
+    chunking: Literal["sentence", "word", "paragraph", "none"] | None = Field(
+        default=None, description="Gateway extra: how validated text is cut into chunks.")
+    max_steps: int | None = Field(default=None, ge=1, le=100,
+                                  description="Gateway extra: most provider calls when the gateway runs tools.")
+    provider_options: dict[str, Any] = Field(
+        default_factory=dict, description="Gateway extra: provider-specific fields, passed to the provider as given.")

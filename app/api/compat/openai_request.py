@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from app.api.compat.common import FacadeError
+from app.api.compat.common import FacadeError, validation_reason
 from app.api.compat.openai_schema import FORWARDED, REFUSED, ChatCompletionRequest, ChatMessageIn
 from app.core.messages import Message, ToolCall, ToolSpec, check_unique_tool_names
 from app.pipeline import RunSpec
@@ -67,7 +67,7 @@ def _tool(i: int, fn: Any) -> ToolSpec:
             return ToolSpec(name=fn.name, description=fn.description)
         return ToolSpec(name=fn.name, description=fn.description, parameters=fn.parameters)
     except ValidationError as exc:
-        raise FacadeError(f"tools[{i}].function: {_reason(exc)}", param=f"tools[{i}].function") from None
+        raise FacadeError(f"tools[{i}].function: {validation_reason(exc)}", param=f"tools[{i}].function") from None
 
 
 def _messages(messages: list[ChatMessageIn]) -> list[Message]:
@@ -91,7 +91,7 @@ def _messages(messages: list[ChatMessageIn]) -> list[Message]:
             out.append(Message(role=role, content=text, tool_calls=calls,
                                tool_call_id=m.tool_call_id if role == "tool" else None))
         except ValidationError as exc:
-            raise FacadeError(f"messages[{i}]: {_reason(exc)}", param=f"messages[{i}]") from None
+            raise FacadeError(f"messages[{i}]: {validation_reason(exc)}", param=f"messages[{i}]") from None
     return out
 
 
@@ -125,12 +125,6 @@ def _call(i: int, k: int, call: Any) -> ToolCall:
     try:
         return ToolCall(id=call.id, name=call.function.name, arguments=arguments)
     except ValidationError as exc:
-        raise FacadeError(f"messages[{i}].tool_calls[{k}]: {_reason(exc)}",
+        raise FacadeError(f"messages[{i}].tool_calls[{k}]: {validation_reason(exc)}",
                           param=f"messages[{i}].tool_calls[{k}]") from None
 
-
-def _reason(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err.get("loc", ()))
-    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-    return f"{where}: {msg}" if where else msg

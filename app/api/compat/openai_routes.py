@@ -9,14 +9,13 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path
 from starlette.responses import Response
 
-from app.api.compat.common import FacadeError, FacadeRoute, collect, translate
+from app.api.compat.common import FacadeError, FacadeRoute, answer
 from app.api.compat.models import anthropic_list, anthropic_model, find, openai_list, openai_model, served_models
 from app.api.compat.openai_request import to_run_spec
 from app.api.compat.openai_response import ChunkWriter, OpenAIErrors, completion
 from app.api.compat.openai_schema import ChatCompletionRequest
 from app.api.deps import GatewayDep, RecordDep
 from app.api.responses import JSON
-from app.api.sse import SSEResponse
 
 __all__ = ["router"]
 
@@ -49,17 +48,10 @@ _STREAM_DOC = {
 )
 async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, record: RecordDep) -> Response:
     run = await gateway.open(to_run_spec(body), record=record)
-    headers = {"x-stream-id": run.stream_id}
-    if body.stream:
-        include_usage = body.stream_options is not None and body.stream_options.include_usage
-        writer = ChunkWriter(run, model=body.model, include_usage=include_usage)
-        return SSEResponse(translate(run, writer), ping_seconds=gateway.settings.ping_seconds, headers=headers)
-    events, final = await collect(run)
-    if final.status in ("ok", "blocked"):
-        return JSON(completion(run, body.model, events, final), headers=headers)
-    error = final.error or {}
-    return JSON(ERRORS.body(run.error_status, error.get("message", "the run failed"), None, error.get("code")),
-                status_code=run.error_status, headers=headers)
+    include_usage = body.stream_options is not None and body.stream_options.include_usage
+    writer = ChunkWriter(run, model=body.model, include_usage=include_usage) if body.stream else None
+    return await answer(gateway, run, stream=writer, build=lambda events, final: completion(run, body.model, events, final),
+                        error=lambda status, text, code: ERRORS.body(status, text, None, code))
 
 
 @router.get("/v1/models", summary="The models this gateway serves (OpenAI's list; Anthropic's with anthropic-version)")

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.validation import ValidatorSpec
+from app.api.compat.common import GatewayExtras
 
 __all__ = ["ChatCompletionRequest", "FORWARDED", "REFUSED"]
 
@@ -92,7 +92,7 @@ REFUSED = {
 """Fields the gateway cannot honour: any value other than their default is a 400 naming them."""
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(GatewayExtras):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={"examples": [{"model": "mock/simple", "messages": [{"role": "user", "content": "hi"}],
@@ -137,14 +137,3 @@ class ChatCompletionRequest(BaseModel):
     web_search_options: dict[str, Any] | None = None
     functions: list[dict[str, Any]] | None = None
     function_call: str | dict[str, Any] | None = None
-
-    # The gateway's own options (extra_body)
-    validators: list[ValidatorSpec] = Field(
-        default_factory=list, max_length=32,
-        description="Gateway extra: chunk validators for this request, added to the operator's.")
-    chunking: Literal["sentence", "word", "paragraph", "none"] | None = Field(
-        default=None, description="Gateway extra: how validated text is cut into chunks.")
-    max_steps: int | None = Field(default=None, ge=1, le=100,
-                                  description="Gateway extra: most provider calls when the gateway runs tools.")
-    provider_options: dict[str, Any] = Field(
-        default_factory=dict, description="Gateway extra: provider-specific fields, passed to the provider as given.")
