@@ -17,13 +17,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from app.core.errors import GatewayError
 from app.main import create_app
 from app.providers.openai_responses_stream import SUMMARY_PART_SEPARATOR
 from app.settings import Settings
 from tests import test_anthropic_stream, test_gemini_stream, test_openai_responses_stream
 from tests.support import Recording, recordings, serve
 
-__all__ = ["ALL_RECORDINGS", "Expect", "RecordedUpstream", "expect", "facade_gateway", "model_of", "settings_for"]
+__all__ = ["ALL_RECORDINGS", "Expect", "LockedAdapter", "RecordedUpstream", "expect", "facade_gateway", "model_of", "settings_for"]
 
 ALL_RECORDINGS = [rec for p in ("openai-chat", "openai-responses", "anthropic", "gemini") for rec in recordings(p)]
 _PROVIDER = {"openai-chat": "openai", "openai-responses": "openai-responses", "anthropic": "anthropic",
@@ -99,12 +100,26 @@ def settings_for(upstream: str, **kw: Any) -> Settings:
                     upstream_max_retries=0, **kw)
 
 
+class LockedAdapter:
+    """A provider that refuses the credentials (as a key check would), to see the 401 mapping."""
+
+    name = "locked"
+
+    def ready(self) -> bool:
+        return True
+
+    async def open_stream(self, request: Any) -> Any:
+        raise GatewayError("invalid API key", code="invalid_api_key", status=401)
+
+
 @contextlib.asynccontextmanager
-async def facade_gateway(upstream: RecordedUpstream | None = None, **settings: Any) -> AsyncIterator[str]:
+async def facade_gateway(
+    upstream: RecordedUpstream | None = None, *, adapters: dict[str, Any] | None = None, **settings: Any
+) -> AsyncIterator[str]:
     """The recorded upstream and the gateway configured against it, both on loopback: the
     gateway's base URL."""
     upstream = upstream or RecordedUpstream()
-    async with serve(upstream.app()) as up, serve(create_app(settings_for(up, **settings))) as url:
+    async with serve(upstream.app()) as up, serve(create_app(settings_for(up, **settings), adapters=adapters)) as url:
         yield url
 
 
@@ -127,6 +142,7 @@ def expect(rec: Recording) -> Expect:
         u = exp["usage"] or {}
         usage = {"input_tokens": u.get("prompt_tokens", 0), "output_tokens": u.get("completion_tokens", 0),
                  "cache_read_tokens": (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0),
+                 "cache_write_tokens": 0,
                  "reasoning_tokens": (u.get("completion_tokens_details") or {}).get("reasoning_tokens", 0)}
         calls = [(c["id"], c["name"], json.loads(c["arguments"] or "{}")) for c in exp["tool_calls"]]
         stop = "content_filter" if exp["refusal"] else (exp["finish_reason"] or "stop")

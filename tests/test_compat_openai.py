@@ -13,10 +13,9 @@ import httpx
 import openai
 import pytest
 
-from app.core.errors import GatewayError
 from app.main import create_app
 from app.settings import Settings
-from tests.compat_support import ALL_RECORDINGS, RecordedUpstream, expect, facade_gateway, model_of, settings_for
+from tests.compat_support import ALL_RECORDINGS, LockedAdapter, RecordedUpstream, expect, facade_gateway, model_of
 from tests.support import serve
 
 HI = [{"role": "user", "content": "hi"}]
@@ -145,18 +144,6 @@ async def test_validators_through_extra_body_gate_release() -> None:
         await client.close()
 
 
-class LockedAdapter:
-    """A provider that refuses the caller's credentials (as a key check would), to see the 401 mapping."""
-
-    name = "locked"
-
-    def ready(self) -> bool:
-        return True
-
-    async def open_stream(self, request: Any) -> Any:
-        raise GatewayError("invalid API key", code="invalid_api_key", status=401)
-
-
 @pytest.mark.parametrize(("ask", "error", "param"), [
     ({"model": "mock/simple", "messages": HI, "n": 2}, openai.BadRequestError, "n"),
     ({"model": "mock/simple", "messages": [{"role": "wizard", "content": "hi"}]}, openai.BadRequestError,
@@ -184,20 +171,17 @@ class LockedAdapter:
     ({"model": "openai/status-500", "messages": HI}, openai.InternalServerError, None),
 ])
 async def test_errors_are_the_sdks_exception_classes(ask: dict[str, Any], error: type, param: str | None) -> None:
-    upstream = RecordedUpstream()
-    async with serve(upstream.app()) as up:
-        app = create_app(settings_for(up), adapters={"locked": LockedAdapter()})  # type: ignore[dict-item]
-        async with serve(app) as url:
-            client = sdk(url)
-            for stream in (False, True):
-                with pytest.raises(error) as raised:
-                    await client.chat.completions.create(**ask, stream=stream)
-                body = raised.value.body
-                assert isinstance(body, dict) and set(body) >= {"message", "type", "param", "code"}
-                assert body["param"] == param
-                if error is openai.RateLimitError:
-                    assert raised.value.response.headers["retry-after"] == "7"
-            await client.close()
+    async with facade_gateway(adapters={"locked": LockedAdapter()}) as url:
+        client = sdk(url)
+        for stream in (False, True):
+            with pytest.raises(error) as raised:
+                await client.chat.completions.create(**ask, stream=stream)
+            body = raised.value.body
+            assert isinstance(body, dict) and set(body) >= {"message", "type", "param", "code"}
+            assert body["param"] == param
+            if error is openai.RateLimitError:
+                assert raised.value.response.headers["retry-after"] == "7"
+        await client.close()
 
 
 async def test_a_failure_after_the_stream_began_makes_the_sdk_raise() -> None:
