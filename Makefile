@@ -45,7 +45,7 @@ openapi: $(VENV)/.installed-run  ## regenerate openapi/openapi.json from the app
 	$(BIN)/python scripts/export_openapi.py
 
 bench: $(VENV)/.installed-test  ## run the benchmarks in bench/
-	$(BIN)/python bench/run.py --gate
+	$(BIN)/python bench/run.py --gate --facades
 	$(BIN)/python bench/gate_bench.py
 	$(BIN)/python bench/records_bench.py
 

@@ -9,7 +9,9 @@ parse-and-re-emit relay (bench/relay.py). This process is the load client. Repor
    to the upstream (goal: <= 2 ms), with the bare relay's for scale (the cost of any extra hop);
 3. events per second through the gateway;
 4. memory per open stream (RSS growth with many streams held open mid-generation);
-5. with `--gate`: the same CPU run with the sentence chunker and two regex validators.
+5. with `--gate`: the same CPU run with the sentence chunker and two regex validators;
+6. with `--facades`: the same CPU run through the drop-in facades (POST /v1/chat/completions and
+   POST /v1/messages, streaming), next to /v1/stream's.
 
 Usage: `python bench/run.py [--streams 400] [--chunks 200] [--json out.json]`. No timed
 assertions anywhere: this prints numbers; the notes and README quote them.
@@ -166,6 +168,7 @@ async def main() -> dict:
     parser.add_argument("--ttft-rounds", type=int, default=100)
     parser.add_argument("--memory-streams", type=int, default=500)
     parser.add_argument("--gate", action="store_true", help="also measure with two regex validators")
+    parser.add_argument("--facades", action="store_true", help="also measure the OpenAI and Anthropic facades")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -199,6 +202,14 @@ async def main() -> dict:
             gate_us, _, _ = await cpu_per_chunk(gw.pid, gw_url, body(model, validators=validators,
                                                                      chunking="sentence"))
             results["cpu_us_per_chunk"]["gateway_two_regex_validators"] = round(gate_us, 2)
+        if args.facades:
+            base = f"http://127.0.0.1:{gw_port}"
+            facades = {"openai_facade": (f"{base}/v1/chat/completions", body(model, stream=True)),
+                       "anthropic_facade": (f"{base}/v1/messages", body(model, stream=True, max_tokens=4096))}
+            for name, (url, payload) in facades.items():
+                facade_us, _, _ = await cpu_per_chunk(gw.pid, url, payload)
+                results["cpu_us_per_chunk"][name] = round(facade_us, 2)
+                results["cpu_us_per_chunk"][f"{name}_vs_stream"] = round(facade_us / gw_us, 2) if gw_us else None
 
         direct = f"{upstream_url}/chat/completions"
         for concurrency in (1, 50):
