@@ -7,9 +7,11 @@ failure the SDK raises on, and a disconnect that closes the upstream."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 
 from app.main import create_app
@@ -190,3 +192,25 @@ async def test_models_in_anthropics_shape() -> None:
         assert ids[0] == "mock/simple" and "anthropic/*" in ids
         assert (await client.models.retrieve("anthropic/claude-haiku-4-5")).type == "model"
         await client.close()
+
+
+async def test_the_wire_format() -> None:
+    """The bytes any Anthropic client reads: `event:` lines in the documented order."""
+    async with serve(create_app(Settings())) as url, httpx.AsyncClient(base_url=url) as http:
+        ask = {"model": "mock/tool_call", "max_tokens": 64, "messages": HI, "stream": True, "tools": [CALCULATOR]}
+        response = await http.post("/v1/messages", json=ask)
+        assert response.headers["content-type"].startswith("text/event-stream")
+        frames = [f.split("\n") for f in response.text.split("\n\n") if f and not f.startswith(":")]
+        events = [(f[0].removeprefix("event: "), json.loads(f[1].removeprefix("data: "))) for f in frames]
+        assert all(name == data["type"] for name, data in events)
+        assert [name for name, _ in events] == [
+            "message_start", "ping", "content_block_start", "content_block_delta", "content_block_stop",
+            "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"]
+        assert events[5][1]["content_block"] == {"type": "tool_use", "id": "call_mock_1", "name": "calculator",
+                                                 "input": {}}
+        assert events[6][1]["delta"] == {"type": "input_json_delta", "partial_json": '{"expression":"2 + 2"}'}
+        assert events[8][1]["delta"]["stop_reason"] == "tool_use"
+        paused = (await http.post("/v1/messages", json={"model": "mock/tool_call", "max_tokens": 64, "messages": HI,
+                                                        "max_steps": 1})).json()
+        assert paused["stop_reason"] == "pause_turn" and paused["content"] == [{"type": "text",
+                                                                                "text": "Calling calculator"}]

@@ -223,3 +223,24 @@ async def test_models_lists_what_is_served() -> None:
         with pytest.raises(openai.NotFoundError):
             await client.models.retrieve("nowhere/model")
         await client.close()
+
+
+async def test_the_wire_format() -> None:
+    """The bytes any OpenAI-compatible client reads: role first, deltas, finish, usage, [DONE]."""
+    async with serve(create_app(Settings())) as url, httpx.AsyncClient(base_url=url) as http:
+        ask = {"model": "mock/simple", "messages": HI, "stream": True, "stream_options": {"include_usage": True}}
+        response = await http.post("/v1/chat/completions", json=ask)
+        assert response.headers["content-type"].startswith("text/event-stream")
+        frames = [f for f in response.text.split("\n\n") if f and not f.startswith(":")]
+        assert frames[-1] == "data: [DONE]"
+        chunks = [json.loads(f.removeprefix("data: ")) for f in frames[:-1]]
+        assert {c["object"] for c in chunks} == {"chat.completion.chunk"} and len({c["id"] for c in chunks}) == 1
+        assert [c["choices"][0]["delta"] for c in chunks[:3]] == [
+            {"role": "assistant", "content": "", "refusal": None}, {"content": "Hello"}, {"content": ", world"}]
+        assert chunks[3]["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
+        assert chunks[4]["choices"] == [] and chunks[4]["usage"]["total_tokens"] == 4
+        # max_steps reached while the gateway runs tools: a limit cut, as `length`.
+        paused = (await http.post("/v1/chat/completions", json={"model": "mock/tool_call", "messages": HI,
+                                                                "max_steps": 1})).json()
+        assert paused["choices"][0]["finish_reason"] == "length"
+        assert paused["choices"][0]["message"]["content"] == "Calling calculator"
