@@ -47,6 +47,7 @@ openapi: $(VENV)/.installed-run  ## regenerate openapi/openapi.json from the app
 bench: $(VENV)/.installed-test  ## run the benchmarks in bench/
 	$(BIN)/python bench/run.py --gate --facades
 	$(BIN)/python bench/gate_bench.py
+	$(BIN)/python bench/facade_bench.py
 	$(BIN)/python bench/records_bench.py
 
 clean:

@@ -136,11 +136,8 @@ def _message(i: int, m: MessageIn) -> list[Message]:
             text.append(_text_block(where, block))
         elif kind == "tool_use" and m.role == "assistant":
             calls.append(_call(where, block))
-        elif kind == "thinking" and m.role == "assistant":
-            reasoning.append(ReasoningBlock(text=str(block.get("thinking", "")), signature=block.get("signature") or None,
-                                            provider="anthropic"))
-        elif kind == "redacted_thinking" and m.role == "assistant":
-            reasoning.append(ReasoningBlock(redacted=str(block.get("data", "")), provider="anthropic"))
+        elif kind in ("thinking", "redacted_thinking") and m.role == "assistant":
+            reasoning.append(_thinking(where, block))
         elif kind == "tool_result" and m.role == "user":
             results.append(_result(where, block))
         elif kind in ("image", "document", "search_result"):
@@ -159,6 +156,17 @@ def _message(i: int, m: MessageIn) -> list[Message]:
 def _call(where: str, block: dict[str, Any]) -> ToolCall:
     try:
         return ToolCall(id=block.get("id"), name=block.get("name"), arguments=block.get("input", {}))
+    except ValidationError as exc:
+        raise FacadeError(f"{where}: {validation_reason(exc)}", param=where) from None
+
+
+def _thinking(where: str, block: dict[str, Any]) -> ReasoningBlock:
+    """Thinking goes back unchanged with its signature (the provider checks it); redacted as its data."""
+    try:
+        if block["type"] == "redacted_thinking":
+            return ReasoningBlock(redacted=block.get("data"), provider="anthropic")
+        return ReasoningBlock(text=block.get("thinking", ""), signature=block.get("signature") or None,
+                              provider="anthropic")
     except ValidationError as exc:
         raise FacadeError(f"{where}: {validation_reason(exc)}", param=where) from None
 
