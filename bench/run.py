@@ -169,6 +169,7 @@ async def main() -> dict:
     parser.add_argument("--memory-streams", type=int, default=500)
     parser.add_argument("--gate", action="store_true", help="also measure with two regex validators")
     parser.add_argument("--facades", action="store_true", help="also measure the OpenAI and Anthropic facades")
+    parser.add_argument("--facade-rounds", type=int, default=3, help="interleaved rounds of the facade runs")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -184,7 +185,7 @@ async def main() -> dict:
         gw_url, relay_url = f"http://127.0.0.1:{gw_port}/v1/stream", f"http://127.0.0.1:{relay_port}/v1/stream"
 
         async def cpu_per_chunk(pid: int, url: str, payload: dict) -> tuple[float, int, float]:
-            await run_streams(url, payload, 20, args.concurrency)  # warm-up
+            await run_streams(url, payload, min(20, args.streams), args.concurrency)  # warm-up
             c0 = cpu_seconds(pid)
             events, wall = await run_streams(url, payload, args.streams, args.concurrency)
             used = cpu_seconds(pid) - c0
@@ -209,7 +210,7 @@ async def main() -> dict:
                        "openai_facade": (f"{base}/v1/chat/completions", body(model, stream=True)),
                        "anthropic_facade": (f"{base}/v1/messages", body(model, stream=True, max_tokens=4096))}
             samples: dict[str, list[float]] = {name: [] for name in targets}
-            for _ in range(3):
+            for _ in range(args.facade_rounds):
                 for name, (url, payload) in targets.items():
                     samples[name].append((await cpu_per_chunk(gw.pid, url, payload))[0])
             stream_us = statistics.median(samples["stream"])
@@ -217,7 +218,8 @@ async def main() -> dict:
             for name in ("openai_facade", "anthropic_facade"):
                 facade_us = statistics.median(samples[name])
                 results["cpu_us_per_chunk"][name] = round(facade_us, 2)
-                results["cpu_us_per_chunk"][f"{name}_vs_stream"] = round(facade_us / stream_us, 2) if stream_us else None
+                ratio = round(facade_us / stream_us, 2) if stream_us else None
+                results["cpu_us_per_chunk"][f"{name}_vs_stream"] = ratio
         direct = f"{upstream_url}/chat/completions"
         for concurrency in (1, 50):
             rounds = args.ttft_rounds if concurrency == 1 else max(4, args.ttft_rounds // 10)

@@ -24,7 +24,8 @@ from app.settings import Settings
 from tests import test_anthropic_stream, test_gemini_stream, test_openai_responses_stream
 from tests.support import Recording, recordings, serve
 
-__all__ = ["ALL_RECORDINGS", "Expect", "LockedAdapter", "RecordedUpstream", "expect", "facade_gateway", "model_of", "settings_for"]
+__all__ = ["ALL_RECORDINGS", "Expect", "LockedAdapter", "RecordedUpstream", "expect", "facade_gateway", "model_of",
+           "settings_for"]
 
 ALL_RECORDINGS = [rec for p in ("openai-chat", "openai-responses", "anthropic", "gemini") for rec in recordings(p)]
 _PROVIDER = {"openai-chat": "openai", "openai-responses": "openai-responses", "anthropic": "anthropic",
@@ -51,9 +52,8 @@ class RecordedUpstream:
         if model.startswith("status-"):
             status = int(model.removeprefix("status-"))
             headers = {"retry-after": "7"} if status == 429 else {}
-            body = {"error": {"message": f"upstream says {status}", "type": "invalid_request_error"}}
-            if provider == "anthropic":
-                body = {"type": "error", "error": {"type": "invalid_request_error", "message": f"upstream says {status}"}}
+            error = {"message": f"upstream says {status}", "type": "invalid_request_error"}
+            body = {"type": "error", "error": error} if provider == "anthropic" else {"error": error}
             return JSONResponse(body, status_code=status, headers=headers)
         return StreamingResponse(self._body(_BY_KEY[(provider, model)].body), media_type="text/event-stream")
 

@@ -11,7 +11,7 @@ def test_bench_runs_end_to_end_and_reports_every_number(tmp_path):
     out = tmp_path / "bench.json"
     subprocess.run(
         [sys.executable, "bench/run.py", "--streams", "4", "--chunks", "5", "--concurrency", "2",
-         "--ttft-rounds", "2", "--memory-streams", "4", "--gate", "--facades", "--json", str(out)],
+         "--ttft-rounds", "2", "--memory-streams", "4", "--gate", "--facades", "--facade-rounds", "1", "--json", str(out)],
         cwd=REPO, check=True, timeout=120, capture_output=True,
     )
     results = json.loads(out.read_text())

@@ -165,7 +165,8 @@ async def test_a_failure_after_the_stream_began_makes_the_sdk_raise() -> None:
                                               extra_body=broken) as stream:
                 async for text in stream.text_stream:
                     seen.append(text)
-        assert raised.value.body["error"]["type"] == "api_error" and "fail_after" in raised.value.body["error"]["message"]
+        error = raised.value.body["error"]
+        assert error["type"] == "api_error" and "fail_after" in error["message"]
         assert "lorem" in "".join(seen)
         with pytest.raises(anthropic.InternalServerError):
             await client.messages.create(model="mock/lorem-20", max_tokens=64, messages=HI, extra_body=broken)

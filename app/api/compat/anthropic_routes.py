@@ -44,5 +44,6 @@ _STREAM_DOC = {
 async def messages(body: MessagesRequest, gateway: GatewayDep, record: RecordDep) -> Response:
     run = await gateway.open(to_run_spec(body), record=record)
     writer = MessageWriter(run, model=body.model) if body.stream else None
-    return await answer(gateway, run, stream=writer, build=lambda events, final: message(run, body.model, events, final),
+    return await answer(gateway, run, stream=writer,
+                        build=lambda events, final: message(run, body.model, events, final),
                         error=lambda status, text, code: ERRORS.body(status, text))

@@ -22,7 +22,8 @@ from app.pipeline import Gateway
 from app.run import Run
 from app.validation import ValidatorSpec
 
-__all__ = ["ErrorWriter", "FacadeError", "GatewayExtras", "answer", "FacadeRoute", "Translator", "caller_call", "collect", "field_path", "translate", "validation_reason"]
+__all__ = ["ErrorWriter", "FacadeError", "FacadeRoute", "GatewayExtras", "Translator", "answer", "caller_call",
+           "collect", "field_path", "translate", "validation_reason"]
 
 
 class FacadeError(Exception):

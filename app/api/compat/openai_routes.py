@@ -50,7 +50,8 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, rec
     run = await gateway.open(to_run_spec(body), record=record)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     writer = ChunkWriter(run, model=body.model, include_usage=include_usage) if body.stream else None
-    return await answer(gateway, run, stream=writer, build=lambda events, final: completion(run, body.model, events, final),
+    return await answer(gateway, run, stream=writer,
+                        build=lambda events, final: completion(run, body.model, events, final),
                         error=lambda status, text, code: ERRORS.body(status, text, None, code))
 
 
@@ -62,7 +63,8 @@ async def list_models(
     return JSON(anthropic_list(models) if anthropic_version else openai_list(models))
 
 
-@router.get("/v1/models/{model_id:path}", summary="One served model (OpenAI's shape; Anthropic's with anthropic-version)")
+@router.get("/v1/models/{model_id:path}",
+            summary="One served model (OpenAI's shape; Anthropic's with anthropic-version)")
 async def get_model(
     gateway: GatewayDep, model_id: Annotated[str, Path(max_length=256)],
     anthropic_version: Annotated[str | None, Header(alias="anthropic-version")] = None,
