@@ -77,6 +77,9 @@ async def test_every_recording_through_the_anthropic_sdk() -> None:
             assert signed == [bool(b.signature) for b in answer.content if b.type == "thinking"], name
             if rec.provider == "anthropic":
                 assert signed == rec.expected["thinking_signatures"], name
+                for message in (answer, final):
+                    redacted = [b for b in message.content if b.type == "redacted_thinking"]
+                    assert len(redacted) == rec.expected["redacted_thinking_blocks"], name
         await client.close()
 
 

@@ -3,7 +3,7 @@
 JSON `message`, and errors in Anthropic's format.
 
 - Reasoning is a `thinking` block (`thinking_delta`s, then the provider's `signature_delta` when it
-  signed it); text a `text` block; each caller tool call a `tool_use` block sent when the call is
+  signed it), redacted thinking a whole `redacted_thinking` block; text a `text` block; each caller tool call a `tool_use` block sent when the call is
   complete (start, one `input_json_delta` with the whole arguments, stop), so blocks never
   interleave even when a provider streams parallel calls' fragments mixed.
 - The gateway's tools and the provider's server tools are not shown (as in the OpenAI facade);
@@ -53,7 +53,7 @@ def _frame(kind: bytes, data: dict[str, Any]) -> bytes:
 class MessageWriter:
     """One stream's events. `feed()` takes released events, gives the bytes to send."""
 
-    __slots__ = ("run", "model", "_index", "_open", "_thinking")
+    __slots__ = ("run", "model", "_index", "_open", "_thinking", "_redacted")
 
     def __init__(self, run: Run, *, model: str) -> None:
         self.run = run
@@ -61,6 +61,7 @@ class MessageWriter:
         self._index = -1  # the open (or last) block's index
         self._open: str | None = None  # "text" | "thinking" | None
         self._thinking: list[str] = []  # the open thinking block's text, to find its signature
+        self._redacted: set[str] = set()  # redacted thinking already sent (it has no events of its own)
 
     def feed(self, events: list[StreamEvent]) -> bytes:
         out: list[bytes] = []
@@ -91,6 +92,7 @@ class MessageWriter:
 
     def _start(self, out: list[bytes], kind: str | None, block: dict[str, Any]) -> None:
         self._close(out)
+        self._send_redacted(out)
         self._index += 1
         self._open = kind
         out.append(_frame(b"content_block_start", {"type": "content_block_start", "index": self._index,
@@ -108,6 +110,17 @@ class MessageWriter:
                                                                       "signature": signature}}))
         out.append(_frame(b"content_block_stop", {"type": "content_block_stop", "index": self._index}))
         self._open = None
+
+    def _send_redacted(self, out: list[bytes]) -> None:
+        """Redacted thinking the provider sent so far, as whole blocks: it must go back unchanged
+        with the next turn, and no canonical event carries it."""
+        for block in self.run.accumulator.message().reasoning:
+            if block.redacted and block.redacted not in self._redacted:
+                self._redacted.add(block.redacted)
+                self._index += 1
+                out.append(_frame(b"content_block_start", {"type": "content_block_start", "index": self._index,
+                           "content_block": {"type": "redacted_thinking", "data": block.redacted}}))
+                out.append(_frame(b"content_block_stop", {"type": "content_block_stop", "index": self._index}))
 
     def _signature(self, text: str) -> str | None:
         """The provider's signature of this thinking, from the run's message so far (the events
@@ -128,6 +141,7 @@ class MessageWriter:
 
     def _end(self, out: list[bytes], final: FinalEvent) -> None:
         self._close(out)
+        self._send_redacted(out)
         if final.status in ("ok", "blocked"):
             out.append(_frame(b"message_delta", {"type": "message_delta",
                                                  "delta": {"stop_reason": stop_reason(final), "stop_sequence": None},
