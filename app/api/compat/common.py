@@ -61,7 +61,7 @@ class FacadeRoute(APIRoute):
         async def facade_handler(request: Request) -> Response:
             try:
                 return await handler(request)
-            except (RequestValidationError, ValidationError) as exc:
+            except RequestValidationError as exc:
                 message, param = _first_problem(exc.errors(), brackets)
                 return writer.request_error(message, param, 400, None)
             except FacadeError as exc:
