@@ -12,7 +12,7 @@ def test_bench_runs_end_to_end_and_reports_every_number(tmp_path):
     subprocess.run(
         [sys.executable, "bench/run.py", "--streams", "4", "--chunks", "5", "--concurrency", "2",
          "--ttft-rounds", "2", "--memory-streams", "4", "--gate", "--facades", "--facade-rounds", "1", "--json", str(out)],
-        cwd=REPO, check=True, timeout=120, capture_output=True,
+        cwd=REPO, check=True, timeout=300, capture_output=True,  # a guard, not a timing: the machine is shared
     )
     results = json.loads(out.read_text())
     assert set(results["cpu_us_per_chunk"]) == {"relay", "gateway", "ratio", "gateway_two_regex_validators",
