@@ -41,8 +41,9 @@ def model_of(rec: Recording) -> str:
 @dataclass
 class RecordedUpstream:
     """Every provider API on one loopback server. The upstream model name picks the recording
-    (or `status-<N>` answers HTTP N, with Retry-After: 7 on 429). With `hold`, a response stays open
-    after its body until the client goes; `closed` is set when a body generator ends."""
+    (or `status-<N>` answers HTTP N, with Retry-After: 7 on 429). With `hold`, a response sends
+    the first half of the recording's frames and then stays open until the client goes; `closed`
+    is set when a body generator ends."""
 
     hold: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -58,6 +59,9 @@ class RecordedUpstream:
         return StreamingResponse(self._body(_BY_KEY[(provider, model)].body), media_type="text/event-stream")
 
     async def _body(self, body: bytes) -> AsyncIterator[bytes]:
+        if self.hold:  # the answer is not over: the gateway must not end it by itself
+            frames = body.split(b"\n\n")
+            body = b"\n\n".join(frames[: len(frames) // 2]) + b"\n\n"
         try:
             for i in range(0, len(body), 397):  # uneven network reads
                 yield body[i:i + 397]
