@@ -218,3 +218,34 @@ async def test_the_wire_format() -> None:
                                                         "max_steps": 1})).json()
         assert paused["stop_reason"] == "pause_turn" and paused["content"] == [{"type": "text",
                                                                                 "text": "Calling calculator"}]
+
+
+async def test_the_request_maps_to_the_canonical_one() -> None:
+    """Anthropic's fields reach the provider through the canonical request (here an Anthropic
+    upstream): the system prompt, thinking sent back with its signature, tool use and results."""
+    upstream = RecordedUpstream()
+    ask = [{"role": "user", "content": "Weather in Paris?"},
+           {"role": "assistant", "content": [
+               {"type": "thinking", "thinking": "Use the tool.", "signature": "sig-1"},
+               {"type": "text", "text": "Checking."},
+               {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Paris"}}]},
+           {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                         "content": [{"type": "text", "text": "sunny"}]},
+                                        {"type": "text", "text": "And tomorrow?"}]}]
+    tool = {"name": "weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    async with facade_gateway(upstream) as url:
+        client = sdk(url)
+        await client.messages.create(model="anthropic/text", max_tokens=77, system=[{"type": "text", "text": "Brief."}],
+                                     messages=ask, tools=[tool], tool_choice={"type": "any"},
+                                     stop_sequences=["END"], metadata={"user_id": "u1"})
+        await client.close()
+    sent = upstream.requests[-1]
+    assert sent["system"] in ("Brief.", [{"type": "text", "text": "Brief."}])
+    assert sent["messages"][1]["content"][0] == {"type": "thinking", "thinking": "Use the tool.", "signature": "sig-1"}
+    assert sent["messages"][1]["content"][2] == {"type": "tool_use", "id": "toolu_1", "name": "weather",
+                                                 "input": {"city": "Paris"}}
+    results = sent["messages"][2]["content"]
+    assert results[0]["type"] == "tool_result" and results[0]["tool_use_id"] == "toolu_1"
+    assert results[-1] == {"type": "text", "text": "And tomorrow?"}
+    assert sent["tool_choice"] == {"type": "any"} and sent["tools"][0]["name"] == "weather"
+    assert (sent["max_tokens"], sent["stop_sequences"]) == (77, ["END"]) and "metadata" not in sent

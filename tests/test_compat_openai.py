@@ -244,3 +244,32 @@ async def test_the_wire_format() -> None:
                                                                 "max_steps": 1})).json()
         assert paused["choices"][0]["finish_reason"] == "length"
         assert paused["choices"][0]["message"]["content"] == "Calling calculator"
+
+
+async def test_the_request_maps_to_the_canonical_one() -> None:
+    """OpenAI's fields reach the provider through the canonical request (here an OpenAI upstream)."""
+    upstream = RecordedUpstream()
+    ask = [{"role": "developer", "content": "Be brief."},
+           {"role": "user", "content": [{"type": "text", "text": "Weather "}, {"type": "text", "text": "in Paris?"}]},
+           {"role": "assistant", "content": None, "tool_calls": [
+               {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]},
+           {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    tool = {"type": "function", "function": {"name": "weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    async with facade_gateway(upstream) as url:
+        client = sdk(url)
+        await client.chat.completions.create(
+            model="openai/text-include-usage", messages=ask, tools=[tool], temperature=0.3,
+            tool_choice={"type": "function", "function": {"name": "weather"}}, max_completion_tokens=50,
+            stop=["\n\n"], seed=7, user="end-user-1")
+        await client.close()
+    sent = upstream.requests[-1]
+    assert sent["messages"] == [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    assert sent["tools"][0]["function"]["name"] == "weather"
+    assert sent["tool_choice"] == {"type": "function", "function": {"name": "weather"}}
+    assert (sent["temperature"], sent["stop"], sent["seed"]) == (0.3, ["\n\n"], 7)
+    assert 50 in (sent.get("max_tokens"), sent.get("max_completion_tokens")) and "user" not in sent
