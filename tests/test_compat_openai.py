@@ -251,8 +251,8 @@ async def test_the_request_maps_to_the_canonical_one() -> None:
     upstream = RecordedUpstream()
     ask = [{"role": "developer", "content": "Be brief."},
            {"role": "user", "content": [{"type": "text", "text": "Weather "}, {"type": "text", "text": "in Paris?"}]},
-           {"role": "assistant", "content": None, "tool_calls": [
-               {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}]},
+           {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+               "name": "weather", "arguments": '{"city": "Paris"}'}}]},
            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
     tool = {"type": "function", "function": {"name": "weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
