@@ -12,10 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.api.compat.common import FacadeError, GatewayExtras, validation_reason
+from app.api.compat.common import FacadeError, GatewayExtras, run_spec, validation_reason
 from app.core.messages import Message, ReasoningBlock, ToolCall, ToolSpec, check_unique_tool_names
 from app.pipeline import RunSpec
-from app.validation import check_specs
 
 __all__ = ["MessagesRequest", "to_run_spec"]
 
@@ -71,7 +70,6 @@ class MessagesRequest(GatewayExtras):
 
 
 def to_run_spec(body: MessagesRequest) -> RunSpec:
-    check_specs(body.validators, body.chunking)
     tools = tuple(_tool(i, t) for i, t in enumerate(body.tools or ()))
     try:
         check_unique_tool_names(tools)
@@ -80,12 +78,10 @@ def to_run_spec(body: MessagesRequest) -> RunSpec:
     messages = [Message(role="system", content=s) for s in [_system(body.system)] if s]
     for i, m in enumerate(body.messages):
         messages.extend(_message(i, m))
-    options = {name: getattr(body, name) for name in _FORWARDED if getattr(body, name) is not None}
-    options.update(body.provider_options)
-    return RunSpec(
+    return run_spec(
         model=body.model, messages=tuple(messages), tools=tools, tool_choice=_choice(body.tool_choice, tools),
         temperature=body.temperature if body.temperature is not None else 0.0, max_tokens=body.max_tokens,
-        options=options, validators=tuple(body.validators), chunking=body.chunking, max_steps=body.max_steps,
+        options={name: getattr(body, name) for name in _FORWARDED if getattr(body, name) is not None}, extras=body,
     )
 
 

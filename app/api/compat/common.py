@@ -18,12 +18,13 @@ from app.api.responses import JSON
 from app.api.sse import SSEResponse
 from app.core.errors import GatewayError
 from app.core.events import FinalEvent, StreamEvent, ToolCallEvent
-from app.pipeline import Gateway
+from app.core.messages import Message, ToolSpec
+from app.pipeline import Gateway, RunSpec
 from app.run import Run
-from app.validation import ValidatorSpec
+from app.validation import ValidatorSpec, check_specs
 
 __all__ = ["ErrorWriter", "FacadeError", "FacadeRoute", "GatewayExtras", "Translator", "answer", "caller_call",
-           "collect", "field_path", "translate", "validation_reason"]
+           "collect", "field_path", "open_run", "run_spec", "translate", "validation_reason"]
 
 
 class FacadeError(Exception):
@@ -147,6 +148,20 @@ async def collect(run: Run) -> tuple[list[StreamEvent], FinalEvent]:
     run.listener = events.append
     final = await run.drain()
     return events, final
+
+
+def run_spec(*, model: str, messages: tuple[Message, ...], tools: tuple[ToolSpec, ...], tool_choice: str | None,
+             temperature: float, max_tokens: int | None, options: dict[str, Any], extras: GatewayExtras) -> RunSpec:
+    """The canonical request, as /v1/stream builds it (validators and chunker checked: 422)."""
+    check_specs(extras.validators, extras.chunking)
+    return RunSpec(model=model, messages=messages, tools=tools, tool_choice=tool_choice, temperature=temperature,
+                   max_tokens=max_tokens, options={**options, **extras.provider_options},
+                   validators=tuple(extras.validators), chunking=extras.chunking, max_steps=extras.max_steps)
+
+
+async def open_run(gateway: Gateway, spec: RunSpec, record: dict[str, Any]) -> Run:
+    """Open the run through the same Gateway as /v1/stream (GatewayError before any event)."""
+    return await gateway.open(spec, record=record)
 
 
 async def answer(

@@ -7,11 +7,10 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from app.api.compat.common import FacadeError, validation_reason
+from app.api.compat.common import FacadeError, run_spec, validation_reason
 from app.api.compat.openai_schema import FORWARDED, REFUSED, ChatCompletionRequest, ChatMessageIn
 from app.core.messages import Message, ToolCall, ToolSpec, check_unique_tool_names
 from app.pipeline import RunSpec
-from app.validation import check_specs
 
 __all__ = ["to_run_spec"]
 
@@ -21,7 +20,6 @@ _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant"
 def to_run_spec(body: ChatCompletionRequest) -> RunSpec:
     """Map the request; FacadeError (400 naming the parameter) for what the gateway cannot honour."""
     _refuse_unsupported(body)
-    check_specs(body.validators, body.chunking)
     tools = tuple(_tool(i, t.function) for i, t in enumerate(body.tools or ()))
     try:
         check_unique_tool_names(tools)
@@ -34,19 +32,15 @@ def to_run_spec(body: ChatCompletionRequest) -> RunSpec:
         choice = body.tool_choice.function.name
         if choice not in {t.name for t in tools}:
             raise FacadeError(f"tool_choice names {choice!r}, which is not among tools", param="tool_choice")
-    options = {name: getattr(body, name) for name in FORWARDED if getattr(body, name) is not None}
-    options.update(body.provider_options)
-    return RunSpec(
+    return run_spec(
         model=body.model,
         messages=tuple(_messages(body.messages)),
         tools=tools,
         tool_choice=choice,
         temperature=body.temperature if body.temperature is not None else 0.0,
         max_tokens=body.max_completion_tokens or body.max_tokens,
-        options=options,
-        validators=tuple(body.validators),
-        chunking=body.chunking,
-        max_steps=body.max_steps,
+        options={name: getattr(body, name) for name in FORWARDED if getattr(body, name) is not None},
+        extras=body,
     )
 
 
