@@ -3,9 +3,10 @@
 JSON `message`, and errors in Anthropic's format.
 
 - Reasoning is a `thinking` block (`thinking_delta`s, then the provider's `signature_delta` when it
-  signed it), redacted thinking a whole `redacted_thinking` block; text a `text` block; each caller tool call a `tool_use` block sent when the call is
-  complete (start, one `input_json_delta` with the whole arguments, stop), so blocks never
-  interleave even when a provider streams parallel calls' fragments mixed.
+  signed it), redacted thinking a whole `redacted_thinking` block; text a `text` block; each
+  caller tool call a `tool_use` block sent when the call is complete (start, one
+  `input_json_delta` with the whole arguments, stop), so blocks never interleave even when a
+  provider streams parallel calls' fragments mixed.
 - The gateway's tools and the provider's server tools are not shown (as in the OpenAI facade);
   their activity is in the transcript of the stream named by `x-stream-id`.
 - `input_tokens` is Anthropic's: the input beyond cache reads and writes (canonical input counts them).
