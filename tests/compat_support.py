@@ -17,15 +17,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from app.core.errors import GatewayError
+from app.core.errors import GatewayError, RequestError
 from app.main import create_app
 from app.providers.openai_responses_stream import SUMMARY_PART_SEPARATOR
 from app.settings import Settings
 from tests import test_anthropic_stream, test_gemini_stream, test_openai_responses_stream
 from tests.support import Recording, recordings, serve
 
-__all__ = ["ALL_RECORDINGS", "Expect", "LockedAdapter", "RecordedUpstream", "expect", "facade_gateway", "model_of",
-           "settings_for"]
+__all__ = ["ALL_RECORDINGS", "Expect", "LockedAdapter", "PickyAdapter", "RecordedUpstream", "expect",
+           "facade_gateway", "model_of", "settings_for"]
 
 ALL_RECORDINGS = [rec for p in ("openai-chat", "openai-responses", "anthropic", "gemini") for rec in recordings(p)]
 _PROVIDER = {"openai-chat": "openai", "openai-responses": "openai-responses", "anthropic": "anthropic",
@@ -114,6 +114,20 @@ class LockedAdapter:
 
     async def open_stream(self, request: Any) -> Any:
         raise GatewayError("invalid API key", code="invalid_api_key", status=401)
+
+
+class PickyAdapter:
+    """A provider that takes no options at all, refusing them as the gateway's allow-list does."""
+
+    name = "picky"
+
+    def ready(self) -> bool:
+        return True
+
+    async def open_stream(self, request: Any) -> Any:
+        key = next(iter(request.options), "none")
+        raise RequestError(f"provider_options.{key} is not allowed on this gateway", status=422,
+                           code="option_not_allowed", field=f"provider_options.{key}")
 
 
 @contextlib.asynccontextmanager

@@ -16,7 +16,8 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tests.compat_support import ALL_RECORDINGS, LockedAdapter, RecordedUpstream, expect, facade_gateway, model_of
+from tests.compat_support import (ALL_RECORDINGS, LockedAdapter, PickyAdapter, RecordedUpstream, expect,
+                                  facade_gateway, model_of)
 from tests.support import serve
 
 HI = [{"role": "user", "content": "hi"}]
@@ -140,13 +141,15 @@ async def test_validators_through_extra_body_end_in_refusal() -> None:
      "messages.0.content.0.text"),
     ({"messages": HI, "extra_body": {"validators": [{"name": "nope"}]}}, anthropic.BadRequestError, "validators"),
     ({"messages": HI, "extra_body": {"n": 2}}, anthropic.BadRequestError, "n"),
+    ({"messages": HI, "model": "picky/any", "stop_sequences": ["x"]}, anthropic.BadRequestError,
+     "stop_sequences is not allowed"),
     ({"messages": [{"role": "user", "content": "hi"}], "model": "nowhere/claude"}, anthropic.NotFoundError, "model"),
     ({"messages": HI, "model": "locked/any"}, anthropic.AuthenticationError, "invalid API key"),
     ({"messages": HI, "model": "anthropic/status-429"}, anthropic.RateLimitError, "429"),
     ({"messages": HI, "model": "anthropic/status-500"}, anthropic.InternalServerError, "500"),
 ])
 async def test_errors_are_the_sdks_exception_classes(ask: dict[str, Any], error: type, names: str) -> None:
-    async with facade_gateway(adapters={"locked": LockedAdapter()}) as url:
+    async with facade_gateway(adapters={"locked": LockedAdapter(), "picky": PickyAdapter()}) as url:
         client = sdk(url)
         for stream in (False, True):
             with pytest.raises(error) as raised:

@@ -15,7 +15,8 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tests.compat_support import ALL_RECORDINGS, LockedAdapter, RecordedUpstream, expect, facade_gateway, model_of
+from tests.compat_support import (ALL_RECORDINGS, LockedAdapter, PickyAdapter, RecordedUpstream, expect,
+                                  facade_gateway, model_of)
 from tests.support import serve
 
 HI = [{"role": "user", "content": "hi"}]
@@ -165,13 +166,16 @@ async def test_validators_through_extra_body_gate_release() -> None:
      openai.BadRequestError, "validators[0].name"),
     ({"model": "mock/simple", "messages": HI, "extra_body": {"surprise": 1}}, openai.BadRequestError, "surprise"),
     ({"model": "mock/simple", "messages": []}, openai.BadRequestError, "messages"),
+    ({"model": "picky/any", "messages": HI, "stop": ["x"]}, openai.BadRequestError, "stop"),
+    ({"model": "picky/any", "messages": HI, "extra_body": {"provider_options": {"stop": ["x"]}}},
+     openai.BadRequestError, "provider_options.stop"),
     ({"model": "nowhere/gpt", "messages": HI}, openai.NotFoundError, "model"),
     ({"model": "locked/any", "messages": HI}, openai.AuthenticationError, None),
     ({"model": "openai/status-429", "messages": HI}, openai.RateLimitError, None),
     ({"model": "openai/status-500", "messages": HI}, openai.InternalServerError, None),
 ])
 async def test_errors_are_the_sdks_exception_classes(ask: dict[str, Any], error: type, param: str | None) -> None:
-    async with facade_gateway(adapters={"locked": LockedAdapter()}) as url:
+    async with facade_gateway(adapters={"locked": LockedAdapter(), "picky": PickyAdapter()}) as url:
         client = sdk(url)
         for stream in (False, True):
             with pytest.raises(error) as raised:

@@ -16,10 +16,10 @@ from app.api.compat.common import FacadeError, GatewayExtras, run_spec, validati
 from app.core.messages import Message, ReasoningBlock, ToolCall, ToolSpec, check_unique_tool_names
 from app.pipeline import RunSpec
 
-__all__ = ["MessagesRequest", "to_run_spec"]
+__all__ = ["FORWARDED", "MessagesRequest", "to_run_spec"]
 
 _STRICT = ConfigDict(extra="forbid")
-_FORWARDED = ("stop_sequences", "top_p", "top_k", "thinking", "service_tier")
+FORWARDED = ("stop_sequences", "top_p", "top_k", "thinking", "service_tier")
 """Anthropic fields with no canonical counterpart: passed to the provider as `provider_options`
 under the same name (the Anthropic provider takes them; another may refuse them, 400)."""
 
@@ -81,7 +81,7 @@ def to_run_spec(body: MessagesRequest) -> RunSpec:
     return run_spec(
         model=body.model, messages=tuple(messages), tools=tools, tool_choice=_choice(body.tool_choice, tools),
         temperature=body.temperature if body.temperature is not None else 0.0, max_tokens=body.max_tokens,
-        options={name: getattr(body, name) for name in _FORWARDED if getattr(body, name) is not None}, extras=body,
+        options={name: getattr(body, name) for name in FORWARDED if getattr(body, name) is not None}, extras=body,
     )
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from app.api.compat.anthropic_request import MessagesRequest, to_run_spec
+from app.api.compat.anthropic_request import FORWARDED, MessagesRequest, to_run_spec
 from app.api.compat.anthropic_response import AnthropicErrors, MessageWriter, message
-from app.api.compat.common import FacadeRoute, answer, open_run
+from app.api.compat.common import FacadeRoute, answer, forwarded_fields, open_run
 from app.api.deps import GatewayDep, RecordDep
 
 __all__ = ["router"]
@@ -42,7 +42,8 @@ _STREAM_DOC = {
     summary="Anthropic Messages (drop-in): the same run as /v1/stream, in Anthropic's shapes",
 )
 async def messages(body: MessagesRequest, gateway: GatewayDep, record: RecordDep) -> Response:
-    run = await open_run(gateway, to_run_spec(body), record)
+    forwarded = forwarded_fields(body, FORWARDED, body.provider_options)
+    run = await open_run(gateway, to_run_spec(body), record, forwarded=forwarded)
     writer = MessageWriter(run, model=body.model) if body.stream else None
     return await answer(gateway, run, stream=writer,
                         build=lambda events, final: message(run, body.model, events, final),

@@ -24,7 +24,7 @@ from app.run import Run
 from app.validation import ValidatorSpec, check_specs
 
 __all__ = ["ErrorWriter", "FacadeError", "FacadeRoute", "GatewayExtras", "Translator", "answer", "caller_call",
-           "collect", "field_path", "open_run", "run_spec", "translate", "validation_reason"]
+           "collect", "field_path", "forwarded_fields", "open_run", "run_spec", "translate", "validation_reason"]
 
 
 class FacadeError(Exception):
@@ -159,9 +159,24 @@ def run_spec(*, model: str, messages: tuple[Message, ...], tools: tuple[ToolSpec
                    validators=tuple(extras.validators), chunking=extras.chunking, max_steps=extras.max_steps)
 
 
-async def open_run(gateway: Gateway, spec: RunSpec, record: dict[str, Any]) -> Run:
-    """Open the run through the same Gateway as /v1/stream (GatewayError before any event)."""
-    return await gateway.open(spec, record=record)
+async def open_run(gateway: Gateway, spec: RunSpec, record: dict[str, Any], *, forwarded: Iterable[str] = ()) -> Run:
+    """Open the run through the same Gateway as /v1/stream (GatewayError before any event). A
+    refused provider option that the caller sent as a top-level field (`forwarded`) is named as
+    that field, which is what the caller wrote."""
+    try:
+        return await gateway.open(spec, record=record)
+    except GatewayError as exc:
+        field = exc.details.get("field")
+        prefix, _, key = field.partition(".") if isinstance(field, str) else ("", "", "")
+        if prefix == "provider_options" and key.split(".")[0] in set(forwarded):
+            raise FacadeError(exc.message.replace(f"provider_options.{key}", key), param=key,
+                              status=400 if exc.status == 422 else exc.status, code=exc.code) from None
+        raise
+
+
+def forwarded_fields(body: BaseModel, names: Iterable[str], provider_options: dict[str, Any]) -> list[str]:
+    """The client fields passed on as provider options (set, and not overridden by provider_options)."""
+    return [n for n in names if getattr(body, n) is not None and n not in provider_options]
 
 
 async def answer(

@@ -9,11 +9,11 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path
 from starlette.responses import Response
 
-from app.api.compat.common import FacadeError, FacadeRoute, answer, open_run
+from app.api.compat.common import FacadeError, FacadeRoute, answer, forwarded_fields, open_run
 from app.api.compat.models import anthropic_list, anthropic_model, find, openai_list, openai_model, served_models
 from app.api.compat.openai_request import to_run_spec
 from app.api.compat.openai_response import ChunkWriter, OpenAIErrors, completion
-from app.api.compat.openai_schema import ChatCompletionRequest
+from app.api.compat.openai_schema import FORWARDED, ChatCompletionRequest
 from app.api.deps import GatewayDep, RecordDep
 from app.api.responses import JSON
 
@@ -47,7 +47,8 @@ _STREAM_DOC = {
     summary="OpenAI Chat Completions (drop-in): the same run as /v1/stream, in OpenAI's shapes",
 )
 async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, record: RecordDep) -> Response:
-    run = await open_run(gateway, to_run_spec(body), record)
+    forwarded = forwarded_fields(body, FORWARDED, body.provider_options)
+    run = await open_run(gateway, to_run_spec(body), record, forwarded=forwarded)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     writer = ChunkWriter(run, model=body.model, include_usage=include_usage) if body.stream else None
     return await answer(gateway, run, stream=writer,
