@@ -252,3 +252,17 @@ async def test_the_request_maps_to_the_canonical_one() -> None:
     assert results[-1] == {"type": "text", "text": "And tomorrow?"}
     assert sent["tool_choice"] == {"type": "any"} and sent["tools"][0]["name"] == "weather"
     assert (sent["max_tokens"], sent["stop_sequences"]) == (77, ["END"]) and "metadata" not in sent
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    (b'{"model": "mock/simple", "max_tokens": 9, "messages": [{"role": "user", "content": "bad \\udfff"}]}',
+     "messages.0.content"),
+    (b'{"model": "mock/simple", "max_tokens": "10", "messages": [{"role": "user", "content": "hi"}]}', "max_tokens"),
+    (b'{"model": "mock/simple", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]', "body"),
+])
+async def test_hostile_bodies_are_400s_naming_the_field(body: bytes, field: str) -> None:
+    """What no SDK would send (invalid Unicode, loose types, broken JSON), sent raw."""
+    async with serve(create_app(Settings())) as url, httpx.AsyncClient(base_url=url) as http:
+        response = await http.post("/v1/messages", content=body, headers={"content-type": "application/json"})
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["type"] == "invalid_request_error" and field in error["message"]

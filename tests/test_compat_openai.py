@@ -277,3 +277,16 @@ async def test_the_request_maps_to_the_canonical_one() -> None:
     assert sent["tool_choice"] == {"type": "function", "function": {"name": "weather"}}
     assert (sent["temperature"], sent["stop"], sent["seed"]) == (0.3, ["\n\n"], 7)
     assert 50 in (sent.get("max_tokens"), sent.get("max_completion_tokens")) and "user" not in sent
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    (b'{"model": "mock/simple", "messages": [{"role": "user", "content": "bad \\udfff"}]}', "messages[0].content"),
+    (b'{"model": "mock/simple", "messages": [{"role": "user", "content": "hi"}], "max_tokens": "10"}', "max_tokens"),
+    (b'{"model": "mock/simple", "messages": [{"role": "user", "content": "hi"}], "stream": 1}', "stream"),
+    (b'{"model": "mock/simple", "messages": [{"role": "user", "content": "hi"}', "body"),
+])
+async def test_hostile_bodies_are_400s_naming_the_field(body: bytes, param: str) -> None:
+    """What no SDK would send (invalid Unicode, loose types, broken JSON), sent raw."""
+    async with serve(create_app(Settings())) as url, httpx.AsyncClient(base_url=url) as http:
+        response = await http.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"]["param"] == param

@@ -54,13 +54,14 @@ class MessagesRequest(GatewayExtras):
     )
 
     model: str = Field(min_length=1, max_length=256, description="`provider/model` or a configured alias.")
-    max_tokens: int = Field(ge=1, le=1_000_000)
+    max_tokens: int = Field(ge=1, le=1_000_000, strict=True)
     messages: list[MessageIn] = Field(min_length=1, max_length=10_000)
     system: str | list[dict[str, Any]] | None = None
-    temperature: float | None = Field(default=None, ge=0.0, le=1.0, description="Defaults to the gateway's 0.")
+    temperature: float | None = Field(default=None, ge=0.0, le=1.0, strict=True,
+                                      description="Defaults to the gateway's 0.")
     tools: list[ToolIn] | None = Field(default=None, max_length=512)
     tool_choice: ToolChoiceIn | None = None
-    stream: bool = False
+    stream: bool = Field(default=False, strict=True)
     metadata: dict[str, Any] | None = Field(default=None, description="Accepted; not sent upstream.")
     stop_sequences: list[str] | None = None
     top_p: float | None = None

@@ -11,10 +11,11 @@ from typing import Any, ClassVar, Literal, Protocol
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 from starlette.responses import Response
 
 from app.api.responses import JSON
+from app.api.schemas import refuse_invalid_unicode
 from app.api.sse import SSEResponse
 from app.core.errors import GatewayError
 from app.core.events import FinalEvent, StreamEvent, ToolCallEvent
@@ -201,14 +202,21 @@ async def answer(
 
 
 class GatewayExtras(BaseModel):
-    """The gateway's own options, accepted as extra top-level fields (the SDKs' `extra_body`)."""
+    """The gateway's own options, accepted as extra top-level fields (the SDKs' `extra_body`).
+    As on /v1/stream, a string that is not valid Unicode anywhere in the body is refused."""
 
     validators: list[ValidatorSpec] = Field(
         default_factory=list, max_length=32,
         description="Gateway extra: chunk validators for this request, added to the operator's.")
     chunking: Literal["sentence", "word", "paragraph", "none"] | None = Field(
         default=None, description="Gateway extra: how validated text is cut into chunks.")
-    max_steps: int | None = Field(default=None, ge=1, le=100,
+    max_steps: int | None = Field(default=None, ge=1, le=100, strict=True,
                                   description="Gateway extra: most provider calls when the gateway runs tools.")
     provider_options: dict[str, Any] = Field(
         default_factory=dict, description="Gateway extra: provider-specific fields, passed to the provider as given.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        refuse_invalid_unicode(data)
+        return data

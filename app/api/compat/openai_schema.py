@@ -70,7 +70,7 @@ class NamedToolChoice(BaseModel):
 
 class StreamOptions(BaseModel):
     model_config = _STRICT
-    include_usage: bool = False
+    include_usage: bool = Field(default=False, strict=True)
     include_obfuscation: bool | None = None
 
 
@@ -103,13 +103,15 @@ class ChatCompletionRequest(GatewayExtras):
     messages: list[ChatMessageIn] = Field(min_length=1, max_length=10_000)
     tools: list[ToolIn] | None = Field(default=None, max_length=512)
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0, description="Defaults to the gateway's 0.")
-    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
-    max_completion_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
-    stream: bool | None = False
+    temperature: float | None = Field(default=None, strict=True, ge=0.0, le=2.0,
+                                      description="Defaults to the gateway's 0.")
+    max_tokens: int | None = Field(default=None, strict=True, ge=1, le=1_000_000)
+    max_completion_tokens: int | None = Field(default=None, strict=True, ge=1, le=1_000_000)
+    stream: bool | None = Field(default=False, strict=True)
     stream_options: StreamOptions | None = None
     user: str | None = Field(default=None, max_length=256)
-    n: int | None = Field(default=None, ge=1, le=128, description="Only 1: the gateway runs one choice.")
+    n: int | None = Field(default=None, strict=True, ge=1, le=128,
+                          description="Only 1: the gateway runs one choice.")
     modalities: list[str] | None = Field(default=None, description='Only `["text"]`.')
 
     # OpenAI fields forwarded as provider options (see FORWARDED)
