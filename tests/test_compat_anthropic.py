@@ -16,8 +16,7 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tests.compat_support import (ALL_RECORDINGS, LockedAdapter, PickyAdapter, RecordedUpstream, expect,
-                                  facade_gateway, model_of)
+from tests.compat_support import ALL_RECORDINGS, LockedAdapter, PickyAdapter, RecordedUpstream, expect, facade_gateway, model_of
 from tests.support import serve
 
 HI = [{"role": "user", "content": "hi"}]

@@ -18,10 +18,10 @@ from typing import Any
 
 import orjson
 
-from app.api.compat.common import caller_call
+from app.api.compat.common import caller_call, failure
 from app.api.responses import JSON
 from app.core.errors import GatewayError
-from app.core.events import FinalEvent, StreamEvent, ToolCallEvent, Usage
+from app.core.events import FinalEvent, ReasoningEvent, StartEvent, StreamEvent, TokenEvent, ToolCallEvent, Usage
 from app.run import Run
 
 __all__ = ["AnthropicErrors", "MessageWriter", "message", "stop_reason", "usage"]
@@ -67,28 +67,27 @@ class MessageWriter:
     def feed(self, events: list[StreamEvent]) -> bytes:
         out: list[bytes] = []
         for event in events:
-            kind = event.type
-            if kind == "token":
+            if isinstance(event, TokenEvent):
                 if self._open != "text":
                     self._start(out, "text", {"type": "text", "text": ""})
                 out.append(_frame(b"content_block_delta", {"type": "content_block_delta", "index": self._index,
-                           "delta": {"type": "text_delta", "text": event.content}}))  # type: ignore[union-attr]
-            elif kind == "reasoning":
+                           "delta": {"type": "text_delta", "text": event.content}}))
+            elif isinstance(event, ReasoningEvent):
                 if self._open != "thinking":
                     self._start(out, "thinking", {"type": "thinking", "thinking": "", "signature": ""})
-                self._thinking.append(event.content)  # type: ignore[union-attr]
+                self._thinking.append(event.content)
                 out.append(_frame(b"content_block_delta", {"type": "content_block_delta", "index": self._index,
-                           "delta": {"type": "thinking_delta", "thinking": event.content}}))  # type: ignore[union-attr]
-            elif kind == "tool_call":
-                self._tool_use(out, event)  # type: ignore[arg-type]
-            elif kind == "start":
+                           "delta": {"type": "thinking_delta", "thinking": event.content}}))
+            elif isinstance(event, ToolCallEvent):
+                self._tool_use(out, event)
+            elif isinstance(event, StartEvent):
                 out.append(_frame(b"message_start", {"type": "message_start", "message": {
                     "id": message_id(self.run), "type": "message", "role": "assistant", "model": self.model,
                     "content": [], "stop_reason": None, "stop_sequence": None,
                     "usage": {"input_tokens": 0, "output_tokens": 0}}}))
                 out.append(_frame(b"ping", {"type": "ping"}))
-            elif kind == "final":
-                self._end(out, event)  # type: ignore[arg-type]
+            elif isinstance(event, FinalEvent):
+                self._end(out, event)
         return b"".join(out)
 
     def _start(self, out: list[bytes], kind: str | None, block: dict[str, Any]) -> None:
@@ -149,10 +148,9 @@ class MessageWriter:
                                                  "usage": usage(final.usage)}))
             out.append(_frame(b"message_stop", {"type": "message_stop"}))
             return
-        error = final.error or {}
-        code = str(error.get("code", final.status))
-        out.append(_frame(b"error", {"type": "error", "error": {
-            "type": _ERROR_TYPE.get(code, "api_error"), "message": error.get("message", "the run failed")}}))
+        code, message = failure(final)
+        out.append(_frame(b"error", {"type": "error", "error": {"type": _ERROR_TYPE.get(code, "api_error"),
+                                                                "message": message}}))
 
 
 def message(run: Run, model: str, events: list[StreamEvent], final: FinalEvent) -> dict[str, Any]:
@@ -161,19 +159,18 @@ def message(run: Run, model: str, events: list[StreamEvent], final: FinalEvent) 
     content: list[dict[str, Any]] = [{"type": "redacted_thinking", "data": b.redacted}
                                      for b in final.message.reasoning if b.redacted]
     for event in events:
-        kind = event.type
         last = content[-1] if content else None
-        if kind == "token":
+        if isinstance(event, TokenEvent):
             if last is not None and last["type"] == "text":
                 last["text"] += event.content
             else:
                 content.append({"type": "text", "text": event.content})
-        elif kind == "reasoning":
+        elif isinstance(event, ReasoningEvent):
             if last is not None and last["type"] == "thinking":
                 last["thinking"] += event.content
             else:
                 content.append({"type": "thinking", "thinking": event.content, "signature": ""})
-        elif kind == "tool_call" and event.is_final and caller_call(run, event):
+        elif isinstance(event, ToolCallEvent) and event.is_final and caller_call(run, event):
             content.append({"type": "tool_use", "id": event.id, "name": event.name, "input": event.arguments or {}})
     for block in content:
         if block["type"] == "thinking":
@@ -206,9 +203,9 @@ class AnthropicErrors:
 
     def gateway_error(self, exc: GatewayError) -> JSON:
         status = 400 if exc.status == 422 else exc.status  # Anthropic answers an invalid request with 400
-        field = exc.details.get("field")
+        field = exc.field
         text = exc.message if not isinstance(field, str) or exc.message.startswith(field) else f"{field}: {exc.message}"
         headers = {}
-        if exc.details.get("retry_after") is not None:
-            headers["Retry-After"] = str(exc.details["retry_after"])
+        if exc.retry_after is not None:
+            headers["Retry-After"] = str(exc.retry_after)
         return JSON(self.body(status, text), status_code=status, headers=headers)

@@ -5,7 +5,7 @@ and the request field paths those errors name.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from typing import Any, ClassVar, Literal, Protocol
 
 from fastapi import Request
@@ -14,18 +14,20 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from starlette.responses import Response
 
-from app.api.responses import JSON
+from app.api.middleware import RequestLog
+from app.api.responses import JSON, final_status_code
 from app.api.schemas import refuse_invalid_unicode
 from app.api.sse import SSEResponse
 from app.core.errors import GatewayError
 from app.core.events import FinalEvent, StreamEvent, ToolCallEvent
 from app.core.messages import Message, ToolSpec
 from app.pipeline import Gateway, RunSpec
+from app.providers.base import ProviderRequest
 from app.run import Run
 from app.validation import ValidatorSpec, check_specs
 
 __all__ = ["ErrorWriter", "FacadeError", "FacadeRoute", "GatewayExtras", "Translator", "answer", "caller_call",
-           "collect", "field_path", "forwarded_fields", "open_run", "run_spec", "translate", "validation_reason"]
+           "collect", "failure", "field_path", "forwarded_fields", "open_run", "run_spec", "translate", "validation_reason"]
 
 
 class FacadeError(Exception):
@@ -56,7 +58,7 @@ class FacadeRoute(APIRoute):
     brackets: ClassVar[bool] = True
     """Name list items `messages[0].role` (OpenAI's style) rather than `messages.0.role` (Anthropic's)."""
 
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
         writer, brackets = self.writer, self.brackets
 
@@ -114,6 +116,13 @@ def _first_problem(errors: Any, brackets: bool) -> tuple[str, str]:
 _TAGS = {"str", "list", "dict", "int", "float", "bool", "none", "literal"}
 
 
+def failure(final: FinalEvent) -> tuple[str, str]:
+    """The code and message of a run that did not end ok or blocked."""
+    if final.error is None:
+        return final.status, "the run failed"
+    return final.error["code"], final.error["message"]
+
+
 def caller_call(run: Run, event: ToolCallEvent) -> bool:
     """A call the client must answer: not a provider-run (server) tool, not one the gateway runs.
     The gateway's tools are offered only under names the request did not declare, so a name the
@@ -155,19 +164,23 @@ def run_spec(*, model: str, messages: tuple[Message, ...], tools: tuple[ToolSpec
              temperature: float, max_tokens: int | None, options: dict[str, Any], extras: GatewayExtras) -> RunSpec:
     """The canonical request, as /v1/stream builds it (validators and chunker checked: 422)."""
     check_specs(extras.validators, extras.chunking)
-    return RunSpec(model=model, messages=messages, tools=tools, tool_choice=tool_choice, temperature=temperature,
-                   max_tokens=max_tokens, options={**options, **extras.provider_options},
-                   validators=tuple(extras.validators), chunking=extras.chunking, max_steps=extras.max_steps)
+    request = ProviderRequest(model=model, messages=messages, tools=tools, tool_choice=tool_choice,
+                              temperature=temperature, max_tokens=max_tokens,
+                              options={**options, **extras.provider_options})
+    return RunSpec(request=request, validators=tuple(extras.validators), chunking=extras.chunking,
+                   max_steps=extras.max_steps)
 
 
-async def open_run(gateway: Gateway, spec: RunSpec, record: dict[str, Any], *, forwarded: Iterable[str] = ()) -> Run:
+async def open_run(gateway: Gateway, spec: RunSpec, record: RequestLog, *, forwarded: Iterable[str] = ()) -> Run:
     """Open the run through the same Gateway as /v1/stream (GatewayError before any event). A
     refused provider option that the caller sent as a top-level field (`forwarded`) is named as
     that field, which is what the caller wrote."""
+    record.model = spec.model
     try:
-        return await gateway.open(spec, record=record)
+        run = record.run = await gateway.open(spec, request_id=record.request_id or None)
+        return run
     except GatewayError as exc:
-        field = exc.details.get("field")
+        field = exc.field
         prefix, _, key = field.partition(".") if isinstance(field, str) else ("", "", "")
         if prefix == "provider_options" and key.split(".")[0] in set(forwarded):
             raise FacadeError(exc.message.replace(f"provider_options.{key}", key), param=key,
@@ -196,9 +209,9 @@ async def answer(
     events, final = await collect(run)
     if final.status in ("ok", "blocked"):
         return JSON(build(events, final), headers=headers)
-    detail = final.error or {}
-    return JSON(error(run.error_status, detail.get("message", "the run failed"), detail.get("code")),
-                status_code=run.error_status, headers=headers)
+    status = final_status_code(final)
+    code, message = failure(final)
+    return JSON(error(status, message, code), status_code=status, headers=headers)
 
 
 class GatewayExtras(BaseModel):

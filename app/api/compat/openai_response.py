@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
-from app.api.compat.common import caller_call
+from app.api.compat.common import caller_call, failure
 from app.api.responses import JSON
 from app.core.errors import GatewayError
-from app.core.events import FinalEvent, StreamEvent, ToolCallEvent, Usage
+from app.core.events import FinalEvent, ReasoningEvent, StartEvent, StreamEvent, TokenEvent, ToolCallEvent, Usage
 from app.run import Run
 
 __all__ = ["ChunkWriter", "OpenAIErrors", "completion", "finish_reason", "usage"]
@@ -72,19 +72,18 @@ class ChunkWriter:
     def feed(self, events: list[StreamEvent]) -> bytes:
         out = []
         for event in events:
-            kind = event.type
-            if kind == "token":
-                out.append(self._chunk({"content": event.content}))  # type: ignore[union-attr]
-            elif kind == "reasoning":
-                out.append(self._chunk({"reasoning_content": event.content}))  # type: ignore[union-attr]
-            elif kind == "tool_call":
-                chunk = self._tool_call(event)  # type: ignore[arg-type]
+            if isinstance(event, TokenEvent):
+                out.append(self._chunk({"content": event.content}))
+            elif isinstance(event, ReasoningEvent):
+                out.append(self._chunk({"reasoning_content": event.content}))
+            elif isinstance(event, ToolCallEvent):
+                chunk = self._tool_call(event)
                 if chunk:
                     out.append(chunk)
-            elif kind == "start":
+            elif isinstance(event, StartEvent):
                 out.append(self._chunk({"role": "assistant", "content": "", "refusal": None}))
-            elif kind == "final":
-                out.append(self._end(event))  # type: ignore[arg-type]
+            elif isinstance(event, FinalEvent):
+                out.append(self._end(event))
         return b"".join(out)
 
     def _tool_call(self, event: ToolCallEvent) -> bytes:
@@ -112,10 +111,8 @@ class ChunkWriter:
             if self.include_usage:
                 out += self._open + b',"choices":[],"usage":' + orjson.dumps(usage(final.usage)) + b"}\n\n"
             return out + _DONE
-        error = final.error or {}
-        code = error.get("code", final.status)
-        detail = {"message": error.get("message", "the run failed"), "type": _ERROR_TYPE.get(code, "server_error"),
-                  "param": None, "code": code}
+        code, message = failure(final)
+        detail = {"message": message, "type": _ERROR_TYPE.get(code, "server_error"), "param": None, "code": code}
         choice = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "error"}
         return (self._open + b',"error":' + orjson.dumps(detail) + b',"choices":[' + orjson.dumps(choice)
                 + b"]}\n\n" + _DONE)
@@ -132,11 +129,11 @@ def completion(run: Run, model: str, events: list[StreamEvent], final: FinalEven
     reasoning: list[str] = []
     calls: dict[str, dict[str, Any]] = {}
     for event in events:
-        if event.type == "token":
+        if isinstance(event, TokenEvent):
             text.append(event.content)
-        elif event.type == "reasoning":
+        elif isinstance(event, ReasoningEvent):
             reasoning.append(event.content)
-        elif event.type == "tool_call" and event.is_final and caller_call(run, event):
+        elif isinstance(event, ToolCallEvent) and event.is_final and caller_call(run, event):
             calls[event.id] = {"id": event.id, "type": "function", "function": {
                 "name": event.name, "arguments": orjson.dumps(event.arguments or {}).decode()}}
     message: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text or not calls else None,
@@ -175,11 +172,11 @@ class OpenAIErrors:
 
     def gateway_error(self, exc: GatewayError) -> JSON:
         status = 400 if exc.status == 422 else exc.status  # OpenAI answers an invalid request with 400
-        field = exc.details.get("field")
+        field = exc.field
         param = field_from_gateway(field) if isinstance(field, str) else None
         headers = {}
-        if exc.details.get("retry_after") is not None:
-            headers["Retry-After"] = str(exc.details["retry_after"])
+        if exc.retry_after is not None:
+            headers["Retry-After"] = str(exc.retry_after)
         return JSON(self.body(status, exc.message, param, exc.code), status_code=status, headers=headers)
 
 
