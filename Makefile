@@ -45,9 +45,10 @@ openapi: $(VENV)/.installed-run  ## regenerate openapi/openapi.json from the app
 	$(BIN)/python scripts/export_openapi.py
 
 bench: $(VENV)/.installed-test  ## run the benchmarks in bench/ (the issue 12 goals, from one run)
-	$(BIN)/python bench/run.py --gate
+	$(BIN)/python bench/run.py --gate --facades
 	$(BIN)/python bench/open_bench.py
 	$(BIN)/python bench/gate_bench.py
+	$(BIN)/python bench/facade_bench.py
 	$(BIN)/python bench/records_bench.py
 
 LITELLM_VENV ?= .venv-litellm

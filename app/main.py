@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from app.api.compat import anthropic_routes, openai_routes
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
 from app.api.openapi import install_openapi
@@ -92,6 +93,8 @@ def create_app(
     app.include_router(transcript.router)
     app.include_router(runs.router)
     app.include_router(health.router)
+    app.include_router(openai_routes.router)
+    app.include_router(anthropic_routes.router)
     install_playground(app)
     install_error_handlers(app)
     install_openapi(app)

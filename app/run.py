@@ -17,7 +17,7 @@ import contextlib
 import time
 import traceback
 from collections import Counter
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -135,6 +135,9 @@ class Run:
         self.report: RunReport | None = None
         """Set once the run ended (its final is in the log)."""
         self._progress = _Progress()
+        self.listener: Callable[[StreamEvent], None] | None = None
+        """Given each event as it enters the log, final included: the seam through which the
+        drop-in facades (app/api/compat) translate the canonical events into a client's format."""
 
     @property
     def stream_id(self) -> str:
@@ -226,11 +229,14 @@ class Run:
         if self.ttft is None and any(e.type in _CONTENT_EVENTS for e in events):
             self.ttft = time.perf_counter() - self.plan.started
         tally, observe, append = self._progress.events, self.transcript.observe, self.log.append
+        listener = self.listener
         frames = []
         for event in events:
             tally[event.type] += 1
             observe(event)
             frames.append(append(event))
+            if listener is not None:
+                listener(event)
         return b"".join(frames)
 
     async def _close_upstream(self) -> None:
@@ -355,6 +361,8 @@ class Run:
             except Exception:  # the final itself cannot be encoded: a bare one says so
                 final = self._bare_final("error", _INTERNAL)
                 frame = self.log.append(final)
+            if self.listener is not None:
+                self.listener(final)
             try:
                 self.transcript.finish(status=final.status, stop_reason=final.stop_reason, usage=final.usage,
                                        steps=progress.steps)

@@ -14,7 +14,9 @@ them alike. Reports, with the goals of issue 12:
 4. CPU per request (1-chunk streams), gateway minus relay (goal <= 0.3 ms);
 5. events per second at concurrency 50, gateway and relay;
 6. memory per open stream (held mid-generation) and per retained (finished) stream: RSS growth,
-   and the encoded bytes the store counts against its global budget (FOUNDRY_MAX_STORE_BYTES).
+   and the encoded bytes the store counts against its global budget (FOUNDRY_MAX_STORE_BYTES);
+7. with `--facades`: CPU per chunk through the drop-in facades (POST /v1/chat/completions and
+   POST /v1/messages, streaming) in the same interleaved rounds, next to /v1/stream's.
 
 Usage: `python bench/run.py [--streams 300] [--chunks 200] [--rounds 3] [--json out.json]`.
 No timed assertions anywhere: this prints numbers; the notes and README quote them.
@@ -202,6 +204,7 @@ async def main() -> dict:
     parser.add_argument("--ttft-rounds", type=int, default=100)
     parser.add_argument("--memory-streams", type=int, default=300)
     parser.add_argument("--gate", action="store_true", help="also measure with two regex validators")
+    parser.add_argument("--facades", action="store_true", help="also measure the OpenAI and Anthropic facades")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -223,6 +226,10 @@ async def main() -> dict:
         targets = {"relay": (relay.pid, relay_url, body(model)), "gateway": (gw.pid, gw_url, body(model))}
         if args.gate:
             targets["gateway_validators"] = (gw.pid, gw_url, body(model, validators=VALIDATORS, chunking="sentence"))
+        if args.facades:
+            base = f"http://127.0.0.1:{gw_port}"
+            targets["openai_facade"] = (gw.pid, f"{base}/v1/chat/completions", body(model, stream=True))
+            targets["anthropic_facade"] = (gw.pid, f"{base}/v1/messages", body(model, stream=True, max_tokens=4096))
 
         async def cpu_rounds(targets: dict, streams: int, chunks: int) -> dict[str, float]:
             """CPU microseconds per chunk of each target, the targets taking turns each round."""
@@ -244,9 +251,12 @@ async def main() -> dict:
         results["cpu_us_per_chunk"]["ratio"] = _ratio(cpu["gateway"], cpu["relay"])
         if args.gate:
             results["cpu_us_per_chunk"]["ratio_validators"] = _ratio(cpu["gateway_validators"], cpu["relay"])
+        for name in ("openai_facade", "anthropic_facade"):
+            if name in cpu:
+                results["cpu_us_per_chunk"][f"{name}_vs_stream"] = _ratio(cpu[name], cpu["gateway"])
 
         one = {name: (pid, url, body("bench/chunks-1")) for name, (pid, url, _) in targets.items()
-               if name != "gateway_validators"}
+               if name in ("relay", "gateway")}
         per_request = await cpu_rounds(one, args.requests, 1)
         results["cpu_ms_per_request"] = {
             "relay": round(per_request["relay"] / 1e3, 3), "gateway": round(per_request["gateway"] / 1e3, 3),

@@ -11,12 +11,13 @@ def test_bench_runs_end_to_end_and_reports_every_number(tmp_path):
     out = tmp_path / "bench.json"
     subprocess.run(
         [sys.executable, "bench/run.py", "--streams", "4", "--chunks", "5", "--concurrency", "2",
-         "--ttft-rounds", "2", "--memory-streams", "4", "--rounds", "2", "--requests", "4", "--gate",
+         "--ttft-rounds", "2", "--memory-streams", "4", "--rounds", "2", "--requests", "4", "--gate", "--facades",
          "--json", str(out)],
         cwd=REPO, check=True, timeout=300, capture_output=True,  # three servers start slowly on a loaded machine
     )
     results = json.loads(out.read_text())
-    assert {"relay", "gateway", "gateway_validators", "ratio", "ratio_validators"} <= set(results["cpu_us_per_chunk"])
+    assert {"relay", "gateway", "gateway_validators", "ratio", "ratio_validators", "openai_facade",
+            "openai_facade_vs_stream", "anthropic_facade", "anthropic_facade_vs_stream"} <= set(results["cpu_us_per_chunk"])
     assert {"direct_median", "gateway_added_median", "relay_added_median"} <= set(results["ttft_ms_c1"])
     assert {"relay", "gateway", "gateway_over_relay"} == set(results["cpu_ms_per_request"])
     assert results["events_per_second_c50"]["gateway"] > 0 and results["events_per_second_c50"]["relay"] > 0
@@ -29,3 +30,12 @@ def test_open_bench_runs_for_every_sdk_adapter():
                           cwd=REPO, check=True, timeout=120, capture_output=True)
     figures = json.loads(done.stdout)["gateway_open_cpu_us"]
     assert set(figures) == {"openai/gpt-4o-mini", "openai-responses/gpt-4o-mini", "anthropic/claude"}
+
+
+def test_facade_bench_runs_and_reports_each_translation(tmp_path):
+    out = tmp_path / "facade.json"
+    subprocess.run([sys.executable, "bench/facade_bench.py", "--events", "200", "--json", str(out)],
+                   cwd=REPO, check=True, timeout=60, capture_output=True)
+    results = json.loads(out.read_text())
+    assert set(results["us_per_event"]) == {"canonical_frame", "openai_chunk", "anthropic_delta"}
+    assert set(results["facade_vs_canonical_frame"]) == {"openai_chunk", "anthropic_delta"}

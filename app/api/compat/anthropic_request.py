@@ -1,0 +1,190 @@
+"""POST /v1/messages: Anthropic's Messages request, and its mapping to the canonical RunSpec.
+
+Content blocks: `text`; `tool_use`, `thinking` and `redacted_thinking` on assistant turns (thinking
+goes back as the message's reasoning blocks, signature kept); `tool_result` on user turns (each
+becomes a canonical `tool` message, before the turn's text). Images, documents and server-tool
+blocks are refused: the gateway's messages carry text.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from app.api.compat.common import FacadeError, GatewayExtras, run_spec, validation_reason
+from app.core.messages import Message, ReasoningBlock, ToolCall, ToolSpec, check_unique_tool_names
+from app.pipeline import RunSpec
+
+__all__ = ["FORWARDED", "MessagesRequest", "to_run_spec"]
+
+_STRICT = ConfigDict(extra="forbid")
+FORWARDED = ("stop_sequences", "top_p", "top_k", "thinking", "service_tier")
+"""Anthropic fields with no canonical counterpart: passed to the provider as `provider_options`
+under the same name (the Anthropic provider takes them; another may refuse them, 400)."""
+
+
+class MessageIn(BaseModel):
+    model_config = _STRICT
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class ToolIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    type: Literal["custom"] | None = Field(default=None, description="Server tools are not offered through the facade.")
+    cache_control: dict[str, Any] | None = None
+
+
+class ToolChoiceIn(BaseModel):
+    model_config = _STRICT
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class MessagesRequest(GatewayExtras):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"model": "mock/simple", "max_tokens": 256,
+                                         "messages": [{"role": "user", "content": "hi"}], "stream": True}]},
+    )
+
+    model: str = Field(min_length=1, max_length=256, description="`provider/model` or a configured alias.")
+    max_tokens: int = Field(ge=1, le=1_000_000, strict=True)
+    messages: list[MessageIn] = Field(min_length=1, max_length=10_000)
+    system: str | list[dict[str, Any]] | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=1.0, strict=True,
+                                      description="Defaults to the gateway's 0.")
+    tools: list[ToolIn] | None = Field(default=None, max_length=512)
+    tool_choice: ToolChoiceIn | None = None
+    stream: bool = Field(default=False, strict=True)
+    metadata: dict[str, Any] | None = Field(default=None, description="Accepted; not sent upstream.")
+    stop_sequences: list[str] | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    thinking: dict[str, Any] | None = None
+    service_tier: str | None = None
+
+
+def to_run_spec(body: MessagesRequest) -> RunSpec:
+    tools = tuple(_tool(i, t) for i, t in enumerate(body.tools or ()))
+    try:
+        check_unique_tool_names(tools)
+    except ValueError as exc:
+        raise FacadeError(str(exc), param="tools") from None
+    messages = [Message(role="system", content=s) for s in [_system(body.system)] if s]
+    for i, m in enumerate(body.messages):
+        messages.extend(_message(i, m))
+    return run_spec(
+        model=body.model, messages=tuple(messages), tools=tools, tool_choice=_choice(body.tool_choice, tools),
+        temperature=body.temperature if body.temperature is not None else 0.0, max_tokens=body.max_tokens,
+        options={name: getattr(body, name) for name in FORWARDED if getattr(body, name) is not None}, extras=body,
+    )
+
+
+def _tool(i: int, tool: ToolIn) -> ToolSpec:
+    try:
+        return ToolSpec(name=tool.name, description=tool.description, parameters=tool.input_schema)
+    except ValidationError as exc:
+        raise FacadeError(f"tools.{i}: {validation_reason(exc)}", param=f"tools.{i}") from None
+
+
+def _choice(choice: ToolChoiceIn | None, tools: tuple[ToolSpec, ...]) -> str | None:
+    if choice is None:
+        return None
+    if choice.type == "tool":
+        if not choice.name or choice.name not in {t.name for t in tools}:
+            raise FacadeError(f"tool_choice.name: {choice.name!r} is not among tools", param="tool_choice.name")
+        return choice.name
+    return {"auto": "auto", "any": "required", "none": "none"}[choice.type]
+
+
+def _system(system: str | list[dict[str, Any]] | None) -> str:
+    if system is None or isinstance(system, str):
+        return system or ""
+    return "".join(_text_block(f"system.{j}", b) for j, b in enumerate(system))
+
+
+def _text_block(param: str, block: dict[str, Any]) -> str:
+    if block.get("type") != "text":
+        raise FacadeError(f"{param}.type: only text blocks are supported here, got {block.get('type')!r}",
+                          param=f"{param}.type")
+    text = block.get("text")
+    if not isinstance(text, str):
+        raise FacadeError(f"{param}.text: must be a string", param=f"{param}.text")
+    return text
+
+
+def _message(i: int, m: MessageIn) -> list[Message]:
+    param = f"messages.{i}.content"
+    if isinstance(m.content, str):
+        return [_build(param, role=m.role, content=m.content)]
+    text: list[str] = []
+    calls: list[ToolCall] = []
+    reasoning: list[ReasoningBlock] = []
+    results: list[Message] = []
+    for j, block in enumerate(m.content):
+        kind, where = block.get("type"), f"{param}.{j}"
+        if kind == "text":
+            text.append(_text_block(where, block))
+        elif kind == "tool_use" and m.role == "assistant":
+            calls.append(_call(where, block))
+        elif kind in ("thinking", "redacted_thinking") and m.role == "assistant":
+            reasoning.append(_thinking(where, block))
+        elif kind == "tool_result" and m.role == "user":
+            results.append(_result(where, block))
+        elif kind in ("image", "document", "search_result"):
+            raise FacadeError(f"{where}.type: {kind} content is not supported; the gateway's messages carry text only",
+                              param=f"{where}.type")
+        else:
+            raise FacadeError(f"{where}.type: unsupported content block {kind!r} in a {m.role} message",
+                              param=f"{where}.type")
+    out = list(results)
+    if text or calls or reasoning or not results:
+        out.append(_build(param, role=m.role, content="".join(text), tool_calls=tuple(calls),
+                          reasoning=tuple(reasoning)))
+    return out
+
+
+def _call(where: str, block: dict[str, Any]) -> ToolCall:
+    try:
+        return ToolCall(id=block.get("id"), name=block.get("name"), arguments=block.get("input", {}))
+    except ValidationError as exc:
+        raise FacadeError(f"{where}: {validation_reason(exc)}", param=where) from None
+
+
+def _thinking(where: str, block: dict[str, Any]) -> ReasoningBlock:
+    """Thinking goes back unchanged with its signature (the provider checks it); redacted as its data."""
+    try:
+        if block["type"] == "redacted_thinking":
+            return ReasoningBlock(redacted=block.get("data"), provider="anthropic")
+        return ReasoningBlock(text=block.get("thinking", ""), signature=block.get("signature") or None,
+                              provider="anthropic")
+    except ValidationError as exc:
+        raise FacadeError(f"{where}: {validation_reason(exc)}", param=where) from None
+
+
+def _result(where: str, block: dict[str, Any]) -> Message:
+    content = block.get("content", "")
+    if isinstance(content, list):
+        content = "".join(_text_block(f"{where}.content.{k}", b) for k, b in enumerate(content))
+    if not isinstance(content, str):
+        raise FacadeError(f"{where}.content: must be a string or text blocks", param=f"{where}.content")
+    call_id = block.get("tool_use_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise FacadeError(f"{where}.tool_use_id: required", param=f"{where}.tool_use_id")
+    # An empty output is a fact to pass on (as the gateway's own tool loop does).
+    return Message.model_construct(role="tool", content=content, tool_call_id=call_id, name=None, tool_calls=(),
+                                   reasoning=())
+
+
+def _build(param: str, **fields: Any) -> Message:
+    try:
+        return Message(**fields)
+    except ValidationError as exc:
+        raise FacadeError(f"{param}: {validation_reason(exc)}", param=param) from None
+

@@ -1,0 +1,235 @@
+"""What both facades share: driving a run as batches of canonical events, telling the caller's
+tool calls from the gateway's, the facade route class that answers errors in the client's format,
+and the request field paths those errors name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from typing import Any, ClassVar, Literal, Protocol
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, Field, ValidationError, model_validator
+from starlette.responses import Response
+
+from app.api.middleware import RequestLog
+from app.api.responses import JSON, final_status_code
+from app.api.schemas import refuse_invalid_unicode
+from app.api.sse import SSEResponse
+from app.core.errors import GatewayError
+from app.core.events import FinalEvent, StreamEvent, ToolCallEvent
+from app.core.messages import Message, ToolSpec
+from app.pipeline import Gateway, RunSpec
+from app.providers.base import ProviderRequest
+from app.run import Run
+from app.validation import ValidatorSpec, check_specs
+
+__all__ = ["ErrorWriter", "FacadeError", "FacadeRoute", "GatewayExtras", "Translator", "answer", "caller_call",
+           "collect", "failure", "field_path", "forwarded_fields", "open_run", "run_spec", "translate", "validation_reason"]
+
+
+class FacadeError(Exception):
+    """A request the facade refuses before anything runs (status 400 unless said otherwise)."""
+
+    def __init__(self, message: str, *, param: str | None, status: int = 400, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.status = status
+        self.code = code
+
+
+class ErrorWriter(Protocol):
+    """Renders a failure known before the first byte in one client's error format."""
+
+    def request_error(self, message: str, param: str | None, status: int, code: str | None) -> Response: ...
+
+    def gateway_error(self, exc: GatewayError) -> Response: ...
+
+
+class FacadeRoute(APIRoute):
+    """An APIRoute whose errors (bad body, refused field, gateway failure before the stream)
+    are answered in the facade's own format instead of the gateway's `{"error": {code, ...}}`.
+    Each facade subclasses it with its `writer` and gives it to its APIRouter as `route_class`."""
+
+    writer: ClassVar[ErrorWriter]
+    brackets: ClassVar[bool] = True
+    """Name list items `messages[0].role` (OpenAI's style) rather than `messages.0.role` (Anthropic's)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        writer, brackets = self.writer, self.brackets
+
+        async def facade_handler(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                message, param = _first_problem(exc.errors(), brackets)
+                return writer.request_error(message, param, 400, None)
+            except FacadeError as exc:
+                return writer.request_error(exc.message, exc.param, exc.status, exc.code)
+            except GatewayError as exc:
+                return writer.gateway_error(exc)
+
+        return facade_handler
+
+
+def field_path(loc: Iterable[Any], brackets: bool = True) -> str:
+    """`("body", "messages", 0, "content")` -> `messages[0].content` (or `messages.0.content`)."""
+    out = ""
+    for part in loc:
+        if part == "body" and not out:
+            continue
+        if isinstance(part, int) and brackets:
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "body"
+
+
+def validation_reason(exc: ValidationError) -> str:
+    """The first problem of a canonical model's ValidationError, as `field: message`."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()))
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{where}: {msg}" if where else msg
+
+
+def _first_problem(errors: Any, brackets: bool) -> tuple[str, str]:
+    errors = list(errors)
+    if not errors:
+        return "invalid request", "body"
+    err = errors[0]
+    if err.get("type") == "json_invalid":
+        return "the request body is not valid JSON", "body"
+    # pydantic puts the union member's tag into loc (`function-after[...]`, `str`): drop those.
+    loc = [p for p in err.get("loc", ()) if isinstance(p, int) or ("[" not in str(p) and p not in _TAGS)]
+    param = field_path(loc, brackets)
+    message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    if err.get("type") == "extra_forbidden":
+        message = f"unrecognized request argument: {param}"
+    return f"{param}: {message}" if not message.startswith(param) else message, param
+
+
+_TAGS = {"str", "list", "dict", "int", "float", "bool", "none", "literal"}
+
+
+def failure(final: FinalEvent) -> tuple[str, str]:
+    """The code and message of a run that did not end ok or blocked."""
+    if final.error is None:
+        return final.status, "the run failed"
+    return final.error["code"], final.error["message"]
+
+
+def caller_call(run: Run, event: ToolCallEvent) -> bool:
+    """A call the client must answer: not a provider-run (server) tool, not one the gateway runs.
+    The gateway's tools are offered only under names the request did not declare, so a name the
+    gateway runs is never the caller's."""
+    return not event.server and not run.tools.runs(event.name)
+
+
+class Translator(Protocol):
+    def feed(self, events: list[StreamEvent]) -> bytes: ...
+
+
+async def translate(run: Run, translator: Translator) -> AsyncIterator[bytes]:
+    """Drive the run as `/v1/stream` does, through the same log (so the stream can be followed and
+    replayed by id), and yield the translator's bytes for each released batch. Closing this
+    generator (client gone) closes the run's, which cancels the run and closes the upstream."""
+    events: list[StreamEvent] = []
+    run.listener = events.append
+    frames = run.frames()
+    try:
+        async for _ in frames:
+            if events:
+                out = translator.feed(events)
+                events.clear()
+                if out:
+                    yield out
+    finally:
+        await frames.aclose()
+
+
+async def collect(run: Run) -> tuple[list[StreamEvent], FinalEvent]:
+    """Drive the run to its end without a live reader; every released event, and the final."""
+    events: list[StreamEvent] = []
+    run.listener = events.append
+    final = await run.drain()
+    return events, final
+
+
+def run_spec(*, model: str, messages: tuple[Message, ...], tools: tuple[ToolSpec, ...], tool_choice: str | None,
+             temperature: float, max_tokens: int | None, options: dict[str, Any], extras: GatewayExtras) -> RunSpec:
+    """The canonical request, as /v1/stream builds it (validators and chunker checked: 422)."""
+    check_specs(extras.validators, extras.chunking)
+    request = ProviderRequest(model=model, messages=messages, tools=tools, tool_choice=tool_choice,
+                              temperature=temperature, max_tokens=max_tokens,
+                              options={**options, **extras.provider_options})
+    return RunSpec(request=request, validators=tuple(extras.validators), chunking=extras.chunking,
+                   max_steps=extras.max_steps)
+
+
+async def open_run(gateway: Gateway, spec: RunSpec, record: RequestLog, *, forwarded: Iterable[str] = ()) -> Run:
+    """Open the run through the same Gateway as /v1/stream (GatewayError before any event). A
+    refused provider option that the caller sent as a top-level field (`forwarded`) is named as
+    that field, which is what the caller wrote."""
+    record.model = spec.model
+    try:
+        run = record.run = await gateway.open(spec, request_id=record.request_id or None)
+        return run
+    except GatewayError as exc:
+        field = exc.field
+        prefix, _, key = field.partition(".") if isinstance(field, str) else ("", "", "")
+        if prefix == "provider_options" and key.split(".")[0] in set(forwarded):
+            raise FacadeError(exc.message.replace(f"provider_options.{key}", key), param=key,
+                              status=400 if exc.status == 422 else exc.status, code=exc.code) from None
+        raise
+
+
+def forwarded_fields(body: BaseModel, names: Iterable[str], provider_options: dict[str, Any]) -> list[str]:
+    """The client fields passed on as provider options (set, and not overridden by provider_options)."""
+    return [n for n in names if getattr(body, n) is not None and n not in provider_options]
+
+
+async def answer(
+    gateway: Gateway,
+    run: Run,
+    *,
+    stream: Translator | None,
+    build: Callable[[list[StreamEvent], FinalEvent], dict[str, Any]],
+    error: Callable[[int, str, str | None], dict[str, Any]],
+) -> Response:
+    """The facade's answer to an opened run: its translated stream, or the JSON built from the
+    released events (an error body with the run's status when it failed mid-way)."""
+    headers = {"x-stream-id": run.stream_id}
+    if stream is not None:
+        return SSEResponse(translate(run, stream), ping_seconds=gateway.settings.ping_seconds, headers=headers)
+    events, final = await collect(run)
+    if final.status in ("ok", "blocked"):
+        return JSON(build(events, final), headers=headers)
+    status = final_status_code(final)
+    code, message = failure(final)
+    return JSON(error(status, message, code), status_code=status, headers=headers)
+
+
+class GatewayExtras(BaseModel):
+    """The gateway's own options, accepted as extra top-level fields (the SDKs' `extra_body`).
+    As on /v1/stream, a string that is not valid Unicode anywhere in the body is refused."""
+
+    validators: list[ValidatorSpec] = Field(
+        default_factory=list, max_length=32,
+        description="Gateway extra: chunk validators for this request, added to the operator's.")
+    chunking: Literal["sentence", "word", "paragraph", "none"] | None = Field(
+        default=None, description="Gateway extra: how validated text is cut into chunks.")
+    max_steps: int | None = Field(default=None, ge=1, le=100, strict=True,
+                                  description="Gateway extra: most provider calls when the gateway runs tools.")
+    provider_options: dict[str, Any] = Field(
+        default_factory=dict, description="Gateway extra: provider-specific fields, passed to the provider as given.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        refuse_invalid_unicode(data)
+        return data

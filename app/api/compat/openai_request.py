@@ -1,0 +1,124 @@
+"""OpenAI Chat Completions request -> the canonical RunSpec (the one `/v1/stream` builds)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from app.api.compat.common import FacadeError, run_spec, validation_reason
+from app.api.compat.openai_schema import FORWARDED, REFUSED, ChatCompletionRequest, ChatMessageIn
+from app.core.messages import Message, ToolCall, ToolSpec, check_unique_tool_names
+from app.pipeline import RunSpec
+
+__all__ = ["to_run_spec"]
+
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+
+
+def to_run_spec(body: ChatCompletionRequest) -> RunSpec:
+    """Map the request; FacadeError (400 naming the parameter) for what the gateway cannot honour."""
+    _refuse_unsupported(body)
+    tools = tuple(_tool(i, t.function) for i, t in enumerate(body.tools or ()))
+    try:
+        check_unique_tool_names(tools)
+    except ValueError as exc:
+        raise FacadeError(str(exc), param="tools") from None
+    choice: str | None
+    if body.tool_choice is None or isinstance(body.tool_choice, str):
+        choice = body.tool_choice
+    else:
+        choice = body.tool_choice.function.name
+        if choice not in {t.name for t in tools}:
+            raise FacadeError(f"tool_choice names {choice!r}, which is not among tools", param="tool_choice")
+    return run_spec(
+        model=body.model,
+        messages=tuple(_messages(body.messages)),
+        tools=tools,
+        tool_choice=choice,
+        temperature=body.temperature if body.temperature is not None else 0.0,
+        max_tokens=body.max_completion_tokens or body.max_tokens,
+        options={name: getattr(body, name) for name in FORWARDED if getattr(body, name) is not None},
+        extras=body,
+    )
+
+
+def _refuse_unsupported(body: ChatCompletionRequest) -> None:
+    if body.n not in (None, 1):
+        raise FacadeError("n: the gateway runs one choice per request; n must be 1", param="n")
+    for name, why in REFUSED.items():
+        value = getattr(body, name)
+        if value not in (None, False):
+            raise FacadeError(f"{name}: {why}", param=name)
+    if body.modalities is not None and any(m != "text" for m in body.modalities):
+        raise FacadeError("modalities: only text output is supported by the gateway", param="modalities")
+
+
+def _tool(i: int, fn: Any) -> ToolSpec:
+    try:
+        if fn.parameters is None:
+            return ToolSpec(name=fn.name, description=fn.description)
+        return ToolSpec(name=fn.name, description=fn.description, parameters=fn.parameters)
+    except ValidationError as exc:
+        raise FacadeError(f"tools[{i}].function: {validation_reason(exc)}", param=f"tools[{i}].function") from None
+
+
+def _messages(messages: list[ChatMessageIn]) -> list[Message]:
+    out = []
+    for i, m in enumerate(messages):
+        role = _ROLES[m.role]
+        text = _text(m.content, f"messages[{i}].content", assistant=role == "assistant")
+        calls = tuple(_call(i, k, c) for k, c in enumerate(m.tool_calls or ()))
+        if calls and role != "assistant":
+            raise FacadeError(f"messages[{i}].tool_calls: only assistant messages carry tool_calls",
+                              param=f"messages[{i}].tool_calls")
+        if role == "tool" and not text:
+            if not m.tool_call_id:
+                raise FacadeError(f"messages[{i}].tool_call_id: a tool message needs tool_call_id",
+                                  param=f"messages[{i}].tool_call_id")
+            # An empty output is a fact to pass on (as the gateway's own tool loop does).
+            out.append(Message.model_construct(role="tool", content="", tool_call_id=m.tool_call_id,
+                                               name=None, tool_calls=(), reasoning=()))
+            continue
+        try:
+            out.append(Message(role=role, content=text, tool_calls=calls,
+                               tool_call_id=m.tool_call_id if role == "tool" else None))
+        except ValidationError as exc:
+            raise FacadeError(f"messages[{i}]: {validation_reason(exc)}", param=f"messages[{i}]") from None
+    return out
+
+
+def _text(content: str | list[dict[str, Any]] | None, param: str, *, assistant: bool) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts = []
+    for j, part in enumerate(content):
+        kind = part.get("type")
+        if kind == "text" or (assistant and kind == "refusal"):
+            value = part.get(kind)
+            if not isinstance(value, str):
+                raise FacadeError(f"{param}[{j}].{kind} must be a string", param=f"{param}[{j}].{kind}")
+            parts.append(value)
+        elif kind in ("image_url", "input_audio", "file"):
+            raise FacadeError(f"{param}[{j}].type: {kind} content is not supported; the gateway's messages carry "
+                              f"text only", param=f"{param}[{j}].type")
+        else:
+            raise FacadeError(f"{param}[{j}].type: unknown content part type {kind!r}", param=f"{param}[{j}].type")
+    return "".join(parts)
+
+
+def _call(i: int, k: int, call: Any) -> ToolCall:
+    param = f"messages[{i}].tool_calls[{k}].function.arguments"
+    try:
+        arguments = orjson.loads(call.function.arguments or "{}")
+    except orjson.JSONDecodeError:
+        raise FacadeError(f"{param} is not valid JSON", param=param) from None
+    if not isinstance(arguments, dict):
+        raise FacadeError(f"{param} must be a JSON object", param=param)
+    try:
+        return ToolCall(id=call.id, name=call.function.name, arguments=arguments)
+    except ValidationError as exc:
+        raise FacadeError(f"messages[{i}].tool_calls[{k}]: {validation_reason(exc)}",
+                          param=f"messages[{i}].tool_calls[{k}]") from None
+
