@@ -33,7 +33,7 @@ async def transcript(
         shared = await gateway.store.transcript(stream_id)
         if shared is not None:
             body = {"stream_id": shared.stream_id, "model": shared.model, "provider": shared.provider,
-                    "created_at": shared.created_at, **shared.transcript}
+                    "created_at": shared.created_at, **shared.transcript, "content_recorded": True}
     if body is None:  # expired, or from before a restart: the record store has it
         body = await stored_transcript(request, stream_id)
     if body is None:
