@@ -26,7 +26,7 @@ from app.providers.registry import build_registry
 from app.recording import RunRecorder
 from app.records import RecordStore, RecordWriter
 from app.settings import Settings
-from app.streams.log import MemoryStreamStore
+from app.streams.log import MemoryStreamStore, StreamStore
 
 __all__ = ["create_app"]
 
@@ -48,11 +48,7 @@ def create_app(
     secrets.remember(*settings.secret_values())
     configure_logging(settings.log_level, settings.log_json)
     metrics = Metrics()
-    store = MemoryStreamStore(
-        ttl=settings.stream_ttl_seconds, max_streams=settings.max_streams,
-        max_events=settings.max_stream_events, max_bytes=settings.max_stream_bytes,
-        max_total_bytes=settings.max_store_bytes, on_evict=lambda reason: metrics.streams_evicted.labels(reason).inc(),
-    )
+    store = build_store(settings, metrics)
     metrics.store_bytes.set_function(lambda: store.total_bytes)
     gateway = Gateway(settings=settings, registry=build_registry(settings.provider_config(), clients, adapters),
                       store=store, metrics=metrics, observers=observers)
@@ -62,6 +58,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await store.start()
         sweeper = asyncio.create_task(_sweep(store, settings.stream_ttl_seconds))
         restore = _on_stop_signal(lambda: gateway.end_runs(settings.shutdown_grace_seconds))
         if records is not None:
@@ -73,7 +70,8 @@ def create_app(
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
-            await gateway.aclose()
+            await gateway.aclose()  # runs end (their finals reach the stream store) ...
+            await store.aclose()  # ... then the stream store flushes and closes
             if records is not None:
                 await records.aclose()  # after the runs: their records are written, then the engine goes
 
@@ -145,7 +143,26 @@ def _records(settings: Settings, metrics: Metrics) -> RecordWriter | None:
     )
 
 
-async def _sweep(store: MemoryStreamStore, ttl: float) -> None:
+def build_store(settings: Settings, metrics: Metrics) -> MemoryStreamStore:
+    """The Redis store when FOUNDRY_REDIS_URL is set, else the in-process one."""
+    limits: dict[str, Any] = {
+        "ttl": settings.stream_ttl_seconds, "max_streams": settings.max_streams,
+        "max_events": settings.max_stream_events, "max_bytes": settings.max_stream_bytes,
+        "max_total_bytes": settings.max_store_bytes,
+        "on_evict": lambda reason: metrics.streams_evicted.labels(reason).inc(),
+    }
+    if settings.redis_url is None:
+        return MemoryStreamStore(**limits)
+    from app.streams.redis import RedisStreamStore  # the redis client is imported only when used
+
+    return RedisStreamStore(
+        settings.redis_url.get_secret_value(), **limits, lease_seconds=settings.redis_lease_seconds,
+        timeout=settings.redis_timeout_seconds, max_pending_bytes=settings.redis_max_pending_bytes,
+        observer=metrics.observe_store,
+    )
+
+
+async def _sweep(store: StreamStore, ttl: float) -> None:
     """Expire finished streams in the background, so memory is freed without new traffic."""
     while True:
         await asyncio.sleep(max(1.0, min(ttl / 4, 60.0)))

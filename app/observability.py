@@ -76,6 +76,12 @@ class Metrics:
                                        "reason (budget: the store's byte budget; streams: its stream cap).",
                                        ["reason"], registry=r)
         self.store_bytes = Gauge("foundry_store_bytes", "Encoded bytes retained by the stream store.", registry=r)
+        self.store_errors = Counter("foundry_store_errors", "Stream store operations that failed, by store and "
+                                    "operation (create, write, read, lease, cancel, claim, ping, buffer_full).",
+                                    ["store", "op"], registry=r)
+        self.store_seconds = Histogram("foundry_store_seconds", "Duration of one stream store operation (a "
+                                       "pipelined write carries many events).", ["store", "op"],
+                                       buckets=_CHECK_BUCKETS, registry=r)
         self.tool_executions = Counter("foundry_tool_executions", "Gateway-executed tool calls by tool and outcome.",
                                        ["tool", "outcome"], registry=r)
         self.upstream_ignored = Counter("foundry_upstream_ignored", "Upstream stream parts ignored as harmless "
@@ -95,6 +101,13 @@ class Metrics:
         """The validation gate's observer: one call per validator check."""
         self.validator_verdicts.labels(validator, phase, outcome).inc()
         self.validator_seconds.labels(validator, phase).observe(seconds)
+
+    def observe_store(self, store: str, op: str, seconds: float, failed: bool) -> None:
+        """The stream store's observer: one call per store operation (never per event)."""
+        if failed:
+            self.store_errors.labels(store, op).inc()
+        else:
+            self.store_seconds.labels(store, op).observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -126,7 +126,11 @@ class Gateway:
         except GatewayError as exc:
             self.metrics.upstream_errors.labels(provider, exc.code).inc()
             raise
-        log = self.store.create(model=spec.model, provider=provider)
+        try:
+            log = await self.store.create(model=spec.model, provider=provider)
+        except BaseException:
+            await upstream.aclose()  # no stream, no run: nothing stays open
+            raise
         transcript = Transcript(processors=self.tools.processors, limits=self.transcript_limits)
         transcript.add_request(request.messages)
         log.info.transcript = transcript

@@ -206,8 +206,9 @@ class Run:
         yield frame
 
     async def drain(self) -> FinalEvent:
-        """Drive to the end without a live reader (background runs, JSON answers)."""
-        async with contextlib.aclosing(self.frames()) as frames:
+        """Drive to the end without a live reader (background runs, JSON answers); supervised, so
+        POST /v1/stream/{id}/cancel can end it (app/streams/log.py)."""
+        async with contextlib.aclosing(self.log.supervise(self.frames())) as frames:
             async for _ in frames:
                 pass
         assert self.log.final is not None

@@ -12,6 +12,7 @@ import os
 import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
@@ -49,6 +50,22 @@ class Settings(BaseSettings):
     max_store_bytes: int = Field(
         default=256 << 20, ge=4096,
         description="Encoded bytes kept by all streams together; past it the oldest finished streams are evicted.",
+    )
+
+    # Shared stream store (unset: streams live in this process's memory)
+    redis_url: SecretStr | None = Field(
+        default=None, description="redis://[user:password@]host:port/db: share streams between replicas through Redis.",
+    )
+    redis_timeout_seconds: float = Field(
+        default=2.0, gt=0, le=30, description="Redis connect and reply timeout: a Redis that is away fails fast.",
+    )
+    redis_lease_seconds: float = Field(
+        default=10.0, ge=0.2, le=60,
+        description="A replica's lease on its running streams; followers elsewhere end a stream with "
+                    "final{error: replica_lost} at most this (plus one second) after its replica died.",
+    )
+    redis_max_pending_bytes: int = Field(
+        default=32 << 20, ge=1 << 16, description="Frames buffered for Redis at most (while it is slow or away).",
     )
 
     # Upstream
@@ -124,7 +141,7 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = Field(default=True, description="JSON log lines (false: human-readable console).")
 
-    @field_validator("database_url", "openai_api_key", "openai_base_url", "anthropic_api_key", "anthropic_base_url",
+    @field_validator("database_url", "redis_url", "openai_api_key", "openai_base_url", "anthropic_api_key", "anthropic_base_url",
                      "gemini_api_key", "gemini_base_url", mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
@@ -185,6 +202,10 @@ class Settings(BaseSettings):
                   if s is not None]
         values += [key for p in self.providers if (key := p.api_key())]
         values += [v for k, v in os.environ.items() if _SECRET_NAME.search(k)]
+        if self.redis_url is not None:
+            password = urlsplit(self.redis_url.get_secret_value()).password
+            if password:
+                values.append(password)
         return values
     def provider_config(self) -> ProviderConfig:
         """What the provider modules need (they never see Settings)."""

@@ -22,3 +22,6 @@ def _records_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFactory) 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FOUNDRY_DATA_DIR", str(tmp_path_factory.mktemp("foundry-data")))
         yield
+
+
+from tests.redis_support import private_redis, redis_url  # noqa: E402,F401  (fixtures for the Redis tests)

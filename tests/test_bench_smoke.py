@@ -39,3 +39,22 @@ def test_facade_bench_runs_and_reports_each_translation(tmp_path):
     results = json.loads(out.read_text())
     assert set(results["us_per_event"]) == {"canonical_frame", "openai_chunk", "anthropic_delta"}
     assert set(results["facade_vs_canonical_frame"]) == {"openai_chunk", "anthropic_delta"}
+
+def test_store_bench_reports_the_redis_to_memory_ratio_and_the_replica_lost_time(tmp_path):
+    import shutil
+
+    from tests.redis_support import unavailable
+
+    if shutil.which("redis-server") is None:
+        unavailable("bench/store_bench.py starts its own redis-server: none on PATH")
+    out = tmp_path / "store.json"
+    done = subprocess.run(
+        [sys.executable, "bench/store_bench.py", "--streams", "4", "--chunks", "5", "--concurrency", "2",
+         "--rounds", "1", "--lease", "2", "--json", str(out)],
+        cwd=REPO, check=False, timeout=600, capture_output=True,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    results = json.loads(out.read_text())
+    assert {"memory_store", "redis_store", "ratio", "redis_server"} == set(results["cpu_us_per_chunk"])
+    assert results["replica_lost"]["final_error_code"] == "replica_lost"
+    assert results["replica_lost"]["detected_after_kill_seconds"] > 0

@@ -214,7 +214,7 @@ async def test_a_step_that_raises_still_gives_one_final_and_json():
 
 async def test_replay_goes_out_in_bounded_batches():
     store = MemoryStreamStore(ttl=60, max_streams=10, max_events=100_000, max_bytes=8 << 20)
-    log = store.create(model="m", provider="p")
+    log = await store.create(model="m", provider="p")
     from app.core.events import TokenEvent
 
     for i in range(5000):

@@ -21,8 +21,8 @@ def store(**kw):
     return MemoryStreamStore(**args)
 
 
-def test_frames_are_numbered_and_replayable_from_any_point():
-    log = store().create(model="m", provider="p")
+async def test_frames_are_numbered_and_replayable_from_any_point():
+    log = await store().create(model="m", provider="p")
     for i in range(3):
         log.append(TokenEvent(index=i, content=f"t{i}"))
     log.append(final())
@@ -33,22 +33,22 @@ def test_frames_are_numbered_and_replayable_from_any_point():
         log.append(TokenEvent(index=9, content="late"))
 
 
-def test_each_log_is_bounded_and_refuses_replay_of_dropped_events():
-    log = store(max_events=5).create(model="m", provider="p")
+async def test_each_log_is_bounded_and_refuses_replay_of_dropped_events():
+    log = await store(max_events=5).create(model="m", provider="p")
     for i in range(20):
         log.append(TokenEvent(index=i, content="x" * 10))
     assert len(log) == 5
     log.check_replay(15)
     with pytest.raises(ReplayUnavailable):
         log.check_replay(3)
-    log = store(max_bytes=4096).create(model="m", provider="p")
+    log = await store(max_bytes=4096).create(model="m", provider="p")
     for i in range(1000):
         log.append(TokenEvent(index=i, content="y" * 100))
     assert log.size_bytes <= 4096
 
 
 async def test_follow_replays_then_follows_live_until_final():
-    log = store().create(model="m", provider="p")
+    log = await store().create(model="m", provider="p")
     log.append(TokenEvent(index=0, content="a"))
     got: list[bytes] = []
     first_read = asyncio.Event()
@@ -66,18 +66,18 @@ async def test_follow_replays_then_follows_live_until_final():
     assert [e for _, e, _ in parse_sse(b"".join(got))] == ["token", "token", "final"]
 
 
-def test_finished_streams_expire_and_the_store_is_bounded():
+async def test_finished_streams_expire_and_the_store_is_bounded():
     s = store(ttl=0.0, max_streams=2)
-    a = s.create(model="m", provider="p")
+    a = await s.create(model="m", provider="p")
     a.append(final())
     assert s.get(a.info.stream_id) is None  # ttl 0: gone as soon as it finished
     s = store(max_streams=2)
-    a, _running = s.create(model="m", provider="p"), s.create(model="m", provider="p")
+    a, _running = await s.create(model="m", provider="p"), await s.create(model="m", provider="p")
     a.append(final())
-    c = s.create(model="m", provider="p")  # evicts the oldest finished stream
+    c = await s.create(model="m", provider="p")  # evicts the oldest finished stream
     assert s.get(a.info.stream_id) is None and s.get(c.info.stream_id) is c
     with pytest.raises(StoreFull):
-        s.create(model="m", provider="p")  # b and c still running
+        await s.create(model="m", provider="p")  # b and c still running
 
 
 @pytest.mark.parametrize("bad", ["abc", "-1", "1.5", "", "9" * 30])

@@ -85,6 +85,13 @@ class GenerateRequest(BaseModel):
                     "operator's FOUNDRY_MAX_STEPS.",
     )
     stream: bool = Field(default=False, strict=True, description="POST /v1/generate only: answer 202 and run in the background.")
+    on_disconnect: Literal["cancel", "continue"] = Field(
+        default="cancel",
+        description="POST /v1/stream: what a client leaving does. `cancel` ends the run and closes the upstream "
+                    "request; `continue` lets it run to its end (bounded by its timeouts) so the client can resume "
+                    "by id at GET /v1/stream/{id}. Background runs (/v1/generate with `stream: true`) always "
+                    "continue.",
+    )
     provider_options: dict[str, Any] = Field(
         default_factory=dict, description="Provider-specific extras, passed to the provider explicitly."
     )
@@ -113,6 +120,15 @@ class GenerateRequest(BaseModel):
 class StreamAccepted(BaseModel):
     stream_id: str
     stream_url: str
+
+
+class CancelResult(BaseModel):
+    stream_id: str
+    status: Literal["cancelled", "cancelling", "finished"] = Field(
+        description="`cancelled`: the run ended here with `final{status: \"cancelled\"}`; `cancelling`: the "
+                    "replica running it was told and ends it within a second; `finished`: it had already ended "
+                    "(a no-op)."
+    )
 
 
 class ErrorBody(BaseModel):

@@ -3,8 +3,18 @@
 A log stores each event once, already encoded as its SSE frame, so fan-out costs no encoding
 per reader and a slow reader holds nothing: readers keep only a cursor into the shared log.
 Each log is bounded (events and bytes; the oldest frames go first) and the store is bounded
-(streams; finished ones expire after a TTL). `StreamStore` is the interface a distributed store
-(Redis streams, ...) implements later; `MemoryStreamStore` is the in-process one.
+(streams; finished ones expire after a TTL).
+
+`StreamStore` is the interface the API and the pipeline use (async: a store may be remote):
+`create` a log for a new run, `open` a reader (replay then follow), `transcript`, `cancel`.
+`MemoryStreamStore` is the in-process store (the embedded default); `RedisStreamStore`
+(app/streams/redis.py) shares streams between replicas. Either way the replica running a stream
+appends to its in-memory `StreamLog` and serves its own client from it; a store that persists
+elsewhere hooks `StreamLog.sink` and writes in the background, never on the live path.
+
+Cancellation: whoever drives a run wraps its frames in `StreamLog.supervise()`; `cancel()` then
+ends the run where it waits (upstream read, tool, validator) and the driver still delivers the
+run's `final{status: "cancelled"}` to its reader.
 """
 
 from __future__ import annotations
@@ -14,9 +24,9 @@ import itertools
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
 from app.core import safejson
 from app.core.errors import GatewayError, RequestError
@@ -27,7 +37,8 @@ BATCH_BYTES = 64 * 1024
 """Most bytes a reader takes from the log per send (one frame at least)."""
 _BATCH_FRAMES = 1024
 
-__all__ = ["BATCH_BYTES", "MemoryStreamStore", "ReplayUnavailable", "StreamLog", "StreamStore", "encode_frame"]
+__all__ = ["BATCH_BYTES", "CancelOutcome", "CursorAhead", "MemoryStreamStore", "ReplayUnavailable", "StoreFull",
+           "StoreUnavailable", "StreamLog", "StreamRecord", "StreamStore", "encode_frame"]
 
 
 class ReplayUnavailable(GatewayError):
@@ -39,6 +50,33 @@ class StoreFull(GatewayError):
     status = 503
     code = "overloaded"
     retryable = True
+
+
+class CursorAhead(GatewayError):
+    """A replay cursor past the stream's last event (the API answers 400 naming the field)."""
+
+    status = 400
+    code = "cursor_ahead"
+
+    def __init__(self, last_seq: int) -> None:
+        super().__init__(f"the cursor is past the stream's last event ({last_seq})")
+        self.last_seq = last_seq
+
+
+class StoreUnavailable(GatewayError):
+    """The stream store cannot take new streams (unreachable, or its write buffer is full)."""
+
+    status = 503
+    code = "store_unavailable"
+    retryable = True
+
+
+CancelOutcome = Literal["cancelled", "cancelling", "finished"]
+"""`cancelled`: the run ended here; `cancelling`: asked of the replica running it; `finished`:
+it had already ended (a no-op)."""
+
+Sink = Callable[["StreamLog", int, bytes, bool], None]
+"""Told of every appended frame (log, seq, frame, is_final): a persisting store's hook."""
 
 
 def encode_frame(seq: int, event: StreamEvent) -> bytes:
@@ -72,7 +110,7 @@ class StreamLog:
     """The events of one stream, in order, numbered from 1."""
 
     __slots__ = ("info", "_frames", "_first_seq", "_next_seq", "_bytes", "_max_events", "_max_bytes",
-                 "_waiter", "final", "finished_at", "_budget")
+                 "_waiter", "final", "finished_at", "_budget", "sink", "_control", "_cancel_pending")
 
     def __init__(self, info: StreamInfo, *, max_events: int, max_bytes: int, budget: Budget | None = None) -> None:
         self.info = info
@@ -86,6 +124,14 @@ class StreamLog:
         self._waiter: asyncio.Event | None = None
         self.final: FinalEvent | None = None
         self.finished_at: float | None = None
+        self.sink: Sink | None = None
+        self._control: _Control | None = None
+        self._cancel_pending = False
+
+    @property
+    def first_seq(self) -> int:
+        """The oldest retained event's id."""
+        return self._first_seq
 
     @property
     def last_seq(self) -> int:
@@ -114,9 +160,12 @@ class StreamLog:
         while len(self._frames) > 1 and (len(self._frames) > self._max_events or self._bytes > self._max_bytes):
             self._bytes -= len(self._frames.popleft())
             self._first_seq += 1
-        if isinstance(event, FinalEvent):
-            self.final = event
+        final = isinstance(event, FinalEvent)
+        if final:
+            self.final = event  # type: ignore[assignment]
             self.finished_at = time.monotonic()
+        if self.sink is not None:
+            self.sink(self, self._next_seq - 1, frame, final)
         if self._waiter is not None:
             self._waiter.set()
             self._waiter = None
@@ -174,6 +223,90 @@ class StreamLog:
                 self._waiter = asyncio.Event()
             await self._waiter.wait()
 
+    async def wait_final(self) -> FinalEvent:
+        async for _ in self.follow(self.last_seq):
+            pass
+        assert self.final is not None
+        return self.final
+
+    # -- cancellation -----------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """A driver supervises this stream's run here and it has not ended."""
+        return self._control is not None and self.final is None
+
+    def cancel(self) -> bool:
+        """End the supervised run (it appends `final{status: "cancelled"}`); False if none runs here."""
+        control = self._control
+        if self.final is not None:
+            return False
+        if control is None:  # opened, not driven yet: the driver ends it after its start event
+            self._cancel_pending = True
+            return True
+        control.requested = True
+        if control.inside and control.task is not None:
+            control.task.cancel()  # it waits inside the run: the run ends where it waits
+        return True  # else the driver is handing a frame to its reader: it ends the run next
+
+    async def supervise(self, frames: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
+        """Drive a run's frames so that `cancel()` can end it; yields what the run yields and,
+        when cancelled, the run's final frame. One driver per log."""
+        task = asyncio.current_task()
+        control = self._control = _Control(task)
+        control.requested = self._cancel_pending
+        sent = self.last_seq
+        started = False
+        try:
+            while True:
+                if control.requested and started:  # asked while we were away: end it at its yield
+                    try:
+                        await frames.athrow(asyncio.CancelledError())
+                    except (asyncio.CancelledError, StopAsyncIteration):
+                        pass
+                    break
+                control.inside = True
+                try:
+                    chunk = await frames.__anext__()
+                except StopAsyncIteration:
+                    return
+                except asyncio.CancelledError:
+                    if not control.requested or task is None:
+                        raise
+                    task.uncancel()  # our own cancel(): the run ended with its final; deliver it
+                    break
+                finally:
+                    control.inside = False
+                started = True
+                sent = self.last_seq
+                yield chunk
+            tail = self.frames_after(sent)
+            if tail:
+                yield tail
+        finally:
+            self._control = None
+            await frames.aclose()
+
+
+class _Control:
+    __slots__ = ("task", "inside", "requested")
+
+    def __init__(self, task: asyncio.Task[Any] | None) -> None:
+        self.task = task
+        self.inside = False
+        self.requested = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamRecord:
+    """What GET /v1/stream/{id}/transcript shows: the stream's identity and its transcript."""
+
+    stream_id: str
+    model: str
+    provider: str
+    created_at: float
+    transcript: dict[str, Any]
+
 
 class Budget:
     """The bytes retained by all the logs of a store, against one limit; `relieve` (the store's
@@ -193,13 +326,32 @@ class Budget:
 
 
 class StreamStore(Protocol):
-    def create(self, *, model: str, provider: str) -> StreamLog: ...
+    name: str
+    """`memory` or `redis`: named by /readyz and the metrics."""
 
-    def get(self, stream_id: str) -> StreamLog | None: ...
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    async def create(self, *, model: str, provider: str) -> StreamLog:
+        """A log for a new run on this replica; StoreFull / StoreUnavailable (503) when it cannot."""
+
+    def get(self, stream_id: str) -> StreamLog | None:
+        """The log of a stream held by this process (None elsewhere or unknown)."""
+
+    async def open(self, stream_id: str, after: int) -> AsyncIterator[bytes] | None:
+        """A reader: frames after `after`, then live ones until the final; None for an unknown id.
+        Raises ReplayUnavailable (410) when events after `after` are no longer retained, CursorAhead
+        when `after` is past the last event."""
+
+    async def transcript(self, stream_id: str) -> StreamRecord | None: ...
+
+    async def cancel(self, stream_id: str) -> CancelOutcome | None:
+        """End a running stream wherever it runs; None for an unknown id."""
 
     def sweep(self) -> int: ...
 
-    def ping(self) -> bool: ...
+    async def ping(self) -> bool: ...
 
 
 class MemoryStreamStore:
@@ -208,6 +360,8 @@ class MemoryStreamStore:
     The bytes of all logs together are capped by `max_total_bytes`: past it the oldest finished
     streams are evicted first (`on_evict("budget")`), and while running streams alone fill it,
     new streams are refused (503, retryable)."""
+
+    name = "memory"
 
     def __init__(self, *, ttl: float, max_streams: int, max_events: int, max_bytes: int,
                  max_total_bytes: int | None = None, on_evict: Callable[[str], None] | None = None) -> None:
@@ -226,10 +380,19 @@ class MemoryStreamStore:
     def __len__(self) -> int:
         return len(self._logs)
 
-    def ping(self) -> bool:
+    async def ping(self) -> bool:
         return True
 
-    def create(self, *, model: str, provider: str) -> StreamLog:
+    async def start(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+    async def create(self, *, model: str, provider: str) -> StreamLog:
+        return self.create_local(model=model, provider=provider)
+
+    def create_local(self, *, model: str, provider: str) -> StreamLog:
         if len(self._logs) >= self._max_streams:
             self.sweep()
         if len(self._logs) >= self._max_streams:
@@ -251,6 +414,25 @@ class MemoryStreamStore:
             self._drop(stream_id)
             return None
         return log
+
+    async def open(self, stream_id: str, after: int) -> AsyncIterator[bytes] | None:
+        log = self.get(stream_id)
+        if log is None:
+            return None
+        if after > log.last_seq:  # no client can have seen an event that does not exist yet
+            raise CursorAhead(log.last_seq)
+        log.check_replay(after)
+        return log.follow(after)
+
+    async def transcript(self, stream_id: str) -> StreamRecord | None:
+        log = self.get(stream_id)
+        return _record_of(log) if log is not None else None
+
+    async def cancel(self, stream_id: str) -> CancelOutcome | None:
+        log = self.get(stream_id)
+        if log is None:
+            return None
+        return "cancelled" if log.cancel() else "finished"
 
     def sweep(self) -> int:
         now = time.monotonic()
@@ -279,6 +461,14 @@ class MemoryStreamStore:
         """Evict the oldest finished streams while the store is over its byte budget."""
         while self._budget.used > self._budget.limit and self._evict_oldest_finished("budget"):
             pass
+
+
+def _record_of(log: StreamLog) -> StreamRecord | None:
+    info = log.info
+    if info.transcript is None:
+        return None
+    return StreamRecord(stream_id=info.stream_id, model=info.model, provider=info.provider,
+                        created_at=info.created_at, transcript=dict(info.transcript.snapshot()))
 
 
 def parse_cursor(last_event_id: str | None, after: int | None) -> int:

@@ -19,11 +19,13 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", summary="Readiness: configuration loaded, store reachable, providers listed")
 async def readyz(gateway: GatewayDep, request: Request) -> Response:
-    store_ok = gateway.store.ping()
+    store_ok = await gateway.store.ping()
     providers = gateway.registry.readiness()
     ready = store_ok and any(providers.values())
-    body = {"status": "ready" if ready else "not_ready", "store": store_ok, "providers": providers,
-            "records": await _records_state(request)}
+    body = {"status": "ready" if ready else "not_ready", "store": store_ok, "store_backend": gateway.store.name,
+            "providers": providers, "records": await _records_state(request)}
+    if not store_ok:
+        body["reason"] = f"the {gateway.store.name} stream store is unreachable"
     return JSON(body, status_code=200 if ready else 503)
 
 

@@ -1,7 +1,9 @@
-"""POST /v1/stream (run and stream SSE) and GET /v1/stream/{id} (subscribe, replay, follow)."""
+"""POST /v1/stream (run and stream SSE), GET /v1/stream/{id} (subscribe, replay, follow) and
+POST /v1/stream/{id}/cancel (end a run on whichever replica runs it)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query
@@ -9,10 +11,11 @@ from fastapi import APIRouter, Depends, Header, Path, Query
 from app.api.convert import to_spec
 from app.api.deps import GatewayDep, RecordDep
 from app.api.errors import require_json
-from app.api.schemas import GenerateRequest
+from app.api.responses import JSON
+from app.api.schemas import CancelResult, GenerateRequest
 from app.api.sse import SSEResponse
 from app.core.errors import RequestError
-from app.streams.log import parse_cursor
+from app.streams.log import CursorAhead, parse_cursor
 
 router = APIRouter(tags=["stream"])
 
@@ -42,7 +45,15 @@ def json_errors(*codes: int) -> dict[int | str, dict[str, object]]:
 async def stream(body: GenerateRequest, gateway: GatewayDep, record: RecordDep) -> SSEResponse:
     record.model = body.model
     run = record.run = await gateway.open(to_spec(body), request_id=record.request_id or None)
-    return SSEResponse(run.frames(), ping_seconds=gateway.settings.ping_seconds,
+    frames: AsyncIterator[bytes]
+    if body.on_disconnect == "continue":
+        # The run goes on in the background; this response is one reader of its log (from memory),
+        # so a client that leaves ends only its reader and can resume by id.
+        gateway.spawn(run)
+        frames = run.log.follow(0)
+    else:
+        frames = run.log.supervise(run.frames())  # the client leaving cancels the run
+    return SSEResponse(frames, ping_seconds=gateway.settings.ping_seconds,
                        send_timeout=gateway.settings.send_timeout_seconds, headers={"x-stream-id": run.stream_id})
 
 
@@ -58,15 +69,42 @@ async def subscribe(
     after: Annotated[int | None, Query(ge=0, description="Replay events after this id.")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> SSEResponse:
-    log = gateway.store.get(stream_id)
-    if log is None:
-        raise RequestError(f"no stream {stream_id!r} (unknown or expired)", code="stream_not_found",
-                           status=404, field="stream_id")
     cursor = parse_cursor(last_event_id, after)
-    if cursor > log.last_seq:  # no client can have seen an event that does not exist yet
+    try:
+        frames = await gateway.store.open(stream_id, cursor)
+    except CursorAhead as exc:  # no client can have seen an event that does not exist yet
         field = "Last-Event-ID" if last_event_id is not None else "after"
-        raise RequestError(f"{field} {cursor} is past the stream's last event ({log.last_seq})",
-                           code="cursor_ahead", status=400, field=field)
-    log.check_replay(cursor)
-    return SSEResponse(log.follow(cursor), ping_seconds=gateway.settings.ping_seconds,
+        raise RequestError(f"{field} {cursor} is past the stream's last event ({exc.last_seq})",
+                           code="cursor_ahead", status=400, field=field) from None
+    if frames is None:
+        raise _not_found(stream_id)
+    return SSEResponse(frames, ping_seconds=gateway.settings.ping_seconds,
                        send_timeout=gateway.settings.send_timeout_seconds, headers={"x-stream-id": stream_id})
+
+
+@router.post(
+    "/v1/stream/{stream_id}/cancel",
+    response_model=CancelResult,
+    responses=json_errors(404, 503),
+    summary="Cancel a running stream, on whichever replica runs it",
+    description=(
+        "The run ends with one `final{status: \"cancelled\"}` and its upstream request is closed. "
+        "`status` is `cancelled` when the run ended on this replica before the answer, `cancelling` when "
+        "the replica running it was asked (it ends within a second), `finished` when the stream had already "
+        "ended: cancelling a finished stream is a no-op answered 200, so a retried cancel is harmless."
+    ),
+)
+async def cancel(gateway: GatewayDep, stream_id: Annotated[str, Path(max_length=64)]) -> JSON:
+    outcome = await gateway.store.cancel(stream_id)
+    if outcome is None:
+        raise _not_found(stream_id)
+    if outcome == "cancelled":
+        log = gateway.store.get(stream_id)
+        if log is not None:
+            await log.wait_final()
+    return JSON({"stream_id": stream_id, "status": outcome})
+
+
+def _not_found(stream_id: str) -> RequestError:
+    return RequestError(f"no stream {stream_id!r} (unknown or expired)", code="stream_not_found",
+                        status=404, field="stream_id")

@@ -26,8 +26,14 @@ router = APIRouter(tags=["stream"])
 async def transcript(
     gateway: GatewayDep, request: Request, stream_id: Annotated[str, Path(max_length=64)]
 ) -> Response:
+    # Live here, else the shared stream store (another replica's stream), else the record store.
     log = gateway.store.get(stream_id)
     body = live_transcript(log) if log is not None else None
+    if body is None:
+        shared = await gateway.store.transcript(stream_id)
+        if shared is not None:
+            body = {"stream_id": shared.stream_id, "model": shared.model, "provider": shared.provider,
+                    "created_at": shared.created_at, **shared.transcript, "content_recorded": True}
     if body is None:  # expired, or from before a restart: the record store has it
         body = await stored_transcript(request, stream_id)
     if body is None:

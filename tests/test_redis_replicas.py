@@ -1,0 +1,220 @@
+"""Two gateway processes under uvicorn sharing one private Redis, as deployed behind a load
+balancer: follow, resume, cancel and transcripts on any replica; a replica SIGKILLed while
+another follows; both restarted; Redis killed mid-stream; bounds and expiry."""
+
+import httpx
+import pytest
+
+from tests.redis_support import Replica
+from tests.support import parse_sse
+
+
+def ask(model="mock/lorem-30", delay_ms=20, **extra):
+    return {"model": model, "messages": [{"role": "user", "content": "hi"}],
+            "provider_options": {"delay_ms": delay_ms}, **extra}
+
+
+@pytest.fixture
+def pair(redis_url):
+    a, b = Replica(redis_url).start(), Replica(redis_url).start()
+    try:
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+async def start_background(client: httpx.AsyncClient, url: str, body: dict) -> str:
+    r = await client.post(f"{url}/v1/generate", json={**body, "stream": True})
+    assert r.status_code == 202, r.text
+    return r.json()["stream_id"]
+
+
+async def read_until(chunks, n_events: int) -> bytes:
+    """Read a live SSE body (an iterator the caller may go on reading) until `n_events` events."""
+    raw = b""
+    async for chunk in chunks:
+        raw += chunk
+        if len(parse_sse(complete(raw))) >= n_events:
+            break
+    return raw
+
+
+def complete(raw: bytes) -> bytes:
+    """The whole frames of a body read so far."""
+    return raw[:raw.rfind(b"\n\n") + 2]
+
+
+def ids(events):
+    return [i for i, _, _ in events]
+
+
+async def test_start_on_a_follow_on_b_resume_on_a_event_by_event(pair):
+    a, b = pair
+    async with httpx.AsyncClient(timeout=30) as c:
+        sid = await start_background(c, a.url, ask())
+        followed = parse_sse((await c.get(f"{b.url}/v1/stream/{sid}")).content)  # live on B
+        assert ids(followed) == list(range(1, 33)) and followed[-1][1] == "final"
+        assert followed[-1][2]["status"] == "ok"
+        resumed = parse_sse((await c.get(f"{a.url}/v1/stream/{sid}", headers={"Last-Event-ID": "10"})).content)
+        assert resumed == followed[10:]
+        after = parse_sse((await c.get(f"{b.url}/v1/stream/{sid}?after=25")).content)
+        assert after == followed[25:]
+        ta = await c.get(f"{a.url}/v1/stream/{sid}/transcript")  # from A's memory
+        tb = await c.get(f"{b.url}/v1/stream/{sid}/transcript")  # from Redis
+        assert ta.status_code == tb.status_code == 200 and ta.json() == tb.json()
+        assert tb.json()["status"] == "ok" and tb.json()["response_messages"]
+        missing = await c.get(f"{b.url}/v1/stream/str_missing")
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "stream_not_found"
+
+
+async def test_cancel_on_b_of_a_run_owned_by_a(pair):
+    a, b = pair
+    async with httpx.AsyncClient(timeout=30) as c:
+        async with c.stream("POST", f"{a.url}/v1/stream", json=ask("mock/lorem-500", 50)) as r:
+            sid = r.headers["x-stream-id"]
+            chunks = r.aiter_bytes()
+            raw = await read_until(chunks, 3)
+            cancel = await c.post(f"{b.url}/v1/stream/{sid}/cancel")
+            assert cancel.status_code == 200 and cancel.json() == {"stream_id": sid, "status": "cancelling"}
+            async for chunk in chunks:  # A's own client gets the cancelled final
+                raw += chunk
+        events = parse_sse(raw)
+        assert ids(events) == list(range(1, len(events) + 1)) and len(events) < 500
+        assert [e for _, e, _ in events].count("final") == 1 and events[-1][2]["status"] == "cancelled"
+        on_b = parse_sse((await c.get(f"{b.url}/v1/stream/{sid}")).content)
+        assert on_b == events
+        again = await c.post(f"{b.url}/v1/stream/{sid}/cancel")
+        assert again.status_code == 200 and again.json()["status"] == "finished"
+        missing = await c.post(f"{b.url}/v1/stream/str_missing/cancel")
+        assert missing.status_code == 404
+
+
+async def test_owner_sigkilled_while_b_follows_ends_with_one_replica_lost_final(pair):
+    a, b = pair
+    async with httpx.AsyncClient(timeout=30) as c:
+        sid = await start_background(c, a.url, ask("mock/lorem-2000", 30))
+        async with c.stream("GET", f"{b.url}/v1/stream/{sid}") as r:
+            chunks = r.aiter_bytes()
+            raw = await read_until(chunks, 4)
+            a.kill()
+            async for chunk in chunks:
+                raw += chunk
+        events = parse_sse(raw)
+        assert ids(events) == list(range(1, len(events) + 1))
+        assert [e for _, e, _ in events].count("final") == 1 and events[-1][1] == "final"
+        final = events[-1][2]
+        assert final["status"] == "error" and final["error"]["code"] == "replica_lost"
+        assert final["error"]["retryable"] is True
+        assert parse_sse((await c.get(f"{b.url}/v1/stream/{sid}")).content) == events  # written once
+
+
+async def test_both_replicas_restarted_then_replay(redis_url):
+    a, b = Replica(redis_url).start(), Replica(redis_url).start()
+    try:
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(f"{a.url}/v1/stream", json=ask("mock/tool_call", 0))
+            events = parse_sse(r.content)
+            sid = r.headers["x-stream-id"]
+            transcript = (await c.get(f"{a.url}/v1/stream/{sid}/transcript")).json()
+    finally:
+        a.stop()
+        b.stop()
+    a, b = Replica(redis_url).start(), Replica(redis_url).start()
+    try:
+        async with httpx.AsyncClient(timeout=30) as c:
+            for replica in (a, b):
+                assert parse_sse((await c.get(f"{replica.url}/v1/stream/{sid}")).content) == events
+                resumed = parse_sse((await c.get(f"{replica.url}/v1/stream/{sid}",
+                                                 headers={"Last-Event-ID": "3"})).content)
+                assert resumed == events[3:]
+                assert (await c.get(f"{replica.url}/v1/stream/{sid}/transcript")).json() == transcript
+    finally:
+        a.stop()
+        b.stop()
+
+
+async def test_on_disconnect_continue_on_a_resume_on_b(pair):
+    a, b = pair
+    async with httpx.AsyncClient(timeout=30) as c:
+        async with c.stream("POST", f"{a.url}/v1/stream",
+                            json=ask("mock/lorem-20", 30, on_disconnect="continue")) as r:
+            sid = r.headers["x-stream-id"]
+            first = parse_sse(complete(await read_until(r.aiter_bytes(), 3)))
+        rest = parse_sse((await c.get(f"{b.url}/v1/stream/{sid}",
+                                      headers={"Last-Event-ID": str(first[-1][0])})).content)
+        events = first + rest
+        assert ids(events) == list(range(1, 23)) and events[-1][2]["status"] == "ok"
+        assert events[-1][2]["message"]["content"].count(" ") == 19  # the whole answer: the run went on
+
+
+async def test_redis_killed_mid_stream(private_redis):
+    a = Replica(private_redis.url).start()
+    try:
+        async with httpx.AsyncClient(timeout=30) as c:
+            assert (await c.get(f"{a.url}/readyz")).json()["store_backend"] == "redis"
+            async with c.stream("POST", f"{a.url}/v1/stream", json=ask("mock/lorem-40", 30)) as r:
+                chunks = r.aiter_bytes()
+                raw = await read_until(chunks, 3)
+                private_redis.kill()
+                async for chunk in chunks:
+                    raw += chunk
+            events = parse_sse(raw)  # the running stream kept streaming from memory and ended honestly
+            assert ids(events) == list(range(1, 43)) and events[-1][2]["status"] == "ok"
+            ready = await c.get(f"{a.url}/readyz")
+            assert ready.status_code == 503 and ready.json()["store"] is False
+            assert "redis" in ready.json()["reason"]
+            refused = await c.post(f"{a.url}/v1/stream", json=ask("mock/simple", 0))
+            assert refused.status_code == 503
+            assert refused.json()["error"]["code"] == "store_unavailable" and refused.json()["error"]["retryable"]
+            metrics = (await c.get(f"{a.url}/metrics")).text
+            assert 'foundry_store_errors_total{op="create",store="redis"}' in metrics
+            assert "foundry_store_seconds_bucket" in metrics
+            private_redis.start()  # back: new runs are served again
+            ok = await c.post(f"{a.url}/v1/stream", json=ask("mock/simple", 0))
+            assert ok.status_code == 200 and parse_sse(ok.content)[-1][2]["status"] == "ok"
+    finally:
+        a.stop()
+
+
+async def test_bounds_and_expiry_across_replicas(redis_url):
+    env = {"FOUNDRY_MAX_STREAM_EVENTS": "16", "FOUNDRY_STREAM_TTL_SECONDS": "30"}
+    a, b = Replica(redis_url, **env).start(), Replica(redis_url, **env).start()
+    try:
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(f"{a.url}/v1/stream", json=ask("mock/lorem-40", 0))
+            sid = r.headers["x-stream-id"]
+            assert ids(parse_sse(r.content)) == list(range(1, 43))
+            gone = await c.get(f"{b.url}/v1/stream/{sid}?after=0")
+            assert gone.status_code == 410 and gone.json()["error"]["code"] == "replay_unavailable"
+            kept = parse_sse((await c.get(f"{b.url}/v1/stream/{sid}?after=26")).content)
+            assert ids(kept) == list(range(27, 43))
+            # Expiry: Redis drops the stream FOUNDRY_STREAM_TTL_SECONDS after its final (no waiting here:
+            # the key's time to live is read).
+            import redis.asyncio as redis
+
+            client = redis.from_url(redis_url)
+            for key in ("events", "meta", "transcript"):
+                assert 0 < await client.pttl(f"foundry:{{{sid}}}:{key}") <= 30_000
+            await client.aclose()
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_compose_runs_redis_two_replicas_and_an_sse_ready_balancer():
+    # No Docker engine here: the topology the tests above run as processes, checked as written.
+    import yaml
+
+    from tests.support import REPO
+
+    services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+    assert {"redis", "gateway-a", "gateway-b", "nginx"} <= set(services)
+    for name in ("gateway-a", "gateway-b"):
+        assert services[name]["environment"]["FOUNDRY_REDIS_URL"] == "redis://redis:6379/0"
+        assert "redis" in services[name]["depends_on"]
+    assert services["nginx"]["volumes"] == ["./deploy/nginx.conf:/etc/nginx/conf.d/default.conf:ro"]
+    nginx = (REPO / "deploy" / "nginx.conf").read_text()
+    for needle in ("server gateway-a:8000", "server gateway-b:8000", "proxy_buffering off;",
+                   "proxy_read_timeout 3600s;", "proxy_http_version 1.1;", "listen 8000;"):
+        assert needle in nginx

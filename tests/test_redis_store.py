@@ -1,0 +1,179 @@
+"""RedisStreamStore against a real redis-server: persistence in order, bounds, expiry, the
+owner-lost claim written once. (Replicas as separate processes: tests/test_redis_replicas.py.)"""
+
+import asyncio
+
+import pytest
+import redis.asyncio as redis
+
+from app.core.events import AssistantMessage, FinalEvent, StartEvent, TokenEvent, Usage
+from app.streams.log import CursorAhead, ReplayUnavailable, StoreUnavailable
+from app.streams.redis import RedisStreamStore
+from tests.support import parse_sse
+
+
+def final(status="ok"):
+    return FinalEvent(status=status, message=AssistantMessage(content="x"), usage=Usage(), stop_reason="stop",
+                      model="m", provider="p")
+
+
+def store(url, **kw):
+    args = {"ttl": 30.0, "max_streams": 100, "max_events": 1000, "max_bytes": 1 << 20, "lease_seconds": 0.5,
+            "timeout": 0.5} | kw
+    return RedisStreamStore(url, **args)
+
+
+async def read_all(frames):
+    return b"".join([chunk async for chunk in frames])
+
+
+async def test_frames_reach_redis_in_order_and_another_replica_replays_and_follows(redis_url):
+    a, b = store(redis_url), store(redis_url)
+    await a.start()
+    await b.start()
+    try:
+        log = await a.create(model="m", provider="p")
+        sid = log.info.stream_id
+        log.append(StartEvent(stream_id=sid, model="m", provider="p"))
+        log.append(TokenEvent(index=0, content="a"))
+        await a.flush()
+        follower = asyncio.create_task(read_all(await b.open(sid, 1)))  # B follows live from event 1
+        for i in range(1, 50):
+            log.append(TokenEvent(index=i, content=f"t{i}"))
+        log.append(final())
+        followed = await asyncio.wait_for(follower, 10)
+        assert followed == log.frames_after(1)  # byte for byte, ids 2..52, nothing missing or repeated
+        assert [i for i, _, _ in parse_sse(followed)] == list(range(2, 53))
+        assert await read_all(await b.open(sid, 0)) == log.frames_after(0)
+        assert await b.open("str_unknown", 0) is None
+        with pytest.raises(CursorAhead):
+            await b.open(sid, 53)  # past the end of a finished stream: 400, as on the owner
+        assert await read_all(await b.open(sid, 52)) == b""
+        assert await b.cancel(sid) == "finished"
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_redis_copy_is_bounded_like_the_memory_log_and_expires_after_the_ttl(redis_url):
+    a, b = store(redis_url, max_events=16, ttl=7.0), store(redis_url)
+    await a.start()
+    try:
+        log = await a.create(model="m", provider="p")
+        sid = log.info.stream_id
+        for i in range(100):
+            log.append(TokenEvent(index=i, content="x" * 50))
+        await a.flush()
+        client = redis.from_url(redis_url)
+        events_key = f"foundry:{{{sid}}}:events"
+        assert log.first_seq == 85  # the memory log keeps 85..100; Redis keeps the same range
+        entries = await client.xrange(events_key)
+        assert int(entries[0][1][b"s"]) == 85 and entries[-1][0] == b"100-0"
+        assert [i for i, _, _ in parse_sse(b"".join(e[1][b"f"] for e in entries))] == list(range(85, 101))
+        with pytest.raises(ReplayUnavailable):
+            await b.open(sid, 10)
+        assert [i for i, _, _ in parse_sse(log.frames_after(84))] == list(range(85, 101))
+        running_ttl = await client.ttl(events_key)
+        assert running_ttl > 7  # running: kept while the run goes on
+        log.append(final())
+        await a.flush()
+        for key in (events_key, f"foundry:{{{sid}}}:meta"):
+            assert 0 < await client.ttl(key) <= 7  # finished: expires stream_ttl_seconds after its final
+        await client.aclose()
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_a_lost_owner_is_claimed_once_however_many_followers_notice(redis_url):
+    owner, f1, f2 = store(redis_url), store(redis_url), store(redis_url)
+    log = await owner.create(model="m", provider="p")  # never started: no lease renewal (a dead process)
+    sid = log.info.stream_id
+    log.append(StartEvent(stream_id=sid, model="m", provider="p"))
+    log.append(TokenEvent(index=0, content="a"))
+    await owner._flush({sid: _pending(log)})
+    readers = [asyncio.create_task(read_all(await s.open(sid, 0))) for s in (f1, f2, f1, f2)]
+    bodies = await asyncio.wait_for(asyncio.gather(*readers), 10)
+    assert len(set(bodies)) == 1
+    events = parse_sse(bodies[0])
+    assert [(i, e) for i, e, _ in events] == [(1, "start"), (2, "token"), (3, "final")]
+    assert events[-1][2]["status"] == "error"
+    assert events[-1][2]["error"] == {"code": "replica_lost", "retryable": True,
+                                      "message": "the replica running this stream stopped; retry the request"}
+    client = redis.from_url(redis_url)
+    finals = [e for e in await client.xrange(f"foundry:{{{sid}}}:events") if b"e" in e[1]]
+    assert len(finals) == 1 and finals[0][0] == b"3-0"  # written once
+    await client.aclose()
+    for s in (owner, f1, f2):
+        await s.aclose()
+
+
+async def test_an_unreachable_redis_refuses_new_streams_at_once():
+    s = store("redis://127.0.0.1:1/0")  # nothing listens on port 1
+    await s.start()
+    try:
+        assert not await s.ping()
+        with pytest.raises(StoreUnavailable) as info:
+            await s.create(model="m", provider="p")
+        assert info.value.status == 503 and info.value.retryable
+        assert len(s) == 0
+    finally:
+        await s.aclose()
+
+
+def _pending(log):
+    from app.streams.redis import _Pending
+
+    pending = _Pending(log)
+    pending.entries.extend((seq, frame, False) for seq, frame in enumerate(log._frames, start=log.first_seq))
+    return pending
+
+
+async def test_a_rewritten_batch_overlapping_stored_events_reads_once(redis_url):
+    # A write that failed mid-way is retried merged with later frames: its entry overlaps the stored
+    # ones. Readers still see every id once, in order.
+    from app.streams.redis import _Pending
+
+    owner, reader = store(redis_url), store(redis_url)
+    await owner.start()
+    try:
+        log = await owner.create(model="m", provider="p")
+        sid = log.info.stream_id
+        for i in range(5):
+            log.append(TokenEvent(index=i, content=f"t{i}"))
+        await owner.flush()  # entry 1..5
+        log.sink = None  # events 6 and 7 reach Redis only through the merged retry below
+        for i in range(5, 7):
+            log.append(TokenEvent(index=i, content=f"t{i}"))
+        frames = list(log._frames)
+        await owner._flush({sid: _Pending(log, [(s, frames[s - 1], False) for s in range(3, 8)])})  # 3..7
+        log.sink = owner._sink
+        log.append(final())
+        await owner.flush()
+        events = parse_sse(await read_all(await reader.open(sid, 0)))
+        assert [i for i, _, _ in events] == [1, 2, 3, 4, 5, 6, 7, 8]
+        assert await read_all(await reader.open(sid, 0)) == log.frames_after(0)
+        events = parse_sse(await read_all(await reader.open(sid, 4)))
+        assert [i for i, _, _ in events] == [5, 6, 7, 8]
+    finally:
+        await owner.aclose()
+        await reader.aclose()
+
+
+async def test_redis_unreachable_at_start_readyz_names_the_store_and_runs_fail_fast():
+    import httpx
+
+    from app.main import create_app
+    from app.settings import Settings
+    from tests.support import serve
+
+    app = create_app(Settings(redis_url="redis://:hunter2-redis-pass@127.0.0.1:1/0", redis_timeout_seconds=0.5))
+    async with serve(app) as url, httpx.AsyncClient(base_url=url) as c:
+        assert (await c.get("/healthz")).status_code == 200
+        ready = await c.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["store_backend"] == "redis" and ready.json()["store"] is False
+        r = await c.post("/v1/stream", json={"model": "mock/simple", "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable"
+        assert r.json()["error"]["retryable"] is True and "hunter2" not in r.text
+    assert "hunter2-redis-pass" in Settings(redis_url="redis://:hunter2-redis-pass@h:1/0").secret_values()
