@@ -64,6 +64,8 @@ class StreamInfo:
     model: str
     provider: str
     created_at: float = field(default_factory=time.time)
+    owner: str | None = None
+    """The id of the API key that started the stream (None: open mode or the admin key); others get 404."""
     transcript: Transcript | None = None
     """The stream's record for redisplay, kept for the stream's lifetime."""
 
@@ -193,7 +195,7 @@ class Budget:
 
 
 class StreamStore(Protocol):
-    def create(self, *, model: str, provider: str) -> StreamLog: ...
+    def create(self, *, model: str, provider: str, owner: str | None = None) -> StreamLog: ...
 
     def get(self, stream_id: str) -> StreamLog | None: ...
 
@@ -229,7 +231,7 @@ class MemoryStreamStore:
     def ping(self) -> bool:
         return True
 
-    def create(self, *, model: str, provider: str) -> StreamLog:
+    def create(self, *, model: str, provider: str, owner: str | None = None) -> StreamLog:
         if len(self._logs) >= self._max_streams:
             self.sweep()
         if len(self._logs) >= self._max_streams:
@@ -240,7 +242,7 @@ class MemoryStreamStore:
         if self._budget.used >= self._budget.limit:
             raise StoreFull("the stream store is full; retry later")
         stream_id = "str_" + uuid.uuid4().hex
-        log = StreamLog(StreamInfo(stream_id=stream_id, model=model, provider=provider),
+        log = StreamLog(StreamInfo(stream_id=stream_id, model=model, provider=provider, owner=owner),
                         max_events=self._max_events, max_bytes=self._max_bytes, budget=self._budget)
         self._logs[stream_id] = log
         return log

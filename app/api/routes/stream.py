@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 
+from app.api.access import Authenticated, PrincipalDep, not_found_unless_owner, open_run
 from app.api.convert import to_spec
 from app.api.deps import GatewayDep, RecordDep
 from app.api.errors import require_json
@@ -14,7 +15,7 @@ from app.api.sse import SSEResponse
 from app.core.errors import RequestError
 from app.streams.log import parse_cursor
 
-router = APIRouter(tags=["stream"])
+router = APIRouter(tags=["stream"], dependencies=[Authenticated])
 
 _SSE_DOC = {
     "description": (
@@ -35,33 +36,38 @@ def json_errors(*codes: int) -> dict[int | str, dict[str, object]]:
 @router.post(
     "/v1/stream",
     response_class=SSEResponse,
-    responses={200: _SSE_DOC, **json_errors(400, 404, 413, 415, 422, 429, 502, 503, 504)},
+    responses={200: _SSE_DOC, **json_errors(400, 401, 403, 404, 413, 415, 422, 429, 502, 503, 504)},
     summary="Run and stream canonical events as SSE",
     dependencies=[Depends(require_json)],
 )
-async def stream(body: GenerateRequest, gateway: GatewayDep, record: RecordDep) -> SSEResponse:
+async def stream(body: GenerateRequest, gateway: GatewayDep, record: RecordDep, request: Request,
+                 principal: PrincipalDep) -> SSEResponse:
     record.model = body.model
-    run = record.run = await gateway.open(to_spec(body), request_id=record.request_id or None)
+    run, limit_headers = await open_run(request, gateway, to_spec(body), principal, record)
     return SSEResponse(run.frames(), ping_seconds=gateway.settings.ping_seconds,
-                       send_timeout=gateway.settings.send_timeout_seconds, headers={"x-stream-id": run.stream_id})
+                       send_timeout=gateway.settings.send_timeout_seconds,
+                       headers={"x-stream-id": run.stream_id, **limit_headers})
 
 
 @router.get(
     "/v1/stream/{stream_id}",
     response_class=SSEResponse,
-    responses={200: _SSE_DOC, **json_errors(400, 404, 410)},
+    responses={200: _SSE_DOC, **json_errors(400, 401, 404, 410)},
     summary="Subscribe to a stream: replay after Last-Event-ID or ?after=N, then follow live",
 )
 async def subscribe(
     gateway: GatewayDep,
+    principal: PrincipalDep,
     stream_id: Annotated[str, Path(max_length=64)],
     after: Annotated[int | None, Query(ge=0, description="Replay events after this id.")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> SSEResponse:
     log = gateway.store.get(stream_id)
-    if log is None:
-        raise RequestError(f"no stream {stream_id!r} (unknown or expired)", code="stream_not_found",
+    missing = RequestError(f"no stream {stream_id!r} (unknown or expired)", code="stream_not_found",
                            status=404, field="stream_id")
+    if log is None:
+        raise missing
+    not_found_unless_owner(principal, log.info.owner, missing)
     cursor = parse_cursor(last_event_id, after)
     if cursor > log.last_seq:  # no client can have seen an event that does not exist yet
         field = "Last-Event-ID" if last_event_id is not None else "after"
