@@ -225,9 +225,13 @@ class Auth:
         except Exception as exc:  # noqa: BLE001 - the lease expires by itself; say so
             self.log.warning("limit_settle_failed", key_id=key.id, error=type(exc).__name__)
 
-    async def aclose(self) -> None:
-        if self._tasks:
+    async def settled(self) -> None:
+        """Wait until every ended run's slot, tokens and spend are counted."""
+        while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        await self.settled()
         await self.limiter.aclose()
 
 
