@@ -11,11 +11,11 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from app.accounting import KeyAccountant
 from app.api.compat import anthropic_routes, openai_routes
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
 from app.api.openapi import install_openapi
-from app.accounting import KeyAccountant
 from app.api.routes import admin_keys, generate, health, runs, stream, transcript, usage
 from app.api.routes.web import install_playground
 from app.auth import Auth, build_limiter

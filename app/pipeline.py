@@ -27,10 +27,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from app.auth.policy import Price, price_for
 from app.core.accumulator import Accumulator
 from app.core.errors import GatewayError, RequestError, UpstreamError
 from app.core.messages import Message, ToolSpec
-from app.auth.policy import Price, price_for
 from app.core.report import RunObserver, RunReport
 from app.core.transcript import Transcript, TranscriptLimits
 from app.observability import Metrics, get_logger

@@ -42,6 +42,11 @@ async def per_request(auth: Auth, key: str, n: int) -> float:
     return (time.perf_counter() - started) / n * 1e6
 
 
+def _redis_server(binary: str, port: int, workdir: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
+
+
 async def main() -> dict:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=2000)
@@ -65,8 +70,7 @@ async def main() -> dict:
     binary = shutil.which("redis-server")
     if binary:
         port = free_port()
-        proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                 "--appendonly", "no", "--dir", str(tmp)], stdout=subprocess.DEVNULL)
+        proc = _redis_server(binary, port, tmp)
         try:
             limiter = RedisLimiter(f"redis://127.0.0.1:{port}/0")
             for _ in range(100):

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -19,6 +20,17 @@ import redis.asyncio as aioredis
 
 from tests.auth_support import ADMIN, SIMPLE, bearer, free_port, redis_url  # noqa: F401 - fixture
 from tests.support import REPO
+
+
+def _spawn(port: int, env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
+    log = open(log_path, "wb")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port",
+                             str(port), "--no-access-log"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    return proc, log
+
+
+def _read_logs(directory: Path) -> str:
+    return "".join(p.read_text() for p in sorted(directory.glob("gateway-*.log")))
 
 
 @contextlib.asynccontextmanager
@@ -31,13 +43,10 @@ async def replicas(n: int, tmp_path: Path, redis: str | None) -> AsyncIterator[l
     try:
         for i in range(n):
             port = free_port()
-            log = open(tmp_path / f"gateway-{i}.log", "wb")  # noqa: SIM115 - closed with the process
-            procs.append((subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
-                 "--no-access-log"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+            procs.append(_spawn(port, env, tmp_path / f"gateway-{i}.log"))
             urls.append(f"http://127.0.0.1:{port}")
         async with httpx.AsyncClient(timeout=5) as client:
-            for url, (proc, _) in zip(urls, procs):
+            for url, (proc, _) in zip(urls, procs, strict=True):
                 for _ in range(900):  # until it listens (a process start is not an awaitable event)
                     if proc.poll() is not None:
                         pytest.fail((tmp_path / "gateway-0.log").read_text())
@@ -49,7 +58,7 @@ async def replicas(n: int, tmp_path: Path, redis: str | None) -> AsyncIterator[l
                     pytest.fail("gateway did not start")
         yield urls
     finally:
-        for proc, log in procs:
+        for proc, _ in procs:
             proc.terminate()
         for proc, log in procs:
             proc.wait(timeout=20)
@@ -105,7 +114,7 @@ async def test_limits_and_revocation_hold_across_two_processes(tmp_path: Path, r
             assert status == 200 and time.monotonic() < deadline, "B still accepts a revoked key"
             await asyncio.sleep(0.1)
         metrics = (await client.get(a + "/metrics")).text + (await client.get(b + "/metrics")).text
-    logs = "".join(p.read_text() for p in tmp_path.glob("gateway-*.log"))
+    logs = _read_logs(tmp_path)
     assert key_id in logs and "team-r" in logs
     for secret in (key, other, ADMIN, key[4:]):
         assert secret not in logs and secret not in metrics

@@ -14,8 +14,8 @@ from typing import Annotated, Any
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPBearer
 
-from app.auth import Auth, Principal
 from app.api.middleware import RequestLog
+from app.auth import Auth, Principal
 from app.auth.service import AccessDenied
 from app.pipeline import Gateway, Run, RunSpec
 
@@ -27,7 +27,8 @@ _bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer fgw-..
 _api_key = APIKeyHeader(name="x-api-key", auto_error=False, description="x-api-key: fgw-... (Anthropic clients)")
 
 
-async def _principal(request: Request, _b: Any = Security(_bearer), _k: Any = Security(_api_key)) -> Principal:
+async def _principal(request: Request, _b: Annotated[Any, Security(_bearer)] = None,
+                     _k: Annotated[Any, Security(_api_key)] = None) -> Principal:
     auth: Auth = request.app.state.auth
     principal = await auth.authenticate(request.headers.get("authorization"), request.headers.get("x-api-key"))
     record = request.scope.get("state", {}).get("record")

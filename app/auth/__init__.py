@@ -7,7 +7,7 @@ policy (models, limits, budget, validators), `limiter.py` the counters (memory o
 
 from app.auth.keys import KEY_PREFIX, hash_key, looks_like_key, new_key
 from app.auth.limiter import Denied, Limiter, MemoryLimiter, RedisLimiter, build_limiter
-from app.auth.policy import KeyPolicy, Principal, Price, model_allowed
+from app.auth.policy import KeyPolicy, Price, Principal, model_allowed
 from app.auth.service import Auth
 
 __all__ = [

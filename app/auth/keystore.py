@@ -26,16 +26,15 @@ class KeyRow:
     revoked_at: datetime | None
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
+def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def _row(row: Any) -> KeyRow:
     fields = KeyFields.model_validate({"name": row["name"], **row["policy"]})
     return KeyRow(policy=KeyPolicy.of(row["id"], fields, "database"), created_at=_utc(row["created_at"]),
-                  updated_at=_utc(row["updated_at"]), revoked_at=_utc(row["revoked_at"]))
+                  updated_at=_utc(row["updated_at"]),
+                  revoked_at=_utc(row["revoked_at"]) if row["revoked_at"] is not None else None)
 
 
 def _policy_doc(fields: KeyFields) -> dict[str, Any]:

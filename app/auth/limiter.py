@@ -13,12 +13,14 @@ import math
 import secrets
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, cast
 
 __all__ = ["Admission", "Denied", "Limiter", "Limits", "MemoryLimiter", "RedisLimiter", "build_limiter"]
 
 WINDOW = 60.0
+DenialReason = Literal["requests", "tokens", "concurrency"]
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)
@@ -65,7 +67,7 @@ class Admission:
 
 
 class Denied(Exception):
-    def __init__(self, reason: Literal["requests", "tokens", "concurrency"], retry_after: int,
+    def __init__(self, reason: DenialReason, retry_after: int,
                  headers: dict[str, str]) -> None:
         super().__init__(reason)
         self.reason = reason
@@ -96,7 +98,7 @@ class Limiter(Protocol):
     async def aclose(self) -> None: ...
 
 
-def _denied(reason: Literal["requests", "tokens", "concurrency"], limits: Limits, usage: Usage) -> Denied:
+def _denied(reason: DenialReason, limits: Limits, usage: Usage) -> Denied:
     retry = 1 if reason == "concurrency" else max(1, math.ceil(usage.reset))
     return Denied(reason, retry, rate_headers(limits, usage))
 
@@ -106,7 +108,7 @@ class MemoryLimiter:
 
     backend = "memory"
 
-    def __init__(self, *, lease_seconds: float = 600.0, clock=time.time) -> None:
+    def __init__(self, *, lease_seconds: float = 600.0, clock: Callable[[], float] = time.time) -> None:
         self.lease_seconds = lease_seconds
         self.clock = clock
         self._requests: dict[tuple[str, int], int] = defaultdict(int)
@@ -230,7 +232,8 @@ class RedisLimiter:
             args=[limits.rpm or 0, limits.tpm or 0, limits.max_concurrent or 0, slot or "", self.lease_seconds])
         usage = Usage(requests=int(requests), tokens=int(tokens), reset=float(reset))
         if not admitted:
-            raise _denied(reason.decode() if isinstance(reason, bytes) else reason, limits, usage)
+            name = reason.decode() if isinstance(reason, bytes) else str(reason)
+            raise _denied(cast(DenialReason, name), limits, usage)
         return Admission(slot=slot, headers=rate_headers(limits, usage))
 
     async def release(self, key_id: str, slot: str) -> None:
@@ -258,7 +261,7 @@ class RedisLimiter:
 
     async def ping(self) -> bool:
         try:
-            return bool(await self.client.ping())
+            return bool(await self.client.ping())  # type: ignore[misc]  # redis-py types ping for sync and async
         except Exception:  # noqa: BLE001 - any failure means "not reachable" to readiness
             return False
 

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.core.events import Usage
 from app.core.errors import RequestError
+from app.core.events import Usage
 from app.validation.specs import ValidatorSpec, check_specs
 
 __all__ = ["MODEL_PATTERN_RE", "ConfiguredKey", "KeyFields", "KeyPolicy", "Price", "Principal", "model_allowed"]

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import sqlalchemy as sa
 
@@ -23,7 +23,7 @@ from app.auth.keys import hash_key, looks_like_key
 from app.auth.keystore import KeyStore
 from app.auth.limiter import Admission, Denied, Limiter, Limits
 from app.auth.policy import ConfiguredKey, KeyPolicy, Principal, model_allowed
-from app.core.errors import GatewayError
+from app.core.errors import ErrorData, GatewayError
 from app.observability import get_logger
 from app.records.tables import runs
 
@@ -36,9 +36,15 @@ class AccessDenied(GatewayError):
     """401, 403 or 429 before any work; `headers` go on the response (WWW-Authenticate, x-ratelimit-*)."""
 
     def __init__(self, message: str, *, code: str, status: int, headers: Mapping[str, str] | None = None,
-                 **details: Any) -> None:
-        super().__init__(message, code=code, status=status, retryable=status == 429, **details)
+                 field: str | None = None, retry_after: int | None = None, **extra: Any) -> None:
+        super().__init__(message, code=code, status=status, retryable=status == 429, field=field,
+                         retry_after=str(retry_after) if retry_after is not None else None)
         self.headers = dict(headers or {})
+        self.extra = extra
+        """Further fields of the error body: which limit (`limit`), spend and budget."""
+
+    def to_dict(self) -> ErrorData:
+        return cast(ErrorData, {**super().to_dict(), **self.extra})
 
 
 def unauthorized(message: str, code: str = "invalid_api_key") -> AccessDenied:

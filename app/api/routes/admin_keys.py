@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 from pydantic import ValidationError
@@ -19,7 +19,7 @@ from app.core.errors import RequestError
 
 router = APIRouter(tags=["admin"])
 
-_ERRORS = {c: {"model": ErrorBody} for c in (401, 403, 404, 409, 422, 503)}
+_ERRORS: dict[int | str, dict[str, Any]] = {c: {"model": ErrorBody} for c in (401, 403, 404, 409, 422, 503)}
 KeyId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_.-]{1,32}$")]
 
 
