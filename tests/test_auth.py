@@ -358,3 +358,27 @@ async def test_no_key_material_in_logs_metrics_or_responses(capsys: pytest.Captu
     for text in texts:
         for secret in secrets:
             assert secret not in text
+
+
+async def test_facades_take_the_same_keys_models_and_limits() -> None:
+    async with gateway() as (_, client):
+        key = (await make_key(client, models=["mock/*"], rpm=3))["key"]
+        chat = {"model": "mock/simple", "messages": [{"role": "user", "content": "hi"}]}
+        anthropic = {**chat, "max_tokens": 32}
+        for path, body in (("/v1/chat/completions", chat), ("/v1/messages", anthropic)):
+            missing = await client.post(path, json=body)
+            assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+            denied = await client.post(path, json={**body, "model": "openai/gpt-4o"}, headers=bearer(key))
+            assert denied.status_code == 403, denied.text
+        ok = await client.post("/v1/chat/completions", json=chat, headers=bearer(key))
+        assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "Hello, world"
+        assert ok.headers["x-ratelimit-limit-requests"] == "3"
+        ok = await client.post("/v1/messages", json=anthropic, headers={"x-api-key": key})
+        assert ok.status_code == 200 and ok.headers["x-ratelimit-remaining-requests"] == "1"
+        assert (await client.post("/v1/messages", json=anthropic, headers={"x-api-key": key})).status_code == 200
+        limited = await client.post("/v1/chat/completions", json=chat, headers=bearer(key))
+        assert limited.status_code == 429 and limited.headers["x-ratelimit-remaining-requests"] == "0"
+        assert "retry-after" in limited.headers
+        assert (await client.get("/v1/models")).status_code == 401
+        assert (await client.get("/v1/models", headers=bearer(key))).status_code == 200
+        assert (await client.get("/")).status_code == 200  # the playground page stays open
