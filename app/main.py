@@ -11,15 +11,18 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from app.accounting import KeyAccountant
 from app.api.compat import anthropic_routes, openai_routes
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
 from app.api.openapi import install_openapi
-from app.api.routes import generate, health, runs, stream, transcript
+from app.api.routes import admin_keys, generate, health, runs, stream, transcript, usage
 from app.api.routes.web import install_playground
+from app.auth import Auth, build_limiter
+from app.auth.keystore import KeyStore
 from app.core import secrets
 from app.core.report import RunObserver
-from app.observability import Metrics, configure_logging
+from app.observability import Metrics, configure_logging, get_logger
 from app.pipeline import Gateway
 from app.providers.base import ProviderAdapter
 from app.providers.registry import build_registry
@@ -55,6 +58,9 @@ def create_app(
     records = _records(settings, metrics)
     if records is not None:
         gateway.add_observer(RunRecorder(records, content=settings.record_content))
+    auth = _auth(settings, records, metrics)
+    accountant = KeyAccountant(auth, metrics)
+    gateway.add_observer(accountant)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -63,6 +69,10 @@ def create_app(
         restore = _on_stop_signal(lambda: gateway.end_runs(settings.shutdown_grace_seconds))
         if records is not None:
             await records.start()  # migrate, prune, start writing (a database that is down: retried)
+        if auth.mode == "open":
+            get_logger("foundry.auth").warning(
+                "auth_open", message="no FOUNDRY_ADMIN_KEY and no [[keys]]: every caller may use every model "
+                                     "without a key (set FOUNDRY_AUTH=required to refuse this)")
         try:
             yield
         finally:
@@ -71,6 +81,7 @@ def create_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
             await gateway.aclose()  # runs end (their finals reach the stream store) ...
+            await auth.aclose()
             await store.aclose()  # ... then the stream store flushes and closes
             if records is not None:
                 await records.aclose()  # after the runs: their records are written, then the engine goes
@@ -86,10 +97,14 @@ def create_app(
     app.state.gateway = gateway
     app.state.settings = settings
     app.state.records = records
+    app.state.auth = auth
+    app.state.accountant = accountant
     app.include_router(generate.router)
     app.include_router(stream.router)
     app.include_router(transcript.router)
     app.include_router(runs.router)
+    app.include_router(usage.router)
+    app.include_router(admin_keys.router)
     app.include_router(health.router)
     app.include_router(openai_routes.router)
     app.include_router(anthropic_routes.router)
@@ -128,6 +143,19 @@ def _on_stop_signal(start: Callable[[], Coroutine[Any, Any, None]]) -> Callable[
             task.cancel()
 
     return restore
+
+
+def _auth(settings: Settings, records: RecordWriter | None, metrics: Metrics) -> Auth:
+    """Keys (the admin key, [[keys]], the records database's api_keys) and the limiter (Redis or memory)."""
+    return Auth(
+        admin_key=settings.admin_key.get_secret_value() if settings.admin_key else None,
+        config_keys=settings.keys,
+        keystore=KeyStore(records.store.engine) if records is not None else None,
+        limiter=build_limiter(settings.redis_url.get_secret_value() if settings.redis_url else None,
+                              lease_seconds=settings.concurrency_lease_seconds),
+        cache_seconds=settings.key_cache_seconds,
+        on_outcome=metrics.count_key_outcome,
+    )
 
 
 def _records(settings: Settings, metrics: Metrics) -> RecordWriter | None:

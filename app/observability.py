@@ -51,6 +51,9 @@ def get_logger(name: str = "foundry") -> Any:
     return structlog.get_logger(name)
 
 
+MAX_KEY_LABELS = 200
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -91,6 +94,15 @@ class Metrics:
                                        registry=r)
         self.records_dropped = Counter("foundry_records_dropped", "Run records lost, by reason (queue_full, "
                                        "write_failed, shutting_down).", ["reason"], registry=r)
+        self.key_requests = Counter("foundry_key_requests", "Admission decisions by key name and outcome "
+                                    "(admitted, model_denied, limited_*, budget_exceeded).", ["key", "outcome"],
+                                    registry=r)
+        self.key_runs = Counter("foundry_key_runs", "Finished runs by key name and final status.",
+                                ["key", "status"], registry=r)
+        self.key_tokens = Counter("foundry_key_tokens", "Tokens used by key name.", ["key"], registry=r)
+        self.key_cost = Counter("foundry_key_cost_usd", "Spend in USD by key name (priced models).", ["key"],
+                                registry=r)
+        self._key_names: set[str] = set()
 
     def count_events(self, tally: TallyCounter[str]) -> None:
         """Add a finished run's per-type event counts (counted locally: no metric call per event)."""
@@ -108,6 +120,25 @@ class Metrics:
             self.store_errors.labels(store, op).inc()
         else:
             self.store_seconds.labels(store, op).observe(seconds)
+    def key_label(self, name: str) -> str:
+        """Key names as labels, bounded: past MAX_KEY_LABELS distinct names the rest count as `other`."""
+        if name in self._key_names:
+            return name
+        if len(self._key_names) >= MAX_KEY_LABELS:
+            return "other"
+        self._key_names.add(name)
+        return name
+
+    def count_key_outcome(self, name: str, outcome: str) -> None:
+        self.key_requests.labels(self.key_label(name), outcome).inc()
+
+    def count_key_run(self, name: str, status: str, tokens: int, cost_usd: float | None) -> None:
+        label = self.key_label(name)
+        self.key_runs.labels(label, status).inc()
+        if tokens:
+            self.key_tokens.labels(label).inc(tokens)
+        if cost_usd:
+            self.key_cost.labels(label).inc(cost_usd)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

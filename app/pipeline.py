@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from app.auth.policy import Price, price_for
 from app.core.accumulator import Accumulator
 from app.core.errors import GatewayError, RequestError, UpstreamError
 from app.core.messages import Message, ToolSpec
@@ -62,6 +63,10 @@ class RunSpec:
     chunking: str | None = None
     max_steps: int | None = None
     """Most provider calls when the gateway runs tools; None: the operator's `max_steps`."""
+    owner: str | None = None
+    """The API key id that starts the run: its stream, transcript and record belong to that key."""
+    policy_validators: Sequence[ValidatorSpec] = ()
+    """The key's validators: applied like the operator's, on top of them."""
 
     @property
     def model(self) -> str:
@@ -127,7 +132,7 @@ class Gateway:
             self.metrics.upstream_errors.labels(provider, exc.code).inc()
             raise
         try:
-            log = await self.store.create(model=spec.model, provider=provider)
+            log = await self.store.create(model=spec.model, provider=provider, owner=spec.owner)
         except BaseException:
             await upstream.aclose()  # no stream, no run: nothing stays open
             raise
@@ -135,9 +140,15 @@ class Gateway:
         transcript.add_request(request.messages)
         log.info.transcript = transcript
         plan = RunPlan(model=spec.model, provider=provider, adapter=adapter, request=request, max_steps=max_steps,
-                       request_id=request_id, started=started, started_at=started_at)
+                       request_id=request_id, started=started, started_at=started_at, owner=spec.owner,
+                       price=self._price(spec.model))
         return Run(plan, log=log, upstream=upstream, gate=gate, tools=tools, transcript=transcript,
                    metrics=self.metrics, logger=self.log, observers=self.observers, runs=self.runs)
+
+    def _price(self, model: str) -> Price | None:
+        """The model's price (FOUNDRY_PRICES), as requested or by its alias's target; None if unknown."""
+        prices = self.settings.prices
+        return price_for(prices, model, self.settings.aliases.get(model, "")) if prices else None
 
     def _max_steps(self, spec: RunSpec) -> int:
         cap = self.settings.max_steps
@@ -153,7 +164,7 @@ class Gateway:
         """The run's validation gate: operator validators always, the request's added; None
         (a pass-through, no added latency) when there are none."""
         return build_gate(
-            request_specs=spec.validators, operator_specs=self.settings.validators,
+            request_specs=spec.validators, operator_specs=[*self.settings.validators, *spec.policy_validators],
             chunking=spec.chunking or self.settings.default_chunking, tools=spec.tools,
             judge=self.judge, observer=self.metrics.observe_check,
         )

@@ -45,7 +45,7 @@ def run_record(report: RunReport, *, content: bool) -> RunRecord:
     return RunRecord(
         stream_id=report.stream_id,
         request_id=report.request_id,
-        owner=None,
+        owner=report.owner,
         created_at=datetime.fromtimestamp(report.started_at, UTC),
         finished_at=datetime.fromtimestamp(report.started_at + report.duration, UTC),
         model=report.model,
@@ -61,6 +61,7 @@ def run_record(report: RunReport, *, content: bool) -> RunRecord:
         ttft_ms=round(report.ttft * 1000, 3) if report.ttft is not None else None,
         duration_ms=round(report.duration * 1000, 3),
         content_recorded=content,
+        cost_usd=report.usage.cost_usd,
         transcript=transcript,
     )
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from app.auth.policy import Price
 from app.core.accumulator import Accumulator
 from app.core.errors import ErrorData, GatewayError
 from app.core.events import (
@@ -85,6 +86,10 @@ class RunPlan:
     """The first step's request; later steps append the turns and tool results."""
     max_steps: int
     request_id: str | None = None
+    owner: str | None = None
+    """The API key id that started the run (app/auth)."""
+    price: Price | None = None
+    """The model's price: `final.usage.cost_usd` when known."""
     started: float = field(default_factory=time.perf_counter)
     started_at: float = field(default_factory=time.time)
 
@@ -344,6 +349,8 @@ class Run:
         usage = self._usage()
         if status != "ok" and not progress.counted and not acc.completed:
             usage.output_unknown = True  # the provider never said how much it produced
+        if self.plan.price is not None:
+            usage.cost_usd = self.plan.price.cost(usage)
         return FinalEvent(status=status, message=message, usage=usage, stop_reason=stop_reason,
                           model=acc.model, provider=acc.provider, error=error, steps=progress.steps,
                           max_steps_reached=progress.max_steps_reached, messages=tuple(progress.added),
@@ -378,7 +385,7 @@ class Run:
     def _report(self, final: FinalEvent, duration: float) -> None:
         progress = self._progress
         self.report = report = RunReport(
-            stream_id=self.stream_id, request_id=self.plan.request_id, model=self.plan.model,
+            stream_id=self.stream_id, request_id=self.plan.request_id, owner=self.plan.owner, model=self.plan.model,
             served_model=final.model, provider=self.plan.provider, status=final.status,
             stop_reason=final.stop_reason, error=final.error, usage=final.usage, steps=final.steps,
             max_steps_reached=final.max_steps_reached, tools_run=progress.tools_run,

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from app.auth.policy import MODEL_PATTERN_RE, ConfiguredKey, Price, known_validators
 from app.core.errors import RequestError
 from app.providers.config import CompatibleProvider, ProviderConfig
 from app.tools.config import ToolConfig, default_tools
@@ -54,7 +55,8 @@ class Settings(BaseSettings):
 
     # Shared stream store (unset: streams live in this process's memory)
     redis_url: SecretStr | None = Field(
-        default=None, description="redis://[user:password@]host:port/db: share streams between replicas through Redis.",
+        default=None, description="redis://[user:password@]host:port/db: share streams and rate-limit counters between "
+                    "replicas through Redis.",
     )
     redis_timeout_seconds: float = Field(
         default=2.0, gt=0, le=30, description="Redis connect and reply timeout: a Redis that is away fails fast.",
@@ -137,12 +139,31 @@ class Settings(BaseSettings):
     records_batch_size: int = Field(default=200, ge=1, le=1000, description="Records per insert.")
     records_write_timeout: float = Field(default=10.0, gt=0, description="Longest wait on one batch insert.")
 
+    # Access control (app/auth): keys, limits, prices
+    auth: Literal["auto", "required"] = Field(
+        default="auto", description="auto: keys are required once FOUNDRY_ADMIN_KEY or [[keys]] exist, open "
+                                    "(with a warning) otherwise; required: refuse to start without them.")
+    admin_key: SecretStr | None = Field(default=None, description="The admin key: manages keys, sees every run.")
+    keys: list[ConfiguredKey] = Field(
+        default_factory=list, description="Operator keys by hash ([[keys]] in the config file, FOUNDRY_KEYS JSON).")
+    key_cache_seconds: float = Field(
+        default=2.0, gt=0, le=300, description="How long a key lookup is cached: revocations reach every "
+                                               "replica within this time.")
+    concurrency_lease_seconds: float = Field(
+        default=600.0, gt=0, description="A concurrency slot of a replica that died is freed after this.")
+    prices: dict[str, Price] = Field(
+        default_factory=dict, description="USD per million tokens by model or pattern (`openai/gpt-4o`, "
+                                          "`mock/*`): {input, output, cache_read, cache_write}.")
+    metrics_token: SecretStr | None = Field(
+        default=None, description="When set, /metrics needs `Authorization: Bearer <token>`.")
+
     # Logging
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_json: bool = Field(default=True, description="JSON log lines (false: human-readable console).")
 
-    @field_validator("database_url", "redis_url", "openai_api_key", "openai_base_url", "anthropic_api_key", "anthropic_base_url",
-                     "gemini_api_key", "gemini_base_url", mode="before")
+    @field_validator("database_url", "openai_api_key", "openai_base_url", "anthropic_api_key", "anthropic_base_url",
+                     "gemini_api_key", "gemini_base_url", "admin_key", "redis_url", "metrics_token",
+                     mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         # docker compose passes `KEY: ""` for an unset variable: that is "not configured".
@@ -151,11 +172,7 @@ class Settings(BaseSettings):
     @field_validator("validators")
     @classmethod
     def _validators_known(cls, validators: list[ValidatorSpec]) -> list[ValidatorSpec]:
-        try:
-            check_specs(validators, None)
-        except RequestError as exc:
-            raise ValueError(exc.message) from None
-        return validators
+        return known_validators(validators)
 
     @field_validator("default_chunking")
     @classmethod
@@ -198,7 +215,8 @@ class Settings(BaseSettings):
     def secret_values(self) -> list[str]:
         """Every configured secret: provider keys (settings and the compatible providers' env
         variables) and FOUNDRY_* variables named like secrets; scrubbed from errors and logs."""
-        values = [s.get_secret_value() for s in (self.openai_api_key, self.anthropic_api_key, self.gemini_api_key)
+        values = [s.get_secret_value() for s in (self.openai_api_key, self.anthropic_api_key, self.gemini_api_key,
+                                                 self.admin_key, self.metrics_token, self.redis_url)
                   if s is not None]
         values += [key for p in self.providers if (key := p.api_key())]
         values += [v for k, v in os.environ.items() if _SECRET_NAME.search(k)]
@@ -216,6 +234,29 @@ class Settings(BaseSettings):
             gemini_api_key=self.gemini_api_key, gemini_base_url=self.gemini_base_url,
             compatible=tuple(self.providers), aliases=dict(self.aliases),
         )
+
+    @field_validator("keys")
+    @classmethod
+    def _unique_keys(cls, keys: list[ConfiguredKey]) -> list[ConfiguredKey]:
+        for what, values in (("hash", [k.hash for k in keys]), ("id", [k.key_id() for k in keys])):
+            for value in values:
+                if values.count(value) > 1:
+                    raise ValueError(f"two keys share the {what} {value!r}")
+        return keys
+
+    @field_validator("prices")
+    @classmethod
+    def _price_patterns(cls, prices: dict[str, Price]) -> dict[str, Price]:
+        for model in prices:
+            if not re.match(MODEL_PATTERN_RE, model):
+                raise ValueError(f"{model!r} is not a model or pattern")
+        return prices
+
+    @model_validator(mode="after")
+    def _auth_required_has_keys(self) -> Settings:
+        if self.auth == "required" and self.admin_key is None and not self.keys:
+            raise ValueError("FOUNDRY_AUTH=required but neither FOUNDRY_ADMIN_KEY nor any [[keys]] is configured")
+        return self
 
     def records_url(self) -> str:
         """The records database: FOUNDRY_DATABASE_URL, else a SQLite file in the data directory."""

@@ -36,7 +36,7 @@ def error_response(status: int, error: Mapping[str, Any], headers: dict[str, str
 
 
 def gateway_error_response(exc: GatewayError) -> JSON:
-    headers = {}
+    headers = dict(getattr(exc, "headers", None) or {})  # AccessDenied: WWW-Authenticate, x-ratelimit-*
     retry_after = exc.retry_after
     if retry_after is not None:
         headers["Retry-After"] = str(retry_after)

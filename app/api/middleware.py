@@ -35,9 +35,16 @@ class RequestLog:
     model: str | None = None
     """The model asked for, once the body was read."""
     run: Run | None = None
+    key_id: str | None = None
+    """Who called (app/api/access.py): the API key's id, `admin` or `open`; never the key."""
+    key_name: str | None = None
 
     def fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"request_id": self.request_id, "method": self.method, "path": self.path}
+        if self.key_id is not None:
+            out["key_id"] = self.key_id
+        if self.key_name is not None:
+            out["key_name"] = self.key_name
         run = self.run
         if run is None:
             if self.model is not None:

@@ -20,7 +20,7 @@ class RunOut(BaseModel):
 
     id: str = Field(description="The stream id.")
     request_id: str | None
-    owner: str | None = Field(description="The API key or tenant that ran it (null until keys exist).")
+    owner: str | None = Field(description="The id of the API key that ran it (null in open mode or for the admin key).")
     created_at: datetime
     finished_at: datetime
     model: str = Field(description="As requested (provider/model or an alias).")

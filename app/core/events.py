@@ -86,6 +86,8 @@ class UsageData(TypedDict):
     cache_read_tokens: int
     cache_write_tokens: int
     reasoning_tokens: int
+    cost_usd: NotRequired[Annotated[float, Field(
+        description="USD, when FOUNDRY_PRICES has the model's price (absent otherwise).")]]
 
 
 class ToolCallOut(TypedDict):
@@ -188,9 +190,11 @@ class Usage:
     output_unknown: bool = False
     """The stream ended before the provider reported its output (cancelled, broken): the output
     and total counts are unknown, `null` on the wire rather than a false 0."""
+    cost_usd: float | None = None
+    """USD, set by the gateway when it knows the model's price (FOUNDRY_PRICES)."""
 
     def to_dict(self) -> UsageData:
-        return {
+        out: UsageData = {
             "input_tokens": self.input_tokens,
             "output_tokens": None if self.output_unknown else self.output_tokens,
             "total_tokens": None if self.output_unknown else self.total_tokens,
@@ -198,6 +202,9 @@ class Usage:
             "cache_write_tokens": self.cache_write_tokens,
             "reasoning_tokens": self.reasoning_tokens,
         }
+        if self.cost_usd is not None:
+            out["cost_usd"] = self.cost_usd
+        return out
 
     def add(self, other: Usage) -> None:
         """Sum another step's usage into this one (multi-step tool runs)."""

@@ -28,6 +28,8 @@ class RunReport:
     stream_id: str
     request_id: str | None
     """The HTTP request that opened the run (X-Request-ID), when there was one."""
+    owner: str | None = None
+    """The id of the API key that started the run (None: open mode or the admin key)."""
     model: str
     """The model as the caller asked for it (`provider/model` or an alias)."""
     served_model: str

@@ -22,6 +22,7 @@ _KEY_SHAPES = re.compile(
     r"|sk-[A-Za-z0-9_\-*.]{6,}"  # OpenAI (sk-, sk-proj-, sk-svcacct-; masked forms with *)
     r"|AIza[0-9A-Za-z_\-]{20,}"  # Google API keys (Gemini)
     r"|ya29\.[0-9A-Za-z_\-.]{10,}"  # Google OAuth access tokens
+    r"|fgw-[A-Za-z0-9_\-]{16,}"  # this gateway's own keys (app/auth/keys.py)
     r"|xai-[A-Za-z0-9]{16,}|gsk_[A-Za-z0-9]{16,}|hf_[A-Za-z0-9]{16,}|AKIA[0-9A-Z]{16}"
     r"|(?i:bearer)\s+[A-Za-z0-9._~+/\-]{12,}=*"
 )

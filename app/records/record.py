@@ -25,7 +25,7 @@ class RunRecord:
     stream_id: str
     request_id: str | None
     owner: str | None = None
-    """The API key or tenant that ran it, once keys exist; None today."""
+    """The id of the API key that ran it (None in open mode and for the admin key)."""
     created_at: datetime
     finished_at: datetime
     model: str
@@ -43,6 +43,8 @@ class RunRecord:
     ttft_ms: float | None
     duration_ms: float
     content_recorded: bool
+    cost_usd: float | None = None
+    """Priced with FOUNDRY_PRICES; None when no price is known for the model."""
     transcript: dict[str, Any] | None
     """As GET /v1/stream/{id}/transcript shows it (without content when content is not recorded)."""
 
@@ -57,6 +59,7 @@ class RunRecord:
             **usage,
             "steps": self.steps, "tools_run": self.tools_run, "validation": self.validation,
             "ttft_ms": self.ttft_ms, "duration_ms": self.duration_ms, "content_recorded": self.content_recorded,
+            "cost_usd": self.cost_usd,
         }
 
 

@@ -56,6 +56,8 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 @dataclass(slots=True, kw_only=True, frozen=True)
 class RunQuery:
+    owner: str | None = None
+    """Only this key's runs (None: every run)."""
     model: str | None = None
     status: str | None = None
     since: datetime | None = None
@@ -125,6 +127,8 @@ class RecordStore:
     async def list(self, query: RunQuery) -> RunPage:
         """Newest first; `limit` runs and the cursor of the next page (None on the last)."""
         stmt = sa.select(runs)
+        if query.owner is not None:
+            stmt = stmt.where(runs.c.owner == query.owner)
         if query.model is not None:
             stmt = stmt.where(runs.c.model == query.model)
         if query.status is not None:
@@ -181,12 +185,13 @@ def _from_row(row: Any) -> RunRecord:
         created_at=_utc(row["created_at"]), finished_at=_utc(row["finished_at"]), model=row["model"],
         served_model=row["served_model"], provider=row["provider"], status=row["status"],
         stop_reason=row["stop_reason"], error_code=row["error_code"],
-        usage=_usage(row), steps=row["steps"], tools_run=row["tools_run"],
+        usage=_usage(row, row["cost_usd"]), steps=row["steps"], tools_run=row["tools_run"],
         validation=row["validation"], ttft_ms=row["ttft_ms"], duration_ms=row["duration_ms"],
-        content_recorded=row["content_recorded"], transcript=None,
+        content_recorded=row["content_recorded"], cost_usd=row["cost_usd"], transcript=None,
     )
 
 
-def _usage(row: Any) -> Usage:
+def _usage(row: Any, cost_usd: float | None) -> Usage:
     # output_tokens null: the run ended before the provider reported its output
-    return Usage(**{name: row[name] or 0 for name in USAGE_FIELDS}, output_unknown=row["output_tokens"] is None)
+    return Usage(**{name: row[name] or 0 for name in USAGE_FIELDS}, output_unknown=row["output_tokens"] is None,
+                 cost_usd=cost_usd)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-__all__ = ["metadata", "run_transcripts", "runs"]
+__all__ = ["api_keys", "metadata", "run_transcripts", "runs"]
 
 metadata = sa.MetaData()
 
@@ -37,6 +37,7 @@ runs = sa.Table(
     sa.Column("ttft_ms", sa.Float),
     sa.Column("duration_ms", sa.Float, nullable=False),
     sa.Column("content_recorded", sa.Boolean, nullable=False),
+    sa.Column("cost_usd", sa.Float, comment="priced with FOUNDRY_PRICES; None when no price is known"),
     sa.Index("ix_runs_created_id", "created_at", "id"),
     sa.Index("ix_runs_model_created", "model", "created_at"),
     sa.Index("ix_runs_owner_created", "owner", "created_at"),
@@ -46,4 +47,15 @@ run_transcripts = sa.Table(
     "run_transcripts", metadata,
     sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
     sa.Column("transcript", JSONDoc, nullable=False),
+)
+
+api_keys = sa.Table(
+    "api_keys", metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("key_hash", sa.String(64), nullable=False, unique=True, comment="sha256 of the key, never the key"),
+    sa.Column("name", sa.String(64), nullable=False),
+    sa.Column("policy", JSONDoc, nullable=False, comment="models, limits, budget, expiry, validators"),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("revoked_at", sa.DateTime(timezone=True)),
 )

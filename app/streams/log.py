@@ -102,6 +102,8 @@ class StreamInfo:
     model: str
     provider: str
     created_at: float = field(default_factory=time.time)
+    owner: str | None = None
+    """The id of the API key that started the stream (None: open mode or the admin key); others get 404."""
     transcript: Transcript | None = None
     """The stream's record for redisplay, kept for the stream's lifetime."""
 
@@ -333,8 +335,9 @@ class StreamStore(Protocol):
 
     async def aclose(self) -> None: ...
 
-    async def create(self, *, model: str, provider: str) -> StreamLog:
-        """A log for a new run on this replica; StoreFull / StoreUnavailable (503) when it cannot."""
+    async def create(self, *, model: str, provider: str, owner: str | None = None) -> StreamLog:
+        """A log for a new run on this replica, owned by the API key `owner` (None in open mode);
+        StoreFull / StoreUnavailable (503) when it cannot."""
 
     def get(self, stream_id: str) -> StreamLog | None:
         """The log of a stream held by this process (None elsewhere or unknown)."""
@@ -345,6 +348,9 @@ class StreamStore(Protocol):
         when `after` is past the last event."""
 
     async def transcript(self, stream_id: str) -> StreamRecord | None: ...
+
+    async def key_owner(self, stream_id: str) -> tuple[bool, str | None]:
+        """Whether the stream exists (here or on another replica) and the API key that owns it."""
 
     async def cancel(self, stream_id: str) -> CancelOutcome | None:
         """End a running stream wherever it runs; None for an unknown id."""
@@ -383,16 +389,20 @@ class MemoryStreamStore:
     async def ping(self) -> bool:
         return True
 
+    async def key_owner(self, stream_id: str) -> tuple[bool, str | None]:
+        log = self.get(stream_id)
+        return (False, None) if log is None else (True, log.info.owner)
+
     async def start(self) -> None:
         pass
 
     async def aclose(self) -> None:
         pass
 
-    async def create(self, *, model: str, provider: str) -> StreamLog:
-        return self.create_local(model=model, provider=provider)
+    async def create(self, *, model: str, provider: str, owner: str | None = None) -> StreamLog:
+        return self.create_local(model=model, provider=provider, owner=owner)
 
-    def create_local(self, *, model: str, provider: str) -> StreamLog:
+    def create_local(self, *, model: str, provider: str, owner: str | None = None) -> StreamLog:
         if len(self._logs) >= self._max_streams:
             self.sweep()
         if len(self._logs) >= self._max_streams:
@@ -403,7 +413,7 @@ class MemoryStreamStore:
         if self._budget.used >= self._budget.limit:
             raise StoreFull("the stream store is full; retry later")
         stream_id = "str_" + uuid.uuid4().hex
-        log = StreamLog(StreamInfo(stream_id=stream_id, model=model, provider=provider),
+        log = StreamLog(StreamInfo(stream_id=stream_id, model=model, provider=provider, owner=owner),
                         max_events=self._max_events, max_bytes=self._max_bytes, budget=self._budget)
         self._logs[stream_id] = log
         return log

@@ -183,17 +183,20 @@ class RedisStreamStore(MemoryStreamStore):
 
     # -- owner side ---------------------------------------------------------------------------
 
-    async def create(self, *, model: str, provider: str) -> StreamLog:
+    async def create(self, *, model: str, provider: str, owner: str | None = None) -> StreamLog:
         if self._pending_bytes > self._max_pending // 2:
             raise StoreUnavailable("the redis stream store is not keeping up; retry later")
-        log = self.create_local(model=model, provider=provider)
+        log = self.create_local(model=model, provider=provider, owner=owner)
         info = log.info
         keys = self._keys(info.stream_id)
         try:
             async with self._timed("create"):
                 pipe = self._redis.pipeline(transaction=False)
-                pipe.hset(keys.meta, mapping={"model": model, "provider": provider, "owner": self.replica,
-                                              "created_at": repr(info.created_at)})
+                meta = {"model": model, "provider": provider, "owner": self.replica,
+                        "created_at": repr(info.created_at)}
+                if owner is not None:
+                    meta["key"] = owner  # the API key that started it ("owner" is the replica)
+                pipe.hset(keys.meta, mapping=meta)
                 pipe.expire(keys.meta, self._ttl_s + _RUNNING_GRACE)
                 pipe.set(self._lease_key(self.replica), "1", px=self._lease_ms)
                 await pipe.execute()
@@ -427,6 +430,17 @@ class RedisStreamStore(MemoryStreamStore):
         async with self._timed("claim"):
             return int(await self._claim(keys=[keys.events, keys.meta, keys.transcript],
                                          args=[body, self._ttl_s, status, self.replica]))
+
+    async def key_owner(self, stream_id: str) -> tuple[bool, str | None]:
+        log = self.get(stream_id)
+        if log is not None:
+            return True, log.info.owner
+        try:
+            async with self._timed("read"):
+                model, key = await self._redis.hmget(self._keys(stream_id).meta, "model", "key")
+        except (RedisError, OSError, TimeoutError):
+            raise _unreachable() from None
+        return model is not None, key.decode() if key is not None else None
 
     async def transcript(self, stream_id: str) -> StreamRecord | None:
         log = self.get(stream_id)

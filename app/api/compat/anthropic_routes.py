@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from app.api.access import Authenticated, PrincipalDep
 from app.api.compat.anthropic_request import FORWARDED, MessagesRequest, to_run_spec
 from app.api.compat.anthropic_response import AnthropicErrors, MessageWriter, message
 from app.api.compat.common import FacadeRoute, answer, forwarded_fields, open_run
@@ -20,7 +21,7 @@ class AnthropicRoute(FacadeRoute):
     brackets = False
 
 
-router = APIRouter(tags=["anthropic-compatible"], route_class=AnthropicRoute)
+router = APIRouter(tags=["anthropic-compatible"], route_class=AnthropicRoute, dependencies=[Authenticated])
 
 _ERROR_DOC = {
     "description": 'Anthropic\'s error format: `{"type": "error", "error": {"type", "message"}}`.',
@@ -38,13 +39,15 @@ _STREAM_DOC = {
 @router.post(
     "/v1/messages",
     response_class=Response,
-    responses={200: _STREAM_DOC, **{c: _ERROR_DOC for c in (400, 401, 404, 413, 429, 502, 503, 504)}},
+    responses={200: _STREAM_DOC, **{c: _ERROR_DOC for c in (400, 401, 403, 404, 413, 429, 502, 503, 504)}},
     summary="Anthropic Messages (drop-in): the same run as /v1/stream, in Anthropic's shapes",
 )
-async def messages(body: MessagesRequest, gateway: GatewayDep, record: RecordDep) -> Response:
+async def messages(body: MessagesRequest, gateway: GatewayDep, record: RecordDep, request: Request,
+                   principal: PrincipalDep) -> Response:
     forwarded = forwarded_fields(body, FORWARDED, body.provider_options)
-    run = await open_run(gateway, to_run_spec(body), record, forwarded=forwarded)
+    run, limit_headers = await open_run(gateway, to_run_spec(body), record, request=request, principal=principal,
+                                        forwarded=forwarded)
     writer = MessageWriter(run, model=body.model) if body.stream else None
-    return await answer(gateway, run, stream=writer,
+    return await answer(gateway, run, stream=writer, headers=limit_headers,
                         build=lambda events, final: message(run, body.model, events, final),
                         error=lambda status, text, code: ERRORS.body(status, text))

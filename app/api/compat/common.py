@@ -5,7 +5,7 @@ and the request field paths those errors name.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from typing import Any, ClassVar, Literal, Protocol
 
 from fastapi import Request
@@ -14,10 +14,12 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from starlette.responses import Response
 
+from app.api.access import open_run as admit_and_open
 from app.api.middleware import RequestLog
 from app.api.responses import JSON, final_status_code
 from app.api.schemas import refuse_invalid_unicode
 from app.api.sse import SSEResponse
+from app.auth import Principal
 from app.core.errors import GatewayError
 from app.core.events import FinalEvent, StreamEvent, ToolCallEvent
 from app.core.messages import Message, ToolSpec
@@ -71,7 +73,9 @@ class FacadeRoute(APIRoute):
             except FacadeError as exc:
                 return writer.request_error(exc.message, exc.param, exc.status, exc.code)
             except GatewayError as exc:
-                return writer.gateway_error(exc)
+                response = writer.gateway_error(exc)
+                response.headers.update(getattr(exc, "headers", None) or {})  # AccessDenied: WWW-Authenticate, x-ratelimit-*
+                return response
 
         return facade_handler
 
@@ -171,14 +175,14 @@ def run_spec(*, model: str, messages: tuple[Message, ...], tools: tuple[ToolSpec
                    max_steps=extras.max_steps)
 
 
-async def open_run(gateway: Gateway, spec: RunSpec, record: RequestLog, *, forwarded: Iterable[str] = ()) -> Run:
-    """Open the run through the same Gateway as /v1/stream (GatewayError before any event). A
-    refused provider option that the caller sent as a top-level field (`forwarded`) is named as
-    that field, which is what the caller wrote."""
-    record.model = spec.model
+async def open_run(gateway: Gateway, spec: RunSpec, record: RequestLog, *, request: Request, principal: Principal,
+                   forwarded: Iterable[str] = ()) -> tuple[Run, dict[str, str]]:
+    """Open the run through the same Gateway and the same admission as /v1/stream (app/api/access.py:
+    the key's models, limits, ownership; GatewayError before any event), and give the x-ratelimit-*
+    headers. A refused provider option that the caller sent as a top-level field (`forwarded`) is
+    named as that field, which is what the caller wrote."""
     try:
-        run = record.run = await gateway.open(spec, request_id=record.request_id or None)
-        return run
+        return await admit_and_open(request, gateway, spec, principal, record)
     except GatewayError as exc:
         field = exc.field
         prefix, _, key = field.partition(".") if isinstance(field, str) else ("", "", "")
@@ -200,10 +204,11 @@ async def answer(
     stream: Translator | None,
     build: Callable[[list[StreamEvent], FinalEvent], dict[str, Any]],
     error: Callable[[int, str, str | None], dict[str, Any]],
+    headers: Mapping[str, str] | None = None,
 ) -> Response:
     """The facade's answer to an opened run: its translated stream, or the JSON built from the
     released events (an error body with the run's status when it failed mid-way)."""
-    headers = {"x-stream-id": run.stream_id}
+    headers = {"x-stream-id": run.stream_id, **(headers or {})}
     if stream is not None:
         return SSEResponse(translate(run, stream), ping_seconds=gateway.settings.ping_seconds, headers=headers)
     events, final = await collect(run)

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path
+from fastapi import APIRouter, Header, Path, Request
 from starlette.responses import Response
 
+from app.api.access import Authenticated, PrincipalDep
 from app.api.compat.common import FacadeError, FacadeRoute, answer, forwarded_fields, open_run
 from app.api.compat.models import anthropic_list, anthropic_model, find, openai_list, openai_model, served_models
 from app.api.compat.openai_request import to_run_spec
@@ -26,7 +27,7 @@ class OpenAIRoute(FacadeRoute):
     writer = ERRORS
 
 
-router = APIRouter(tags=["openai-compatible"], route_class=OpenAIRoute)
+router = APIRouter(tags=["openai-compatible"], route_class=OpenAIRoute, dependencies=[Authenticated])
 
 _ERROR_DOC = {
     "description": 'OpenAI\'s error format: `{"error": {"message", "type", "param", "code"}}`.',
@@ -43,15 +44,17 @@ _STREAM_DOC = {
 @router.post(
     "/v1/chat/completions",
     response_class=Response,
-    responses={200: _STREAM_DOC, **{c: _ERROR_DOC for c in (400, 401, 404, 413, 429, 502, 503, 504)}},
+    responses={200: _STREAM_DOC, **{c: _ERROR_DOC for c in (400, 401, 403, 404, 413, 429, 502, 503, 504)}},
     summary="OpenAI Chat Completions (drop-in): the same run as /v1/stream, in OpenAI's shapes",
 )
-async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, record: RecordDep) -> Response:
+async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, record: RecordDep, request: Request,
+                           principal: PrincipalDep) -> Response:
     forwarded = forwarded_fields(body, FORWARDED, body.provider_options)
-    run = await open_run(gateway, to_run_spec(body), record, forwarded=forwarded)
+    run, limit_headers = await open_run(gateway, to_run_spec(body), record, request=request, principal=principal,
+                                        forwarded=forwarded)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     writer = ChunkWriter(run, model=body.model, include_usage=include_usage) if body.stream else None
-    return await answer(gateway, run, stream=writer,
+    return await answer(gateway, run, stream=writer, headers=limit_headers,
                         build=lambda events, final: completion(run, body.model, events, final),
                         error=lambda status, text, code: ERRORS.body(status, text, None, code))
 

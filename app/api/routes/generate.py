@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
+from app.api.access import Authenticated, PrincipalDep, open_run
 from app.api.convert import to_spec
 from app.api.deps import GatewayDep, RecordDep
 from app.api.errors import require_json
 from app.api.responses import JSON, final_status_code
 from app.api.schemas import ErrorBody, FinalPayload, GenerateRequest, StreamAccepted
 
-router = APIRouter(tags=["generate"])
+router = APIRouter(tags=["generate"], dependencies=[Authenticated])
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (400, 404, 413, 415, 422, 429, 500, 502, 503, 504)
+    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 413, 415, 422, 429, 500, 502, 503, 504)
 }
 
 
@@ -30,12 +31,15 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     summary="Run to completion and answer the final payload as JSON",
     dependencies=[Depends(require_json)],
 )
-async def generate(body: GenerateRequest, gateway: GatewayDep, record: RecordDep) -> Response:
+async def generate(body: GenerateRequest, gateway: GatewayDep, record: RecordDep, request: Request,
+                   principal: PrincipalDep) -> Response:
     record.model = body.model
-    run = record.run = await gateway.open(to_spec(body), request_id=record.request_id or None)
+    run, limit_headers = await open_run(request, gateway, to_spec(body), principal, record)
     if body.stream:
         gateway.spawn(run)
         url = f"/v1/stream/{run.stream_id}"
-        return JSON({"stream_id": run.stream_id, "stream_url": url}, status_code=202, headers={"Location": url})
+        return JSON({"stream_id": run.stream_id, "stream_url": url}, status_code=202,
+                    headers={"Location": url, **limit_headers})
     final = await run.drain()
-    return JSON(final.data(), status_code=final_status_code(final), headers={"X-Stream-ID": run.stream_id})
+    return JSON(final.data(), status_code=final_status_code(final),
+                headers={"X-Stream-ID": run.stream_id, **limit_headers})

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hmac
+
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
 from app.api.deps import GatewayDep
 from app.api.responses import JSON
+from app.auth.service import AccessDenied
 
 router = APIRouter(tags=["operations"])
 
@@ -22,8 +25,12 @@ async def readyz(gateway: GatewayDep, request: Request) -> Response:
     store_ok = await gateway.store.ping()
     providers = gateway.registry.readiness()
     ready = store_ok and any(providers.values())
+    auth = request.app.state.auth
+    limiter_ok = await auth.limiter.ping()
+    ready = ready and limiter_ok
     body = {"status": "ready" if ready else "not_ready", "store": store_ok, "store_backend": gateway.store.name,
-            "providers": providers, "records": await _records_state(request)}
+            "providers": providers, "records": await _records_state(request), "auth": auth.mode,
+            "limits": auth.limiter.backend if limiter_ok else "unreachable"}
     if not store_ok:
         body["reason"] = f"the {gateway.store.name} stream store is unreachable"
     return JSON(body, status_code=200 if ready else 503)
@@ -39,5 +46,11 @@ async def _records_state(request: Request) -> str:
 
 
 @router.get("/metrics", summary="Prometheus metrics (text format)", response_class=Response)
-async def metrics(gateway: GatewayDep) -> Response:
+async def metrics(gateway: GatewayDep, request: Request) -> Response:
+    token = gateway.settings.metrics_token
+    if token is not None:
+        presented = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(presented.encode(), token.get_secret_value().encode()):
+            raise AccessDenied("/metrics needs Authorization: Bearer <FOUNDRY_METRICS_TOKEN>",
+                               code="invalid_metrics_token", status=401, headers={"WWW-Authenticate": "Bearer"})
     return Response(gateway.metrics.render(), media_type=CONTENT_TYPE_LATEST)

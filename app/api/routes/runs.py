@@ -10,13 +10,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request
 from starlette.responses import Response
 
+from app.api.access import Authenticated, PrincipalDep, not_found_unless_owner
 from app.api.responses import JSON
 from app.api.run_schemas import RunList, RunOut, RunStatus
 from app.api.schemas import ErrorBody
 from app.core.errors import GatewayError, RequestError
 from app.records import RecordStore, RecordWriter, RunQuery, decode_cursor
 
-router = APIRouter(tags=["runs"])
+router = APIRouter(tags=["runs"], dependencies=[Authenticated])
 
 MAX_LIMIT = 200
 
@@ -52,12 +53,22 @@ async def stored_transcript(request: Request, stream_id: str) -> dict[str, Any] 
     if writer is None:
         return None
     store = await _migrated(writer)
-    with _database():
+    with database_errors():
         return await store.transcript(stream_id)
 
 
+async def stored_owner(request: Request, stream_id: str) -> str | None:
+    """The key that ran a recorded run (None: unknown run, or run in open mode / by the admin key)."""
+    writer = request.app.state.records
+    if writer is None:
+        return None
+    with database_errors():
+        record = await writer.store.get(stream_id)
+    return record.owner if record is not None else None
+
+
 @contextlib.contextmanager
-def _database() -> Iterator[None]:
+def database_errors() -> Iterator[None]:
     """A failing database is a 503 (retryable), never a 500 or a hang."""
     try:
         yield
@@ -68,11 +79,12 @@ def _database() -> Iterator[None]:
 @router.get(
     "/v1/runs",
     response_model=RunList,
-    responses={c: {"model": ErrorBody} for c in (400, 404, 422, 503)},
+    responses={c: {"model": ErrorBody} for c in (400, 401, 404, 422, 503)},
     summary="Run records, newest first, with filters and cursor pagination",
 )
 async def list_runs(
     store: RecordsDep,
+    principal: PrincipalDep,
     model: Annotated[str | None, Query(max_length=256, description="As requested (provider/model or alias).")] = None,
     status: Annotated[RunStatus | None, Query(description="The final status.")] = None,
     since: Annotated[datetime | None, Query(description="Created at or after (ISO 8601; UTC if no zone).")] = None,
@@ -86,8 +98,10 @@ async def list_runs(
             after = decode_cursor(cursor)
         except ValueError as exc:
             raise RequestError(f"cursor: {exc}", code="invalid_cursor", field="cursor") from None
-    query = RunQuery(model=model, status=status, since=_utc(since), until=_utc(until), limit=limit, after=after)
-    with _database():
+    owner = None if principal.sees_everything else principal.owner
+    query = RunQuery(owner=owner, model=model, status=status, since=_utc(since), until=_utc(until), limit=limit,
+                     after=after)
+    with database_errors():
         page = await store.list(query)
     body = RunList(data=[RunOut.of(r) for r in page.runs], next_cursor=page.next_cursor)
     return JSON(body.model_dump(mode="json"))
@@ -96,14 +110,17 @@ async def list_runs(
 @router.get(
     "/v1/runs/{run_id}",
     response_model=RunOut,
-    responses={c: {"model": ErrorBody} for c in (404, 503)},
+    responses={c: {"model": ErrorBody} for c in (401, 404, 503)},
     summary="One run's record (its transcript: GET /v1/stream/{id}/transcript)",
 )
-async def get_run(store: RecordsDep, run_id: Annotated[str, Path(max_length=64)]) -> Response:
-    with _database():
+async def get_run(store: RecordsDep, principal: PrincipalDep,
+                  run_id: Annotated[str, Path(max_length=64)]) -> Response:
+    with database_errors():
         record = await store.get(run_id)
+    missing = RequestError(f"no run {run_id!r}", code="run_not_found", status=404, field="run_id")
     if record is None:
-        raise RequestError(f"no run {run_id!r}", code="run_not_found", status=404, field="run_id")
+        raise missing
+    not_found_unless_owner(principal, record.owner, missing)
     return JSON(RunOut.of(record).model_dump(mode="json"))
 
 

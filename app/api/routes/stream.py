@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 
+from app.api.access import Authenticated, PrincipalDep, not_found_unless_owner, open_run
 from app.api.convert import to_spec
 from app.api.deps import GatewayDep, RecordDep
 from app.api.errors import require_json
@@ -17,7 +18,7 @@ from app.api.sse import SSEResponse
 from app.core.errors import RequestError
 from app.streams.log import CursorAhead, parse_cursor
 
-router = APIRouter(tags=["stream"])
+router = APIRouter(tags=["stream"], dependencies=[Authenticated])
 
 _SSE_DOC = {
     "description": (
@@ -38,13 +39,14 @@ def json_errors(*codes: int) -> dict[int | str, dict[str, object]]:
 @router.post(
     "/v1/stream",
     response_class=SSEResponse,
-    responses={200: _SSE_DOC, **json_errors(400, 404, 413, 415, 422, 429, 502, 503, 504)},
+    responses={200: _SSE_DOC, **json_errors(400, 401, 403, 404, 413, 415, 422, 429, 502, 503, 504)},
     summary="Run and stream canonical events as SSE",
     dependencies=[Depends(require_json)],
 )
-async def stream(body: GenerateRequest, gateway: GatewayDep, record: RecordDep) -> SSEResponse:
+async def stream(body: GenerateRequest, gateway: GatewayDep, record: RecordDep, request: Request,
+                 principal: PrincipalDep) -> SSEResponse:
     record.model = body.model
-    run = record.run = await gateway.open(to_spec(body), request_id=record.request_id or None)
+    run, limit_headers = await open_run(request, gateway, to_spec(body), principal, record)
     frames: AsyncIterator[bytes]
     if body.on_disconnect == "continue":
         # The run goes on in the background; this response is one reader of its log (from memory),
@@ -54,21 +56,24 @@ async def stream(body: GenerateRequest, gateway: GatewayDep, record: RecordDep) 
     else:
         frames = run.log.supervise(run.frames())  # the client leaving cancels the run
     return SSEResponse(frames, ping_seconds=gateway.settings.ping_seconds,
-                       send_timeout=gateway.settings.send_timeout_seconds, headers={"x-stream-id": run.stream_id})
+                       send_timeout=gateway.settings.send_timeout_seconds,
+                       headers={"x-stream-id": run.stream_id, **limit_headers})
 
 
 @router.get(
     "/v1/stream/{stream_id}",
     response_class=SSEResponse,
-    responses={200: _SSE_DOC, **json_errors(400, 404, 410)},
+    responses={200: _SSE_DOC, **json_errors(400, 401, 404, 410)},
     summary="Subscribe to a stream: replay after Last-Event-ID or ?after=N, then follow live",
 )
 async def subscribe(
     gateway: GatewayDep,
+    principal: PrincipalDep,
     stream_id: Annotated[str, Path(max_length=64)],
     after: Annotated[int | None, Query(ge=0, description="Replay events after this id.")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> SSEResponse:
+    await _check_owner(gateway, principal, stream_id)
     cursor = parse_cursor(last_event_id, after)
     try:
         frames = await gateway.store.open(stream_id, cursor)
@@ -94,7 +99,9 @@ async def subscribe(
         "ended: cancelling a finished stream is a no-op answered 200, so a retried cancel is harmless."
     ),
 )
-async def cancel(gateway: GatewayDep, stream_id: Annotated[str, Path(max_length=64)]) -> JSON:
+async def cancel(gateway: GatewayDep, principal: PrincipalDep,
+                 stream_id: Annotated[str, Path(max_length=64)]) -> JSON:
+    await _check_owner(gateway, principal, stream_id)
     outcome = await gateway.store.cancel(stream_id)
     if outcome is None:
         raise _not_found(stream_id)
@@ -108,3 +115,12 @@ async def cancel(gateway: GatewayDep, stream_id: Annotated[str, Path(max_length=
 def _not_found(stream_id: str) -> RequestError:
     return RequestError(f"no stream {stream_id!r} (unknown or expired)", code="stream_not_found",
                         status=404, field="stream_id")
+
+
+async def _check_owner(gateway: GatewayDep, principal: PrincipalDep, stream_id: str) -> None:
+    """Another key's stream is unknown to the caller (404), on whichever replica it runs."""
+    if principal.sees_everything:
+        return
+    exists, owner = await gateway.store.key_owner(stream_id)
+    if exists:
+        not_found_unless_owner(principal, owner, _not_found(stream_id))

@@ -7,36 +7,44 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Request
 from starlette.responses import Response
 
+from app.api.access import Authenticated, PrincipalDep, not_found_unless_owner
 from app.api.deps import GatewayDep
 from app.api.responses import JSON
-from app.api.routes.runs import stored_transcript
+from app.api.routes.runs import stored_owner, stored_transcript
 from app.api.schemas import ErrorBody, Transcript
 from app.core.errors import RequestError
 from app.recording import live_transcript
 
-router = APIRouter(tags=["stream"])
+router = APIRouter(tags=["stream"], dependencies=[Authenticated])
 
 
 @router.get(
     "/v1/stream/{stream_id}/transcript",
     response_model=Transcript,
-    responses={404: {"model": ErrorBody}, 503: {"model": ErrorBody}},
+    responses={c: {"model": ErrorBody} for c in (401, 404, 503)},
     summary="The stream's transcript: request, reasoning and response messages, tool calls with their outputs",
 )
 async def transcript(
-    gateway: GatewayDep, request: Request, stream_id: Annotated[str, Path(max_length=64)]
+    gateway: GatewayDep, request: Request, principal: PrincipalDep, stream_id: Annotated[str, Path(max_length=64)]
 ) -> Response:
+    missing = RequestError(f"no stream {stream_id!r} (unknown, or expired and not recorded)",
+                           code="stream_not_found", status=404, field="stream_id")
     # Live here, else the shared stream store (another replica's stream), else the record store.
     log = gateway.store.get(stream_id)
     body = live_transcript(log) if log is not None else None
+    if log is not None and body is not None:
+        not_found_unless_owner(principal, log.info.owner, missing)
     if body is None:
         shared = await gateway.store.transcript(stream_id)
         if shared is not None:
+            if not principal.sees_everything:
+                not_found_unless_owner(principal, (await gateway.store.key_owner(stream_id))[1], missing)
             body = {"stream_id": shared.stream_id, "model": shared.model, "provider": shared.provider,
                     "created_at": shared.created_at, **shared.transcript, "content_recorded": True}
     if body is None:  # expired, or from before a restart: the record store has it
+        if not principal.sees_everything:
+            not_found_unless_owner(principal, await stored_owner(request, stream_id), missing)
         body = await stored_transcript(request, stream_id)
     if body is None:
-        raise RequestError(f"no stream {stream_id!r} (unknown, or expired and not recorded)",
-                           code="stream_not_found", status=404, field="stream_id")
+        raise missing
     return JSON(body)

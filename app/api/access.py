@@ -1,0 +1,81 @@
+"""Access control at the HTTP edge: the `Principal` dependency every /v1 route takes, the admin
+dependency, and `open_run`, the one seam through which a route starts a run for a caller
+(model check, limits, ownership, the key's validators, the x-ratelimit-* headers).
+
+A facade route (OpenAI/Anthropic shapes) attaches `dependencies=[Authenticated]` to its router
+and starts its runs with `open_run`; nothing else is needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Annotated, Any
+
+from fastapi import Depends, Request, Security
+from fastapi.security import APIKeyHeader, HTTPBearer
+
+from app.api.middleware import RequestLog
+from app.auth import Auth, Principal
+from app.auth.service import AccessDenied
+from app.pipeline import Gateway, Run, RunSpec
+
+__all__ = ["AdminDep", "Authenticated", "PrincipalDep", "not_found_unless_owner", "open_run"]
+
+# Declared for the OpenAPI document (security schemes); the headers themselves are parsed below,
+# so a malformed one is a 401 with a reason rather than "missing".
+_bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer fgw-...")
+_api_key = APIKeyHeader(name="x-api-key", auto_error=False, description="x-api-key: fgw-... (Anthropic clients)")
+
+
+async def _principal(request: Request, _b: Annotated[Any, Security(_bearer)] = None,
+                     _k: Annotated[Any, Security(_api_key)] = None) -> Principal:
+    auth: Auth = request.app.state.auth
+    principal = await auth.authenticate(request.headers.get("authorization"), request.headers.get("x-api-key"))
+    record = request.scope.get("state", {}).get("record")
+    if isinstance(record, RequestLog):  # the log line names the key by id and name, never the key
+        record.key_id = principal.owner or principal.kind
+        record.key_name = principal.key.name if principal.key is not None else None
+    return principal
+
+
+async def _admin(request: Request, principal: Annotated[Principal, Depends(_principal)]) -> Principal:
+    if principal.kind == "admin":
+        return principal
+    auth: Auth = request.app.state.auth
+    if not auth.has_admin:
+        raise AccessDenied("key administration needs FOUNDRY_ADMIN_KEY on this gateway", code="admin_disabled",
+                           status=403)
+    raise AccessDenied("this call needs the admin key", code="admin_only", status=403)
+
+
+PrincipalDep = Annotated[Principal, Depends(_principal)]
+AdminDep = Annotated[Principal, Depends(_admin)]
+Authenticated = Depends(_principal)
+"""For `APIRouter(dependencies=[Authenticated])`."""
+
+
+def not_found_unless_owner(principal: Principal, owner: str | None, error: Exception) -> None:
+    """Another key's stream, transcript or run is unknown to the caller: 404, never 403 (ids are
+    not confirmed to outsiders). The admin key and open mode see everything."""
+    if not principal.may_see(owner):
+        raise error
+
+
+async def open_run(request: Request, gateway: Gateway, spec: RunSpec, principal: Principal,
+                   record: RequestLog) -> tuple[Run, dict[str, str]]:
+    """Admit the caller (403 model, 429 limits or budget), open the run as theirs, and give the
+    x-ratelimit-* headers for the response. A run that fails to open gives its slot back."""
+    auth: Auth = request.app.state.auth
+    ticket = await auth.admit(principal, spec.model, gateway.settings.aliases.get(spec.model, ""))
+    if principal.key is not None:
+        spec = replace(spec, owner=principal.key.id, policy_validators=principal.key.validators)
+    record.model = spec.model
+    try:
+        run = record.run = await gateway.open(spec, request_id=record.request_id or None)
+    except BaseException:
+        await auth.abandon(ticket)
+        raise
+    if ticket is None:
+        return run, {}
+    request.app.state.accountant.bind(run.stream_id, ticket)  # settled by app/accounting.py when the run ends
+    return run, ticket.headers

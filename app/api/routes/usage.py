@@ -1,0 +1,92 @@
+"""GET /v1/usage: a key's requests, tokens, errors and cost over a time range, from the run records."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, Field
+from starlette.responses import Response
+
+from app.api.access import PrincipalDep
+from app.api.responses import JSON
+from app.api.routes.runs import RecordsDep, database_errors
+from app.api.schemas import ErrorBody
+from app.auth.service import AccessDenied
+from app.core.errors import RequestError
+from app.records.record import USAGE_FIELDS
+from app.records.usage import UsageQuery, usage_sums
+
+router = APIRouter(tags=["usage"])
+
+MAX_RANGE = timedelta(days=400)
+
+
+class UsageTokens(BaseModel):
+    """Sums of every canonical token field (unknown output counts as 0)."""
+
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    reasoning_tokens: int
+
+
+class UsageGroup(BaseModel):
+    group: str = Field(description="The model (as requested) or the day (UTC, YYYY-MM-DD).")
+    requests: int
+    errors: int = Field(description="Runs whose final status was error.")
+    tokens: UsageTokens
+    cost_usd: float = Field(description="Sum over priced runs (FOUNDRY_PRICES); unpriced runs count 0.")
+
+
+class UsageReport(BaseModel):
+    key_id: str | None = Field(description="Whose usage; null: every key's (admin key or open mode).")
+    since: datetime
+    until: datetime
+    group_by: Literal["model", "day"]
+    data: list[UsageGroup]
+    total: UsageGroup
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+@router.get("/v1/usage", response_model=UsageReport, responses={c: {"model": ErrorBody} for c in (401, 403, 404, 422, 503)},
+            summary="Sums of requests, tokens, errors and cost, by model or day (own key; admin: any key)")
+async def usage(
+    request: Request,
+    store: RecordsDep,
+    principal: PrincipalDep,
+    since: Annotated[datetime | None, Query(description="From (ISO 8601; UTC if no zone). Default: 30 days ago.")] = None,
+    until: Annotated[datetime | None, Query(description="Before (ISO 8601). Default: now.")] = None,
+    group_by: Annotated[Literal["model", "day"], Query(description="Group the sums by model or by day.")] = "model",
+    key_id: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_.-]{1,32}$",
+                                        description="Admin key only: whose usage (default: every key).")] = None,
+) -> Response:
+    end = _utc(until) if until is not None else datetime.now(UTC)
+    start = _utc(since) if since is not None else end - timedelta(days=30)
+    if start >= end:
+        raise RequestError("since must be before until", code="invalid_request", status=422, field="since")
+    if end - start > MAX_RANGE:
+        raise RequestError(f"at most {MAX_RANGE.days} days per query", code="invalid_request", status=422,
+                           field="since")
+    owner = key_id
+    if not principal.sees_everything:
+        if key_id is not None and key_id != principal.owner:
+            raise AccessDenied("only the admin key reads another key's usage", code="admin_only", status=403,
+                               field="key_id")
+        owner = principal.owner
+    with database_errors():
+        rows = await usage_sums(store.engine, UsageQuery(owner=owner, since=start, until=end, group_by=group_by))
+    data = [UsageGroup(group=r.group, requests=r.requests, errors=r.errors, tokens=UsageTokens(**r.tokens),
+                       cost_usd=r.cost_usd) for r in rows]
+    total = UsageGroup(
+        group="total", requests=sum(g.requests for g in data), errors=sum(g.errors for g in data),
+        tokens=UsageTokens(**{n: sum(getattr(g.tokens, n) for g in data) for n in USAGE_FIELDS}),
+        cost_usd=round(sum(g.cost_usd for g in data), 10))
+    body = UsageReport(key_id=owner, since=start, until=end, group_by=group_by, data=data, total=total)
+    return JSON(body.model_dump(mode="json"))

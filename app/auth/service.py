@@ -1,0 +1,255 @@
+"""The `Auth` service: who is calling (401), may they use this model (403), are they within their
+limits and budget (429), and the bookkeeping when a run ends (release, tokens, spend, metrics).
+
+Key lookups are cached for `cache_seconds` (hits and misses alike), so a key revoked or changed on
+one replica is refused by every replica within that time, and the database sees at most one
+lookup per key per replica per period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, cast
+
+import sqlalchemy as sa
+
+from app.auth.keys import hash_key, looks_like_key
+from app.auth.keystore import KeyStore
+from app.auth.limiter import Admission, Denied, Limiter, Limits
+from app.auth.policy import ConfiguredKey, KeyPolicy, Principal, model_allowed
+from app.core.errors import ErrorData, GatewayError
+from app.observability import get_logger
+from app.records.tables import runs
+
+__all__ = ["AccessDenied", "Auth", "Ticket"]
+
+_CACHE_MAX = 10_000
+
+
+class AccessDenied(GatewayError):
+    """401, 403 or 429 before any work; `headers` go on the response (WWW-Authenticate, x-ratelimit-*)."""
+
+    def __init__(self, message: str, *, code: str, status: int, headers: Mapping[str, str] | None = None,
+                 field: str | None = None, retry_after: int | None = None, **extra: Any) -> None:
+        super().__init__(message, code=code, status=status, retryable=status == 429, field=field,
+                         retry_after=str(retry_after) if retry_after is not None else None)
+        self.headers = dict(headers or {})
+        self.extra = extra
+        """Further fields of the error body: which limit (`limit`), spend and budget."""
+
+    def to_dict(self) -> ErrorData:
+        return cast(ErrorData, {**super().to_dict(), **self.extra})
+
+
+def unauthorized(message: str, code: str = "invalid_api_key") -> AccessDenied:
+    return AccessDenied(message, code=code, status=401, headers={"WWW-Authenticate": "Bearer"})
+
+
+@dataclass(slots=True, kw_only=True)
+class Ticket:
+    """One admitted request of a key: the concurrency slot to give back and the headers to send."""
+
+    key: KeyPolicy
+    slot: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    done: bool = False
+
+
+def month_of(now: datetime) -> str:
+    return now.strftime("%Y-%m")
+
+
+def _next_month(now: datetime) -> datetime:
+    return datetime(now.year + (now.month == 12), now.month % 12 + 1, 1, tzinfo=UTC)
+
+
+class Auth:
+    def __init__(
+        self,
+        *,
+        admin_key: str | None,
+        config_keys: list[ConfiguredKey],
+        keystore: KeyStore | None,
+        limiter: Limiter,
+        cache_seconds: float = 2.0,
+        on_outcome: Callable[[str, str], None] = lambda name, outcome: None,
+    ) -> None:
+        self._admin_hash = hashlib.sha256(admin_key.encode()).digest() if admin_key else None
+        self._config = {k.hash: KeyPolicy.of(k.key_id(), k, "config") for k in config_keys}
+        self.keystore = keystore
+        self.limiter = limiter
+        self.cache_seconds = cache_seconds
+        self._cache: dict[str, tuple[float, KeyPolicy | None]] = {}
+        self._on_outcome = on_outcome
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.log = get_logger("foundry.auth")
+
+    @property
+    def mode(self) -> Literal["open", "keys"]:
+        """Open (anyone may call) only when neither an admin key nor configured keys exist."""
+        return "keys" if self._admin_hash is not None or self._config else "open"
+
+    @property
+    def has_admin(self) -> bool:
+        return self._admin_hash is not None
+
+    # -- who is calling -------------------------------------------------------------------------
+
+    async def authenticate(self, authorization: str | None, x_api_key: str | None) -> Principal:
+        if self.mode == "open":
+            return Principal(kind="open")
+        token = _token(authorization, x_api_key)
+        if self._admin_hash is not None and hmac.compare_digest(
+                hashlib.sha256(token.encode()).digest(), self._admin_hash):
+            return Principal(kind="admin")
+        if not looks_like_key(token):
+            raise unauthorized("the API key is malformed (gateway keys look like fgw-...)")
+        policy = await self._lookup(hash_key(token))
+        if policy is None:
+            raise unauthorized("unknown or revoked API key")
+        if policy.expired(datetime.now(UTC)):
+            raise unauthorized(f"API key {policy.id} expired", code="key_expired")
+        return Principal(kind="key", key=policy)
+
+    async def _lookup(self, key_hash: str) -> KeyPolicy | None:
+        configured = self._config.get(key_hash)
+        if configured is not None:
+            return configured
+        if self.keystore is None:
+            return None
+        now = time.monotonic()
+        hit = self._cache.get(key_hash)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        try:
+            policy = await self.keystore.by_hash(key_hash)
+        except Exception as exc:  # noqa: BLE001 - the database's failure, told as such
+            raise AccessDenied(f"the key database is unavailable ({type(exc).__name__})",
+                               code="auth_unavailable", status=503) from None
+        if len(self._cache) >= _CACHE_MAX:
+            self._cache.clear()
+        self._cache[key_hash] = (now + self.cache_seconds, policy)
+        return policy
+
+    def configured_keys(self) -> list[KeyPolicy]:
+        return list(self._config.values())
+
+    def configured(self, key_id: str) -> KeyPolicy | None:
+        return next((p for p in self._config.values() if p.id == key_id), None)
+
+    def forget(self) -> None:
+        """Drop cached lookups (this replica's own admin changes take effect at once)."""
+        self._cache.clear()
+
+    # -- may they run this ----------------------------------------------------------------------
+
+    async def admit(self, principal: Principal, model: str, alias_target: str = "") -> Ticket | None:
+        """Check the model and take the key's limits; None for the admin key and open mode."""
+        key = principal.key
+        if key is None:
+            return None
+        if not model_allowed(key.models, model, alias_target):
+            self._on_outcome(key.name, "model_denied")
+            raise AccessDenied(f"API key {key.id} may not use model {model!r}", code="model_not_allowed",
+                               status=403, field="model")
+        if key.budget_usd is not None:
+            await self._check_budget(key)
+        limits = Limits(rpm=key.rpm, tpm=key.tpm, max_concurrent=key.max_concurrent)
+        if not limits.any:
+            self._on_outcome(key.name, "admitted")
+            return Ticket(key=key)
+        try:
+            admission: Admission = await self.limiter.admit(key.id, limits)
+        except Denied as denied:
+            self._on_outcome(key.name, f"limited_{denied.reason}")
+            what = {"requests": f"{key.rpm} requests per minute", "tokens": f"{key.tpm} tokens per minute",
+                    "concurrency": f"{key.max_concurrent} runs at once"}[denied.reason]
+            raise AccessDenied(f"rate limit of API key {key.id}: {what}", code="rate_limited", status=429,
+                               headers=denied.headers, retry_after=denied.retry_after, limit=denied.reason) from None
+        except Exception as exc:  # noqa: BLE001 - the counter store's failure: refuse fast, never unlimited
+            raise AccessDenied(f"the rate-limit store is unavailable ({type(exc).__name__})",
+                               code="limits_unavailable", status=503) from None
+        self._on_outcome(key.name, "admitted")
+        return Ticket(key=key, slot=admission.slot, headers=admission.headers)
+
+    async def _check_budget(self, key: KeyPolicy) -> None:
+        now = datetime.now(UTC)
+        month = month_of(now)
+        spent = await self.limiter.spend(key.id, month)
+        if spent is None:
+            await self.limiter.seed_spend(key.id, month, await self._recorded_spend(key.id, now))
+            spent = await self.limiter.spend(key.id, month) or 0.0
+        if spent >= (key.budget_usd or 0.0):
+            self._on_outcome(key.name, "budget_exceeded")
+            retry = max(1, int((_next_month(now) - now).total_seconds()))
+            raise AccessDenied(f"API key {key.id} spent its budget of {key.budget_usd} USD for {month}",
+                               code="budget_exceeded", status=429, retry_after=retry,
+                               headers={}, spent_usd=round(spent, 6), budget_usd=key.budget_usd)
+
+    async def _recorded_spend(self, key_id: str, now: datetime) -> float:
+        """This month's spend from the run records (counters start from it after a restart)."""
+        if self.keystore is None:
+            return 0.0
+        start = datetime(now.year, now.month, 1, tzinfo=UTC)
+        query = sa.select(sa.func.coalesce(sa.func.sum(runs.c.cost_usd), 0.0)).where(
+            runs.c.owner == key_id, runs.c.created_at >= start)
+        async with self.keystore.engine.connect() as conn:
+            return float((await conn.execute(query)).scalar_one())
+
+    # -- when the run ends ----------------------------------------------------------------------
+
+    async def abandon(self, ticket: Ticket | None) -> None:
+        """The run never started (open failed): give the slot back."""
+        if ticket is not None and not ticket.done and ticket.slot is not None:
+            ticket.done = True
+            await self.limiter.release(ticket.key.id, ticket.slot)
+
+    def run_ended(self, ticket: Ticket, tokens: int, cost_usd: float | None) -> None:
+        """Release the slot, count the tokens and the spend (in the background: observers never wait)."""
+        if ticket.done:
+            return
+        ticket.done = True
+        task = asyncio.get_running_loop().create_task(self._settle(ticket, tokens, cost_usd))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _settle(self, ticket: Ticket, tokens: int, cost_usd: float | None) -> None:
+        key = ticket.key
+        try:
+            if ticket.slot is not None:
+                await self.limiter.release(key.id, ticket.slot)
+            if key.tpm and tokens:
+                await self.limiter.add_tokens(key.id, tokens)
+            if key.budget_usd is not None and cost_usd:
+                await self.limiter.add_spend(key.id, month_of(datetime.now(UTC)), cost_usd)
+        except Exception as exc:  # noqa: BLE001 - the lease expires by itself; say so
+            self.log.warning("limit_settle_failed", key_id=key.id, error=type(exc).__name__)
+
+    async def settled(self) -> None:
+        """Wait until every ended run's slot, tokens and spend are counted."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def aclose(self) -> None:
+        await self.settled()
+        await self.limiter.aclose()
+
+
+def _token(authorization: str | None, x_api_key: str | None) -> str:
+    """The key from `Authorization: Bearer <key>` or `x-api-key: <key>`; 401 for anything else."""
+    if authorization is not None:
+        scheme, _, token = authorization.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token or " " in token:
+            raise unauthorized("Authorization must be `Bearer <key>`", code="invalid_authorization")
+        return token
+    if x_api_key is not None and x_api_key.strip():
+        return x_api_key.strip()
+    raise unauthorized("an API key is required: Authorization: Bearer <key> or x-api-key: <key>",
+                       code="missing_api_key")
