@@ -26,6 +26,7 @@ from app.core.events import (
     AssistantMessage,
     FinalEvent,
     FinalStatus,
+    ReasoningBlockEnd,
     ReasoningEvent,
     StopReason,
     StreamEvent,
@@ -101,8 +102,10 @@ _USAGE_FIELDS = tuple(f.name for f in fields(UsagePatch))
 class Accumulator:
     """Turns one provider response's patches into canonical events and the final message."""
 
-    def __init__(self, *, model: str, provider: str) -> None:
+    def __init__(self, *, model: str, provider: str, block_ends: bool = False) -> None:
         self.model = model
+        self._block_ends = block_ends
+        """Emit a `ReasoningBlockEnd` marker (internal, never SSE) when a reasoning block ends."""
         self.provider = provider
         self.response_id: str | None = None
         self.stop_reason: StopReason | None = None
@@ -272,7 +275,10 @@ class Accumulator:
             return
         if p.signature:
             state.signature = p.signature
-        self._turn_reasoning.append(self._reasoning_block(state))
+        block = self._reasoning_block(state)
+        self._turn_reasoning.append(block)
+        if self._block_ends:
+            out.append(ReasoningBlockEnd(block=block))
 
     def _reasoning_block(self, state: _ReasoningState) -> ReasoningBlock:
         return ReasoningBlock(
@@ -392,6 +398,8 @@ class Accumulator:
         for record in list(self._tools.values()):
             if not record.done:
                 self._finish_tool(record, None, out)
+        if self._block_ends:  # blocks the provider never closed end with the response
+            out.extend(ReasoningBlockEnd(block=self._reasoning_block(state)) for state in self._reasoning.values())
         self.completed = True
 
     def _ignored(self, p: Ignored, out: list[StreamEvent]) -> None:
