@@ -36,7 +36,7 @@ from app.core.events import (
     StreamEvent,
     Usage,
 )
-from app.core.messages import Message, ToolCall
+from app.core.messages import ToolCall
 from app.core.released import Released
 from app.core.report import RunObserver, RunReport
 from app.core.transcript import Transcript
@@ -100,7 +100,6 @@ class _Progress:
     max_steps_reached: bool = False
     usage: Usage = field(default_factory=Usage)  # of the steps that ended
     counted: bool = False  # the current step's usage is in `usage`
-    added: int = 0  # messages (of the released history) the run appended to the conversation
     final_message: AssistantMessage | None = None  # the step's, less the gateway's calls, once it ran tools
     stop_reason: StopReason | None = None
     events: Counter[str] = field(default_factory=Counter)
@@ -282,11 +281,7 @@ class Run:
     def _continues(self, execution: Execution) -> bool:
         """Append the turn and its results to the conversation; whether another step follows."""
         progress, results = self._progress, execution.results
-        # model_construct: an empty output is a fact to pass on, not caller input to refuse.
-        self.released.end_turn(Message.model_construct(
-            role="tool", content=results[c.id].content, tool_call_id=c.id, name=c.name, tool_calls=(), reasoning=(),
-        ) for c in execution.calls)
-        progress.added = len(self.released.history)
+        self.released.end_turn((c, results[c.id].content) for c in execution.calls)
         progress.tools_run += len(execution.calls)
         assert progress.final_message is not None
         if progress.final_message.tool_calls:
@@ -303,8 +298,7 @@ class Run:
         choice = first.tool_choice
         if choice not in (None, "auto", "none"):
             choice = None  # "required" or a named tool applies to the first step: it would loop forever
-        added = self.released.history[: progress.added]
-        request = replace(first, messages=(*first.messages, *added), tool_choice=choice)
+        request = replace(first, messages=(*first.messages, *self.released.added), tool_choice=choice)
         progress.steps += 1
         self.transcript.step = progress.steps
         upstream = await self.plan.adapter.open_stream(request)
@@ -346,7 +340,7 @@ class Run:
         return FinalEvent(status=status, message=message, usage=usage, stop_reason=stop_reason,
                           model=acc.model, provider=acc.provider, error=error, steps=progress.steps,
                           max_steps_reached=progress.max_steps_reached,
-                          messages=tuple(self.released.history[: progress.added]),
+                          messages=self.released.added,
                           validation=self.gate.summary())
 
     async def _end(self, final: FinalEvent) -> bytes:

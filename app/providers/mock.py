@@ -47,6 +47,7 @@ from app.core.patches import (
     ToolStart,
     UsagePatch,
 )
+from app.core.released import Released
 from app.providers.base import BaseStreamIterator, ProviderRequest, replay_stream
 
 __all__ = [
@@ -170,13 +171,14 @@ def conversation_chunks(model: str, messages: tuple = (), *, max_steps: int = 8,
     input_tokens = output_tokens = 0
     stop = None
     for _ in range(max_steps):
-        acc = Accumulator(model=model, provider="mock")
+        acc, released = Accumulator(model=model, provider="mock"), Released(provider="mock")
         for chunk in scenario_chunks(model, conversation):
-            acc.push_all(chunk)
+            for event in acc.push_all(chunk):
+                released.observe(event)
             body = [p for p in chunk if p.kind not in ("message_start", "message_delta", "message_end")]
             if body:
                 out.append(body)
-        usage, stop, message = acc.usage, acc.stop_reason, acc.message()
+        usage, stop, message = acc.usage, acc.stop_reason, released.message()
         input_tokens += usage.input_tokens
         output_tokens += usage.output_tokens
         calls = [c for c in message.tool_calls if c.name == "calculator"]
