@@ -174,12 +174,11 @@ class Gateway:
         adapter, provider, name = self.registry.resolve(model)
         request = ProviderRequest(model=name, messages=(Message(role="user", content=prompt),),
                                   temperature=0.0, max_tokens=256)
-        acc = Accumulator(model=name, provider=provider)
-        final = await drive(await adapter.open_stream(request), acc)
+        final = await drive(await adapter.open_stream(request), Accumulator(model=name, provider=provider))
         if final.error is not None:
             raise UpstreamError(f"judge {model}: {final.error['message']}", code=final.error["code"],
                                 retryable=final.error["retryable"])
-        return acc.text
+        return final.message.content
 
     def spawn(self, run: Run) -> None:
         """Run in the background, for subscribers only (POST /v1/generate with stream: true)."""

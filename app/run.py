@@ -31,12 +31,14 @@ from app.core.events import (
     AssistantMessage,
     FinalEvent,
     FinalStatus,
+    ReasoningBlockEnd,
     StartEvent,
     StopReason,
     StreamEvent,
     Usage,
 )
-from app.core.messages import Message, ToolCall
+from app.core.messages import ToolCall
+from app.core.released import Released
 from app.core.report import RunObserver, RunReport
 from app.core.transcript import Transcript
 from app.observability import Metrics
@@ -103,9 +105,7 @@ class _Progress:
     max_steps_reached: bool = False
     usage: Usage = field(default_factory=Usage)  # of the steps that ended
     counted: bool = False  # the current step's usage is in `usage`
-    added: list[Message] = field(default_factory=list)  # messages the run appended to the conversation
-    gateway_ids: set[str] = field(default_factory=set)  # calls the gateway took on: never the caller's
-    step_message: AssistantMessage | None = None  # the current step's, once it ended with gateway calls
+    final_message: AssistantMessage | None = None  # the step's, less the gateway's calls, once it ran tools
     stop_reason: StopReason | None = None
     events: Counter[str] = field(default_factory=Counter)
 
@@ -135,7 +135,9 @@ class Run:
         self.observers = observers
         self.runs = runs if runs is not None else RunningRuns()
         self.upstream = upstream
-        self.accumulator = Accumulator(model=plan.model, provider=plan.provider)
+        self.accumulator = Accumulator(model=plan.model, provider=plan.provider, block_ends=True)
+        self.released = Released(provider=plan.provider)
+        """What was released: the final message and the turns are built from it alone."""
         self.ttft: float | None = None
         self.report: RunReport | None = None
         """Set once the run ended (its final is in the log)."""
@@ -231,13 +233,19 @@ class Run:
                     yield self._emit(released)
 
     def _emit(self, events: list[StreamEvent]) -> bytes:
-        """Append released events to the log (and the transcript); their frames, joined."""
-        if self.ttft is None and any(e.type in _CONTENT_EVENTS for e in events):
-            self.ttft = time.perf_counter() - self.plan.started
-        tally, observe, append = self._progress.events, self.transcript.observe, self.log.append
+        """Append released events to the log (and the transcript, and what was released); their
+        frames, joined. A `ReasoningBlockEnd` marker goes to `released` only, never to SSE nor
+        to the listener."""
+        tally, observe, append, keep = self._progress.events, self.transcript.observe, self.log.append, \
+            self.released.observe
         listener = self.listener
         frames = []
         for event in events:
+            keep(event)
+            if event.__class__ is ReasoningBlockEnd:
+                continue
+            if self.ttft is None and event.type in _CONTENT_EVENTS:
+                self.ttft = time.perf_counter() - self.plan.started
             tally[event.type] += 1
             observe(event)
             frames.append(append(event))
@@ -259,14 +267,11 @@ class Run:
         progress.counted = True
         self.transcript.close_turn()
         self.transcript.usage, self.transcript.steps = self._usage(), progress.steps
-        message = acc.message()
-        if not any(self.tools.runs(c.name) for c in message.tool_calls):
-            return []
-        message = self.gate.released_message(message)  # validators may have rewritten arguments
+        message = self.released.end_step()  # as released: validators may have rewritten arguments
         calls = [c for c in message.tool_calls if self.tools.runs(c.name)]
-        progress.step_message = message
-        progress.gateway_ids.update(c.id for c in calls)
-        self.transcript.mark_gateway(c.id for c in calls)
+        if calls:
+            progress.final_message = replace(message, tool_calls=tuple(c for c in message.tool_calls if c not in calls))
+            self.transcript.mark_gateway(c.id for c in calls)
         return calls
 
     async def _run_tools(self, execution: Execution) -> AsyncGenerator[bytes, None]:
@@ -281,19 +286,11 @@ class Run:
 
     def _continues(self, execution: Execution) -> bool:
         """Append the turn and its results to the conversation; whether another step follows."""
-        progress = self._progress
-        message = progress.step_message
-        assert message is not None
-        progress.added.extend(self.accumulator.history)
-        progress.added.append(Message(role="assistant", content=message.content, tool_calls=message.tool_calls,
-                                      reasoning=message.reasoning))
-        for call in execution.calls:
-            result = execution.results[call.id]
-            # model_construct: an empty output is a fact to pass on, not caller input to refuse.
-            progress.added.append(Message.model_construct(role="tool", content=result.content, tool_call_id=call.id,
-                                                          name=call.name, tool_calls=(), reasoning=()))
+        progress, results = self._progress, execution.results
+        self.released.end_turn((c, results[c.id].content) for c in execution.calls)
         progress.tools_run += len(execution.calls)
-        if len(message.tool_calls) > len(execution.calls):
+        assert progress.final_message is not None
+        if progress.final_message.tool_calls:
             progress.stop_reason = "tool_calls"  # the caller answers the rest (after appending `messages`)
             return False
         if progress.steps >= self.plan.max_steps:
@@ -307,16 +304,16 @@ class Run:
         choice = first.tool_choice
         if choice not in (None, "auto", "none"):
             choice = None  # "required" or a named tool applies to the first step: it would loop forever
-        request = replace(first, messages=(*first.messages, *progress.added), tool_choice=choice)
+        request = replace(first, messages=(*first.messages, *self.released.added), tool_choice=choice)
         progress.steps += 1
         self.transcript.step = progress.steps
         upstream = await self.plan.adapter.open_stream(request)
         self._count_ignored()
-        acc = Accumulator(model=self.plan.model, provider=self.plan.provider)
+        acc = Accumulator(model=self.plan.model, provider=self.plan.provider, block_ends=True)
         acc.continue_from(self.accumulator)
         self.upstream, self.accumulator = upstream, acc
         progress.counted = False
-        progress.step_message = None
+        progress.final_message = None
 
     # -- the end ----------------------------------------------------------------------------
 
@@ -341,10 +338,7 @@ class Run:
 
     def _final(self, status: FinalStatus, error: ErrorData | None = None) -> FinalEvent:
         acc, progress = self.accumulator, self._progress
-        message = progress.step_message or self.gate.released_message(acc.message())
-        if progress.gateway_ids:
-            message = replace(message, tool_calls=tuple(
-                c for c in message.tool_calls if c.id not in progress.gateway_ids))
+        message = progress.final_message or self.released.message()
         stop_reason = (progress.stop_reason or acc.stop_reason) if status == "ok" else STOP_REASON_FOR_STATUS[status]
         usage = self._usage()
         if status != "ok" and not progress.counted and not acc.completed:
@@ -353,7 +347,8 @@ class Run:
             usage.cost_usd = self.plan.price.cost(usage)
         return FinalEvent(status=status, message=message, usage=usage, stop_reason=stop_reason,
                           model=acc.model, provider=acc.provider, error=error, steps=progress.steps,
-                          max_steps_reached=progress.max_steps_reached, messages=tuple(progress.added),
+                          max_steps_reached=progress.max_steps_reached,
+                          messages=self.released.added,
                           validation=self.gate.summary())
 
     async def _end(self, final: FinalEvent) -> bytes:

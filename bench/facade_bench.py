@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.api.compat.anthropic_response import MessageWriter  # noqa: E402
 from app.api.compat.openai_response import ChunkWriter  # noqa: E402
-from app.core.accumulator import Accumulator  # noqa: E402
 from app.core.events import StartEvent, TokenEvent  # noqa: E402
+from app.core.released import Released  # noqa: E402
 from app.streams.log import encode_frame  # noqa: E402
 
 
@@ -42,7 +42,7 @@ def main() -> dict[str, Any]:
     args = parser.parse_args()
     events = [TokenEvent(index=i, content=f" tok{i}") for i in range(args.events)]
     run: Any = SimpleNamespace(stream_id="str_" + "0" * 32, tools=SimpleNamespace(runs=lambda name: False),
-                               accumulator=Accumulator(model="bench/chunks", provider="bench"))
+                               released=Released(provider="bench"))
     openai_writer = ChunkWriter(run, model="bench/chunks", include_usage=True)
     anthropic_writer = MessageWriter(run, model="bench/chunks")
     start = StartEvent(stream_id=run.stream_id, model="bench/chunks", provider="bench")

@@ -1,10 +1,19 @@
-"""The one accumulator: patches in, canonical events out, whatever the provider."""
+"""The one accumulator: patches in, canonical events out, whatever the provider; the message and
+the turns built from those events (app/core/released.py)."""
 
 import pytest
 
 from app.core.accumulator import Accumulator, StreamProtocolError
 from app.core.errors import UpstreamError
-from app.core.events import FinalEvent, ReasoningEvent, TokenEvent, ToolCallEvent, ToolResultEvent
+from app.core.events import (
+    FinalEvent,
+    ReasoningBlockEnd,
+    ReasoningEvent,
+    StreamEvent,
+    TokenEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+)
 from app.core.patches import (
     MessageDelta,
     MessageEnd,
@@ -23,11 +32,29 @@ from app.core.patches import (
     ToolStart,
     UsagePatch,
 )
+from app.core.released import Released
+
+
+class Response:
+    """The accumulator after the patches, with the message and turns built from its events."""
+
+    def __init__(self, acc: Accumulator, events: list[StreamEvent]) -> None:
+        self.acc = acc
+        self.released = Released.of(events, provider="p")
+        self.history = self.released.history
+
+    def __getattr__(self, name):
+        return getattr(self.acc, name)
+
+    def final(self, status, **kw) -> FinalEvent:
+        return self.released.final(self.acc, status, **kw)
 
 
 def run(*patches):
-    acc = Accumulator(model="m", provider="p")
-    return acc.push_all(list(patches)), acc
+    """The public events (no ReasoningBlockEnd marker: those never leave the pipeline) and the response."""
+    acc = Accumulator(model="m", provider="p", block_ends=True)
+    events = acc.push_all(list(patches))
+    return [e for e in events if type(e) is not ReasoningBlockEnd], Response(acc, events)
 
 
 def test_text_tokens_are_indexed_from_zero_and_empty_deltas_dropped():

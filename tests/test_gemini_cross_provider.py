@@ -19,6 +19,7 @@ import pytest
 
 from app.core.accumulator import Accumulator
 from app.core.messages import Message, ToolCall, ToolSpec
+from app.core.released import Released
 from app.providers.anthropic import AnthropicAdapter
 from app.providers.base import ProviderAdapter, ProviderRequest
 from app.providers.gemini import GeminiAdapter
@@ -76,11 +77,12 @@ async def send(provider: str) -> tuple[dict[str, Any], Any]:
     sent: list[httpx2.Request] = []
     adapter = make_adapter(provider, sent)
     stream = await adapter.open_stream(REQUEST)
-    acc = Accumulator(model=REQUEST.model, provider=provider)
+    acc, events = Accumulator(model=REQUEST.model, provider=provider, block_ends=True), []
     async for batch in stream:
-        acc.push_all(batch)
+        events += acc.push_all(batch)
     (request,) = sent
-    return orjson.loads(request.content), acc.final("ok" if acc.completed else "error")
+    return orjson.loads(request.content), Released.of(events, provider=provider).final(
+        acc, "ok" if acc.completed else "error")
 
 
 def said_by_openai(body: dict[str, Any]) -> dict[str, Any]:

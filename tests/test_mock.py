@@ -51,3 +51,16 @@ async def test_echo_and_lorem():
 def test_unknown_scenario_is_a_not_found():
     with pytest.raises(UpstreamNotFound):
         MockStreamIterator("nope")
+
+
+def test_the_mock_has_its_own_arithmetic_or_takes_a_calculator():
+    from app.providers.mock import arithmetic
+
+    assert arithmetic("2 + 2") == "4" and arithmetic("-3 * 7") == "-21"
+    assert "not" in arithmetic("2 ** 99")
+
+
+async def test_a_calculator_passed_in_gives_the_result():
+    events = await replay_stream(MockStreamIterator("tool_call", calculator=lambda expression: "five"))
+    assert next(e for e in events if isinstance(e, ToolResultEvent)).content == "five"
+    assert events[-1].message.content == "Sum is five"

@@ -25,6 +25,7 @@ from app.core.errors import (
 )
 from app.core.events import FinalEvent, StreamEvent
 from app.core.messages import AdapterError, Message, ToolCall, ToolSpec
+from app.core.released import Released
 from app.providers.base import PatchStream, ProviderRequest
 from app.providers.openai_chat import OpenAIAdapter, build_openai
 from app.providers.registry import build_registry
@@ -135,9 +136,9 @@ async def drain(stream: PatchStream) -> tuple[list[StreamEvent], FinalEvent]:
         async for batch in stream:
             events += acc.push_all(batch)
     except GatewayError as exc:
-        return events, acc.final("error", error=exc.to_dict())
+        return events, Released.of(events, provider="openai").final(acc, "error", error=exc.to_dict())
     assert acc.completed
-    return events, acc.final("ok")
+    return events, Released.of(events, provider="openai").final(acc, "ok")
 
 
 @pytest.mark.parametrize("rec", recordings("openai-chat"), ids=repr)

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from app.core.events import AssistantMessage, StreamEvent, TokenEvent
+from app.core.events import StreamEvent, TokenEvent
+from app.core.released import Released
 from app.validation import VALIDATORS, Blocked, ValidatorSpec
 from app.validation.validators.base import UNKNOWN, CheckContext, Validator, Verdict
 from tests.validation_support import drive, make_gate, recorder_registry, spec, text_of, tokens
@@ -59,8 +60,7 @@ async def test_early_exit_on_fail_never_releases_held_text() -> None:
     with pytest.raises(Blocked):
         await gate.finish()
     assert gate.summary()["blocked"] == {"validator": "regex_deny", "reason": "matched '(?i)password': 'password'"}
-    assert gate.released_message(AssistantMessage(content="".join(e.content for e in events))).content == \
-        text_of(released)
+    assert Released.of(released).message().content == text_of(released)
 
 
 class Stateful(Validator):

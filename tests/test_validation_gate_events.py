@@ -6,8 +6,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.events import AssistantMessage, ReasoningEvent, TokenEvent, ToolCallEvent, ToolResultEvent
-from app.core.messages import ReasoningBlock, ToolCall
+from app.core.events import (
+    AssistantMessage,
+    ReasoningBlockEnd,
+    ReasoningEvent,
+    TokenEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+)
+from app.core.messages import ReasoningBlock
+from app.core.released import Released
 from app.validation import Blocked
 from tests.validation_support import (
     ADD,
@@ -36,7 +44,7 @@ async def test_a_redacted_card_number_never_appears_in_any_event(cuts: list[int]
     assert [e.index for e in released] == list(range(len(released)))  # still sequential
     expected = "Pay with card [CARD] today. Thanks! Or [CARD]"
     assert text_of(released) == expected
-    assert gate.released_message(AssistantMessage(content=text)).content == expected
+    assert Released.of(released).message().content == expected
     assert gate.summary()["redactions"] == 2
 
 
@@ -59,7 +67,7 @@ async def test_a_valid_tool_call_goes_out_whole_once_complete() -> None:
     assert await gate.admit(result) == [result]
     assert await gate.finish() == []
     message = AssistantMessage(content="", tool_calls=())
-    assert gate.released_message(message) == message
+    assert Released.of([*calls, result]).message() == message
 
 
 async def test_redacted_tool_arguments_go_out_whole_with_the_final_fragment() -> None:
@@ -74,11 +82,9 @@ async def test_only_released_tool_calls_are_in_the_released_message() -> None:
     gate = make_gate(spec("json_schema"), tools=(ADD,))
     events = [*call_events("ok", ['{"a": 1, "b": 2}'], {"a": 1, "b": 2}),
               *call_events("bad", ['{"a": "x", "b": 2}'], {"a": "x", "b": 2}, index=1)]
-    _, blocked = await drive(gate, events)
+    released, blocked = await drive(gate, events)
     assert blocked is not None
-    message = AssistantMessage(tool_calls=(ToolCall(id="ok", name="add", arguments={"a": 1, "b": 2}),
-                                           ToolCall(id="bad", name="add", arguments={"a": "x", "b": 2})))
-    assert [c.id for c in gate.released_message(message).tool_calls] == ["ok"]
+    assert [c.id for c in Released.of(released).message().tool_calls] == ["ok"]
 
 
 async def test_reasoning_is_a_lane_of_its_own() -> None:
@@ -107,9 +113,9 @@ async def test_a_banned_word_in_reasoning_blocks_too() -> None:
 async def test_redacted_reasoning_loses_its_signature() -> None:
 
     gate = make_gate(spec("pii", action="redact"))
-    await drive(gate, [ReasoningEvent(index=0, content="Email a@b.io now."), *tokens("Done.")])
-    message = AssistantMessage(content="Done.", reasoning=(ReasoningBlock(text="Email a@b.io now.", signature="sig"),))
-    (block,) = gate.released_message(message).reasoning
+    end = ReasoningBlockEnd(block=ReasoningBlock(text="Email a@b.io now.", signature="sig"))
+    released, _ = await drive(gate, [ReasoningEvent(index=0, content="Email a@b.io now."), end, *tokens("Done.")])
+    (block,) = Released.of(released).message().reasoning
     assert block.text == "Email [EMAIL] now." and block.signature is None
 
 
@@ -161,7 +167,7 @@ async def test_tool_results_pass_through_in_order() -> None:
     assert released[len(text)] == result and text_of(released) == "Before. After."
 
 
-async def test_released_message_follows_the_accumulators_turns() -> None:
+async def test_released_message_follows_the_turns() -> None:
     """Like mock/tool_call: text, a call, its result, then the answer (a new turn)."""
     gate = make_gate(spec("pii", action="redact"), spec("json_schema"), tools=(ADD,))
     first = tokens("Calling add for a@b.io")
@@ -171,7 +177,7 @@ async def test_released_message_follows_the_accumulators_turns() -> None:
     released, blocked = await drive(gate, events)
     assert blocked is None
     assert text_of(released) == "Calling add for [EMAIL]Sum is 3, mail [EMAIL]"
-    message = gate.released_message(AssistantMessage(content="Sum is 3, mail c@d.io"))
+    message = Released.of(released).message()
     assert message.content == "Sum is 3, mail [EMAIL]"
 
 

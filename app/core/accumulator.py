@@ -1,8 +1,9 @@
 """One accumulator for every provider: normalized patches in, canonical events out.
 
-It assigns the public indexes, keeps interleaved blocks apart by their provider key,
-accumulates the message (text, reasoning blocks, tool calls with parsed arguments), the usage
-and the stop reason, and builds the `final` event. See reference/normalized-stream-accumulator.md
+It assigns the public indexes, keeps interleaved blocks apart by their provider key, parses
+tool calls' arguments, and keeps the usage and the stop reason. The message and the turns are
+not its business: they are built from the events the gate released (app/core/released.py).
+See reference/normalized-stream-accumulator.md
 for the contract it grew from; unlike that reference, patches carry the provider's block key, so
 interleaved blocks of one type need no buffering in the mapper.
 
@@ -20,12 +21,9 @@ from typing import Any
 
 import orjson
 
-from app.core.errors import ErrorData, UpstreamError
+from app.core.errors import UpstreamError
 from app.core.events import (
-    STOP_REASON_FOR_STATUS,
-    AssistantMessage,
-    FinalEvent,
-    FinalStatus,
+    ReasoningBlockEnd,
     ReasoningEvent,
     StopReason,
     StreamEvent,
@@ -34,7 +32,7 @@ from app.core.events import (
     ToolResultEvent,
     Usage,
 )
-from app.core.messages import Message, ReasoningBlock, ToolCall, freeze
+from app.core.messages import ReasoningBlock, freeze
 from app.core.patches import (
     BlockKey,
     Ignored,
@@ -99,10 +97,12 @@ _USAGE_FIELDS = tuple(f.name for f in fields(UsagePatch))
 
 
 class Accumulator:
-    """Turns one provider response's patches into canonical events and the final message."""
+    """Turns one provider response's patches into canonical events, usage and a stop reason."""
 
-    def __init__(self, *, model: str, provider: str) -> None:
+    def __init__(self, *, model: str, provider: str, block_ends: bool = False) -> None:
         self.model = model
+        self.block_ends = block_ends
+        """Emit a `ReasoningBlockEnd` marker (internal, never SSE) when a reasoning block ends."""
         self.provider = provider
         self.response_id: str | None = None
         self.stop_reason: StopReason | None = None
@@ -116,14 +116,8 @@ class Accumulator:
         self._tools: dict[BlockKey, ToolCallRecord] = {}
         self._calls_by_id: dict[str, ToolCallRecord] = {}
         self._results: dict[BlockKey, _ResultState] = {}
-        # The current assistant turn; a result for a caller-visible call closes it.
-        self._text: list[str] = []
-        self._turn_reasoning: list[ReasoningBlock] = []
-        self._turn_calls: list[ToolCallRecord] = []
         self.ignored: Counter[str] = Counter()
         """What the normalizer dropped as harmless (Ignored patches), by label."""
-        self.history: list[Message] = []
-        """Completed turns inside this response (assistant tool calls, then their results)."""
         self._handlers: dict[str, Callable[[Any, list[StreamEvent]], None]] = {
             "message_start": self._message_start,
             "text_start": self._text_start,
@@ -167,11 +161,6 @@ class Accumulator:
         self._tool_index = previous._tool_index
 
     @property
-    def text(self) -> str:
-        """The current turn's answer text so far."""
-        return "".join(self._text)
-
-    @property
     def usage(self) -> Usage:
         u = self._usage
         usage = Usage(
@@ -191,40 +180,6 @@ class Accumulator:
         """Every call seen, in order, server tools included."""
         return list(self._calls_by_id.values())
 
-    def message(self) -> AssistantMessage:
-        """The last assistant message: text and the completed calls the caller must answer."""
-        reasoning = list(self._turn_reasoning)
-        for state in self._reasoning.values():  # blocks the provider never closed
-            reasoning.append(self._reasoning_block(state))
-        return AssistantMessage(
-            content="".join(self._text),
-            tool_calls=tuple(
-                ToolCall(id=c.id, name=c.name, arguments=c.arguments or {})
-                for c in self._turn_calls
-                if c.done and not c.server
-            ),
-            reasoning=tuple(reasoning),
-        )
-
-    def final(
-        self,
-        status: FinalStatus,
-        *,
-        error: ErrorData | None = None,
-        stop_reason: StopReason | None = None,
-    ) -> FinalEvent:
-        if stop_reason is None:
-            stop_reason = self.stop_reason if status == "ok" else STOP_REASON_FOR_STATUS[status]
-        return FinalEvent(
-            status=status,
-            message=self.message(),
-            usage=self.usage,
-            stop_reason=stop_reason,
-            model=self.model,
-            provider=self.provider,
-            error=error,
-        )
-
     # -- handlers -------------------------------------------------------------------------
 
     def _message_start(self, p: MessageStart, out: list[StreamEvent]) -> None:
@@ -243,7 +198,6 @@ class Accumulator:
             raise StreamProtocolError(f"text delta for non-text block {p.key!r}")
         self._open_text.add(p.key)
         if p.text:
-            self._text.append(p.text)
             out.append(TokenEvent(index=self._token_index, content=p.text))
             self._token_index += 1
 
@@ -272,7 +226,8 @@ class Accumulator:
             return
         if p.signature:
             state.signature = p.signature
-        self._turn_reasoning.append(self._reasoning_block(state))
+        if self.block_ends:
+            out.append(ReasoningBlockEnd(block=self._reasoning_block(state)))
 
     def _reasoning_block(self, state: _ReasoningState) -> ReasoningBlock:
         return ReasoningBlock(
@@ -287,7 +242,6 @@ class Accumulator:
         self._tool_index += 1
         self._tools[p.key] = record
         self._calls_by_id[p.id] = record
-        self._turn_calls.append(record)
 
     def _open_tool(self, key: BlockKey) -> ToolCallRecord:
         record = self._tools.get(key)
@@ -353,34 +307,10 @@ class Accumulator:
         state = self._results.pop(p.key, None)
         if state is None:
             raise StreamProtocolError(f"tool result end for unknown block {p.key!r}")
-        content = "".join(state.parts)
-        call = self._calls_by_id.get(state.tool_call_id)
-        if call is not None and not call.server:
-            # An answered caller-visible call closes the assistant turn (reference mock: the
-            # final message is the answer after the tool result).
-            self._close_turn()
-            # model_construct: an empty tool output is a fact to record, not caller input to refuse.
-            self.history.append(
-                Message.model_construct(role="tool", content=content, tool_call_id=state.tool_call_id,
-                                        name=state.name, tool_calls=(), reasoning=())
-            )
         out.append(
-            ToolResultEvent(tool_call_id=state.tool_call_id, name=state.name, content=content,
+            ToolResultEvent(tool_call_id=state.tool_call_id, name=state.name, content="".join(state.parts),
                             is_error=p.is_error)
         )
-
-    def _close_turn(self) -> None:
-        if not (self._text or self._turn_calls):
-            return
-        message = self.message()
-        if message.content or message.tool_calls:
-            self.history.append(
-                Message(role="assistant", content=message.content, tool_calls=message.tool_calls,
-                        reasoning=message.reasoning)
-            )
-        self._text = []
-        self._turn_calls = []
-        self._turn_reasoning = []
 
     def _message_delta(self, p: MessageDelta, out: list[StreamEvent]) -> None:
         if p.stop_reason is not None:
@@ -392,6 +322,8 @@ class Accumulator:
         for record in list(self._tools.values()):
             if not record.done:
                 self._finish_tool(record, None, out)
+        if self.block_ends:  # blocks the provider never closed end with the response
+            out.extend(ReasoningBlockEnd(block=self._reasoning_block(state)) for state in self._reasoning.values())
         self.completed = True
 
     def _ignored(self, p: Ignored, out: list[StreamEvent]) -> None:

@@ -25,6 +25,7 @@ __all__ = [
     "AssistantMessage",
     "FinalEvent",
     "FinalStatus",
+    "ReasoningBlockEnd",
     "ReasoningEvent",
     "StartEvent",
     "StopReason",
@@ -271,6 +272,18 @@ class ReasoningEvent:
 
     def data(self) -> ReasoningData:
         return {"index": self.index, "content": self.content}
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class ReasoningBlockEnd(ReasoningEvent):
+    """Internal to the pipeline, never written to SSE: a reasoning block ended. `block` is the
+    block as the provider sent it (its signature or redacted payload must round-trip into the
+    next request); it follows the block's text through the gate, so what was released can be
+    rebuilt from the released events alone (app/core/released.py)."""
+
+    index: int = -1
+    content: str = ""
+    block: ReasoningBlock
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)

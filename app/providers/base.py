@@ -18,9 +18,10 @@ import httpx2
 
 from app.core.accumulator import Accumulator
 from app.core.errors import GatewayError, UpstreamError, UpstreamTimeout
-from app.core.events import FinalEvent, StreamEvent
+from app.core.events import FinalEvent, ReasoningBlockEnd, StreamEvent
 from app.core.messages import Message, ToolSpec
 from app.core.patches import Patch
+from app.core.released import Released
 from app.providers.sse import SSEDecoder, SSEEvent
 from app.providers.transport import AiohttpBody
 
@@ -215,14 +216,22 @@ async def response_events(stream: AsyncIterable[list[Patch]], accumulator: Accum
 
 async def to_final(stream: PatchStream, accumulator: Accumulator) -> AsyncGenerator[list[StreamEvent], None]:
     """One response driven to its end: batches of canonical events, the last one `[final]` (ok,
-    or the error that ended the response). Closes the stream."""
+    or the error that ended the response), its message built from the events (app/core/released.py).
+    Closes the stream."""
+    accumulator.block_ends = True  # reasoning blocks' signatures reach the message; never yielded
+    released = Released(provider=accumulator.provider)
+    observe = released.observe
     try:
         async with contextlib.aclosing(response_events(stream, accumulator)) as batches:
             async for batch in batches:
-                yield batch
-        final = accumulator.final("ok")
+                for event in batch:
+                    observe(event)
+                public = [e for e in batch if e.__class__ is not ReasoningBlockEnd]
+                if public:
+                    yield public
+        final = released.final(accumulator)
     except GatewayError as exc:
-        final = accumulator.final(exc.final_status, error=exc.to_dict())
+        final = released.final(accumulator, exc.final_status, error=exc.to_dict())
     finally:
         await stream.aclose()
     yield [final]

@@ -49,6 +49,7 @@ from app.core.errors import (
     UpstreamError,
 )
 from app.core.messages import AdapterError, Message, ToolSpec, assistant_message, thaw
+from app.core.released import Released
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
 from app.providers.config import ProviderConfig
 from app.providers.errors import status_error, transport_error
@@ -193,12 +194,11 @@ def message_from_gemini(data: Mapping[str, Any], *, provider: str = "gemini") ->
     """A generateContent response -> the assistant Message, read by the stream normalizer itself
     (a non-streamed response is one chunk), so both paths agree on ids, signatures and errors."""
     normalizer = GeminiNormalizer(provider=provider)
-    accumulator = Accumulator(model="", provider=provider)
+    accumulator = Accumulator(model="", provider=provider, block_ends=True)
     patches: list[Any] = []
     normalizer.feed(SSEEvent("message", orjson.dumps(data).decode()), patches)
     normalizer.finish(patches)
-    accumulator.push_all(patches)
-    message = accumulator.message()
+    message = Released.of(accumulator.push_all(patches), provider=provider).message()
     return assistant_message(message.content, message.tool_calls, message.reasoning)
 
 

@@ -12,7 +12,9 @@ Served as `mock/<scenario>`:
 
 `MockStreamIterator` / `replay_stream` keep the reference's semantics (the whole scenario, the same
 list on every replay, the iterator closes itself): for `tool_call` it plays the conversation the
-gateway would, running the calculator between the steps (`conversation_chunks`).
+gateway would, a calculator's result between the steps (`conversation_chunks`). Providers do not
+import tools (DESIGN.md section 3): that calculator is the mock's own two-operand arithmetic
+(`arithmetic`, enough for the expressions the mock itself writes), or one the caller passes in.
 
 `provider_options` (all optional): `delay_ms` between chunks, so a terminal shows the stream
 arriving; `fail_after` (N) breaks the stream after N chunks with a retryable upstream error, to
@@ -23,8 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import operator
 import re
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
 from app.core.accumulator import Accumulator
 from app.core.errors import RequestError, UpstreamError, UpstreamNotFound
@@ -44,13 +47,14 @@ from app.core.patches import (
     ToolStart,
     UsagePatch,
 )
+from app.core.released import Released
 from app.providers.base import BaseStreamIterator, ProviderRequest, replay_stream
-from app.tools.calculator import calculate
 
 __all__ = [
     "SCENARIOS",
     "MockAdapter",
     "MockStreamIterator",
+    "arithmetic",
     "conversation_chunks",
     "replay_stream",
     "scenario_chunks",
@@ -144,22 +148,37 @@ def scenario_chunks(model: str, messages: tuple = ()) -> list[list[Patch]]:
     return chunks
 
 
-def conversation_chunks(model: str, messages: tuple = (), *, max_steps: int = 8) -> list[list[Patch]]:
-    """The scenario played to its end as the gateway plays it with its built-in calculator: each
-    step's chunks with the calculator's results between them (as in-stream tool results), one
-    message start and one end with the usage summed. Pure and repeatable."""
+_OPERATORS: dict[str, Callable[[int, int], int]] = {"+": operator.add, "-": operator.sub, "*": operator.mul}
+_ARITHMETIC_RE = re.compile(r"^\s*(-?\d{1,18})\s*([-+*])\s*(-?\d{1,18})\s*$")
+
+
+def arithmetic(expression: str) -> str:
+    """The mock's own calculator: `<int> <+|-|*> <int>`, what its `tool_call` scenario asks."""
+    m = _ARITHMETIC_RE.match(expression)
+    if m is None:
+        return f"mock arithmetic takes '<int> <op> <int>', not {expression[:40]!r}"
+    return str(_OPERATORS[m.group(2)](int(m.group(1)), int(m.group(3))))
+
+
+def conversation_chunks(model: str, messages: tuple = (), *, max_steps: int = 8,
+                        calculator: Callable[[str], str] = arithmetic) -> list[list[Patch]]:
+    """The scenario played to its end as the gateway plays it with a calculator (the mock's own
+    `arithmetic` unless one is given): each step's chunks with the calculator's results between
+    them (as in-stream tool results), one message start and one end with the usage summed. Pure
+    and repeatable."""
     out: list[list[Patch]] = []
     conversation = tuple(messages)
     input_tokens = output_tokens = 0
     stop = None
     for _ in range(max_steps):
-        acc = Accumulator(model=model, provider="mock")
+        acc, released = Accumulator(model=model, provider="mock"), Released(provider="mock")
         for chunk in scenario_chunks(model, conversation):
-            acc.push_all(chunk)
+            for event in acc.push_all(chunk):
+                released.observe(event)
             body = [p for p in chunk if p.kind not in ("message_start", "message_delta", "message_end")]
             if body:
                 out.append(body)
-        usage, stop, message = acc.usage, acc.stop_reason, acc.message()
+        usage, stop, message = acc.usage, acc.stop_reason, released.message()
         input_tokens += usage.input_tokens
         output_tokens += usage.output_tokens
         calls = [c for c in message.tool_calls if c.name == "calculator"]
@@ -167,7 +186,7 @@ def conversation_chunks(model: str, messages: tuple = (), *, max_steps: int = 8)
             break
         results = []
         for call in calls:
-            result = calculate(call.arguments.get("expression", ""))
+            result = calculator(str(call.arguments.get("expression", "")))
             out.append([ToolResultStart(key=f"result-{call.id}", tool_call_id=call.id, name=call.name),
                         ToolResultDelta(key=f"result-{call.id}", content=result),
                         ToolResultEnd(key=f"result-{call.id}")])
@@ -232,9 +251,10 @@ class MockStreamIterator(BaseStreamIterator):
     """Replays a scenario as canonical events, the calculator's steps included (see
     `conversation_chunks`); the same list on every replay."""
 
-    def __init__(self, scenario: str = "simple", messages: tuple = ()) -> None:
+    def __init__(self, scenario: str = "simple", messages: tuple = (), *,
+                 calculator: Callable[[str], str] = arithmetic) -> None:
         super().__init__(model=scenario, provider="mock")
-        self._chunks = iter(conversation_chunks(scenario, messages))
+        self._chunks = iter(conversation_chunks(scenario, messages, calculator=calculator))
 
     async def _get_next_chunk(self) -> list[Patch] | None:
         await asyncio.sleep(0)

@@ -22,7 +22,7 @@ import orjson
 
 from app.core.errors import GatewayError
 from app.core.events import (
-    AssistantMessage,
+    ReasoningBlockEnd,
     ReasoningEvent,
     StreamEvent,
     TokenEvent,
@@ -30,7 +30,7 @@ from app.core.events import (
     ToolResultEvent,
     ValidationData,
 )
-from app.core.messages import ReasoningBlock, ToolCall, ToolSpec, freeze, thaw
+from app.core.messages import ToolSpec, freeze, thaw
 from app.validation.checks import Blocked, Member, Observer, Stats, run_checks
 from app.validation.chunking import DEFAULT_CHUNKING, DEFAULT_MAX_CHARS, build_chunker
 from app.validation.lanes import TextLane
@@ -66,9 +66,6 @@ class Gate(Protocol):
     async def finish(self) -> list[StreamEvent]:
         """End of stream: the events still held, once every final check passed."""
 
-    def released_message(self, message: AssistantMessage) -> AssistantMessage:
-        """The accumulator's message as released (redactions applied, only released calls)."""
-
     def summary(self) -> ValidationData | None:
         """What the gate did, for `final.validation`; None for a pass-through."""
 
@@ -83,9 +80,6 @@ class PassThroughGate:
 
     async def finish(self) -> list[StreamEvent]:
         return []
-
-    def released_message(self, message: AssistantMessage) -> AssistantMessage:
-        return message
 
     def summary(self) -> ValidationData | None:
         return None
@@ -103,7 +97,6 @@ class ValidationGate:
         self._observer = observer
         self._held: deque[_Held] = deque()
         self._calls: dict[str, _Call] = {}
-        self._released_calls: dict[str, dict[str, Any] | None] = {}
         self._tool_calls = 0
         self._client_calls: set[str] = set()  # ids of calls the caller answers (not server tools)
         self._blocked: Blocked | None = None
@@ -116,6 +109,9 @@ class ValidationGate:
             raise self._blocked
         try:
             if isinstance(event, (TokenEvent, ReasoningEvent)):
+                if event.__class__ is ReasoningBlockEnd:  # a block boundary: out right after the block's text
+                    self._held.append(_Held(event, None))
+                    return self._release()
                 lane, other = (self._text, self._reasoning) if event.type == "token" else (self._reasoning, self._text)
                 if other.pending:
                     await self._flush(other)
@@ -165,23 +161,6 @@ class ValidationGate:
         except Blocked as blocked:
             self._block(blocked)
             raise
-
-    def released_message(self, message: AssistantMessage) -> AssistantMessage:
-        """The final message as released: redacted text, only the tool calls that went out."""
-        # The message is the accumulator's current turn, which began at the lane's turn_start
-        # (it may run past what the gate was given, when a block stopped a batch midway).
-        lane = self._text
-        content = message.content
-        shown = max(0, lane.released - lane.turn_start)
-        if shown < len(content) or lane.redactions:
-            content = lane.render(content[:shown], lane.turn_start)
-        calls = []
-        for call in message.tool_calls:
-            if call.id not in self._released_calls:
-                continue
-            arguments = self._released_calls[call.id]
-            calls.append(call if arguments is None else ToolCall(id=call.id, name=call.name, arguments=arguments))
-        return AssistantMessage(content=content, tool_calls=tuple(calls), reasoning=self._released_reasoning(message.reasoning))
 
     def summary(self) -> ValidationData:
         """Verdict counts per validator, for `final.validation` and the request log."""
@@ -244,7 +223,7 @@ class ValidationGate:
                 if item.end > lane.validated:
                     break
                 held.popleft()
-                released = lane.emit(cast(TokenEvent | ReasoningEvent, item.event), item.start, item.end)
+                released = lane.emit(cast(TokenEvent | ReasoningEvent, item.event), item.start)
                 if released is not None:
                     out.append(released)
                 continue
@@ -267,27 +246,8 @@ class ValidationGate:
             text = orjson.dumps(state.arguments).decode()
             out.append(replace(event, args_fragment=text, arguments=freeze(state.arguments)))
         if event.is_final:
-            self._released_calls[event.id] = state.arguments
             del self._calls[event.id]
 
-    def _released_reasoning(self, blocks: tuple[ReasoningBlock, ...]) -> tuple[ReasoningBlock, ...]:
-        """Reasoning blocks as released; a rewritten or cut block loses its signature (it would
-        no longer verify upstream)."""
-        lane = self._reasoning
-        if not blocks or (lane.released >= lane.fed and not lane.redactions):
-            return blocks
-        out = []
-        start = lane.turn_start
-        for block in blocks:
-            if start >= lane.released and (block.text or start > lane.released):
-                break  # never released, nor anything after it
-            text = lane.render(block.text[: max(0, lane.released - start)], start)
-            if text == block.text:
-                out.append(block)
-            else:
-                out.append(block.model_copy(update={"text": text, "signature": None}))
-            start += len(block.text)
-        return tuple(out)
 
 
 def _members(specs: Sequence[ValidatorSpec], env: GateEnv, *, operator: bool, registry: Registry | None,

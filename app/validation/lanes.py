@@ -23,7 +23,7 @@ _COMPACT_AT = 1024
 
 class TextLane:
     __slots__ = (
-        "kind", "chunker", "members", "fed", "chunked", "validated", "released", "chunks", "turn_start", "turn_chars",
+        "kind", "chunker", "members", "fed", "chunked", "validated", "chunks", "turn_chars",
         "parts", "parts_chars", "redactions", "_red_starts", "_red_ends", "_red_texts",
         "_starts", "_head", "released_tokens", "_out_index",
     )
@@ -35,10 +35,8 @@ class TextLane:
         self.fed = 0  # characters admitted
         self.chunked = 0  # characters handed to validators as chunks
         self.validated = 0  # characters whose chunk passed
-        self.released = 0  # characters of released events
         self.chunks = 0
-        self.turn_start = 0  # where the accumulator's current assistant turn began
-        self.turn_chars = 0  # the same place in the validated (released-form) text
+        self.turn_chars = 0  # where the current assistant turn began in the validated (released-form) text
         self.parts: list[str] = []  # validated text as released (redactions applied)
         self.parts_chars = 0
         self.redactions = 0
@@ -65,7 +63,6 @@ class TextLane:
     def new_turn(self) -> None:
         """The accumulator closed the assistant turn (a caller's tool call got its result).
         The gate flushed the lane first, so the turn starts on a chunk boundary."""
-        self.turn_start = self.fed
         self.turn_chars = self.parts_chars
 
     def turn_text(self) -> str:
@@ -132,9 +129,8 @@ class TextLane:
             out.append(text[cursor - offset :])
         return "".join(out)
 
-    def emit(self, event: TokenEvent | ReasoningEvent, start: int, end: int) -> TokenEvent | ReasoningEvent | None:
+    def emit(self, event: TokenEvent | ReasoningEvent, start: int) -> TokenEvent | ReasoningEvent | None:
         """The held event as released: rewritten by redactions, re-indexed; None when emptied."""
-        self.released = end
         self.released_tokens += 1
         self._head += 1
         if self._head >= _COMPACT_AT:

@@ -114,7 +114,7 @@ class MessageWriter:
     def _send_redacted(self, out: list[bytes]) -> None:
         """Redacted thinking the provider sent so far, as whole blocks: it must go back unchanged
         with the next turn, and no canonical event carries it."""
-        for block in self.run.accumulator.message().reasoning:
+        for block in self.run.released.message().reasoning:
             if block.redacted and block.redacted not in self._redacted:
                 self._redacted.add(block.redacted)
                 self._index += 1
@@ -124,8 +124,8 @@ class MessageWriter:
 
     def _signature(self, text: str) -> str | None:
         """The provider's signature of this thinking, from the run's message so far (the events
-        carry only the text; the signature comes at the block's end, before any later event)."""
-        for block in self.run.accumulator.message().reasoning:
+        carry only the text; the signature comes with the block's end marker, before any later event)."""
+        for block in self.run.released.message().reasoning:
             if block.signature and block.text == text:
                 return block.signature
         return None
