@@ -10,14 +10,15 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import threading
+from collections.abc import Awaitable, Callable
+from types import FrameType
 from typing import Protocol
 
 from app.core.errors import GatewayError
 
-__all__ = ["Admission", "Overloaded", "ShuttingDown"]
-
-_CUT_WAIT = 2.0  # after the cut, how long the runs get to write their final and close upstreams
-
+__all__ = ["Admission", "Overloaded", "ShuttingDown", "drain_on_stop_signal"]
 
 class Overloaded(GatewayError):
     status = 503
@@ -32,6 +33,9 @@ class ShuttingDown(GatewayError):
 
 
 class Abortable(Protocol):
+    @property
+    def opening(self) -> bool: ...
+
     def abort(self, error: GatewayError) -> None: ...
 
 
@@ -62,20 +66,8 @@ class Admission:
         if self._changed is not None:
             self._changed.set()
 
-    async def drain(self, grace: float) -> int:
-        """Refuse new runs, let the running ones finish within `grace` seconds, then cut the rest.
-        Returns how many were cut."""
-        self.draining = True
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace
-        await self._until_idle(deadline)
-        cut = list(self.active)
-        for run in cut:
-            run.abort(ShuttingDown("the gateway shut down before the run finished; retry it", retryable=True))
-        await self._until_idle(loop.time() + _CUT_WAIT)
-        return len(cut)
-
-    async def _until_idle(self, deadline: float) -> None:
+    async def until_idle(self, deadline: float) -> None:
+        """Until no run is active or the loop's clock passes `deadline`."""
         loop = asyncio.get_running_loop()
         while self.active and (left := deadline - loop.time()) > 0:
             self._changed = changed = asyncio.Event()
@@ -83,3 +75,52 @@ class Admission:
                 await asyncio.wait_for(changed.wait(), left)
             except TimeoutError:
                 return
+
+
+def drain_on_stop_signal(drain: Callable[[], Awaitable[object]]) -> Callable[[], None]:
+    """Make SIGTERM (and SIGINT) drain before the server stops; returns the function that undoes it.
+
+    The server's own handler (uvicorn's: stop accepting, close connections) runs only after
+    `drain()`, so that meanwhile /readyz can answer 503 and new runs be refused while the running
+    ones finish. A second signal during the drain goes to the server's handler at once.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # signals are the main thread's
+    loop = asyncio.get_running_loop()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    tasks: list[asyncio.Task[None]] = []
+
+    def pass_on(sig: int) -> None:
+        before = previous[sig]
+        if callable(before):
+            before(sig, None)
+        else:  # nobody else listens: the default action, after the drain
+            signal.signal(sig, signal.SIG_DFL)
+            signal.raise_signal(sig)
+
+    async def drain_then_pass_on(sig: int) -> None:
+        try:
+            await drain()
+        finally:
+            pass_on(sig)
+
+    def start(sig: int) -> None:
+        if tasks:  # already draining: stop now
+            pass_on(sig)
+            return
+        tasks.append(loop.create_task(drain_then_pass_on(sig), name="drain"))
+
+    def handler(sig: int, frame: FrameType | None) -> None:
+        loop.call_soon_threadsafe(start, sig)
+
+    for sig in previous:
+        signal.signal(sig, handler)
+
+    def restore() -> None:
+        for sig, before in previous.items():
+            if signal.getsignal(sig) is handler:
+                signal.signal(sig, before)
+        for task in tasks:
+            task.cancel()
+
+    return restore

@@ -32,7 +32,7 @@ from app.core.errors import GatewayError, RequestError, UpstreamError
 from app.core.messages import Message, ToolSpec
 from app.core.report import RunObserver, RunReport
 from app.core.transcript import Transcript, TranscriptLimits
-from app.lifecycle import Admission
+from app.lifecycle import Admission, ShuttingDown
 from app.observability import Metrics, get_logger
 from app.providers.base import ProviderRequest, drive
 from app.providers.options import check_provider_options
@@ -47,6 +47,9 @@ from app.validation import Gate, PassThroughGate, ValidatorSpec, build_gate
 
 __all__ = ["Gate", "Gateway", "Run", "RunObserver", "RunReport", "RunSpec"]
 
+
+_CUT_WAIT = 2.0
+"""After the grace, how long cut runs get to write their final and close their upstreams."""
 
 GateFactory = Callable[["Gateway", "RunSpec"], "Gate | None"]
 """Builds a run's gate; None means no validator applies (a pass-through)."""
@@ -121,10 +124,22 @@ class Gateway:
         self.runs = RunningRuns()
         """Runs in progress and the task driving each (for a bounded shutdown)."""
 
-    async def end_runs(self, grace: float) -> None:
-        """Shutdown: let running streams finish for `grace` seconds, then end the rest with
-        `final{status: "error", error.code: "shutdown", retryable: true}`."""
-        await self.runs.end(grace)
+    async def end_runs(self, grace: float) -> int:
+        """Drain (SIGTERM): refuse new runs at once (/readyz 503), let running streams finish for
+        `grace` seconds, then end the rest with `final{status: "error", error.code: "shutdown",
+        retryable: true}` (their upstreams closed). Returns how many were cut."""
+        admission = self.admission
+        admission.draining = True
+        loop = asyncio.get_running_loop()
+        await admission.until_idle(loop.time() + grace)
+        cut = len(admission.active)
+        await self.runs.end(0)  # the running ones: cancelled into their `shutdown` final
+        for session in list(admission.active):
+            if session.opening:  # not streaming yet: its HTTP answer becomes a 503
+                session.abort(ShuttingDown("the gateway shut down before the run started; retry it"))
+        await admission.until_idle(loop.time() + _CUT_WAIT)
+        self.log.info("drained", cut_runs=cut)
+        return cut
 
     def add_observer(self, observer: RunObserver) -> None:
         """Call `observer(report)` when each later run ends (app/core/report.py)."""

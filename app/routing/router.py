@@ -269,6 +269,11 @@ class RouteSession:
         self._on_close: list[Callable[[], None]] = []
 
     @property
+    def opening(self) -> bool:
+        """Between its first attempt and its first content: no stream yet."""
+        return self._opening is not None
+
+    @property
     def primary(self) -> Target:
         return self.targets[0]
 
