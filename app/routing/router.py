@@ -311,8 +311,9 @@ class RouteSession:
         return stream
 
     def final_fields(self) -> dict[str, Any]:
-        """`FinalEvent` fields: the attempts (and the route's name)."""
-        return {"attempts": tuple(a.to_dict() for a in self.attempts), "route": self.route}
+        """`FinalEvent` fields: the attempts (and, for a route, its name and the target that served)."""
+        served = self.served.name if self.route is not None and self.served is not None else None
+        return {"attempts": tuple(a.to_dict() for a in self.attempts), "route": self.route, "target": served}
 
     def abort(self, error: GatewayError) -> None:
         """End the run with `error` (graceful drain): its read or its opening raises it."""
