@@ -135,7 +135,8 @@ class Fault:
     - `reset`: headers and `text` (may be empty), then the connection is cut;
     - `stall`: headers, then nothing until the client goes away;
     - `slow_first`: headers and an opening chunk without content, then nothing until the client goes;
-    - `stall_mid`: headers and `text`, then nothing until the client goes.
+    - `stall_mid`: headers and `text`, then nothing until the client goes;
+    - `held`: headers and `text`, then the rest of the stream once the test sets `release`.
     Refused connections need no fake: `closed_port_url()`.
     """
 
@@ -180,6 +181,7 @@ class FaultServer:
         self.scripts = {model: list(faults) for model, faults in scripts.items()}
         self.served: list[Served] = []
         self.arrived = asyncio.Event()
+        self.release = asyncio.Event()
 
     def of(self, model: str) -> list[Served]:
         return [s for s in self.served if s.model == model]
@@ -220,14 +222,29 @@ class FaultServer:
         if fault.kind == "ok":
             await send({"type": "http.response.body", "body": chat_stream(fault.text)})
             return
-        opening = {"stall": b"", "slow_first": chat_chunk(),
-                   "stall_mid": chat_chunk() + chat_chunk(fault.text), "reset": chat_chunk(fault.text or None)}
+        opening = {"stall": b"", "slow_first": chat_chunk(), "stall_mid": chat_chunk() + chat_chunk(fault.text),
+                   "held": chat_chunk() + chat_chunk(fault.text), "reset": chat_chunk(fault.text or None)}
         await send({"type": "http.response.body", "body": opening[fault.kind], "more_body": True})
         if fault.kind == "reset":
             raise ConnectionResetError("scripted reset")  # uvicorn drops the connection mid-body
+        if fault.kind == "held":
+            gone = asyncio.ensure_future(self._until_disconnect(receive))
+            released = asyncio.ensure_future(self.release.wait())
+            await asyncio.wait([gone, released], return_when=asyncio.FIRST_COMPLETED)
+            released.cancel()
+            if not gone.done():
+                gone.cancel()
+                await send({"type": "http.response.body", "body": chat_chunk(" and done.", finish="stop")
+                            + b"data: [DONE]\n\n"})
+                return
+        else:
+            await self._until_disconnect(receive)
+        served.gone = True
+
+    @staticmethod
+    async def _until_disconnect(receive: Any) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
-        served.gone = True
 
 
 def closed_port_url() -> str:
