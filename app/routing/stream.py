@@ -58,8 +58,9 @@ class RoutedStream:
             if self._ended:
                 return
             loop = self._loop = asyncio.get_running_loop()
-            self._task = asyncio.current_task()
-            self._last = loop.time()
+            self._task = asyncio.current_task()  # read from one task, as the run does (see _trip)
+            now = loop.time
+            self._last = now()
             self._arm(min(self._last + self._idle, self._total_at))
             iterator = self._iterator
             while True:
@@ -79,7 +80,7 @@ class RoutedStream:
                     raise
                 finally:
                     self._reading = False
-                self._last = loop.time()
+                self._last = now()
                 yield batch
         finally:
             if self._handle is not None:
