@@ -232,3 +232,13 @@ async def test_deadlines_out_of_range_are_422_naming_the_field(timeouts: dict[st
         response = await client.post("/v1/stream", json={"model": "smart", "messages": HELLO, "timeouts": timeouts})
     assert response.status_code == 422 and response.json()["error"]["field"] == field
     assert not server.served
+
+
+async def test_when_every_circuit_is_open_the_answer_is_503_with_retry_after() -> None:
+    async with faults({"primary": [Fault("status", status=500)]}, breaker_failures=1,
+                      breaker_cooldown_seconds=3600) as (server, client):
+        first = await client.post("/v1/stream", json={"model": "up/primary", "messages": HELLO})
+        second = await client.post("/v1/stream", json={"model": "up/primary", "messages": HELLO})
+    assert first.status_code == 502 and second.status_code == 503
+    assert second.json()["error"]["code"] == "circuit_open" and int(second.headers["retry-after"]) > 0
+    assert outcomes(second.json()["error"]) == [("up/primary", "skipped")] and len(server.served) == 1
