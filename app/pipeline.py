@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -156,10 +157,14 @@ class Gateway:
         self.admission.admit(session)  # 503 when draining or full
         session.on_close(lambda: self.admission.release(session))
         try:
-            return await self._open(spec, session, started, started_at, request_id)
+            run = await self._open(spec, session, started, started_at, request_id)
         except BaseException:
             session.close()
             raise
+        # The run releases its slot when it ends; should it never start (the client left before
+        # the response began), the slot goes with the run object.
+        weakref.finalize(run, session.close)
+        return run
 
     async def _open(self, spec: RunSpec, session: RouteSession, started: float, started_at: float,
                     request_id: str | None) -> Run:

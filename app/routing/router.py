@@ -482,7 +482,9 @@ class RouteSession:
                     except Exception as exc:  # noqa: BLE001 - sorted just below
                         if isinstance(exc, GatewayError) and _verdict(exc) != "stop":
                             raise
-                        self._finish(attempt, started, "ok", None)
+                        # served, with a failure to report after `start` (not the target's fault)
+                        self._finish(attempt, started, "error",
+                                     exc if isinstance(exc, GatewayError) else None)
                         return _Opened(target, upstream, iterator, buffered, True, exc)
                     buffered.append(batch)
                     if _has_content(batch):
