@@ -226,6 +226,8 @@ async def test_past_max_active_runs_new_runs_get_503_at_once() -> None:
     ({"idle": 601}, "timeouts.idle"),
     ({"total": 3601}, "timeouts.total"),
     ({"total": 0}, "timeouts.total"),
+    ({"first_token": "5"}, "timeouts.first_token"),
+    ({"hedge": 1}, "timeouts.hedge"),
 ])
 async def test_deadlines_out_of_range_are_422_naming_the_field(timeouts: dict[str, float], field: str) -> None:
     async with faults({"primary": [Fault("ok")]}) as (server, client):
