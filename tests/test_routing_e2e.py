@@ -244,3 +244,12 @@ async def test_when_every_circuit_is_open_the_answer_is_503_with_retry_after() -
     assert first.status_code == 502 and second.status_code == 503
     assert second.json()["error"]["code"] == "circuit_open" and int(second.headers["retry-after"]) > 0
     assert outcomes(second.json()["error"]) == [("up/primary", "skipped")] and len(server.served) == 1
+
+
+async def test_failures_after_content_count_toward_the_breaker() -> None:
+    scripts = {"primary": [Fault("reset", text="Half")], "backup": [Fault("ok", text="whole")]}
+    async with faults(scripts, breaker_failures=1, breaker_cooldown_seconds=3600) as (server, client):
+        _, first = await run(client)
+        _, second = await run(client)
+    assert first["status"] == "error" and outcomes(first) == [("up/primary", "ok")]
+    assert second["status"] == "ok" and outcomes(second) == [("up/primary", "skipped"), ("up/backup", "ok")]

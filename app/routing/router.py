@@ -303,12 +303,17 @@ class RouteSession:
             raise self._with_attempts(failed.error) from None
         finally:
             self._opening = None
-        self.served = opened.target
+        self.served = target = opened.target
         stream = RoutedStream(upstream=opened.upstream, iterator=opened.iterator, buffered=opened.buffered,
                               ended=opened.ended, failure=opened.failure, idle=self.idle, total=self.total,
-                              total_at=self.total_at)
+                              total_at=self.total_at, on_failure=lambda exc: self._failed_late(target, exc))
         self.current = stream
         return stream
+
+    def _failed_late(self, target: Target, exc: GatewayError) -> None:
+        """The serving upstream failed after its first content: no fallback, but its breaker counts it."""
+        if _verdict(exc) != "stop":
+            self.router.breakers[target.name].failure()
 
     def final_fields(self) -> dict[str, Any]:
         """`FinalEvent` fields: the attempts (and, for a route, its name and the target that served)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from app.core.errors import GatewayError
@@ -26,11 +26,11 @@ __all__ = ["RoutedStream"]
 
 class RoutedStream:
     __slots__ = ("_upstream", "_iterator", "_buffered", "_ended", "_failure", "_idle", "_total", "_total_at", "_error",
-                 "_task", "_reading", "_tripped", "_last", "_handle", "_loop", "_closed")
+                 "_task", "_reading", "_tripped", "_last", "_handle", "_loop", "_closed", "_on_failure")
 
     def __init__(self, *, upstream: PatchStream, iterator: AsyncIterator[list[Patch]], buffered: list[list[Patch]],
                  ended: bool, failure: BaseException | None = None, idle: float, total: float,
-                 total_at: float) -> None:
+                 total_at: float, on_failure: Callable[[GatewayError], None] | None = None) -> None:
         self._upstream = upstream
         self._iterator = iterator
         self._buffered = buffered
@@ -47,6 +47,8 @@ class RoutedStream:
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._on_failure = on_failure
+        """Told of the upstream's own failures after the first content (the circuit breaker)."""
 
     async def __aiter__(self) -> AsyncIterator[list[Patch]]:
         try:
@@ -74,9 +76,15 @@ class RoutedStream:
                 except asyncio.CancelledError:
                     if self._tripped:
                         self._tripped = False
-                        assert self._task is not None and self._error is not None
+                        error = self._error
+                        assert self._task is not None and error is not None
                         if self._task.uncancel() == 0:  # only ours: the deadline or the abort, not the caller
-                            raise self._error from None
+                            if isinstance(error, DeadlineExceeded) and error.deadline == "idle":
+                                self._failed(error)
+                            raise error from None
+                    raise
+                except GatewayError as exc:
+                    self._failed(exc)
                     raise
                 finally:
                     self._reading = False
@@ -87,6 +95,10 @@ class RoutedStream:
                 self._handle.cancel()
                 self._handle = None
             await self.aclose()
+
+    def _failed(self, error: GatewayError) -> None:
+        if self._on_failure is not None:
+            self._on_failure(error)
 
     def abort(self, error: GatewayError) -> None:
         """End the stream with `error` now (or at its next read, if the run is not reading)."""
