@@ -253,3 +253,14 @@ async def test_failures_after_content_count_toward_the_breaker() -> None:
         _, second = await run(client)
     assert first["status"] == "error" and outcomes(first) == [("up/primary", "ok")]
     assert second["status"] == "ok" and outcomes(second) == [("up/primary", "skipped"), ("up/backup", "ok")]
+
+
+async def test_per_target_options_reach_their_target_and_the_request_wins() -> None:
+    routes = {"smart": {"targets": [{"model": "up/primary", "options": {"seed": 7, "top_p": 0.5}},
+                                    {"model": "up/backup", "options": {"seed": 9}}]}}
+    scripts = {"primary": [Fault("status", status=500)], "backup": [Fault("ok", text="fine")]}
+    async with faults(scripts, routes) as (server, client):
+        _, final = await run(client, provider_options={"top_p": 0.9})
+    primary, backup = server.served
+    assert (primary.body["seed"], primary.body["top_p"]) == (7, 0.9)
+    assert (backup.body["seed"], backup.body["top_p"]) == (9, 0.9) and final["status"] == "ok"

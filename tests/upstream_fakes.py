@@ -168,6 +168,7 @@ class Served:
 
     model: str
     fault: Fault
+    body: dict[str, Any] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     gone: bool = False
 
@@ -198,10 +199,11 @@ class FaultServer:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        model = json.loads(body)["model"]
+        request = json.loads(body)
+        model = request["model"]
         script = self.scripts[model]
         fault = script.pop(0) if len(script) > 1 else script[0]
-        served = Served(model, fault)
+        served = Served(model, fault, request)
         self.served.append(served)
         self.arrived.set()
         try:
