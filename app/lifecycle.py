@@ -91,7 +91,7 @@ def drain_on_stop_signal(drain: Callable[[], Awaitable[object]]) -> Callable[[],
     tasks: list[asyncio.Task[None]] = []
 
     def pass_on(sig: int) -> None:
-        before = previous[sig]
+        before = previous[signal.Signals(sig)]
         if callable(before):
             before(sig, None)
         else:  # nobody else listens: the default action, after the drain

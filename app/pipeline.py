@@ -39,7 +39,7 @@ from app.providers.base import ProviderRequest, drive
 from app.providers.options import check_provider_options
 from app.providers.registry import ProviderRegistry
 from app.routing.config import Deadlines
-from app.routing.router import Attempt, Policy, RouteSession, Router
+from app.routing.router import Attempt, Policy, Router, RouteSession
 from app.run import Run, RunningRuns, RunPlan
 from app.settings import Settings
 from app.streams.log import StreamStore

@@ -70,8 +70,9 @@ async def _drain_case(fault: Fault, grace: float, release: bool) -> tuple[list, 
                 proc.send_signal(signal.SIGTERM)
                 async with httpx.AsyncClient(base_url=url, timeout=GUARD) as other:  # a new connection
                     async with asyncio.timeout(GUARD):
-                        while (ready := await other.get("/readyz")).status_code == 200:
-                            await asyncio.sleep(0.02)  # the signal is delivered asynchronously
+                        # another process takes the signal when it will: nothing here to wait on but its answer
+                        while (ready := await other.get("/readyz")).status_code == 200:  # noqa: ASYNC110
+                            await asyncio.sleep(0.02)
                     refused = await other.post("/v1/stream", json={"model": "up/held", "messages": HELLO})
                 if release:
                     server.release.set()

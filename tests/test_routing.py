@@ -152,16 +152,15 @@ async def test_abort_ends_a_waiting_read_with_the_given_error() -> None:
 
     upstream = _Upstream(asyncio.Event())
     stream = _routed(upstream, idle=60)
-    seen: list[list[Patch]] = []
+    first = asyncio.Event()
 
     async def read() -> None:
-        async for batch in stream:
-            seen.append(batch)
+        async for _ in stream:
+            first.set()
 
     reading = asyncio.ensure_future(read())
-    while not seen:  # the first batch is in: the reader now waits on the silent upstream
-        await asyncio.sleep(0)
-    await asyncio.sleep(0)
+    await first.wait()
+    await asyncio.sleep(0)  # the reader goes back to the silent upstream and waits there
     stream.abort(ShuttingDown("bye"))
     with pytest.raises(ShuttingDown):
         await asyncio.wait_for(reading, 10)

@@ -75,7 +75,7 @@ class Breakers:
         return breaker
 
     def states(self) -> dict[str, BreakerState]:
-        out = {}
+        out: dict[str, BreakerState] = {}
         for target, breaker in sorted(self.by_target.items()):
             if breaker.state == "open" and breaker.retry_in() == 0:
                 out[target] = "half_open"  # due for its probe

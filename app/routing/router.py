@@ -33,7 +33,7 @@ from app.core.errors import (
 from app.core.patches import Patch
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest
 from app.providers.registry import ProviderRegistry
-from app.routing.breaker import Breakers
+from app.routing.breaker import Breakers, BreakerState
 from app.routing.config import Deadlines, RouteConfig, flatten_targets
 from app.routing.errors import CircuitOpen, DeadlineExceeded
 from app.routing.stream import RoutedStream
@@ -207,10 +207,11 @@ class Router:
         else:
             targets = (self._target(model),)  # a plain provider/model: a route of one
         policy = self.policy
-        first_token = self._deadline(deadlines, "first_token", route and route.first_token_timeout,
+        first_token = self._deadline(deadlines, "first_token", route.first_token_timeout if route else None,
                                      policy.first_token, policy.max_first_token)
-        idle = self._deadline(deadlines, "idle", route and route.idle_timeout, policy.idle, policy.max_idle)
-        total = self._deadline(deadlines, "total", route and route.total_timeout, policy.total, policy.max_total)
+        idle = self._deadline(deadlines, "idle", route.idle_timeout if route else None, policy.idle, policy.max_idle)
+        total = self._deadline(deadlines, "total", route.total_timeout if route else None, policy.total,
+                               policy.max_total)
         return RouteSession(
             router=self, route=model if route is not None else None, targets=self._order(route, targets),
             hedge_after=route.hedge_after_ms / 1000 if route is not None and route.hedge_after_ms else None,
@@ -237,7 +238,7 @@ class Router:
             order.append(left.pop(pick))
         return tuple(order)
 
-    def readiness(self) -> dict[str, str]:
+    def readiness(self) -> dict[str, BreakerState]:
         return self.breakers.states()
 
     def backoff(self, retry: int) -> float:
@@ -247,12 +248,14 @@ class Router:
 
 
 class RouteSession:
-    """One run's route: its targets, deadlines, attempts and the target that served."""
+    """One run's route: its targets, deadlines, attempts and the target that served. A
+    `ProviderAdapter` to the run: each step opens through it."""
 
     def __init__(self, *, router: Router, route: str | None, targets: tuple[Target, ...], hedge_after: float | None,
                  max_retries: int, first_token: float, idle: float, total: float) -> None:
         self.router = router
         self.route = route
+        self.name = route or targets[0].provider
         self.targets = targets
         self.hedge_after = hedge_after
         self.max_retries = max_retries
@@ -267,6 +270,9 @@ class RouteSession:
         self._aborted: GatewayError | None = None
         self._opening: asyncio.Task[Any] | None = None
         self._on_close: list[Callable[[], None]] = []
+
+    def ready(self) -> bool:
+        return True
 
     @property
     def opening(self) -> bool:
