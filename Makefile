@@ -52,6 +52,7 @@ bench: $(VENV)/.installed-test  ## run the benchmarks in bench/ (the issue 12 go
 	$(BIN)/python bench/records_bench.py
 	$(BIN)/python bench/store_bench.py
 	$(BIN)/python bench/limiter_bench.py
+	$(BIN)/python bench/routing_bench.py
 
 LITELLM_VENV ?= .venv-litellm
 $(LITELLM_VENV)/bin/litellm:  ## LiteLLM in a venv of its own: a comparison, never a dependency

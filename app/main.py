@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
-import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from fastapi import FastAPI
@@ -22,6 +20,7 @@ from app.auth import Auth, build_limiter
 from app.auth.keystore import KeyStore
 from app.core import secrets
 from app.core.report import RunObserver
+from app.lifecycle import drain_on_stop_signal
 from app.observability import Metrics, configure_logging, get_logger
 from app.pipeline import Gateway
 from app.providers.base import ProviderAdapter
@@ -66,7 +65,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await store.start()
         sweeper = asyncio.create_task(_sweep(store, settings.stream_ttl_seconds))
-        restore = _on_stop_signal(lambda: gateway.end_runs(settings.shutdown_grace_seconds))
+        restore = drain_on_stop_signal(lambda: gateway.end_runs(settings.shutdown_grace_seconds))
         if records is not None:
             await records.start()  # migrate, prune, start writing (a database that is down: retried)
         if auth.mode == "open":
@@ -113,36 +112,6 @@ def create_app(
     install_openapi(app)
     app.add_middleware(RequestContextMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
     return app
-
-
-def _on_stop_signal(start: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
-    """Chain a handler onto SIGTERM/SIGINT (uvicorn's own still runs first and stops accepting):
-    the server then waits for open connections, so running streams are ended after the grace
-    period with a `shutdown` final. Returns the undo. Only the main thread can handle signals."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    loop = asyncio.get_running_loop()
-    started: list[asyncio.Task[None]] = []
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-    def handler(sig: int, frame: Any) -> None:
-        before = previous.get(signal.Signals(sig))
-        if callable(before):
-            before(sig, frame)
-        if not started:
-            loop.call_soon_threadsafe(lambda: started.append(loop.create_task(start())))
-
-    for sig in previous:
-        signal.signal(sig, handler)
-
-    def restore() -> None:
-        for sig, before in previous.items():
-            if signal.getsignal(sig) is handler:
-                signal.signal(sig, before)
-        for task in started:
-            task.cancel()
-
-    return restore
 
 
 def _auth(settings: Settings, records: RecordWriter | None, metrics: Metrics) -> Auth:

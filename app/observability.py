@@ -9,11 +9,14 @@ from __future__ import annotations
 import logging
 import sys
 from collections import Counter as TallyCounter
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
 
 from app.core.secrets import scrub
 
@@ -104,6 +107,14 @@ class Metrics:
                                 registry=r)
         self._key_names: set[str] = set()
 
+        self.route_attempts = Counter("foundry_route_attempts", "Upstream attempts before the first content, by "
+                                      "target and outcome (ok, error, timeout, rate_limited, skipped, cancelled).",
+                                      ["target", "outcome"], registry=r)
+
+    def watch_circuits(self, states: Callable[[], Mapping[str, str]]) -> None:
+        """Expose the circuit breakers' states (read at scrape time): 0 closed, 1 half open, 2 open."""
+        self.registry.register(_CircuitCollector(states))
+
     def count_events(self, tally: TallyCounter[str]) -> None:
         """Add a finished run's per-type event counts (counted locally: no metric call per event)."""
         for event_type, n in tally.items():
@@ -142,3 +153,18 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+_CIRCUIT_VALUES = {"closed": 0, "half_open": 1, "open": 2}
+
+
+class _CircuitCollector(Collector):
+    def __init__(self, states: Callable[[], Mapping[str, str]]) -> None:
+        self._states = states
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("foundry_circuit_state", "Circuit breaker per target: 0 closed, 1 half open, "
+                                   "2 open (skipped).", labels=["target"])
+        for target, state in self._states().items():
+            family.add_metric([target], _CIRCUIT_VALUES[state])
+        yield family

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -33,10 +34,13 @@ from app.core.errors import GatewayError, RequestError, UpstreamError
 from app.core.messages import Message, ToolSpec
 from app.core.report import RunObserver, RunReport
 from app.core.transcript import Transcript, TranscriptLimits
+from app.lifecycle import Admission, ShuttingDown
 from app.observability import Metrics, get_logger
 from app.providers.base import ProviderRequest, drive
 from app.providers.options import check_provider_options
 from app.providers.registry import ProviderRegistry
+from app.routing.config import Deadlines
+from app.routing.router import Attempt, Policy, Router, RouteSession
 from app.run import Run, RunningRuns, RunPlan
 from app.settings import Settings
 from app.streams.log import StreamStore
@@ -45,6 +49,9 @@ from app.validation import Gate, PassThroughGate, ValidatorSpec, build_gate
 
 __all__ = ["Gate", "Gateway", "Run", "RunObserver", "RunReport", "RunSpec"]
 
+
+_CUT_WAIT = 2.0
+"""After the grace, how long cut runs get to write their final and close their upstreams."""
 
 GateFactory = Callable[["Gateway", "RunSpec"], "Gate | None"]
 """Builds a run's gate; None means no validator applies (a pass-through)."""
@@ -67,6 +74,8 @@ class RunSpec:
     """The API key id that starts the run: its stream, transcript and record belong to that key."""
     policy_validators: Sequence[ValidatorSpec] = ()
     """The key's validators: applied like the operator's, on top of them."""
+    timeouts: Deadlines | None = None
+    """The request's deadline overrides (within the operator's caps)."""
 
     @property
     def model(self) -> str:
@@ -75,6 +84,17 @@ class RunSpec:
     @property
     def tools(self) -> tuple[ToolSpec, ...]:
         return self.request.tools
+
+
+def routing_policy(settings: Settings) -> Policy:
+    return Policy(
+        max_retries=settings.upstream_max_retries, backoff=settings.retry_backoff_seconds,
+        backoff_max=settings.retry_backoff_max_seconds, retry_after_max=settings.retry_after_max_seconds,
+        first_token=settings.first_token_timeout, idle=settings.read_timeout, total=settings.total_timeout,
+        max_first_token=settings.max_first_token_timeout, max_idle=settings.max_idle_timeout,
+        max_total=settings.max_total_timeout, breaker_failures=settings.breaker_failures,
+        breaker_cooldown=settings.breaker_cooldown_seconds,
+    )
 
 
 class Gateway:
@@ -102,46 +122,86 @@ class Gateway:
                                                   max_items=settings.transcript_max_items)
         self.log = get_logger("foundry.pipeline")
         self.observers: list[RunObserver] = list(observers)
+        self.router = Router(registry=registry, routes=settings.routes, policy=routing_policy(settings))
+        self.router.observer = self._observe_attempt
+        self.admission = Admission(max_active=settings.max_active_runs)
+        metrics.watch_circuits(self.router.breakers.states)
         self._background: set[asyncio.Task[Any]] = set()
         self.runs = RunningRuns()
         """Runs in progress and the task driving each (for a bounded shutdown)."""
 
-    async def end_runs(self, grace: float) -> None:
-        """Shutdown: let running streams finish for `grace` seconds, then end the rest with
-        `final{status: "error", error.code: "shutdown", retryable: true}`."""
-        await self.runs.end(grace)
+    async def end_runs(self, grace: float) -> int:
+        """Drain (SIGTERM): refuse new runs at once (/readyz 503), let running streams finish for
+        `grace` seconds, then end the rest with `final{status: "error", error.code: "shutdown",
+        retryable: true}` (their upstreams closed). Returns how many were cut."""
+        admission = self.admission
+        admission.draining = True
+        loop = asyncio.get_running_loop()
+        await admission.until_idle(loop.time() + grace)
+        cut = len(admission.active)
+        await self.runs.end(0)  # the running ones: cancelled into their `shutdown` final
+        for session in list(admission.active):
+            if session.opening:  # not streaming yet: its HTTP answer becomes a 503
+                session.abort(ShuttingDown("the gateway shut down before the run started; retry it"))
+        await admission.until_idle(loop.time() + _CUT_WAIT)
+        self.log.info("drained", cut_runs=cut)
+        return cut
 
     def add_observer(self, observer: RunObserver) -> None:
         """Call `observer(report)` when each later run ends (app/core/report.py)."""
         self.observers.append(observer)
 
     async def open(self, spec: RunSpec, *, request_id: str | None = None) -> Run:
-        """Resolve, configure and start one run; raise GatewayError before any event exists."""
+        """Resolve, configure and start one run; raise GatewayError before any event exists.
+
+        The route (app/routing) opens the upstream and reads it up to its first content, retrying
+        and falling back as it may; the run then goes on with the target that served.
+        """
         started, started_at = time.perf_counter(), time.time()
-        adapter, provider, upstream_model = self.registry.resolve(spec.model)
-        check_provider_options(provider, spec.request.options, self.settings.provider_options_allow)
+        session = self.router.session(spec.model, spec.timeouts)
+        self.admission.admit(session)  # 503 when draining or full
+        session.on_close(lambda: self.admission.release(session))
+        try:
+            run = await self._open(spec, session, started, started_at, request_id)
+        except BaseException:
+            session.close()
+            raise
+        # The run releases its slot when it ends; should it never start (the client left before
+        # the response began), the slot goes with the run object.
+        weakref.finalize(run, session.close)
+        return run
+
+    async def _open(self, spec: RunSpec, session: RouteSession, started: float, started_at: float,
+                    request_id: str | None) -> Run:
+        primary = session.primary
+        for provider in {t.provider for t in session.targets}:  # the request's options go to any of them
+            check_provider_options(provider, spec.request.options, self.settings.provider_options_allow)
         max_steps = self._max_steps(spec)
-        tools = self.tools.for_run(provider, (t.name for t in spec.tools))
+        tools = self.tools.for_run(primary.provider, (t.name for t in spec.tools))
         if tools:  # the gateway's tools are offered with the caller's: the model sees what the gateway runs
             spec = replace(spec, request=replace(spec.request, tools=(*spec.tools, *tools.specs)))
         gate = self.gate_factory(self, spec) or _PASS_THROUGH
-        request = replace(spec.request, model=upstream_model)
+        request = replace(spec.request, model=primary.upstream_model)
         try:
-            upstream = await adapter.open_stream(request)
+            upstream = await session.open_stream(request)
         except GatewayError as exc:
-            self.metrics.upstream_errors.labels(provider, exc.code).inc()
+            self.metrics.upstream_errors.labels(primary.provider, exc.code).inc()
             raise
+        served = session.served
+        assert served is not None
+        # `start` and `final` name what served: a route's target, or the model as asked
+        model = served.name if session.route is not None else spec.model
         try:
-            log = await self.store.create(model=spec.model, provider=provider, owner=spec.owner)
+            log = await self.store.create(model=model, provider=served.provider, owner=spec.owner)
         except BaseException:
             await upstream.aclose()  # no stream, no run: nothing stays open
             raise
         transcript = Transcript(processors=self.tools.processors, limits=self.transcript_limits)
         transcript.add_request(request.messages)
         log.info.transcript = transcript
-        plan = RunPlan(model=spec.model, provider=provider, adapter=adapter, request=request, max_steps=max_steps,
-                       request_id=request_id, started=started, started_at=started_at, owner=spec.owner,
-                       price=self._price(spec.model))
+        plan = RunPlan(model=model, provider=served.provider, adapter=session, request=request, max_steps=max_steps,
+                       request_id=request_id, started=started, started_at=started_at, route=session,
+                       owner=spec.owner, price=self._price(model))
         return Run(plan, log=log, upstream=upstream, gate=gate, tools=tools, transcript=transcript,
                    metrics=self.metrics, logger=self.log, observers=self.observers, runs=self.runs)
 
@@ -157,6 +217,9 @@ class Gateway:
                                code="invalid_request", status=422, field="max_steps")
         return spec.max_steps or cap
 
+    def _observe_attempt(self, attempt: Attempt) -> None:
+        self.metrics.route_attempts.labels(attempt.target, attempt.outcome).inc()
+
     def _observe_tool(self, tool: str, outcome: str) -> None:
         self.metrics.tool_executions.labels(tool, outcome).inc()
 
@@ -170,11 +233,14 @@ class Gateway:
         )
 
     async def judge(self, model: str, prompt: str) -> str:
-        """One short, deterministic completion from `provider/model` (the llm_judge backend)."""
-        adapter, provider, name = self.registry.resolve(model)
-        request = ProviderRequest(model=name, messages=(Message(role="user", content=prompt),),
+        """One short, deterministic completion from `provider/model` or a route (the llm_judge backend)."""
+        session = self.router.session(model)
+        request = ProviderRequest(model=session.primary.upstream_model, messages=(Message(role="user", content=prompt),),
                                   temperature=0.0, max_tokens=256)
-        final = await drive(await adapter.open_stream(request), Accumulator(model=name, provider=provider))
+        stream = await session.open_stream(request)
+        assert session.served is not None
+        acc = Accumulator(model=session.served.upstream_model, provider=session.served.provider)
+        final = await drive(stream, acc)
         if final.error is not None:
             raise UpstreamError(f"judge {model}: {final.error['message']}", code=final.error["code"],
                                 retryable=final.error["retryable"])

@@ -19,7 +19,7 @@ import traceback
 from collections import Counter
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -46,6 +46,9 @@ from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, re
 from app.streams.log import StreamLog
 from app.tools import Execution, RunTools
 from app.validation import Gate
+
+if TYPE_CHECKING:
+    from app.routing.router import RouteSession
 
 __all__ = ["Run", "RunPlan", "RunningRuns"]
 
@@ -94,6 +97,8 @@ class RunPlan:
     """The model's price: `final.usage.cost_usd` when known."""
     started: float = field(default_factory=time.perf_counter)
     started_at: float = field(default_factory=time.time)
+    route: RouteSession | None = None
+    """The run's route (app/routing, also its `adapter`): its attempts go in `final`; told when the run ended."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -345,11 +350,12 @@ class Run:
             usage.output_unknown = True  # the provider never said how much it produced
         if self.plan.price is not None:
             usage.cost_usd = self.plan.price.cost(usage)
+        route = self.plan.route
         return FinalEvent(status=status, message=message, usage=usage, stop_reason=stop_reason,
                           model=acc.model, provider=acc.provider, error=error, steps=progress.steps,
                           max_steps_reached=progress.max_steps_reached,
                           messages=self.released.added,
-                          validation=self.gate.summary())
+                          validation=self.gate.summary(), **(route.final_fields() if route is not None else {}))
 
     async def _end(self, final: FinalEvent) -> bytes:
         """Close the upstream, append the final, count, report; the final's frame. Each part
@@ -375,6 +381,8 @@ class Run:
             finally:
                 self.metrics.active_streams.dec()
                 self.runs.running.pop(self, None)
+                if self.plan.route is not None:
+                    self.plan.route.close()
         return frame
 
     def _report(self, final: FinalEvent, duration: float) -> None:

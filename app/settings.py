@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from app.auth.policy import MODEL_PATTERN_RE, ConfiguredKey, Price, known_validators
 from app.core.errors import RequestError
 from app.providers.config import CompatibleProvider, ProviderConfig
+from app.routing.config import RouteConfig, route_cycle
 from app.tools.config import ToolConfig, default_tools
 from app.validation import ValidatorSpec, check_specs
 
@@ -38,8 +39,8 @@ class Settings(BaseSettings):
     )
     shutdown_grace_seconds: float = Field(
         default=5.0, ge=0, le=300,
-        description="On SIGTERM, running streams get this long to finish; then they end with a final of "
-                    "error.code `shutdown` (retryable). Keep it below uvicorn's --timeout-graceful-shutdown.",
+        description="On SIGTERM, running streams get this long to finish (readyz 503, new runs refused); then "
+                    "they end with a final of error.code `shutdown` (retryable), and the server stops.",
     )
     aliases: dict[str, str] = Field(default_factory=dict, description="Model aliases: alias -> provider/model.")
 
@@ -97,6 +98,27 @@ class Settings(BaseSettings):
     providers: list[CompatibleProvider] = Field(
         default_factory=list, description="OpenAI-compatible servers (JSON list in FOUNDRY_PROVIDERS)."
     )
+
+    # Routing and resilience (app/routing; README "Reliability")
+    routes: dict[str, RouteConfig] = Field(
+        default_factory=dict, description="Named model groups usable as `model` (JSON object in FOUNDRY_ROUTES).")
+    retry_backoff_seconds: float = Field(default=0.2, gt=0, le=60, description="First retry delay (doubles, jittered).")
+    retry_backoff_max_seconds: float = Field(default=2.0, gt=0, le=300, description="Longest retry delay.")
+    retry_after_max_seconds: float = Field(
+        default=5.0, ge=0, le=300,
+        description="A Retry-After up to this is waited out; a longer one moves on to the next target.")
+    first_token_timeout: float = Field(default=60.0, gt=0, description="Seconds to the first content (per attempt).")
+    total_timeout: float = Field(default=600.0, gt=0, description="Deadline of a whole run (all steps).")
+    max_first_token_timeout: float = Field(default=300.0, gt=0, description="Cap of route and request first_token.")
+    max_idle_timeout: float = Field(default=600.0, gt=0, description="Cap of route and request idle (read_timeout "
+                                    "is the default idle timeout).")
+    max_total_timeout: float = Field(default=3600.0, gt=0, description="Cap of route and request total.")
+    breaker_failures: int = Field(default=5, ge=1, le=1000, description="Failures in a row that open a target's "
+                                  "circuit.")
+    breaker_cooldown_seconds: float = Field(default=30.0, gt=0, description="How long an open circuit skips its "
+                                            "target before one probe.")
+    max_active_runs: int = Field(default=1000, ge=1, description="Runs in progress per process; past it new runs "
+                                 "get 503 with Retry-After.")
 
     # Validation (operator policy: applies to every request, a caller cannot remove it)
     validators: list[ValidatorSpec] = Field(
@@ -263,6 +285,31 @@ class Settings(BaseSettings):
         if self.database_url is not None:
             return self.database_url.get_secret_value()
         return f"sqlite+aiosqlite:///{Path(self.data_dir) / 'foundry.db'}"
+
+    @field_validator("routes")
+    @classmethod
+    def _routes_well_formed(cls, routes: dict[str, RouteConfig]) -> dict[str, RouteConfig]:
+        # Unknown providers are checked when the app starts (app/routing/router.py check_routes).
+        for name, route in routes.items():
+            if "/" in name or not name:
+                raise ValueError(f"routes.{name}: a route name has no '/' (that is provider/model)")
+            if route.hedge_after_ms is not None and len(route.targets) < 2:
+                raise ValueError(f"routes.{name}.hedge_after_ms: hedging needs a route with two targets or more")
+        cycle = route_cycle(routes)
+        if cycle:
+            raise ValueError(f"routes.{cycle[0]}.targets: the routes form a cycle: {' -> '.join(cycle)}")
+        return routes
+
+    @model_validator(mode="after")
+    def _route_deadlines_within_caps(self) -> Settings:
+        caps = {"first_token_timeout": self.max_first_token_timeout, "idle_timeout": self.max_idle_timeout,
+                "total_timeout": self.max_total_timeout}
+        for name, route in self.routes.items():
+            for field, cap in caps.items():
+                value = getattr(route, field)
+                if value is not None and value > cap:
+                    raise ValueError(f"routes.{name}.{field}: {value} is above the operator's cap {cap}")
+        return self
 
     @classmethod
     def settings_customise_sources(

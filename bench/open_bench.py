@@ -30,10 +30,19 @@ from app.providers.base import ProviderRequest  # noqa: E402
 from app.settings import Settings  # noqa: E402
 
 _SSE = b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n'
+# `Gateway.open` reads each stream up to its first content (app/routing): each wire format's own
+_RESPONSES_SSE = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"m1",'
+                  b'"output_index":0,"content_index":0,"delta":"hi"}\n\n')
+_ANTHROPIC_SSE = (b'event: message_start\ndata: {"type":"message_start","message":{"id":"m","type":"message",'
+                  b'"role":"assistant","model":"claude","content":[],"usage":{"input_tokens":1,"output_tokens":0}}}\n\n'
+                  b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+                  b'"delta":{"type":"text_delta","text":"hi"}}\n\n')
 
 
 def _answer(request: httpx2.Request) -> httpx2.Response:
-    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=_SSE)
+    path = request.url.path
+    body = _RESPONSES_SSE if path.endswith("/responses") else _ANTHROPIC_SSE if path.endswith("/messages") else _SSE
+    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
 
 
 async def per_open(gateway, model: str, requests: int) -> float:

@@ -62,8 +62,10 @@ def rss_bytes(pid: int) -> int:
 
 @contextmanager
 def server(target: str, port: int, env: dict[str, str] | None = None):
+    # keep-alive past uvicorn's 5 s: on a loaded machine a round of 50 can outlast it, and a pooled
+    # connection closed by the server just as the client reuses it fails the run (ReadError)
     cmd = [sys.executable, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port),
-           "--log-level", "warning", "--no-access-log"]
+           "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "60"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **(env or {})},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

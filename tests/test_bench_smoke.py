@@ -58,3 +58,12 @@ def test_store_bench_reports_the_redis_to_memory_ratio_and_the_replica_lost_time
     assert {"memory_store", "redis_store", "ratio", "redis_server"} == set(results["cpu_us_per_chunk"])
     assert results["replica_lost"]["final_error_code"] == "replica_lost"
     assert results["replica_lost"]["detected_after_kill_seconds"] > 0
+
+
+def test_routing_bench_runs_and_reports_its_cost(tmp_path):
+    out = tmp_path / "routing.json"
+    subprocess.run([sys.executable, "bench/routing_bench.py", "--requests", "20", "--chunks", "3", "--rounds", "2",
+                    "--json", str(out)], cwd=REPO, check=True, timeout=120, capture_output=True)
+    results = json.loads(out.read_text())
+    assert set(results["cpu_us_per_request"]) == {"direct", "routed_model", "routed_route"}
+    assert "routing_cost_us_per_request" in results and "routing_cost_us_per_chunk" in results

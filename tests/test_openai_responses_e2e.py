@@ -97,8 +97,9 @@ async def test_failures_before_and_after_the_first_event() -> None:
         refused = await client.post("/v1/stream", json=ask)
         assert refused.status_code == 502 and refused.json()["error"]["code"] == "upstream_auth"
         assert KEY not in refused.text
-        failed = parse_sse((await client.post("/v1/stream", json=ask)).content)[-1][2]
-        assert failed["status"] == "error" and failed["error"]["upstream_code"] == "insufficient_quota"
+        # An error event before any content: no other target to take over, so an HTTP error
+        failed = await client.post("/v1/stream", json=ask)
+        assert failed.status_code == 502 and failed.json()["error"]["upstream_code"] == "insufficient_quota"
         cut = parse_sse((await client.post("/v1/stream", json=ask)).content)[-1][2]
     assert cut["status"] == "error" and cut["error"]["code"] == "upstream_incomplete"
     assert cut["message"]["content"] == "The capital of France is Paris."  # the text so far is kept

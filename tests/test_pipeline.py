@@ -1,5 +1,7 @@
 """Honest endings: exactly one final whatever the provider does; resources always released."""
 
+from unittest.mock import ANY
+
 import httpx
 import pytest
 
@@ -61,7 +63,9 @@ async def test_failures_before_the_first_event_are_http_errors_with_retry_after(
     adapter = FakeAdapter(open_error=UpstreamRateLimited("slow down", retry_after="7"))
     r, app = await post_stream(adapter)
     assert r.status_code == 429 and r.headers["retry-after"] == "7"
-    assert r.json()["error"] == {"code": "rate_limited", "message": "slow down", "retryable": True, "retry_after": "7"}
+    assert r.json()["error"] == {"code": "rate_limited", "message": "slow down", "retryable": True, "retry_after": "7",
+                                 "attempts": [{"target": "fake/m", "outcome": "rate_limited", "code": "rate_limited",
+                                               "duration_ms": ANY}]}
     assert len(app.state.gateway.store) == 0  # no stream was created
 
 

@@ -8,12 +8,17 @@
   response stays open after its body until the client goes away; `closed` is set when the body
   generator ends, which is how a test sees the gateway let go. `gateway()` serves the app
   configured against it; `first_token_then_leave()` is a client that disconnects early.
+- `FaultServer`: an OpenAI-compatible server on loopback whose every request follows a scripted
+  `Fault` (ok, HTTP status with Retry-After, reset after headers, stall before the first chunk,
+  slow first token, stall mid-stream) and records when the gateway let go of it (routing tests).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +37,8 @@ from app.providers.base import ProviderAdapter, ProviderRequest, drive
 from app.settings import Settings
 from tests.support import serve
 
-__all__ = ["Body", "FakeUpstream", "Recorded", "drain", "first_token_then_leave", "gateway"]
+__all__ = ["Body", "FakeUpstream", "Fault", "FaultServer", "Recorded", "Served", "chat_stream", "closed_port_url",
+           "drain", "first_token_then_leave", "gateway"]
 
 
 class Body(httpx2.AsyncByteStream):
@@ -116,3 +122,136 @@ async def first_token_then_leave(client: httpx.AsyncClient, ask: dict[str, Any])
         async for line in response.aiter_lines():
             if line.startswith("event: token"):
                 break
+
+
+# -- scripted faults (routing and resilience, issue 16) -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What one upstream request gets. `kind`:
+    - `ok`: a whole OpenAI chat stream of `text`;
+    - `status`: HTTP `status` with a JSON error (and `retry_after`, if set);
+    - `reset`: headers and `text` (may be empty), then the connection is cut;
+    - `stall`: headers, then nothing until the client goes away;
+    - `slow_first`: headers and an opening chunk without content, then nothing until the client goes;
+    - `stall_mid`: headers and `text`, then nothing until the client goes;
+    - `held`: headers and `text`, then the rest of the stream once the test sets `release`.
+    Refused connections need no fake: `closed_port_url()`.
+    """
+
+    kind: str
+    text: str = ""
+    status: int = 200
+    retry_after: str | None = None
+
+
+def chat_chunk(content: str | None = None, *, finish: str | None = None) -> bytes:
+    delta: dict[str, Any] = {"role": "assistant", "content": ""} if content is None and finish is None else {}
+    if content is not None:
+        delta["content"] = content
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def chat_stream(text: str) -> bytes:
+    words = text.split(" ")
+    parts = [chat_chunk()] + [chat_chunk(w if i == 0 else " " + w) for i, w in enumerate(words)]
+    return b"".join(parts) + chat_chunk(finish="stop") + b"data: [DONE]\n\n"
+
+
+@dataclass
+class Served:
+    """One request as the fault server saw it; `done` is set when its response is over (completed,
+    cut, or the client went away), `gone` when the client closed it first."""
+
+    model: str
+    fault: Fault
+    body: dict[str, Any] = field(default_factory=dict)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    gone: bool = False
+
+
+class FaultServer:
+    """A raw ASGI OpenAI-compatible server (POST .../chat/completions). The request's `model`
+    picks a script: each request takes the next `Fault` of that model's list (the last one
+    repeats)."""
+
+    def __init__(self, scripts: dict[str, list[Fault]]) -> None:
+        self.scripts = {model: list(faults) for model, faults in scripts.items()}
+        self.served: list[Served] = []
+        self.arrived = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def of(self, model: str) -> list[Served]:
+        return [s for s in self.served if s.model == model]
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (message := await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        request = json.loads(body)
+        model = request["model"]
+        script = self.scripts[model]
+        fault = script.pop(0) if len(script) > 1 else script[0]
+        served = Served(model, fault, request)
+        self.served.append(served)
+        self.arrived.set()
+        try:
+            await self._answer(fault, served, receive, send)
+        finally:
+            served.done.set()
+
+    async def _answer(self, fault: Fault, served: Served, receive: Any, send: Any) -> None:
+        if fault.kind == "status":
+            headers = [(b"content-type", b"application/json")]
+            if fault.retry_after is not None:
+                headers.append((b"retry-after", fault.retry_after.encode()))
+            error = {"error": {"message": f"upstream says {fault.status}", "type": "server_error"}}
+            await send({"type": "http.response.start", "status": fault.status, "headers": headers})
+            await send({"type": "http.response.body", "body": json.dumps(error).encode()})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        if fault.kind == "ok":
+            await send({"type": "http.response.body", "body": chat_stream(fault.text)})
+            return
+        opening = {"stall": b"", "slow_first": chat_chunk(), "stall_mid": chat_chunk() + chat_chunk(fault.text),
+                   "held": chat_chunk() + chat_chunk(fault.text), "reset": chat_chunk(fault.text or None)}
+        await send({"type": "http.response.body", "body": opening[fault.kind], "more_body": True})
+        if fault.kind == "reset":
+            raise ConnectionResetError("scripted reset")  # uvicorn drops the connection mid-body
+        if fault.kind == "held":
+            gone = asyncio.ensure_future(self._until_disconnect(receive))
+            released = asyncio.ensure_future(self.release.wait())
+            await asyncio.wait([gone, released], return_when=asyncio.FIRST_COMPLETED)
+            released.cancel()
+            if not gone.done():
+                gone.cancel()
+                await send({"type": "http.response.body", "body": chat_chunk(" and done.", finish="stop")
+                            + b"data: [DONE]\n\n"})
+                return
+        else:
+            await self._until_disconnect(receive)
+        served.gone = True
+
+    @staticmethod
+    async def _until_disconnect(receive: Any) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+
+def closed_port_url() -> str:
+    """A loopback URL where nothing listens: connections are refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"

@@ -25,4 +25,5 @@ def to_spec(body: GenerateRequest) -> RunSpec:
         validators=tuple(body.validators),
         chunking=body.chunking,
         max_steps=body.max_steps,
+        timeouts=body.timeouts,
     )

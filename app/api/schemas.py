@@ -10,6 +10,7 @@ from app.core.errors import ErrorData, RequestError
 from app.core.events import EVENT_SCHEMAS, FinalPayload, UsageData
 from app.core.messages import Message, ToolSpec, check_unique_tool_names
 from app.core.safejson import first_surrogate
+from app.routing.config import Deadlines
 from app.validation import ValidatorSpec
 
 __all__ = [
@@ -91,6 +92,11 @@ class GenerateRequest(BaseModel):
                     "request; `continue` lets it run to its end (bounded by its timeouts) so the client can resume "
                     "by id at GET /v1/stream/{id}. Background runs (/v1/generate with `stream: true`) always "
                     "continue.",
+    )
+    timeouts: Deadlines | None = Field(
+        default=None,
+        description="Deadlines for this run in seconds (`first_token`, `idle`, `total`), within the operator's caps; "
+                    "defaults come from the route, then the operator.",
     )
     provider_options: dict[str, Any] = Field(
         default_factory=dict, description="Provider-specific extras, passed to the provider explicitly."

@@ -27,6 +27,7 @@ from typing_extensions import TypedDict
 from app.core.secrets import scrub
 
 __all__ = [
+    "AttemptData",
     "ErrorData",
     "ErrorInfo",
     "FinalStatus",
@@ -41,6 +42,18 @@ __all__ = [
 ]
 
 FinalStatus = Literal["ok", "blocked", "error", "cancelled"]
+
+
+class AttemptData(TypedDict):
+    """One try of one routing target before the first content (app/routing)."""
+
+    target: Annotated[str, Field(description="`provider/model` tried.", examples=["openai/gpt-4.1"])]
+    outcome: Annotated[Literal["ok", "error", "timeout", "rate_limited", "skipped", "cancelled"], Field(
+        description="`skipped`: its circuit was open; `cancelled`: a hedge that lost, or the run went away.")]
+    duration_ms: float
+    status: NotRequired[Annotated[int, Field(description="The provider's HTTP status.")]]
+    code: NotRequired[str]
+    step: NotRequired[Annotated[int, Field(description="The run's step (tool loops), when past the first.")]]
 
 
 class ErrorData(TypedDict):
@@ -61,10 +74,14 @@ class ErrorData(TypedDict):
     block_reason: NotRequired[Annotated[str, Field(description="Why the provider blocked the content.")]]
     first_available: NotRequired[Annotated[int, Field(description="The oldest event id a replay can start after, less one.")]]
     errors: NotRequired[Annotated[list[dict[str, Any]], Field(description="Every invalid field (422).")]]
+    deadline: NotRequired[Annotated[Literal["first_token", "idle", "total"], Field(
+        description="Which deadline passed (code `timeout`).")]]
+    attempts: NotRequired[Annotated[list[AttemptData], Field(
+        description="Before the first event: every upstream attempt the route made.")]]
 
 
 _OPTIONAL = ("field", "provider", "upstream_status", "upstream_code", "upstream_type", "request_id", "retry_after",
-             "validator", "reason", "block_reason", "first_available")
+             "validator", "reason", "block_reason", "first_available", "deadline")
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -85,6 +102,8 @@ class ErrorInfo:
     reason: str | None = None
     block_reason: str | None = None
     first_available: int | None = None
+    deadline: str | None = None
+    attempts: tuple[AttemptData, ...] | None = None
 
     def data(self) -> ErrorData:
         out: dict[str, Any] = {"code": self.code, "message": self.message, "retryable": self.retryable}
@@ -92,6 +111,8 @@ class ErrorInfo:
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
+        if self.attempts is not None:
+            out["attempts"] = list(self.attempts)
         return cast(ErrorData, out)  # the keys are ErrorData's (_OPTIONAL lists its optional ones)
 
 
@@ -120,6 +141,7 @@ class GatewayError(Exception):
         reason: str | None = None,
         block_reason: str | None = None,
         first_available: int | None = None,
+        deadline: str | None = None,
     ) -> None:
         message = scrub(message)  # upstream text may quote the gateway's key (app/core/secrets.py)
         super().__init__(message)
@@ -141,6 +163,9 @@ class GatewayError(Exception):
         self.reason = _scrubbed(reason)
         self.block_reason = _scrubbed(block_reason)
         self.first_available = first_available
+        self.deadline = deadline
+        self.attempts: tuple[AttemptData, ...] | None = None
+        """Set by the routing layer when every attempt before the first event failed."""
 
     def info(self) -> ErrorInfo:
         return ErrorInfo(
@@ -148,7 +173,7 @@ class GatewayError(Exception):
             provider=self.provider, upstream_status=self.upstream_status, upstream_code=self.upstream_code,
             upstream_type=self.upstream_type, request_id=self.request_id, retry_after=self.retry_after,
             validator=self.validator, reason=self.reason, block_reason=self.block_reason,
-            first_available=self.first_available,
+            first_available=self.first_available, deadline=self.deadline, attempts=self.attempts,
         )
 
     def to_dict(self) -> ErrorData:

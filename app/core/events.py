@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, NotRequired, cast, get_args
 from pydantic import Field, WithJsonSchema
 from typing_extensions import TypedDict
 
-from app.core.errors import ErrorData, FinalStatus
+from app.core.errors import AttemptData, ErrorData, FinalStatus
 from app.core.messages import Message, ReasoningBlock, ToolCall, thaw
 
 __all__ = [
@@ -160,6 +160,10 @@ class FinalPayload(TypedDict):
                     "The caller then answers `message.tool_calls`, if any.")]]
     validation: NotRequired[Annotated[ValidationData, Field(
         description="Present when validators ran: chunks, redactions and verdicts per validator.")]]
+    attempts: NotRequired[Annotated[list[AttemptData], Field(
+        description="Every upstream attempt before the first content (retries, fallbacks, hedges).")]]
+    route: NotRequired[Annotated[str, Field(description="The route the request named.")]]
+    target: NotRequired[Annotated[str, Field(description="The route's target that served (`provider/model`).")]]
 
 
 class _ErrorPart(TypedDict, total=False):
@@ -351,6 +355,11 @@ class FinalEvent:
     messages: tuple[Message, ...] = ()
     """The messages a run with gateway-executed tools added to the conversation."""
     validation: ValidationData | None = None
+    attempts: tuple[AttemptData, ...] = ()
+    """The upstream attempts of the run's route (app/routing)."""
+    route: str | None = None
+    target: str | None = None
+    """For a route: its name and the target that served."""
 
     def data(self) -> FinalPayload:
         error: _ErrorPart = {"error": self.error} if self.error is not None else {}
@@ -369,6 +378,12 @@ class FinalEvent:
             out["messages"] = [m.model_dump(mode="json", exclude_defaults=True) for m in self.messages]
         if self.validation is not None:
             out["validation"] = self.validation
+        if self.attempts:
+            out["attempts"] = list(self.attempts)
+        if self.route is not None:
+            out["route"] = self.route
+        if self.target is not None:
+            out["target"] = self.target
         return out
 
 

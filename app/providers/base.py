@@ -42,11 +42,12 @@ __all__ = [
     "sse_body",
 ]
 
-RAW_STREAM: Any = {"headers": {"X-Stainless-Raw-Response": "stream"}}
+RAW_STREAM: Any = {"headers": {"X-Stainless-Raw-Response": "stream"}, "max_retries": 0}
 """`options=` for the official SDKs' documented `client.post(path, cast_to=httpx2.Response, ...)`:
 their own marker (`_constants.RAW_RESPONSE_HEADER`) for "hand me the response unread". The SDK
-keeps auth, base URL, retries before the response and typed errors; we skip its typed-params
-transform, which cost ~0.5 ms CPU per request here (bench/run.py), and parse the bytes once."""
+keeps auth, base URL and typed errors; we skip its typed-params transform, which cost ~0.5 ms CPU
+per request here (bench/run.py), and parse the bytes once. `max_retries: 0`: streamed requests are
+retried by the routing layer (app/routing), which counts each attempt once and falls back."""
 
 ToolChoice = Literal["auto", "none", "required"] | str
 """`auto`, `none`, `required`, or the name of one tool the model must call."""

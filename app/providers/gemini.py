@@ -336,5 +336,5 @@ def build_gemini(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
     if not key:
         return {}
     client = upstream_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
-                                  retries=config.max_retries)  # connection failures only
+                                  retries=0)  # app/routing retries, counting each attempt once
     return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url, owns_client=True)}

@@ -20,17 +20,22 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness: configuration loaded, store reachable, providers listed")
+@router.get("/readyz", summary="Readiness: configuration loaded, store reachable, providers listed, not draining "
+                               "or saturated; circuit breaker states")
 async def readyz(gateway: GatewayDep, request: Request) -> Response:
     store_ok = await gateway.store.ping()
     providers = gateway.registry.readiness()
-    ready = store_ok and any(providers.values())
+    admission = gateway.admission
     auth = request.app.state.auth
     limiter_ok = await auth.limiter.ping()
-    ready = ready and limiter_ok
-    body = {"status": "ready" if ready else "not_ready", "store": store_ok, "store_backend": gateway.store.name,
-            "providers": providers, "records": await _records_state(request), "auth": auth.mode,
-            "limits": auth.limiter.backend if limiter_ok else "unreachable"}
+    ready = (store_ok and limiter_ok and any(providers.values()) and not admission.draining
+             and not admission.saturated)
+    status = "draining" if admission.draining else "saturated" if admission.saturated else "ready" if ready else "not_ready"
+    body = {"status": status, "store": store_ok, "store_backend": gateway.store.name, "providers": providers,
+            "records": await _records_state(request), "auth": auth.mode,
+            "limits": auth.limiter.backend if limiter_ok else "unreachable",
+            "active_runs": len(admission.active), "max_active_runs": admission.max_active,
+            "circuits": gateway.router.readiness()}
     if not store_ok:
         body["reason"] = f"the {gateway.store.name} stream store is unreachable"
     return JSON(body, status_code=200 if ready else 503)

@@ -1,0 +1,126 @@
+"""Admission and drain: how much work one process takes on, and how it lets go of it.
+
+- Load shedding: at most `max_active_runs` runs at once; past it a new run is refused at once with
+  503 and Retry-After (no queue without bound), and /readyz says the process is saturated.
+- Graceful drain (SIGTERM): /readyz turns 503 and new runs are refused at once; running streams get
+  `grace` seconds to finish; those still running then end with
+  `final{status: "error", error.code: "shutdown", retryable: true}`, their upstreams closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from collections.abc import Awaitable, Callable
+from types import FrameType
+from typing import Protocol
+
+from app.core.errors import GatewayError
+
+__all__ = ["Admission", "Overloaded", "ShuttingDown", "drain_on_stop_signal"]
+
+class Overloaded(GatewayError):
+    status = 503
+    code = "overloaded"
+    retryable = True
+
+
+class ShuttingDown(GatewayError):
+    status = 503
+    code = "shutdown"
+    retryable = True
+
+
+class Abortable(Protocol):
+    @property
+    def opening(self) -> bool: ...
+
+    def abort(self, error: GatewayError) -> None: ...
+
+
+class Admission:
+    def __init__(self, *, max_active: int) -> None:
+        self.max_active = max_active
+        self.active: set[Abortable] = set()
+        self.draining = False
+        self.shed = 0
+        self._changed: asyncio.Event | None = None
+
+    @property
+    def saturated(self) -> bool:
+        return len(self.active) >= self.max_active
+
+    def admit(self, run: Abortable) -> None:
+        """Take on a run, or refuse it (503) when draining or full."""
+        if self.draining:
+            raise ShuttingDown("the gateway is shutting down; retry on another replica", retry_after="1")
+        if self.saturated:
+            self.shed += 1
+            raise Overloaded(f"the gateway is at its limit of {self.max_active} active runs; retry shortly",
+                             retry_after="1")
+        self.active.add(run)
+
+    def release(self, run: Abortable) -> None:
+        self.active.discard(run)
+        if self._changed is not None:
+            self._changed.set()
+
+    async def until_idle(self, deadline: float) -> None:
+        """Until no run is active or the loop's clock passes `deadline`."""
+        loop = asyncio.get_running_loop()
+        while self.active and (left := deadline - loop.time()) > 0:
+            self._changed = changed = asyncio.Event()
+            try:
+                await asyncio.wait_for(changed.wait(), left)
+            except TimeoutError:
+                return
+
+
+def drain_on_stop_signal(drain: Callable[[], Awaitable[object]]) -> Callable[[], None]:
+    """Make SIGTERM (and SIGINT) drain before the server stops; returns the function that undoes it.
+
+    The server's own handler (uvicorn's: stop accepting, close connections) runs only after
+    `drain()`, so that meanwhile /readyz can answer 503 and new runs be refused while the running
+    ones finish. A second signal during the drain goes to the server's handler at once.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # signals are the main thread's
+    loop = asyncio.get_running_loop()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    tasks: list[asyncio.Task[None]] = []
+
+    def pass_on(sig: int) -> None:
+        before = previous[signal.Signals(sig)]
+        if callable(before):
+            before(sig, None)
+        else:  # nobody else listens: the default action, after the drain
+            signal.signal(sig, signal.SIG_DFL)
+            signal.raise_signal(sig)
+
+    async def drain_then_pass_on(sig: int) -> None:
+        try:
+            await drain()
+        finally:
+            pass_on(sig)
+
+    def start(sig: int) -> None:
+        if tasks:  # already draining: stop now
+            pass_on(sig)
+            return
+        tasks.append(loop.create_task(drain_then_pass_on(sig), name="drain"))
+
+    def handler(sig: int, frame: FrameType | None) -> None:
+        loop.call_soon_threadsafe(start, sig)
+
+    for sig in previous:
+        signal.signal(sig, handler)
+
+    def restore() -> None:
+        for sig, before in previous.items():
+            if signal.getsignal(sig) is handler:
+                signal.signal(sig, before)
+        for task in tasks:
+            task.cancel()
+
+    return restore

@@ -1,0 +1,551 @@
+"""Routes at run time: which targets a request may go to, and the opener that gets one of them to
+its first content with retries, fallback and hedging (DESIGN.md section 6: before release only).
+
+`Router.session(model, deadlines)` resolves a route name (or a plain `provider/model`, a route of
+one target) into a `RouteSession`, one per run. `RouteSession.open_stream(request)` is the
+pipeline's seam, shaped as `ProviderAdapter.open_stream`: it tries targets until one has produced
+its first content patch (text, reasoning or a tool call) and returns a `RoutedStream` that replays
+what was read and goes on with that upstream. Everything before that first content can be retried
+or taken over by another target, since nothing of it reached the client; after it, a failure ends
+the run with one honest `final{status: "error"}` (the stream raises, the run reports).
+
+Steps after the first (tool loops) go to the target that served the first: retried on failure,
+never switched to another model mid-conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from app.core.errors import (
+    AttemptData,
+    GatewayError,
+    RequestError,
+    UpstreamBadRequest,
+    UpstreamBlocked,
+)
+from app.core.patches import Patch
+from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest
+from app.providers.registry import ProviderRegistry
+from app.routing.breaker import Breakers, BreakerState
+from app.routing.config import Deadlines, RouteConfig, flatten_targets
+from app.routing.errors import CircuitOpen, DeadlineExceeded
+from app.routing.stream import RoutedStream
+
+__all__ = ["Attempt", "Policy", "RouteConfigError", "RouteSession", "Router", "Target", "check_routes"]
+
+Outcome = Literal["ok", "error", "timeout", "rate_limited", "skipped", "cancelled"]
+_CONTENT_KINDS = frozenset({"tool_start", "tool_delta", "tool_result_start", "tool_result_delta"})
+_TARGET_FAULTS = frozenset({"upstream_auth", "model_not_found", "upstream_quota"})
+"""Failures of the target's configuration: another target may serve, the same one will not."""
+
+
+class RouteConfigError(ValueError):
+    """A route names something this gateway does not serve (raised when the app starts)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Policy:
+    """The operator's retry, deadline and breaker settings (from Settings)."""
+
+    max_retries: int = 1
+    backoff: float = 0.2
+    backoff_max: float = 2.0
+    retry_after_max: float = 5.0
+    first_token: float = 60.0
+    idle: float = 120.0
+    total: float = 600.0
+    max_first_token: float = 300.0
+    max_idle: float = 600.0
+    max_total: float = 3600.0
+    breaker_failures: int = 5
+    breaker_cooldown: float = 30.0
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class Target:
+    name: str
+    """`provider/model` as the client sees it in `start`, `final` and `attempts`."""
+    provider: str
+    upstream_model: str
+    adapter: ProviderAdapter
+    weight: float = 1.0
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True, kw_only=True)
+class Attempt:
+    """One try of one target: what `final.attempts` lists."""
+
+    target: str
+    step: int
+    outcome: Outcome = "cancelled"
+    status: int | None = None
+    code: str | None = None
+    duration_ms: float = 0.0
+
+    def to_dict(self) -> AttemptData:
+        out: AttemptData = {"target": self.target, "outcome": self.outcome, "duration_ms": self.duration_ms}
+        if self.status is not None:
+            out["status"] = self.status
+        if self.code is not None:
+            out["code"] = self.code
+        if self.step > 1:
+            out["step"] = self.step
+        return out
+
+
+@dataclass(slots=True)
+class _Opened:
+    target: Target
+    upstream: PatchStream
+    iterator: Any
+    buffered: list[list[Patch]]
+    ended: bool
+    failure: BaseException | None = None
+    """A failure no retry or fallback can help (the prompt blocked, a bug), read before the first
+    content: the run reports it after `start`, as it did before routing existed."""
+
+
+class _TargetFailed(Exception):
+    def __init__(self, error: GatewayError, *, stop: bool) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.stop = stop
+
+
+def _has_content(batch: list[Patch]) -> bool:
+    for patch in batch:
+        kind = patch.kind
+        if kind in _CONTENT_KINDS or (kind in ("text_delta", "reasoning_delta") and patch.text):  # type: ignore[union-attr]
+            return True
+    return False
+
+
+def _verdict(exc: GatewayError) -> Literal["retry", "fallback", "stop"]:
+    """What a failure before the first content allows: retry the target, try the next, or neither."""
+    if isinstance(exc, (RequestError, UpstreamBadRequest, UpstreamBlocked)):
+        return "stop"  # the caller's request: no target will take it (never retried)
+    if isinstance(exc, DeadlineExceeded):
+        return "stop" if exc.deadline == "total" else "fallback"  # a slow first token: move on
+    if exc.code in _TARGET_FAULTS or isinstance(exc, CircuitOpen):
+        return "fallback"
+    status = exc.upstream_status
+    if exc.retryable or (status is not None and status >= 500):
+        return "retry"
+    return "fallback"
+
+
+def _outcome(exc: GatewayError) -> Outcome:
+    if isinstance(exc, CircuitOpen):
+        return "skipped"
+    if exc.code == "rate_limited":
+        return "rate_limited"
+    if exc.status == 504:
+        return "timeout"
+    return "error"
+
+
+def retry_after_seconds(value: Any) -> float | None:
+    """A Retry-After header value (seconds or an HTTP date) in seconds; None if absent or unreadable."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def check_routes(routes: dict[str, RouteConfig], registry: ProviderRegistry) -> None:
+    """Every target of every route resolves to a served provider (at start: a clear config error)."""
+    for name, route in routes.items():
+        for i, target in enumerate(route.targets):
+            if target.model in routes:
+                continue
+            try:
+                registry.resolve(target.model)
+            except RequestError as exc:
+                raise RouteConfigError(f"routes.{name}.targets.{i}.model: {exc.message}") from None
+
+
+class Router:
+    def __init__(self, *, registry: ProviderRegistry, routes: dict[str, RouteConfig], policy: Policy,
+                 rng: random.Random | None = None) -> None:
+        check_routes(routes, registry)
+        self.registry = registry
+        self.routes = routes
+        self.policy = policy
+        self.breakers = Breakers(failures=policy.breaker_failures, cooldown=policy.breaker_cooldown)
+        self.rng = rng or random.Random()
+        self._targets = {name: tuple(self._target(t.model, t.weight, t.options) for t in flatten_targets(routes, name))
+                         for name in routes}
+        self.observer: Callable[[Attempt], None] | None = None
+        """Called with each finished attempt (metrics)."""
+
+    def _target(self, model: str, weight: float = 1.0, options: dict[str, Any] | None = None) -> Target:
+        adapter, provider, upstream_model = self.registry.resolve(model)
+        return Target(name=f"{provider}/{upstream_model}", provider=provider, upstream_model=upstream_model,
+                      adapter=adapter, weight=weight, options=dict(options or {}))
+
+    def session(self, model: str, deadlines: Deadlines | None = None) -> RouteSession:
+        """The run's route: raises RequestError (404/422) for an unknown model or deadlines out of range."""
+        route = self.routes.get(model)
+        if route is not None:
+            targets = self._targets[model]
+        else:
+            targets = (self._target(model),)  # a plain provider/model: a route of one
+        policy = self.policy
+        first_token = self._deadline(deadlines, "first_token", route.first_token_timeout if route else None,
+                                     policy.first_token, policy.max_first_token)
+        idle = self._deadline(deadlines, "idle", route.idle_timeout if route else None, policy.idle, policy.max_idle)
+        total = self._deadline(deadlines, "total", route.total_timeout if route else None, policy.total,
+                               policy.max_total)
+        return RouteSession(
+            router=self, route=model if route is not None else None, targets=self._order(route, targets),
+            hedge_after=route.hedge_after_ms / 1000 if route is not None and route.hedge_after_ms else None,
+            max_retries=route.max_retries if route is not None and route.max_retries is not None else policy.max_retries,
+            first_token=first_token, idle=idle, total=total,
+        )
+
+    @staticmethod
+    def _deadline(deadlines: Deadlines | None, name: str, route_value: float | None, default: float,
+                  cap: float) -> float:
+        value = getattr(deadlines, name) if deadlines is not None else None
+        if value is not None and value > cap:
+            raise RequestError(f"timeouts.{name} may be at most {cap:g} s on this gateway, got {value:g}",
+                               code="invalid_request", status=422, field=f"timeouts.{name}")
+        return value or route_value or default
+
+    def _order(self, route: RouteConfig | None, targets: Sequence[Target]) -> tuple[Target, ...]:
+        if route is None or route.strategy == "fallback" or len(targets) < 2:
+            return tuple(targets)
+        # weighted: draw without replacement by weight; the later draws are the fallbacks
+        left, order = list(targets), []
+        while left:
+            pick = self.rng.choices(range(len(left)), weights=[t.weight for t in left])[0]
+            order.append(left.pop(pick))
+        return tuple(order)
+
+    def readiness(self) -> dict[str, BreakerState]:
+        return self.breakers.states()
+
+    def backoff(self, retry: int) -> float:
+        """Exponential, with equal jitter: between half and all of base * 2**(retry-1), capped."""
+        ceiling = min(self.policy.backoff_max, self.policy.backoff * (2 ** (retry - 1)))
+        return ceiling / 2 + self.rng.uniform(0, ceiling / 2)
+
+
+class RouteSession:
+    """One run's route: its targets, deadlines, attempts and the target that served. A
+    `ProviderAdapter` to the run: each step opens through it."""
+
+    def __init__(self, *, router: Router, route: str | None, targets: tuple[Target, ...], hedge_after: float | None,
+                 max_retries: int, first_token: float, idle: float, total: float) -> None:
+        self.router = router
+        self.route = route
+        self.name = route or targets[0].provider
+        self.targets = targets
+        self.hedge_after = hedge_after
+        self.max_retries = max_retries
+        self.first_token = first_token
+        self.idle = idle
+        self.total = total
+        self.total_at = asyncio.get_running_loop().time() + total
+        self.attempts: list[Attempt] = []
+        self.served: Target | None = None
+        self.step = 0
+        self.current: RoutedStream | None = None
+        self._aborted: GatewayError | None = None
+        self._opening: asyncio.Task[Any] | None = None
+        self._on_close: list[Callable[[], None]] = []
+
+    def ready(self) -> bool:
+        return True
+
+    @property
+    def opening(self) -> bool:
+        """Between its first attempt and its first content: no stream yet."""
+        return self._opening is not None
+
+    @property
+    def primary(self) -> Target:
+        return self.targets[0]
+
+    # -- the seam ------------------------------------------------------------------------------
+
+    async def open_stream(self, request: ProviderRequest) -> RoutedStream:
+        """`ProviderAdapter.open_stream`, routed: the first target to reach content, its stream."""
+        self.step += 1
+        if self._aborted is not None:
+            raise self._aborted
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self.total_at:
+            raise DeadlineExceeded("total", self.total)
+        task = self._opening = asyncio.current_task()
+        try:
+            if self.served is not None:  # a later step: the target that answered so far
+                opened = await self._chain(self.served, request)
+            elif self.hedge_after is not None:
+                opened = await self._hedged(request)
+            else:
+                opened = await self._in_order(request)
+        except asyncio.CancelledError:
+            if self._aborted is not None and task is not None and task.uncancel() == 0:
+                raise self._aborted from None
+            raise
+        except _TargetFailed as failed:
+            raise self._with_attempts(failed.error) from None
+        finally:
+            self._opening = None
+        self.served = target = opened.target
+        stream = RoutedStream(upstream=opened.upstream, iterator=opened.iterator, buffered=opened.buffered,
+                              ended=opened.ended, failure=opened.failure, idle=self.idle, total=self.total,
+                              total_at=self.total_at, on_failure=lambda exc: self._failed_late(target, exc))
+        self.current = stream
+        return stream
+
+    def _failed_late(self, target: Target, exc: GatewayError) -> None:
+        """The serving upstream failed after its first content: no fallback, but its breaker counts it."""
+        if _verdict(exc) != "stop":
+            self.router.breakers[target.name].failure()
+
+    def final_fields(self) -> dict[str, Any]:
+        """`FinalEvent` fields: the attempts (and, for a route, its name and the target that served)."""
+        served = self.served.name if self.route is not None and self.served is not None else None
+        return {"attempts": tuple(a.to_dict() for a in self.attempts), "route": self.route, "target": served}
+
+    def abort(self, error: GatewayError) -> None:
+        """End the run with `error` (graceful drain): its read or its opening raises it."""
+        if self._aborted is not None:
+            return
+        self._aborted = error
+        if self._opening is not None:
+            self._opening.cancel()
+        elif self.current is not None:
+            self.current.abort(error)
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        self._on_close.append(callback)
+
+    def close(self) -> None:
+        """The run ended (its final is out): release what was held for it."""
+        callbacks, self._on_close = self._on_close, []
+        for callback in callbacks:
+            callback()
+
+    # -- strategies ----------------------------------------------------------------------------
+
+    def _with_attempts(self, error: GatewayError) -> GatewayError:
+        error.attempts = tuple(a.to_dict() for a in self.attempts)
+        return error
+
+    async def _in_order(self, request: ProviderRequest) -> _Opened:
+        last: _TargetFailed | None = None
+        for target in self.targets:
+            try:
+                return await self._chain(target, request)
+            except _TargetFailed as failed:
+                if failed.stop:
+                    raise
+                last = self._worse(last, failed)
+        assert last is not None
+        raise last
+
+    async def _hedged(self, request: ProviderRequest) -> _Opened:
+        """Start the next target whenever the running ones have produced no content for
+        `hedge_after` (or one failed); the first to reach content wins, the rest are cancelled."""
+        queue = list(self.targets)
+        running: dict[asyncio.Task[_Opened], Target] = {}
+        last: _TargetFailed | None = None
+
+        def launch() -> None:
+            target = queue.pop(0)
+            running[asyncio.ensure_future(self._chain(target, request))] = target
+
+        launch()
+        try:
+            while running:
+                done, _ = await asyncio.wait(running, timeout=self.hedge_after if queue else None,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    launch()  # the hedge: nothing yet from the running ones
+                    continue
+                winner: _Opened | None = None
+                for task in done:
+                    running.pop(task)
+                    exc = task.exception()
+                    if exc is None:
+                        if winner is None:
+                            winner = task.result()
+                        else:  # two at once: one answer only
+                            await self._discard(task.result())
+                        continue
+                    if not isinstance(exc, _TargetFailed):
+                        raise exc
+                    if exc.stop:
+                        raise exc
+                    last = self._worse(last, exc)
+                    if queue:
+                        launch()  # a failure frees its slot for the next target
+                if winner is not None:
+                    return winner
+            assert last is not None
+            raise last
+        finally:
+            for task in running:
+                task.cancel()
+            for task in running:  # each closes its upstream request as it unwinds
+                try:
+                    opened = await task
+                except BaseException:
+                    continue
+                await self._discard(opened)
+
+    async def _discard(self, opened: _Opened) -> None:
+        for attempt in reversed(self.attempts):
+            if attempt.target == opened.target.name and attempt.outcome == "ok":
+                attempt.outcome = "cancelled"
+                break
+        await _close(opened.upstream, opened.iterator)
+
+    @staticmethod
+    def _worse(last: _TargetFailed | None, failed: _TargetFailed) -> _TargetFailed:
+        """The failure to report when none served: a skipped target tells less than a real failure."""
+        if last is not None and isinstance(failed.error, CircuitOpen):
+            return last
+        return failed
+
+    async def _chain(self, target: Target, request: ProviderRequest) -> _Opened:
+        """One target, retried with backoff while retrying can help."""
+        router = self.router
+        breaker = router.breakers[target.name]
+        if not breaker.allow():
+            self._record(Attempt(target=target.name, step=self.step, outcome="skipped", code="circuit_open"))
+            retry_in = breaker.retry_in()
+            raise _TargetFailed(CircuitOpen(f"{target.name}: skipped while its circuit is open",
+                                            provider=target.provider, retry_after=f"{max(1, round(retry_in))}"),
+                                stop=False)
+        loop = asyncio.get_running_loop()
+        tries = 0
+        while True:
+            try:
+                opened = await self._try(target, request)
+            except GatewayError as exc:
+                verdict = _verdict(exc)
+                if verdict == "stop":
+                    breaker.release()
+                    raise _TargetFailed(exc, stop=True) from None
+                breaker.failure()
+                if verdict != "retry" or tries >= self.max_retries or breaker.state == "open":
+                    raise _TargetFailed(exc, stop=False) from None
+                tries += 1
+                delay = router.backoff(tries)
+                wait = retry_after_seconds(exc.retry_after)
+                if wait is not None:
+                    if wait > router.policy.retry_after_max:
+                        raise _TargetFailed(exc, stop=False) from None  # a long wait: move on instead
+                    delay = max(delay, wait)
+                if loop.time() + delay >= self.total_at:
+                    raise _TargetFailed(exc, stop=False) from None
+                await asyncio.sleep(delay)
+                continue
+            except BaseException:
+                breaker.release()
+                raise
+            breaker.success()
+            return opened
+
+    async def _try(self, target: Target, request: ProviderRequest) -> _Opened:
+        """Open the target and read until its first content patch (or its end)."""
+        attempt = Attempt(target=target.name, step=self.step)
+        self.attempts.append(attempt)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        first_token_at = started + self.first_token
+        upstream: PatchStream | None = None
+        iterator: Any = None
+        buffered: list[list[Patch]] = []
+        options = {**target.options, **request.options} if target.options else request.options
+        try:
+            async with asyncio.timeout_at(min(first_token_at, self.total_at)):
+                upstream = await target.adapter.open_stream(replace(request, model=target.upstream_model,
+                                                                    options=options))
+                iterator = upstream.__aiter__()
+                ended = False
+                while True:
+                    try:
+                        batch = await iterator.__anext__()
+                    except StopAsyncIteration:
+                        ended = True
+                        break
+                    except Exception as exc:  # noqa: BLE001 - sorted just below
+                        if isinstance(exc, GatewayError) and _verdict(exc) != "stop":
+                            raise
+                        # served, with a failure to report after `start` (not the target's fault)
+                        self._finish(attempt, started, "error",
+                                     exc if isinstance(exc, GatewayError) else None)
+                        return _Opened(target, upstream, iterator, buffered, True, exc)
+                    buffered.append(batch)
+                    if _has_content(batch):
+                        break
+        except TimeoutError:
+            await _close(upstream, iterator)
+            error: GatewayError = (DeadlineExceeded("first_token", self.first_token, provider=target.provider)
+                                   if loop.time() < self.total_at else DeadlineExceeded("total", self.total))
+            self._finish(attempt, started, "timeout", error)
+            raise error from None
+        except GatewayError as exc:
+            await _close(upstream, iterator)
+            self._finish(attempt, started, _outcome(exc), exc)
+            raise
+        except BaseException:
+            await _close(upstream, iterator)
+            self._finish(attempt, started, "cancelled", None)
+            raise
+        self._finish(attempt, started, "ok", None)
+        return _Opened(target, upstream, iterator, buffered, ended)
+
+    def _finish(self, attempt: Attempt, started: float, outcome: Outcome, error: GatewayError | None) -> None:
+        attempt.outcome = outcome
+        attempt.duration_ms = round((asyncio.get_running_loop().time() - started) * 1000, 3)
+        if error is not None:
+            attempt.code = error.code
+            attempt.status = error.upstream_status
+        if self.router.observer is not None:
+            self.router.observer(attempt)
+
+    def _record(self, attempt: Attempt) -> None:
+        self.attempts.append(attempt)
+        if self.router.observer is not None:
+            self.router.observer(attempt)
+
+
+async def _close(upstream: PatchStream | None, iterator: Any) -> None:
+    """Close an abandoned attempt's upstream request, even while being cancelled."""
+    if upstream is None:
+        return
+
+    async def close() -> None:
+        if iterator is not None:
+            try:
+                await iterator.aclose()
+            except Exception:  # noqa: BLE001 - it is being thrown away
+                pass
+        try:
+            await upstream.aclose()
+        except Exception:  # noqa: BLE001
+            pass
+
+    await asyncio.shield(close())
