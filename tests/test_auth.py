@@ -276,8 +276,11 @@ async def test_usage_by_model_and_day_own_key_and_admin() -> None:
         a, b = a_key["key"], b_key["key"]
         for body in (SIMPLE, SIMPLE, {**SIMPLE, "model": "mock/echo"}):
             assert (await client.post("/v1/generate", json=body, headers=bearer(a))).status_code == 200
-        failing = {**SIMPLE, "provider_options": {"fail_after": 1}}
-        await client.post("/v1/generate", json=failing, headers=bearer(a))
+        # Broken after its first text chunk: past the point of fallback (issue 16), the run ends with
+        # final{error} and is recorded (a failure before any content is an HTTP error and no run).
+        failing = {**SIMPLE, "provider_options": {"fail_after": 2}}
+        broken = await client.post("/v1/generate", json=failing, headers=bearer(a))
+        assert broken.status_code == 502 and broken.json()["status"] == "error", broken.text
         await client.post("/v1/generate", json=SIMPLE, headers=bearer(b))
         await app.state.records.flush()
         by_model = (await client.get("/v1/usage", params={"group_by": "model"}, headers=bearer(a))).json()
