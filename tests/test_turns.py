@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from app.core.accumulator import Accumulator
-from app.core.events import StreamEvent, TokenEvent, ToolCallEvent, ToolResultEvent, Usage
+from app.core.events import EVENT_SCHEMAS, StreamEvent, TokenEvent, ToolCallEvent, ToolResultEvent, Usage
 from app.core.messages import ToolCall
 from app.core.patches import (
     MessageDelta,
@@ -27,6 +27,7 @@ from app.core.patches import (
 )
 from app.core.released import Released
 from app.core.transcript import Transcript
+from app.streams.log import encode_frame
 from app.tools import ToolRegistry
 from app.tools.calculator import CalculatorTool
 from app.validation import Blocked
@@ -142,3 +143,10 @@ async def test_every_reader_follows_the_flag_not_a_set_of_ids_of_its_own(closes_
     assert transcript_turns(transcript) == turns
     assert [text for phase, lane, text in log if phase == "final"] == [turns[-1]]
 
+
+
+def test_the_flag_never_reaches_the_wire() -> None:
+    result = ToolResultEvent(tool_call_id="c1", name="add", content="1")
+    closing = ToolResultEvent(tool_call_id="c1", name="add", content="1", closes_turn=True)
+    assert closing.data() == result.data() and encode_frame(7, closing) == encode_frame(7, result)
+    assert set(result.data()) == set(EVENT_SCHEMAS["tool_result"].__annotations__)  # what the OpenAPI document says
