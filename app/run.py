@@ -270,9 +270,8 @@ class Run:
         progress, acc = self._progress, self.accumulator
         progress.usage.add(acc.usage)
         progress.counted = True
-        self.transcript.close_turn()
         self.transcript.usage, self.transcript.steps = self._usage(), progress.steps
-        message = self.released.end_step()  # as released: validators may have rewritten arguments
+        message = self.released.message()  # as released: validators may have rewritten arguments
         calls = [c for c in message.tool_calls if self.tools.runs(c.name)]
         if calls:
             progress.final_message = replace(message, tool_calls=tuple(c for c in message.tool_calls if c not in calls))
@@ -290,9 +289,9 @@ class Run:
             await execution.aclose()  # cancelled or failed: nothing keeps running
 
     def _continues(self, execution: Execution) -> bool:
-        """Append the turn and its results to the conversation; whether another step follows."""
-        progress, results = self._progress, execution.results
-        self.released.end_turn((c, results[c.id].content) for c in execution.calls)
+        """The turn and its results (which closed it) join the conversation; whether another step follows."""
+        progress = self._progress
+        self.released.end_turn()
         progress.tools_run += len(execution.calls)
         assert progress.final_message is not None
         if progress.final_message.tool_calls:

@@ -160,12 +160,28 @@ def test_a_caller_tool_result_closes_the_turn_and_server_results_do_not():
         ToolResultStart(key="sr", tool_call_id="srv", name="web_search"), ToolResultEnd(key="sr"),
         TextDelta(text="!"), MessageEnd(),
     )
-    assert ToolResultEvent(tool_call_id="c1", name="calc", content="4") in events
+    results = [e for e in events if isinstance(e, ToolResultEvent)]
+    assert results == [ToolResultEvent(tool_call_id="c1", name="calc", content="4", closes_turn=True),
+                       ToolResultEvent(tool_call_id="srv", name="web_search", content="")]
     message = acc.final("ok").message
     assert message.content == "Sum is 4!" and message.tool_calls == ()
     assert [m.role for m in acc.history] == ["assistant", "tool"]
     assert acc.history[0].tool_calls[0].id == "c1" and acc.history[1].content == "4"
-    assert [c.id for c in acc.tool_calls] == ["c1", "srv"] and acc.tool_calls[1].server
+    finals = [e for e in events if isinstance(e, ToolCallEvent) and e.is_final]
+    assert [(c.id, c.server) for c in finals] == [("c1", False), ("srv", True)]
+
+
+def test_only_a_result_for_a_completed_call_of_the_response_closes_the_turn():
+    """A result for a call not (yet) complete, or not of this response, leaves the turn open."""
+    events, _ = run(
+        ToolStart(key="t", id="c1", name="calc"), ToolDelta(key="t", fragment="{"),
+        ToolResultStart(key="early", tool_call_id="c1", name="calc"), ToolResultEnd(key="early"),
+        ToolDelta(key="t", fragment="}"), ToolEnd(key="t"),
+        ToolResultStart(key="other", tool_call_id="elsewhere", name="calc"), ToolResultEnd(key="other"),
+        ToolResultStart(key="r", tool_call_id="c1", name="calc"), ToolResultEnd(key="r"), MessageEnd(),
+    )
+    results = [e for e in events if isinstance(e, ToolResultEvent)]
+    assert [(e.tool_call_id, e.closes_turn) for e in results] == [("c1", False), ("elsewhere", False), ("c1", True)]
 
 
 def test_final_is_honest_about_errors():

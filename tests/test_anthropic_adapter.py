@@ -20,7 +20,7 @@ from app.core.errors import (
     UpstreamTimeout,
 )
 from app.core.events import FinalEvent
-from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec
+from app.core.messages import AdapterError, Message, ToolCall, ToolSpec
 from app.providers.anthropic import AnthropicAdapter, build_anthropic
 from app.providers.base import ProviderRequest
 from app.providers.registry import build_registry
@@ -153,36 +153,22 @@ async def test_schema_violations_are_request_errors() -> None:
         await adapter.open_stream(request(tool_choice="required"))
 
 
-async def test_generate_returns_the_assistant_message() -> None:
+async def test_generate_sends_the_request_and_returns_the_assistant_message() -> None:
     seen: list[dict[str, Any]] = []
-    reply = {
-        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-haiku-4-5",
-        "content": [
-            {"type": "thinking", "thinking": "Need the tool.", "signature": "sig=="},
-            {"type": "redacted_thinking", "data": "opaque"},
-            {"type": "text", "text": "Let me add."},
-            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "q"}},
-            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
-            {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 2, "b": 2}},
-        ],
-        "stop_reason": "tool_use", "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 20},
-    }
+    rec = RECORDING["thinking-then-tool-use"]
 
     def handler(req: httpx2.Request) -> httpx2.Response:
         seen.append(orjson.loads(req.content))
-        return httpx2.Response(200, json=reply)
+        return event_stream(Body([rec.body]))
 
     adapter = AnthropicAdapter(client_for(handler))
     message = await adapter.generate([Message(role="user", content="Hi")], model="claude-haiku-4-5",
                                      tools=[ToolSpec(name="add")], max_tokens=64, metadata={"user_id": "u"})
-    assert message == Message(
-        role="assistant", content="Let me add.",
-        tool_calls=(ToolCall(id="toolu_1", name="add", arguments={"a": 2, "b": 2}),),
-        reasoning=(ReasoningBlock(text="Need the tool.", signature="sig==", provider="anthropic"),
-                   ReasoningBlock(redacted="opaque", provider="anthropic")),
-    )
-    assert seen[0]["max_tokens"] == 64 and seen[0]["metadata"] == {"user_id": "u"} and "stream" not in seen[0]
+    (call,) = rec.expected["tool_calls"]
+    assert message.content == "" and message.tool_calls == (ToolCall(id=call["id"], name=call["name"], arguments={}),)
+    (thinking,) = message.reasoning
+    assert thinking.text == rec.expected["reasoning"] and thinking.signature and thinking.provider == "anthropic"
+    assert seen[0]["max_tokens"] == 64 and seen[0]["metadata"] == {"user_id": "u"} and seen[0]["stream"] is True
     assert seen[0]["tools"][0]["name"] == "add"
     with pytest.raises(AdapterError):
         await adapter.generate([Message(role="user", content="Hi")], model="m", stream=True)
@@ -195,9 +181,9 @@ async def test_a_json_answer_to_a_stream_request_is_an_upstream_error() -> None:
         await AnthropicAdapter(client_for(handler)).open_stream(request())
 
 
-async def test_malformed_json_from_generate_is_an_upstream_error() -> None:
+async def test_a_body_that_is_no_answer_is_an_upstream_error_from_generate() -> None:
     handler = lambda req: httpx2.Response(200, content=b"<html>", headers={"content-type": "text/html"})  # noqa: E731
-    with pytest.raises(UpstreamError, match="not JSON"):
+    with pytest.raises(UpstreamError, match="ended before message_stop"):
         await AnthropicAdapter(client_for(handler)).generate([Message(role="user", content="Hi")], model="m")
 
 

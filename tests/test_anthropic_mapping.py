@@ -8,12 +8,10 @@ from typing import Any
 
 import pytest
 
-from app.core.errors import UpstreamError
 from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec
 from app.providers.anthropic import (
     DEFAULT_MAX_TOKENS,
     build_anthropic_request,
-    message_from_anthropic,
     messages_to_anthropic,
     tool_choice_to_anthropic,
     tool_specs_to_anthropic,
@@ -248,22 +246,6 @@ def test_provider_options_tools_add_server_tools_after_the_requests_own() -> Non
             build_anthropic_request(request(options={"tools": bad}))
     with pytest.raises(AdapterError, match="duplicate"):
         build_anthropic_request(request(tools=(ADD,), options={"tools": [{"type": "bash_20250124", "name": "add"}]}))
-
-
-def test_message_from_anthropic() -> None:
-    message = message_from_anthropic({"content": [
-        {"type": "thinking", "thinking": "t", "signature": "s"},
-        {"type": "text", "text": "a"}, {"type": "text", "text": "b"},
-        {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 1}},
-    ]})
-    assert message.content == "ab" and message.tool_calls == (call("toolu_1", a=1),)
-    assert message.reasoning == (ReasoningBlock(text="t", signature="s", provider="anthropic"),)
-    only_thinking = message_from_anthropic({"content": [{"type": "thinking", "thinking": "t", "signature": "s"}]})
-    assert only_thinking.content == "" and only_thinking.reasoning
-    with pytest.raises(UpstreamError, match="malformed"):
-        message_from_anthropic({"content": [{"type": "tool_use", "name": "add"}]})
-    with pytest.raises(UpstreamError, match="malformed"):
-        message_from_anthropic({"id": "no content"})
 
 
 # -- the same conversation through both providers' mappings ----------------------------------

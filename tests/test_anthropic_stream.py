@@ -65,7 +65,7 @@ def expected_arguments(call: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("rec", RECORDINGS, ids=repr)
 def test_recording_gives_expected_outcome(rec: Recording) -> None:
     exp = rec.expected
-    events, acc = run([rec.body])
+    events, _ = run([rec.body])
     final = final_of(events)
     assert final.status == "ok", final.error
     assert final.model == exp["model"]
@@ -83,20 +83,21 @@ def test_recording_gives_expected_outcome(rec: Recording) -> None:
     assert sum(1 for b in blocks if b.redacted) == exp["redacted_thinking_blocks"]
     assert all(b.provider == "anthropic" for b in blocks)
 
-    client_calls = [c for c in acc.tool_calls if not c.server]
+    finals = [e for e in events if isinstance(e, ToolCallEvent) and e.is_final]  # a call, past the accumulator
+    client_calls = [c for c in finals if not c.server]
     assert [(c.id, c.name, c.arguments) for c in client_calls] == [
         (c["id"], c["name"], expected_arguments(c)) for c in exp["tool_calls"]
     ]
     assert [(c.id, c.name) for c in final.message.tool_calls] == [(c["id"], c["name"]) for c in exp["tool_calls"]]
-    server_calls = [c for c in acc.tool_calls if c.server]
+    server_calls = [c for c in finals if c.server]
     assert [(c.id, c.name, c.arguments) for c in server_calls] == [
         (c["id"], c["name"], expected_arguments(c)) for c in exp["server_tool_calls"]
     ]
-    finals = [e for e in events if isinstance(e, ToolCallEvent) and e.is_final]
-    assert [e.id for e in finals] == [c.id for c in acc.tool_calls]  # one final event per call
-    for call_id in {e.id for e in events if isinstance(e, ToolCallEvent)}:
-        fragments = "".join(e.args_fragment for e in events if isinstance(e, ToolCallEvent) and e.id == call_id)
-        assert json.loads(fragments) == acc._calls_by_id[call_id].arguments  # fragments join to the JSON
+    started = list(dict.fromkeys(e.id for e in events if isinstance(e, ToolCallEvent)))
+    assert [e.id for e in finals] == started  # one final event per call
+    for call in finals:
+        fragments = "".join(e.args_fragment for e in events if isinstance(e, ToolCallEvent) and e.id == call.id)
+        assert json.loads(fragments) == call.arguments  # fragments join to the JSON
 
     results = [e for e in events if isinstance(e, ToolResultEvent)]
     names = {c["id"]: c["name"] for c in exp["server_tool_calls"]}

@@ -13,7 +13,6 @@ from app.core.errors import (
     GatewayError,
     RequestError,
     UpstreamBadRequest,
-    UpstreamBlocked,
     UpstreamError,
     UpstreamNotFound,
     UpstreamRateLimited,
@@ -25,7 +24,6 @@ from app.providers.gemini import (
     GeminiAdapter,
     build_gemini,
     gemini_request,
-    message_from_gemini,
     messages_to_gemini,
     tool_choice_to_gemini,
     tool_specs_to_gemini,
@@ -142,16 +140,6 @@ def test_gemini_request_body_and_options() -> None:
 def test_provider_options_cannot_override_what_the_gateway_owns(options: dict[str, Any]) -> None:
     with pytest.raises(AdapterError):
         gemini_request(request(options=options))
-
-
-def test_message_from_gemini_reads_a_whole_response() -> None:
-    data = orjson.loads(RECORDING["function-call-thought-signature"].body.split(b"\r\n\r\n")[0][6:])
-    data["candidates"][0]["finishReason"] = "STOP"
-    message = message_from_gemini(data)
-    assert message.tool_calls == (ToolCall(id="call_QUVVadTSNJ6_qtsPvN7J8Q0_0", name="get_country", arguments={}),)
-    assert [b.signature[:6] for b in message.reasoning if b.signature] == ["EpwICp"]
-    with pytest.raises(UpstreamBlocked):
-        message_from_gemini({"promptFeedback": {"blockReason": "OTHER"}})
 
 
 # -- the adapter over MockTransport -------------------------------------------------------------
@@ -279,18 +267,17 @@ async def test_schema_violations_are_request_errors() -> None:
 
 async def test_generate_returns_the_assistant_message() -> None:
     seen: list[httpx2.Request] = []
-    data = orjson.loads(RECORDING["function-call"].body.strip()[6:])
 
     def handler(req: httpx2.Request) -> httpx2.Response:
         seen.append(req)
-        return httpx2.Response(200, json=data)
+        return event_stream(Body([RECORDING["function-call"].body]))
 
-    message = await adapter_for(handler).generate(request())
+    message = await adapter_for(handler).generate(request().messages, model="gemini-2.5-flash")
     assert message.tool_calls == (ToolCall(id="call_1lpeaMTxIpW1nvgP-O3vwQY_0", name="get_capital",
                                            arguments={"country": "France"}),)
-    assert seen[0].url.path.endswith("/models/gemini-2.5-flash:generateContent")
-    with pytest.raises(UpstreamError, match="JSON object"):
-        await adapter_for(lambda r: httpx2.Response(200, content=b"[]")).generate(request())
+    assert seen[0].url.path.endswith("/models/gemini-2.5-flash:streamGenerateContent")
+    with pytest.raises(UpstreamError, match="expected an event stream"):
+        await adapter_for(lambda r: httpx2.Response(200, json=[])).generate(request().messages, model="m")
 
 
 def settings(**kw: Any) -> Settings:

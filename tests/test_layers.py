@@ -1,4 +1,5 @@
-"""DESIGN.md section 3: imports run one way; providers import neither settings, validation nor tools."""
+"""DESIGN.md section 3: imports run one way (down or across the layers, never up, no cycle between packages);
+providers import neither settings, validation nor tools; core imports only core."""
 
 import ast
 from pathlib import Path
@@ -35,3 +36,56 @@ def test_core_imports_only_core() -> None:
         if name.startswith("app.") and not name.startswith("app.core")
     }
     assert not offenders
+
+
+# DESIGN.md section 3: api -> pipeline/run -> routing -> providers, validation, tools, streams, records,
+# auth -> core. A package may import its peers and anything below, never above; the modules outside
+# that line sit where what they import puts them (settings reads every package's configuration).
+RANK = {
+    "core": 0,
+    "providers": 1, "validation": 1, "tools": 1, "streams": 1, "records": 1, "auth": 1, "observability": 1,
+    "lifecycle": 1,
+    "routing": 2, "accounting": 2, "recording": 2,
+    "run": 3, "pipeline": 3, "settings": 3,
+    "api": 4,
+    "main": 5,
+}
+
+
+def _package_imports() -> dict[str, set[str]]:
+    """Package -> the app packages it imports (command-line entry points, `__main__`, excepted)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(APP.rglob("*.py")):
+        if path.name == "__main__.py":
+            continue
+        source = path.relative_to(APP).parts[0].removesuffix(".py")
+        targets = {name.split(".")[1] for name in _imports(path) if name.startswith("app.")}
+        graph.setdefault(source, set()).update(targets - {source})
+    return graph
+
+
+def test_every_package_has_its_place_in_the_layers() -> None:
+    assert set(_package_imports()) - {"__init__", "web"} <= set(RANK)
+
+
+def test_imports_run_down_or_across_never_up() -> None:
+    upward = {f"{source} -> {target}" for source, targets in _package_imports().items()
+              for target in targets if source in RANK and RANK[target] > RANK[source]}
+    assert not upward
+
+
+def test_no_two_packages_import_each_other_even_through_others() -> None:
+    graph = _package_imports()
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), list(graph.get(start, ()))
+        while todo:
+            node = todo.pop()
+            if node == goal:
+                return True
+            if node not in seen:
+                seen.add(node)
+                todo.extend(graph.get(node, ()))
+        return False
+
+    assert not {f"{a} <-> {b}" for a, targets in graph.items() for b in targets if reaches(b, a)}

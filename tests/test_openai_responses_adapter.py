@@ -24,7 +24,6 @@ from app.providers.base import ProviderRequest
 from app.providers.openai_responses import (
     OpenAIResponsesAdapter,
     build_openai_responses,
-    message_from_responses,
     messages_to_responses,
     responses_request,
     tool_choice_to_responses,
@@ -101,7 +100,7 @@ def request(model: str = "gpt-4o", **kw: Any) -> ProviderRequest:
 
 def test_responses_request_body() -> None:
     body = responses_request(request(messages=CONVERSATION, tools=(ADD,), tool_choice="add", max_tokens=64,
-                                     temperature=0.3), stream=True)
+                                     temperature=0.3))
     assert body["model"] == "gpt-4o" and body["stream"] is True
     assert body["instructions"] == "Be brief."
     assert body["temperature"] == 0.3 and body["max_output_tokens"] == 64
@@ -110,23 +109,22 @@ def test_responses_request_body() -> None:
 
 
 def test_reasoning_options_and_temperature_on_reasoning_models() -> None:
-    body = responses_request(request(options={"reasoning_effort": "high", "reasoning_summary": "detailed"}),
-                             stream=True)
+    body = responses_request(request(options={"reasoning_effort": "high", "reasoning_summary": "detailed"}))
     assert body["reasoning"] == {"effort": "high", "summary": "detailed"} and "temperature" not in body
     for model in ("o3-mini", "gpt-5", "gpt-5-nano", "o4-mini"):
-        assert "temperature" not in responses_request(request(model), stream=True)
-    assert responses_request(request("gpt-4.1"), stream=True)["temperature"] == 0.0
+        assert "temperature" not in responses_request(request(model))
+    assert responses_request(request("gpt-4.1"))["temperature"] == 0.0
 
 
 def test_provider_options_pass_through_and_may_drop_fields() -> None:
     body = responses_request(request(options={"store": False, "include": ["reasoning.encrypted_content"],
                                               "temperature": None, "builtin_tools": [{"type": "web_search"}]},
-                                     tools=(ADD,), tool_choice="required"), stream=False)
+                                     tools=(ADD,), tool_choice="required"))
     assert body["store"] is False and body["include"] == ["reasoning.encrypted_content"]
     assert "temperature" not in body
     assert [t.get("name", t["type"]) for t in body["tools"]] == ["add", "web_search"]
     only_builtin = responses_request(request(options={"builtin_tools": [{"type": "web_search"}]},
-                                             tool_choice="required"), stream=False)
+                                             tool_choice="required"))
     assert only_builtin["tool_choice"] == "required"
 
 
@@ -134,26 +132,7 @@ def test_provider_options_pass_through_and_may_drop_fields() -> None:
                                      {"instructions": "x"}, {"builtin_tools": "web_search"}])
 def test_provider_options_cannot_override_what_the_gateway_owns(options: dict[str, Any]) -> None:
     with pytest.raises(AdapterError):
-        responses_request(request(options=options), stream=True)
-
-
-def test_message_from_responses() -> None:
-    data = {"status": "completed", "output": [
-        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "A"},
-                                                          {"type": "summary_text", "text": "B"}]},
-        {"type": "web_search_call", "id": "ws_1", "status": "completed"},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hi "},
-                                                              {"type": "output_text", "text": "there"}]},
-        {"type": "function_call", "id": "fc_1", "call_id": "call_9", "name": "add", "arguments": '{"a":1}'},
-    ]}
-    message = message_from_responses(data)
-    assert message.content == "Hi there"
-    assert message.tool_calls == (ToolCall(id="call_9", name="add", arguments={"a": 1}),)
-    assert [b.text for b in message.reasoning] == ["A\n\nB"]
-    with pytest.raises(UpstreamError, match="quota"):
-        message_from_responses({"status": "failed", "error": {"code": "insufficient_quota", "message": "quota"}})
-    with pytest.raises(UpstreamError, match="malformed"):
-        message_from_responses({"output": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"}]})
+        responses_request(request(options=options))
 
 
 # -- the adapter over MockTransport -------------------------------------------------------------
@@ -181,8 +160,7 @@ async def test_stream_posts_to_responses_and_reads_raw_bytes() -> None:
     (req,) = seen
     assert req.url.path == "/v1/responses" and req.headers["authorization"] == "Bearer sk-test"
     sent = orjson.loads(req.content)
-    assert sent == responses_request(request(messages=CONVERSATION, tools=(ADD,), options={"store": False}),
-                                     stream=True)
+    assert sent == responses_request(request(messages=CONVERSATION, tools=(ADD,), options={"store": False}))
 
 
 async def test_aclose_closes_the_upstream_response() -> None:
@@ -266,14 +244,13 @@ async def test_generate_returns_the_assistant_message() -> None:
 
     def handler(req: httpx2.Request) -> httpx2.Response:
         seen.append(orjson.loads(req.content))
-        return httpx2.Response(200, json={"id": "resp_1", "status": "completed", "output": [
-            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Four."}]}]})
+        return event_stream(Body([RECORDING["text"].body]))
 
-    message = await OpenAIResponsesAdapter(client_for(handler)).generate(request(messages=CONVERSATION))
-    assert message == Message(role="assistant", content="Four.")
-    assert seen[0]["stream"] is False and seen[0]["instructions"] == "Be brief."
-    with pytest.raises(UpstreamError, match="JSON object"):
-        await OpenAIResponsesAdapter(client_for(lambda r: httpx2.Response(200, content=b"[]"))).generate(request())
+    message = await OpenAIResponsesAdapter(client_for(handler)).generate(CONVERSATION, model="gpt-4o")
+    assert message == Message(role="assistant", content=RECORDING["text"].expected["text"])
+    assert seen[0]["stream"] is True and seen[0]["instructions"] == "Be brief."
+    with pytest.raises(UpstreamError, match="expected an event stream"):
+        await OpenAIResponsesAdapter(client_for(lambda r: httpx2.Response(200, json=[]))).generate(request().messages, model="m")
 
 
 def settings(**kw: Any) -> Settings:

@@ -1,7 +1,7 @@
 """The released message and turns come from the released events alone (app/core/released.py)."""
 
-from app.core.events import ReasoningBlockEnd, ReasoningEvent, TokenEvent, ToolCallEvent, ToolResultEvent
-from app.core.messages import ReasoningBlock, ToolCall
+from app.core.events import AssistantMessage, ReasoningBlockEnd, ReasoningEvent, TokenEvent, ToolCallEvent, ToolResultEvent
+from app.core.messages import ReasoningBlock
 from app.core.released import Released
 
 
@@ -23,23 +23,35 @@ def test_block_ends_carry_signatures_and_a_cut_block_loses_its_own() -> None:
     assert (blocks[3].text, blocks[3].signature, blocks[3].provider) == ("never ended", None, "anthropic")
 
 
-def test_a_result_for_a_step_call_closes_the_turn_a_server_one_does_not() -> None:
-    released = Released.of([TokenEvent(index=0, content="Calling"), call("c1", 0),
-                            ToolResultEvent(tool_call_id="c1", name="calculator", content="4"),
+def result(call_id: str, content: str, *, closes_turn: bool = True) -> ToolResultEvent:
+    return ToolResultEvent(tool_call_id=call_id, name="calculator", content=content, closes_turn=closes_turn)
+
+
+def test_a_result_that_closes_the_turn_ends_it_a_server_one_does_not() -> None:
+    released = Released.of([TokenEvent(index=0, content="Calling"), call("c1", 0), result("c1", "4"),
                             TokenEvent(index=1, content="Sum is 4"), call("srv", 1, server=True),
-                            ToolResultEvent(tool_call_id="srv", name="calculator", content="x")])
+                            result("srv", "x", closes_turn=False)])
     assert [(m.role, m.content) for m in released.history] == [("assistant", "Calling"), ("tool", "4")]
     assert released.message().content == "Sum is 4" and released.message().tool_calls == ()
     assert released.added == ()  # turns closed inside a response are not the gateway's additions
 
 
-def test_the_gateway_ends_a_step_turn_with_its_results_in_call_order() -> None:
+def test_the_gateways_results_close_the_turn_and_join_it_in_call_order() -> None:
     released = Released.of([TokenEvent(index=0, content="Two calls"), call("b", 1), call("a", 0)])
-    message = released.end_step()
-    assert [c.id for c in message.tool_calls] == ["a", "b"]  # by the calls' index
-    released.observe(ToolResultEvent(tool_call_id="b", name="calculator", content="2"))  # the gateway's: no effect
-    released.end_turn([(ToolCall(id="a", name="calculator", arguments={}), "1"),
-                       (ToolCall(id="b", name="calculator", arguments={}), "2")])
+    assert [c.id for c in released.message().tool_calls] == ["a", "b"]  # by the calls' index
+    released.observe(result("b", "2"))  # finished first: closes the turn
+    assert released.message().content == "" and released.added == ()
+    released.observe(result("a", "1"))
+    released.end_turn()
     assert [(m.role, m.content, m.tool_call_id) for m in released.added] == [
         ("assistant", "Two calls", None), ("tool", "1", "a"), ("tool", "2", "b")]
-    assert released.message().content == ""
+
+
+def test_a_turn_that_said_nothing_stays_open() -> None:
+    """A result closing a turn already closed (the second of a turn's results) leaves the thinking
+    that came after it in the open turn, to go with the answer."""
+    thinking = ReasoningBlock(text="hm", provider="p")
+    released = Released.of([call("a", 0), call("b", 1), result("a", "1"), ReasoningEvent(index=0, content="hm"),
+                            ReasoningBlockEnd(block=thinking), result("b", "2"), TokenEvent(index=0, content="3")])
+    assert [m.role for m in released.history] == ["assistant", "tool", "tool"]
+    assert released.message() == AssistantMessage(content="3", reasoning=(thinking,))

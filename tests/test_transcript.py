@@ -23,8 +23,8 @@ def fragment(call_id, name, index, text, *, final=False, arguments=None, server=
                          arguments=arguments, server=server)
 
 
-def result(call_id, name, content, *, error=False):
-    return ToolResultEvent(tool_call_id=call_id, name=name, content=content, is_error=error)
+def result(call_id, name, content, *, error=False, closes_turn=False):
+    return ToolResultEvent(tool_call_id=call_id, name=name, content=content, is_error=error, closes_turn=closes_turn)
 
 
 def feed(transcript, *events):
@@ -51,9 +51,8 @@ def test_interleaved_parallel_calls_are_tracked_apart_with_states_and_timestamps
 def test_outputs_are_matched_by_id_whatever_their_order():
     t = Transcript(clock=clock())
     feed(t, fragment("c1", "f", 0, "{}", final=True, arguments={}), fragment("c2", "g", 1, "{}", final=True, arguments={}))
-    t.close_turn()
     t.mark_gateway(["c1", "c2"])
-    feed(t, result("c2", "g", "two"), result("c1", "f", "one", error=True))
+    feed(t, result("c2", "g", "two", closes_turn=True), result("c1", "f", "one", error=True, closes_turn=True))
     c1, c2 = t.get_tool_call("c1"), t.get_tool_call("c2")
     assert (c1.output, c1.is_error, c1.state, c1.output_source) == ("one", True, "has_output", "gateway")
     assert (c2.output, c2.is_error, c2.state) == ("two", False, "has_output")
@@ -93,10 +92,8 @@ def test_messages_are_classified_as_the_reference_does():
     t = Transcript(clock=clock())
     feed(t, ReasoningEvent(index=0, content="think"), TokenEvent(index=0, content="Calling "),
          TokenEvent(index=1, content="add"), fragment("c1", "add", 0, '{"a": 1}', final=True, arguments={"a": 1}))
-    t.close_turn()  # end of step 1
     t.step = 2
-    feed(t, result("c1", "add", "3"), TokenEvent(index=2, content="It is 3"))
-    t.close_turn()
+    feed(t, result("c1", "add", "3", closes_turn=True), TokenEvent(index=2, content="It is 3"))
     reasoning = [(m.type, m.step, m.content) for m in t.get_reasoning_messages()]
     assert reasoning == [
         ("thinking", 1, "think"),
@@ -117,9 +114,8 @@ def test_server_tools_do_not_turn_the_answer_into_reasoning_and_an_answered_call
     assert [m["type"] for m in snap["reasoning_messages"]] == ["tool_call", "tool_output"]
     assert t.get_tool_call("s1").output_source == "provider" and t.get_tool_call("s1").server
     # A call the model does not run, answered inside the provider's stream: the answer after it is a new turn.
-    feed(t, fragment("c1", "calc", 1, "{}", final=True, arguments={}), result("c1", "calc", "4"),
+    feed(t, fragment("c1", "calc", 1, "{}", final=True, arguments={}), result("c1", "calc", "4", closes_turn=True),
          TokenEvent(index=2, content="Sum is 4"))
-    t.close_turn()
     assert [m.content for m in t.get_response_messages()][-1] == "Sum is 4"
     assert [m.type for m in t.get_reasoning_messages()][-2:] == ["tool_call", "tool_output"]
 
@@ -138,8 +134,7 @@ def test_registered_processors_shape_display_and_never_break_the_record():
     assert isinstance(processors.get_processor_for_tool("weather"), Shouting)
     t = Transcript(processors=processors, clock=clock())
     feed(t, fragment("c1", "weather", 0, '{"city": "oslo"}', final=True, arguments={"city": "oslo"}))
-    t.close_turn()
-    feed(t, result("c1", "weather", "cold"))
+    feed(t, result("c1", "weather", "cold", closes_turn=True))
     call, output = t.get_reasoning_messages()
     assert call.content["input"] == {"title": "Looking up OSLO"}
     assert output.content["output"]["text"] == "cold" and "cannot render" in output.content["output"]["processor_error"]
@@ -153,8 +148,9 @@ def test_memory_stays_bounded_on_a_long_stream(kind):
     for n in range(20_000):
         if kind == "tokens":
             t.observe(TokenEvent(index=n, content="word "))
-            if n % 100 == 99:
-                t.close_turn()
+            if n % 100 == 99:  # a call answered: the turn ends
+                t.observe(fragment(f"c{n}", "f", n, "{}", final=True, arguments={}))
+                t.observe(result(f"c{n}", "f", "x", closes_turn=True))
         else:
             call = f"call_{n}"
             t.observe(fragment(call, "f", n, '{"n": 1}', final=True, arguments={"n": 1}))

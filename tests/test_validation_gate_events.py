@@ -61,7 +61,7 @@ async def test_a_tool_call_with_schema_invalid_arguments_is_blocked_before_any_f
 async def test_a_valid_tool_call_goes_out_whole_once_complete() -> None:
     gate = make_gate(spec("json_schema"), tools=(ADD,))
     calls = call_events("c1", ['{"a": 1, ', '"b": 2}'], {"a": 1, "b": 2})
-    result = ToolResultEvent(tool_call_id="c1", name="add", content="3")
+    result = ToolResultEvent(tool_call_id="c1", name="add", content="3", closes_turn=True)
     assert await gate.admit(calls[0]) == []
     assert await gate.admit(calls[1]) == calls
     assert await gate.admit(result) == [result]
@@ -172,7 +172,7 @@ async def test_released_message_follows_the_turns() -> None:
     gate = make_gate(spec("pii", action="redact"), spec("json_schema"), tools=(ADD,))
     first = tokens("Calling add for a@b.io")
     events = [*first, *call_events("c1", ['{"a": 1, "b": 2}'], {"a": 1, "b": 2}),
-              ToolResultEvent(tool_call_id="c1", name="add", content="3"),
+              ToolResultEvent(tool_call_id="c1", name="add", content="3", closes_turn=True),
               *tokens("Sum is 3, mail c@d.io", first=len(first))]
     released, blocked = await drive(gate, events)
     assert blocked is None
@@ -192,6 +192,6 @@ async def test_final_checks_judge_the_last_turn_the_final_message_holds() -> Non
     schema = {"type": "object", "required": ["sum"]}
     gate = make_gate(spec("json_schema", schema=schema), tools=(ADD,))
     events = [*tokens("Let me add."), *call_events("c1", ['{"a": 1, "b": 2}'], {"a": 1, "b": 2}),
-              ToolResultEvent(tool_call_id="c1", name="add", content="3"), *tokens('{"sum": 3}', first=3)]
+              ToolResultEvent(tool_call_id="c1", name="add", content="3", closes_turn=True), *tokens('{"sum": 3}', first=3)]
     released, blocked = await drive(gate, events)
     assert blocked is None and text_of(released) == 'Let me add.{"sum": 3}'

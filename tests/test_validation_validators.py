@@ -25,7 +25,7 @@ def ctx(before: str = "", *, tokens: int = 0, tool_calls: int = 0) -> CheckConte
 
 
 def call(name: str, arguments: dict, *, server: bool = False) -> ToolCallCheck:
-    return ToolCallCheck(id="c1", name=name, arguments=arguments, raw="", server=server)
+    return ToolCallCheck(id="c1", name=name, arguments=arguments, server=server)
 
 
 async def test_regex_deny_reports_pattern_and_match() -> None:

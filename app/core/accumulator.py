@@ -9,7 +9,11 @@ interleaved blocks of one type need no buffering in the mapper.
 
 A tool call's fragments are released one behind: a fragment goes out when the next one arrives,
 and the last goes out with `is_final: true` and the parsed arguments when the call ends. So every
-call gives at least one `tool_call` event and exactly one final one, with no empty trailer.
+call gives at least one `tool_call` event and exactly one final one, with no empty trailer: that
+final event is what a tool call is past this point (the gate, the transcript, the released
+message read it). A tool result in the stream that answers a completed call of the response the
+model does not run itself (not a server tool) says so (`ToolResultEvent.closes_turn`): the turn
+rule, decided here once.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from app.core.patches import (
     UsagePatch,
 )
 
-__all__ = ["Accumulator", "StreamProtocolError", "ToolCallRecord"]
+__all__ = ["Accumulator", "StreamProtocolError"]
 
 
 class StreamProtocolError(UpstreamError):
@@ -65,17 +69,15 @@ class StreamProtocolError(UpstreamError):
 
 
 @dataclass(slots=True, kw_only=True)
-class ToolCallRecord:
-    """A tool call as the accumulator saw it; `arguments` is set once the call ended."""
+class _ToolState:
+    """A tool block being assembled; it ends as one final `ToolCallEvent`."""
 
-    key: BlockKey
     id: str
     name: str
     index: int
     server: bool
     fragments: list[str] = field(default_factory=list)
-    held: str | None = None
-    arguments: dict[str, Any] | None = None
+    held: str | None = None  # the fragment not yet released (released one behind)
     done: bool = False
 
 
@@ -113,8 +115,8 @@ class Accumulator:
         self._tool_index = 0
         self._open_text: set[BlockKey] = set()
         self._reasoning: dict[BlockKey, _ReasoningState] = {}
-        self._tools: dict[BlockKey, ToolCallRecord] = {}
-        self._calls_by_id: dict[str, ToolCallRecord] = {}
+        self._tools: dict[BlockKey, _ToolState] = {}
+        self._answerable: set[str] = set()  # completed calls of this response the model does not run
         self._results: dict[BlockKey, _ResultState] = {}
         self.ignored: Counter[str] = Counter()
         """What the normalizer dropped as harmless (Ignored patches), by label."""
@@ -175,11 +177,6 @@ class Accumulator:
         )
         return usage
 
-    @property
-    def tool_calls(self) -> list[ToolCallRecord]:
-        """Every call seen, in order, server tools included."""
-        return list(self._calls_by_id.values())
-
     # -- handlers -------------------------------------------------------------------------
 
     def _message_start(self, p: MessageStart, out: list[StreamEvent]) -> None:
@@ -238,12 +235,10 @@ class Accumulator:
     def _tool_start(self, p: ToolStart, out: list[StreamEvent]) -> None:
         if p.key in self._tools and not self._tools[p.key].done:
             raise StreamProtocolError(f"tool block {p.key!r} started twice")
-        record = ToolCallRecord(key=p.key, id=p.id, name=p.name, index=self._tool_index, server=p.server)
+        self._tools[p.key] = _ToolState(id=p.id, name=p.name, index=self._tool_index, server=p.server)
         self._tool_index += 1
-        self._tools[p.key] = record
-        self._calls_by_id[p.id] = record
 
-    def _open_tool(self, key: BlockKey) -> ToolCallRecord:
+    def _open_tool(self, key: BlockKey) -> _ToolState:
         record = self._tools.get(key)
         if record is None or record.done:
             raise StreamProtocolError(f"tool delta for unknown or ended tool block {key!r}")
@@ -265,7 +260,7 @@ class Accumulator:
         record = self._open_tool(p.key)
         self._finish_tool(record, p.arguments, out)
 
-    def _finish_tool(self, record: ToolCallRecord, given: dict[str, Any] | None, out: list[StreamEvent]) -> None:
+    def _finish_tool(self, record: _ToolState, given: dict[str, Any] | None, out: list[StreamEvent]) -> None:
         if given is not None:
             arguments = given
             if not record.fragments:
@@ -285,12 +280,13 @@ class Accumulator:
                     f"tool call {record.id} ({record.name}) arguments are not a JSON object",
                     code="invalid_tool_arguments",
                 )
-        record.arguments = freeze(arguments)
         record.done = True
+        if not record.server:
+            self._answerable.add(record.id)
         out.append(
             ToolCallEvent(id=record.id, name=record.name, index=record.index,
                           args_fragment=record.held or "", is_final=True,
-                          arguments=record.arguments, server=record.server)
+                          arguments=freeze(arguments), server=record.server)
         )
         record.held = None
 
@@ -309,7 +305,7 @@ class Accumulator:
             raise StreamProtocolError(f"tool result end for unknown block {p.key!r}")
         out.append(
             ToolResultEvent(tool_call_id=state.tool_call_id, name=state.name, content="".join(state.parts),
-                            is_error=p.is_error)
+                            is_error=p.is_error, closes_turn=state.tool_call_id in self._answerable)
         )
 
     def _message_delta(self, p: MessageDelta, out: list[StreamEvent]) -> None:

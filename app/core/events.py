@@ -323,11 +323,20 @@ class ToolCallEvent:
 
 @dataclass(slots=True, frozen=True, kw_only=True)
 class ToolResultEvent:
+    """The output of a call, matched to it by id.
+
+    `closes_turn` is internal (never in `data()`, so never on the wire): the result answers a
+    call the model made for someone else to answer (not a server tool), so the assistant's turn
+    that made the call is over and what follows is a new turn. Decided once, where the result is
+    made (the accumulator for results in the provider's stream, the gateway's tools for theirs);
+    the gate, what was released (app/core/released.py) and the transcript all follow it."""
+
     type: Literal["tool_result"] = "tool_result"
     tool_call_id: str
     name: str
     content: str
     is_error: bool = False
+    closes_turn: bool = False
 
     def data(self) -> ToolResultData:
         return {

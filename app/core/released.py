@@ -3,8 +3,10 @@ message and of the turns.
 
 The run feeds it every event the gate released (as the transcript sees them). It keeps the open
 turn (answer text, reasoning blocks, the completed calls the caller answers) and the history of
-closed turns: a result for a caller-visible call of the step closes the turn (the reference
-mock: the final message is the answer after the tool result). A reasoning block is closed by a
+closed turns: a result that closes the turn (`ToolResultEvent.closes_turn`: the one turn rule,
+decided where the result is made) ends it, and joins the history after it, among the turn's
+results in the order of its calls (the reference mock: the final message is the answer after
+the tool result; the gateway's results, which come as they finish). A reasoning block is closed by a
 `ReasoningBlockEnd` marker carrying the block as the provider sent it; a block whose released text
 differs (redacted by a validator, or cut by a block) loses its signature, which would no longer
 verify upstream. Redactions of text and tool arguments are already in the released events.
@@ -33,7 +35,8 @@ __all__ = ["Released"]
 
 
 class Released:
-    __slots__ = ("history", "provider", "_added", "_text", "_thinking", "_blocks", "_calls", "_step_calls")
+    __slots__ = ("history", "provider", "_added", "_text", "_thinking", "_blocks", "_calls", "_answers_from",
+                 "_answer_order")
 
     def __init__(self, *, provider: str | None = None) -> None:
         self.provider = provider
@@ -44,7 +47,8 @@ class Released:
         self._thinking: list[str] = []  # released text of the reasoning block not yet ended
         self._blocks: list[ReasoningBlock] = []
         self._calls: list[tuple[int, ToolCall]] = []  # (index, call): completed, caller-visible
-        self._step_calls: set[str] = set()  # ids of the step's caller-visible calls
+        self._answers_from = 0  # where the results of the last closed turn begin in `history`
+        self._answer_order: dict[str, int] = {}  # that turn's calls: id -> position
 
     @classmethod
     def of(cls, events: Iterable[StreamEvent], *, provider: str | None = None) -> Released:
@@ -65,10 +69,9 @@ class Released:
             if event.is_final and not event.server:
                 self._calls.append((event.index, ToolCall(id=event.id, name=event.name,
                                                            arguments=event.arguments or {})))
-                self._step_calls.add(event.id)
-        elif isinstance(event, ToolResultEvent) and event.tool_call_id in self._step_calls:
+        elif isinstance(event, ToolResultEvent) and event.closes_turn:
             self._close_turn()
-            self.history.append(_tool_message(event.tool_call_id, event.name, event.content))
+            self._answer(event)
 
     def message(self) -> AssistantMessage:
         """The open turn as released; a reasoning block not ended (yet) has no signature."""
@@ -86,17 +89,9 @@ class Released:
         return FinalEvent(status=status, message=self.message(), usage=accumulator.usage, stop_reason=stop_reason,
                           model=accumulator.model, provider=accumulator.provider, error=error)
 
-    def end_step(self) -> AssistantMessage:
-        """The provider's response ended: its message; results that come now (the gateway's,
-        for the step's calls) no longer close the turn: `end_turn` does."""
-        self._step_calls.clear()
-        return self.message()
-
-    def end_turn(self, results: Iterable[tuple[ToolCall, str]]) -> None:
-        """The gateway answered the turn's calls: the turn, then the results (call, output),
-        join the history, and are what the gateway added to the conversation so far."""
-        self._close_turn()
-        self.history.extend(_tool_message(call.id, call.name, content) for call, content in results)
+    def end_turn(self) -> None:
+        """The gateway answered the turn's calls (their results closed it as they came): the
+        history so far is what the gateway added to the conversation."""
         self._added = len(self.history)
 
     @property
@@ -116,7 +111,18 @@ class Released:
         if message.content or message.tool_calls:
             self.history.append(Message(role="assistant", content=message.content, tool_calls=message.tool_calls,
                                         reasoning=message.reasoning))
+        self._answers_from = len(self.history)
+        self._answer_order = {call.id: n for n, call in enumerate(message.tool_calls)}
         self._text, self._calls, self._blocks = [], [], []
+
+    def _answer(self, event: ToolResultEvent) -> None:
+        """The result joins the history among the closed turn's results, in the order of its calls."""
+        order, history = self._answer_order, self.history
+        rank = order.get(event.tool_call_id, len(order))
+        at = len(history)
+        while at > self._answers_from and order.get(history[at - 1].tool_call_id or "", len(order)) > rank:
+            at -= 1
+        history.insert(at, _tool_message(event.tool_call_id, event.name, event.content))
 
 
 def _tool_message(call_id: str, name: str, content: str) -> Message:

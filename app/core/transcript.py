@@ -7,7 +7,9 @@ whether the provider, the gateway or the caller (a `tool` message in the request
 and in any order (an output that comes before its call waits for it). Messages are classified
 as the reference does: an assistant turn that calls tools (the caller's or the gateway's) and
 tool outputs are *reasoning* messages; the text of a turn that calls none is a *response*
-message. Model thinking is a reasoning message too. Per-tool processors (app/core/processors.py)
+message. Model thinking is a reasoning message too. Turns end by the one turn rule: a result
+that closes the turn (`ToolResultEvent.closes_turn`) ends the open one, unless it said nothing
+yet (as app/core/released.py), and the end of the run ends the last. Per-tool processors (app/core/processors.py)
 shape a tool's input and output for display (`ProcessorRegistry.register_processor`).
 
 The transcript sees the events as released to clients (after the validation gate), so it holds
@@ -142,6 +144,7 @@ class Transcript:
         self.truncated = False
         self._parts: list[_Part] = []  # parts of closed turns
         self._turn: list[_Part] = []  # the open turn
+        self._calling = False  # the open turn calls a tool the model does not run itself
         self._turns = 0
         self._seq = 0
         self._chars = 0
@@ -201,6 +204,8 @@ class Transcript:
         elif isinstance(event, ToolCallEvent):
             self._call_event(event)
         elif isinstance(event, ToolResultEvent):
+            if event.closes_turn and (self._calling or any(p.kind == "text" for p in self._turn)):
+                self._close_turn()
             self._output(event.tool_call_id, event.name, event.content, event.is_error,
                          None, self._clock())
 
@@ -211,13 +216,11 @@ class Transcript:
             if info is not None:
                 info.gateway = True
 
-    def close_turn(self) -> None:
-        """The assistant turn ended (end of a provider response, or a caller call got its result)."""
+    def _close_turn(self) -> None:
+        calling, self._calling = self._calling, False
         if not self._turn:
             return
         self._turns += 1
-        calls = self.tool_calls
-        calling = any(p.kind == "call" and p.value in calls and not calls[p.value].server for p in self._turn)
         for part in self._turn:
             part.turn = self._turns
             if part.kind == "text" or part.kind == "thinking":
@@ -227,7 +230,7 @@ class Transcript:
         self._turn = []
 
     def finish(self, *, status: str, stop_reason: str | None, usage: Usage, steps: int) -> None:
-        self.close_turn()
+        self._close_turn()
         self.status, self.stop_reason, self.usage, self.steps = status, stop_reason, usage, steps
 
     # -- reading (the reference's getters) ------------------------------------------------
@@ -271,10 +274,8 @@ class Transcript:
         """Closed parts, then the open turn's classified as if it closed now (not stored)."""
         if not self._turn:
             return self._parts
-        calls = self.tool_calls
-        calling = any(p.kind == "call" and p.value in calls and not calls[p.value].server for p in self._turn)
         open_parts = [
-            _Part(p.kind, p.value, p.at, p.step, p.seq, self._turns + 1, p.kind == "text" and not calling)
+            _Part(p.kind, p.value, p.at, p.step, p.seq, self._turns + 1, p.kind == "text" and not self._calling)
             for p in self._turn
         ]
         return [*self._parts, *open_parts]
@@ -311,6 +312,8 @@ class Transcript:
             turn.append(_Part(kind, [text], self._clock(), self.step, self._seq))
 
     def _call_event(self, event: ToolCallEvent) -> None:
+        if not event.server:  # recorded or not (limits), the turn calls a tool the model does not run
+            self._calling = True
         now = self._clock()
         info = self.tool_calls.get(event.id)
         if info is None or info.origin == "request":
@@ -359,8 +362,6 @@ class Transcript:
         from_stream = source != "caller"
         if source is None:
             source = "gateway" if info.gateway else "provider"
-        if from_stream and not info.server and any(p.kind == "call" and p.value == call_id for p in self._turn):
-            self.close_turn()  # as the accumulator: an answered call the model does not run closes the turn
         if self._room(len(content)):
             self._set_output(info, content, is_error, source, now)
         else:  # no room for the text: the match is still recorded

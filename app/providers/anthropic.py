@@ -11,29 +11,27 @@ bytes through the SDK's `client.post` (see `RAW_STREAM`) and parsed once by `SSE
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import anthropic
 import httpx2
-import orjson
 
 from app.core.errors import (
     GatewayError,
     RequestError,
     UpstreamError,
 )
-from app.core.messages import AdapterError, Message, ToolSpec
+from app.core.messages import AdapterError
 from app.providers.anthropic_convert import (
     DEFAULT_MAX_TOKENS,
     build_anthropic_request,
-    message_from_anthropic,
     messages_to_anthropic,
     tool_choice_to_anthropic,
     tool_specs_to_anthropic,
 )
 from app.providers.anthropic_stream import AnthropicNormalizer
-from app.providers.base import RAW_STREAM, ProviderAdapter, ProviderRequest, SSEPatchStream, ToolChoice, sse_body
+from app.providers.base import RAW_STREAM, ProviderAdapter, ProviderRequest, SSEPatchStream, sse_body
 from app.providers.config import ProviderConfig
 from app.providers.errors import status_error, transport_error
 from app.providers.transport import upstream_http_client
@@ -44,7 +42,6 @@ __all__ = [
     "anthropic_errors",
     "build_anthropic",
     "build_anthropic_request",
-    "message_from_anthropic",
     "messages_to_anthropic",
     "tool_choice_to_anthropic",
     "tool_specs_to_anthropic",
@@ -85,7 +82,7 @@ def _status_error(exc: anthropic.APIStatusError, provider: str) -> UpstreamError
 # -- the adapter ------------------------------------------------------------------------------
 
 
-class AnthropicAdapter:
+class AnthropicAdapter(ProviderAdapter):
     """Messages API through an injected `AsyncAnthropic`; streams are read as raw bytes."""
 
     def __init__(self, client: anthropic.AsyncAnthropic, *, name: str = "anthropic", owns_client: bool = False) -> None:
@@ -99,12 +96,6 @@ class AnthropicAdapter:
     async def aclose(self) -> None:
         if self._owns_client:
             await self._client.close()
-
-    def _sdk_arguments(self, request: ProviderRequest) -> dict[str, Any]:
-        """`messages.create()` keywords: the fields it requires, the rest of the body as extra_body."""
-        body = build_anthropic_request(request, provider=self.name)
-        required = {k: body.pop(k) for k in ("model", "max_tokens", "messages")}
-        return {**required, "extra_body": body}
 
     async def open_stream(self, request: ProviderRequest) -> SSEPatchStream:
         """Send the request; raise GatewayError for anything known before the body starts.
@@ -121,33 +112,6 @@ class AnthropicAdapter:
         with anthropic_errors(self.name):
             http = await self._client.post("/v1/messages", body=body, cast_to=httpx2.Response, options=RAW_STREAM)
         return await sse_body(http, AnthropicNormalizer(), provider=self.name)
-
-    async def generate(
-        self,
-        messages: Sequence[Message],
-        *,
-        model: str,
-        tools: Sequence[ToolSpec] = (),
-        tool_choice: ToolChoice | None = None,
-        max_tokens: int | None = None,
-        **options: Any,
-    ) -> Message:
-        """One non-streaming call -> the assistant message, with tool calls and reasoning.
-
-        Further keywords are Messages API fields (`thinking`, `metadata`, ...), as
-        `provider_options` are; AdapterError for anything outside the schema.
-        """
-        request = ProviderRequest(model=model, messages=tuple(messages), tools=tuple(tools),
-                                  tool_choice=tool_choice, max_tokens=max_tokens, options=options)
-        arguments = self._sdk_arguments(request)
-        with anthropic_errors(self.name):
-            raw = await self._client.messages.with_raw_response.create(**arguments)
-            body = await raw.read()
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            raise UpstreamError(f"{self.name}: the response is not JSON", provider=self.name) from None
-        return message_from_anthropic(data, provider=self.name)
 
 
 # -- registry builder -------------------------------------------------------------------------

@@ -27,16 +27,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import ValidationError
-
-from app.core.errors import UpstreamError
-from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec, assistant_message, thaw
+from app.core.messages import AdapterError, Message, ReasoningBlock, ToolSpec, thaw
 from app.providers.base import ProviderRequest, ToolChoice
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
     "build_anthropic_request",
-    "message_from_anthropic",
     "messages_to_anthropic",
     "tool_choice_to_anthropic",
     "tool_specs_to_anthropic",
@@ -209,31 +205,3 @@ def _max_tokens(request: ProviderRequest, options: Mapping[str, Any]) -> int:
     return DEFAULT_MAX_TOKENS
 
 
-# -- non-streaming response (pure) ------------------------------------------------------------
-
-
-def message_from_anthropic(data: Any, *, provider: str = "anthropic") -> Message:
-    """A Messages API response body -> the assistant Message (text, tool calls, reasoning).
-
-    Server tool blocks are the provider's own business, not calls the caller answers. A body
-    that does not fit the documented shape raises UpstreamError.
-    """
-    texts: list[str] = []
-    calls: list[ToolCall] = []
-    reasoning: list[ReasoningBlock] = []
-    try:
-        for block in data["content"]:
-            btype = block["type"]
-            if btype == "text":
-                texts.append(block["text"])
-            elif btype == "tool_use":
-                calls.append(ToolCall(id=block["id"], name=block["name"], arguments=block.get("input") or {}))
-            elif btype == "thinking":
-                reasoning.append(ReasoningBlock(text=block["thinking"], signature=block.get("signature") or None,
-                                                provider=provider))
-            elif btype == "redacted_thinking":
-                reasoning.append(ReasoningBlock(redacted=block["data"], provider=provider))
-        content = "".join(texts)
-        return assistant_message(content, calls, reasoning)
-    except (KeyError, TypeError, ValidationError) as exc:
-        raise UpstreamError(f"{provider}: malformed response: {type(exc).__name__}: {exc}", provider=provider) from None

@@ -4,13 +4,15 @@ A provider module is three things: request mapping (Foundry -> wire), a `StreamN
 (wire SSE events -> normalized patches) and an adapter whose `open_stream()` performs the HTTP
 request through the injected client. `open_stream()` raises `GatewayError` for failures known
 before the first byte of the body (they become HTTP errors); the returned `PatchStream` raises
-`GatewayError` for failures after it (they become `final{status: "error"}`).
+`GatewayError` for failures after it (they become `final{status: "error"}`). `generate()` (one
+request answered whole, reference/foundry-adapters.md) is written once, here, on `open_stream()`:
+an adapter gets it by naming `ProviderAdapter` as its base.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -19,7 +21,7 @@ import httpx2
 from app.core.accumulator import Accumulator
 from app.core.errors import GatewayError, UpstreamError, UpstreamTimeout
 from app.core.events import FinalEvent, ReasoningBlockEnd, StreamEvent
-from app.core.messages import Message, ToolSpec
+from app.core.messages import AdapterError, Message, ToolSpec, assistant_message
 from app.core.patches import Patch
 from app.core.released import Released
 from app.providers.sse import SSEDecoder, SSEEvent
@@ -83,6 +85,40 @@ class ProviderAdapter(Protocol):
 
     def ready(self) -> bool:
         """Configured and usable (credentials present); shown by /readyz."""
+
+    async def generate(
+        self,
+        messages: Sequence[Message],
+        /,
+        *,
+        model: str,
+        tools: Sequence[ToolSpec] = (),
+        tool_choice: ToolChoice | None = None,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        **options: Any,
+    ) -> Message:
+        """One request answered whole: the assistant message (reference/foundry-adapters.md).
+
+        The run's own path (`open_stream`, the accumulator, the released message), so every
+        provider answers as it streams; further keywords are `provider_options`. `temperature`
+        is 0 unless given; `messages` and `stream` are not the caller's to set. Raises the
+        GatewayError that ended the response.
+        """
+        if "messages" in options or "stream" in options:
+            raise AdapterError("generate() takes the messages as its first argument and does not stream")
+        if not model:
+            raise AdapterError("model is required")
+        request = ProviderRequest(model=model, messages=tuple(messages), tools=tuple(tools), tool_choice=tool_choice,
+                                  temperature=temperature, max_tokens=max_tokens, options=options)
+        released = Released(provider=self.name)
+        stream = await self.open_stream(request)
+        accumulator = Accumulator(model=model, provider=self.name, block_ends=True)
+        async with contextlib.aclosing(_released_batches(stream, accumulator, released)) as batches:
+            async for _ in batches:
+                pass
+        message = released.message()
+        return assistant_message(message.content, message.tool_calls, message.reasoning)
 
 
 class StreamNormalizer(Protocol):
@@ -215,12 +251,12 @@ async def response_events(stream: AsyncIterable[list[Patch]], accumulator: Accum
         raise incomplete(accumulator.provider)
 
 
-async def to_final(stream: PatchStream, accumulator: Accumulator) -> AsyncGenerator[list[StreamEvent], None]:
-    """One response driven to its end: batches of canonical events, the last one `[final]` (ok,
-    or the error that ended the response), its message built from the events (app/core/released.py).
-    Closes the stream."""
-    accumulator.block_ends = True  # reasoning blocks' signatures reach the message; never yielded
-    released = Released(provider=accumulator.provider)
+async def _released_batches(stream: PatchStream, accumulator: Accumulator, released: Released,
+                            ) -> AsyncGenerator[list[StreamEvent], None]:
+    """One response's public batches, each event first observed by `released` (reasoning
+    blocks' signatures reach its message; their markers are never yielded). Raises what ended
+    the response; closes the stream."""
+    accumulator.block_ends = True
     observe = released.observe
     try:
         async with contextlib.aclosing(response_events(stream, accumulator)) as batches:
@@ -230,11 +266,22 @@ async def to_final(stream: PatchStream, accumulator: Accumulator) -> AsyncGenera
                 public = [e for e in batch if e.__class__ is not ReasoningBlockEnd]
                 if public:
                     yield public
+    finally:
+        await stream.aclose()
+
+
+async def to_final(stream: PatchStream, accumulator: Accumulator) -> AsyncGenerator[list[StreamEvent], None]:
+    """One response driven to its end: batches of canonical events, the last one `[final]` (ok,
+    or the error that ended the response), its message built from the events (app/core/released.py).
+    Closes the stream."""
+    released = Released(provider=accumulator.provider)
+    try:
+        async with contextlib.aclosing(_released_batches(stream, accumulator, released)) as batches:
+            async for batch in batches:
+                yield batch
         final = released.final(accumulator)
     except GatewayError as exc:
         final = released.final(accumulator, exc.final_status, error=exc.to_dict())
-    finally:
-        await stream.aclose()
     yield [final]
 
 

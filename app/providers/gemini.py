@@ -42,19 +42,16 @@ from urllib.parse import quote, urlsplit
 import httpx2
 import orjson
 
-from app.core.accumulator import Accumulator
 from app.core.errors import (
     GatewayError,
     RequestError,
     UpstreamError,
 )
-from app.core.messages import AdapterError, Message, ToolSpec, assistant_message, thaw
-from app.core.released import Released
+from app.core.messages import AdapterError, Message, ToolSpec, thaw
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
 from app.providers.config import ProviderConfig
 from app.providers.errors import status_error, transport_error
 from app.providers.gemini_stream import GeminiNormalizer
-from app.providers.sse import SSEEvent
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools
 from app.providers.transport import upstream_http_client
 
@@ -63,7 +60,6 @@ __all__ = [
     "GeminiAdapter",
     "build_gemini",
     "gemini_request",
-    "message_from_gemini",
     "messages_to_gemini",
     "tool_choice_to_gemini",
     "tool_specs_to_gemini",
@@ -190,18 +186,6 @@ def gemini_request(request: ProviderRequest, *, provider: str = "gemini") -> dic
     return body
 
 
-def message_from_gemini(data: Mapping[str, Any], *, provider: str = "gemini") -> Message:
-    """A generateContent response -> the assistant Message, read by the stream normalizer itself
-    (a non-streamed response is one chunk), so both paths agree on ids, signatures and errors."""
-    normalizer = GeminiNormalizer(provider=provider)
-    accumulator = Accumulator(model="", provider=provider, block_ends=True)
-    patches: list[Any] = []
-    normalizer.feed(SSEEvent("message", orjson.dumps(data).decode()), patches)
-    normalizer.finish(patches)
-    message = Released.of(accumulator.push_all(patches), provider=provider).message()
-    return assistant_message(message.content, message.tool_calls, message.reasoning)
-
-
 # -- errors: HTTP status and transport -> GatewayError, in one place --------------------------
 
 
@@ -249,7 +233,7 @@ def _retry_after(headers: Mapping[str, str], details: list[dict[str, Any]]) -> s
 # -- the adapter ------------------------------------------------------------------------------
 
 
-class GeminiAdapter:
+class GeminiAdapter(ProviderAdapter):
     """Gemini through an injected `httpx2.AsyncClient`; streams are read as raw bytes."""
 
     def __init__(
@@ -285,9 +269,10 @@ class GeminiAdapter:
             raise AdapterError(f"not a Gemini model name: {model!r}")
         return f"{self._base}/models/{quote(name, safe='-._~')}:{method}"
 
-    async def _send(self, request: ProviderRequest, method: str) -> httpx2.Response:
+    async def open_stream(self, request: ProviderRequest) -> PatchStream:
+        """Send the request; raise GatewayError for anything known before the body starts."""
         with gemini_errors(self.name):
-            url = self.url(request.model, method)
+            url = self.url(request.model, "streamGenerateContent?alt=sse")
             body = orjson.dumps(gemini_request(request, provider=self.name))
             response = await self._client.send(
                 self._client.build_request("POST", url, content=body, headers=self._headers), stream=True)
@@ -297,28 +282,7 @@ class GeminiAdapter:
                 finally:
                     await response.aclose()
                 raise error_answer(response.status_code, response.headers, payload, self.name)
-        return response
-
-    async def open_stream(self, request: ProviderRequest) -> PatchStream:
-        """Send the request; raise GatewayError for anything known before the body starts."""
-        response = await self._send(request, "streamGenerateContent?alt=sse")
         return await sse_body(response, GeminiNormalizer(provider=self.name), provider=self.name)
-
-    async def generate(self, request: ProviderRequest) -> Message:
-        """One non-streaming call: the assistant message, with function calls and signatures."""
-        response = await self._send(request, "generateContent")
-        try:
-            with gemini_errors(self.name):
-                payload = await response.aread()
-        finally:
-            await response.aclose()
-        try:
-            data = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            data = None
-        if not isinstance(data, dict):
-            raise UpstreamError(f"{self.name}: the response is not a JSON object", provider=self.name)
-        return message_from_gemini(data, provider=self.name)
 
 
 # -- registry builder -------------------------------------------------------------------------

@@ -48,7 +48,7 @@ from app.core.patches import (
     UsagePatch,
 )
 from app.core.released import Released
-from app.providers.base import BaseStreamIterator, ProviderRequest, replay_stream
+from app.providers.base import BaseStreamIterator, ProviderAdapter, ProviderRequest, replay_stream
 
 __all__ = [
     "SCENARIOS",
@@ -223,7 +223,7 @@ class _MockPatchStream:
         self.closed = True
 
 
-class MockAdapter:
+class MockAdapter(ProviderAdapter):
     name = "mock"
 
     def ready(self) -> bool:

@@ -31,19 +31,17 @@ import httpx2
 import openai
 import orjson
 
-from app.core.errors import RequestError, UpstreamError
-from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec, assistant_message, thaw
+from app.core.errors import RequestError
+from app.core.messages import AdapterError, Message, ToolSpec, thaw
 from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
 from app.providers.config import ProviderConfig
 from app.providers.openai_chat import OPENAI_BASE_URL, make_client, upstream_errors
-from app.providers.openai_chat_stream import stream_error
-from app.providers.openai_responses_stream import SUMMARY_PART_SEPARATOR, ResponsesNormalizer
+from app.providers.openai_responses_stream import ResponsesNormalizer
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools
 
 __all__ = [
     "OpenAIResponsesAdapter",
     "build_openai_responses",
-    "message_from_responses",
     "messages_to_responses",
     "responses_request",
     "tool_choice_to_responses",
@@ -110,8 +108,8 @@ def tool_choice_to_responses(choice: ToolChoice | None, tools: Sequence[ToolSpec
     return {"type": "function", "name": checked.name} if isinstance(checked, ForcedTool) else checked
 
 
-def responses_request(request: ProviderRequest, *, stream: bool) -> dict[str, Any]:
-    """The whole Responses API body for one request."""
+def responses_request(request: ProviderRequest) -> dict[str, Any]:
+    """The whole Responses API body for one (streamed) request."""
     options = dict(request.options or {})
     clash = _RESERVED_OPTIONS.intersection(options)
     if clash:
@@ -121,7 +119,7 @@ def responses_request(request: ProviderRequest, *, stream: bool) -> dict[str, An
     builtin = options.pop("builtin_tools", None) or []
     if not isinstance(builtin, list) or not all(isinstance(t, Mapping) and "type" in t for t in builtin):
         raise AdapterError("provider_options.builtin_tools must be a list of tool objects with a type")
-    body: dict[str, Any] = {"model": request.model, "input": items, "stream": stream}
+    body: dict[str, Any] = {"model": request.model, "input": items, "stream": True}
     if instructions is not None:
         body["instructions"] = instructions
     if tools or builtin:
@@ -143,41 +141,10 @@ def responses_request(request: ProviderRequest, *, stream: bool) -> dict[str, An
     return body
 
 
-# -- non-streaming response (pure) ------------------------------------------------------------
-
-
-def message_from_responses(data: Mapping[str, Any]) -> Message:
-    """A Response object -> the assistant Message (text, function calls, reasoning summaries).
-
-    Built-in tool items are the provider's own business and are not calls the caller answers.
-    """
-    if data.get("status") == "failed":
-        raise stream_error(data.get("error") or {"message": "response failed"}, PROVIDER)
-    texts: list[str] = []
-    calls: list[ToolCall] = []
-    reasoning: list[ReasoningBlock] = []
-    for item in data.get("output") or ():
-        kind = item.get("type")
-        if kind == "message":
-            texts.extend(part.get("text") or part.get("refusal") or "" for part in item.get("content") or ())
-        elif kind == "function_call":
-            try:
-                arguments = orjson.loads(item.get("arguments") or "{}")
-                calls.append(ToolCall(id=item["call_id"], name=item["name"], arguments=arguments))
-            except (orjson.JSONDecodeError, KeyError, ValueError) as exc:
-                raise UpstreamError(f"{PROVIDER}: malformed function_call item ({exc})",
-                                    code="invalid_tool_arguments", provider=PROVIDER) from None
-        elif kind == "reasoning" and item.get("summary"):
-            text = SUMMARY_PART_SEPARATOR.join(part.get("text", "") for part in item["summary"])
-            reasoning.append(ReasoningBlock(text=text, provider=PROVIDER))
-    content = "".join(texts)
-    return assistant_message(content, calls, reasoning)
-
-
 # -- the adapter ------------------------------------------------------------------------------
 
 
-class OpenAIResponsesAdapter:
+class OpenAIResponsesAdapter(ProviderAdapter):
     """The Responses API through an injected `AsyncOpenAI`; streams are read as raw bytes.
 
     SDK and transport errors are mapped by `openai_chat.upstream_errors`: same SDK, same rules.
@@ -195,9 +162,9 @@ class OpenAIResponsesAdapter:
         if self._owns_client:
             await self._client.close()
 
-    def _body(self, request: ProviderRequest, *, stream: bool) -> dict[str, Any]:
+    def _body(self, request: ProviderRequest) -> dict[str, Any]:
         try:
-            return responses_request(request, stream=stream)
+            return responses_request(request)
         except AdapterError as exc:
             raise RequestError(f"{self.name}: {exc}", provider=self.name) from None
 
@@ -207,24 +174,10 @@ class OpenAIResponsesAdapter:
         Through the SDK (auth, base URL, retries, typed errors) by `client.post` with the
         raw-stream header, as openai_chat does: no typed-params transform, the body unread.
         """
-        body = self._body(request, stream=True)
+        body = self._body(request)
         with upstream_errors(self.name):
             http = await self._client.post("/responses", body=body, cast_to=httpx2.Response, options=RAW_STREAM)
         return await sse_body(http, ResponsesNormalizer(provider=self.name), provider=self.name)
-
-    async def generate(self, request: ProviderRequest) -> Message:
-        """One non-streaming call: the assistant message, with function calls and reasoning."""
-        body = self._body(request, stream=False)
-        with upstream_errors(self.name):
-            http = await self._client.post("/responses", body=body, cast_to=httpx2.Response)
-            payload = http.content
-        try:
-            data = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            data = None
-        if not isinstance(data, dict):
-            raise UpstreamError(f"{self.name}: the response is not a JSON object", provider=self.name)
-        return message_from_responses(data)
 
 
 # -- registry builder -------------------------------------------------------------------------

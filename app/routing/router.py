@@ -247,7 +247,7 @@ class Router:
         return ceiling / 2 + self.rng.uniform(0, ceiling / 2)
 
 
-class RouteSession:
+class RouteSession(ProviderAdapter):
     """One run's route: its targets, deadlines, attempts and the target that served. A
     `ProviderAdapter` to the run: each step opens through it."""
 

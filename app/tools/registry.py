@@ -5,7 +5,7 @@ scope for that provider, minus any the caller declared itself (a caller's tool o
 is the caller's to answer). Their specs are offered to the model with the request's own tools,
 so a tool the gateway runs is a tool the model can see. `RunTools.start(calls)` runs one turn's
 calls concurrently, each under its tool's timeout; every call ends as one `ToolResultEvent`
-(failures and timeouts with `is_error: true` and the message), counted in
+that closes the turn (failures and timeouts with `is_error: true` and the message), counted in
 `foundry_tool_executions_total{tool, outcome}`.
 """
 
@@ -126,7 +126,10 @@ class RunTools:
                 registry.observer(call.name, outcome)
         if len(content) > registry.max_output_chars:
             content = content[: registry.max_output_chars] + f"\n[output cut at {registry.max_output_chars} characters]"
-        return ToolResultEvent(tool_call_id=call.id, name=call.name, content=content, is_error=outcome != "ok")
+        # The gateway answers a call the model made for the caller: its turn is over (the turn rule
+        # of app/core/events.py ToolResultEvent, as for a result in the provider's stream).
+        return ToolResultEvent(tool_call_id=call.id, name=call.name, content=content, is_error=outcome != "ok",
+                               closes_turn=True)
 
 
 class Execution:

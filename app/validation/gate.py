@@ -2,9 +2,11 @@
 
 Token and reasoning events are two lanes of text, chunked and validated apart; an event is
 released once the whole of its text was validated (a token straddling a boundary waits for the
-next chunk), always whole and in arrival order. A tool call's fragments are held until the call
-is complete and its arguments passed. An event of another kind ends the pending fragment of a
-lane (its text block is over), so an answer never waits on a reasoning chunk that cannot end.
+next chunk), always whole and in arrival order. A tool call's fragments are held until its final
+fragment (which carries the arguments the accumulator parsed) passed. An event of another kind
+ends the pending fragment of a lane (its text block is over), so an answer never waits on a
+reasoning chunk that cannot end. A tool result that closes the turn (`closes_turn`, the one turn
+rule) starts a new turn in both lanes: the final checks judge the last turn.
 The first `fail` raises `Blocked`; what is held is dropped and never comes out.
 
 Memory: held text is bounded by the chunker's size cap, and `admit` does not return before the
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
 import orjson
@@ -47,13 +49,6 @@ class _Held:
     """Set for token and reasoning events (`event` is then one of them)."""
     start: int = 0
     end: int = 0
-
-
-@dataclass(slots=True, kw_only=True)
-class _Call:
-    fragments: list[str] = field(default_factory=list)
-    passed: bool = False
-    arguments: dict[str, Any] | None = None  # redacted arguments to release instead
 
 
 class Gate(Protocol):
@@ -96,9 +91,9 @@ class ValidationGate:
         self._stats = stats
         self._observer = observer
         self._held: deque[_Held] = deque()
-        self._calls: dict[str, _Call] = {}
+        self._passed: dict[str, dict[str, Any] | None] = {}
+        """Calls whose final fragment passed, by id: the redacted arguments to release instead, or None."""
         self._tool_calls = 0
-        self._client_calls: set[str] = set()  # ids of calls the caller answers (not server tools)
         self._blocked: Blocked | None = None
 
     # -- the contract ---------------------------------------------------------------------
@@ -127,9 +122,10 @@ class ValidationGate:
                 await self._flush(self._reasoning)
                 self._held.append(_Held(event, None))
                 if isinstance(event, ToolCallEvent):
-                    await self._admit_call(event)
-                elif isinstance(event, ToolResultEvent) and event.tool_call_id in self._client_calls:
-                    self._text.new_turn()  # as the accumulator does: the answer after it is a new turn
+                    if event.is_final:
+                        await self._check_call(event)
+                elif isinstance(event, ToolResultEvent) and event.closes_turn:
+                    self._text.new_turn()
                     self._reasoning.new_turn()
             return self._release()
         except Blocked as blocked:
@@ -192,26 +188,15 @@ class ValidationGate:
         verdicts = await run_checks(lane.members, "chunk", lambda v: v.check_chunk(chunk, ctx), self._observer)
         lane.accept(chunk, start, verdicts)
 
-    async def _admit_call(self, event: ToolCallEvent) -> None:
-        state = self._calls.get(event.id)
-        if state is None:
-            state = self._calls[event.id] = _Call()
-        state.fragments.append(event.args_fragment)
-        if not event.is_final:
-            return
-        if not event.server:
-            self._client_calls.add(event.id)
+    async def _check_call(self, event: ToolCallEvent) -> None:
+        """The call is complete (its final fragment): judge it; its fragments may go out."""
         self._tool_calls += 1
-        call = ToolCallCheck(
-            id=event.id, name=event.name, arguments=thaw(event.arguments or {}),
-            raw="".join(state.fragments), server=event.server,
-        )
+        call = ToolCallCheck(id=event.id, name=event.name, arguments=thaw(event.arguments or {}), server=event.server)
         ctx = self._text.context(self._text.fed, self._tool_calls)
         verdicts = await run_checks(
             self._text.members, "tool_call", lambda v: v.check_tool_call(call, ctx), self._observer
         )
-        state.arguments = next((v.arguments for v in verdicts if v.arguments is not None), None)
-        state.passed = True
+        self._passed[event.id] = next((v.arguments for v in verdicts if v.arguments is not None), None)
 
     def _release(self) -> list[StreamEvent]:
         out: list[StreamEvent] = []
@@ -229,24 +214,24 @@ class ValidationGate:
                 continue
             event = item.event
             if event.type == "tool_call":
-                state = self._calls[event.id]
-                if not state.passed:
+                if event.id not in self._passed:  # its final fragment has not passed (yet)
                     break
                 held.popleft()
-                self._release_call(event, state, out)
+                self._release_call(event, out)
                 continue
             held.popleft()
             out.append(event)
         return out
 
-    def _release_call(self, event: ToolCallEvent, state: _Call, out: list[StreamEvent]) -> None:
-        if state.arguments is None:
+    def _release_call(self, event: ToolCallEvent, out: list[StreamEvent]) -> None:
+        redacted = self._passed[event.id]
+        if redacted is None:
             out.append(event)
         elif event.is_final:  # redacted: the rewritten arguments go out whole, with the last fragment
-            text = orjson.dumps(state.arguments).decode()
-            out.append(replace(event, args_fragment=text, arguments=freeze(state.arguments)))
+            text = orjson.dumps(redacted).decode()
+            out.append(replace(event, args_fragment=text, arguments=freeze(redacted)))
         if event.is_final:
-            del self._calls[event.id]
+            del self._passed[event.id]
 
 
 

@@ -61,8 +61,8 @@ class TextLane:
         return start, self.fed
 
     def new_turn(self) -> None:
-        """The accumulator closed the assistant turn (a caller's tool call got its result).
-        The gate flushed the lane first, so the turn starts on a chunk boundary."""
+        """A tool result closed the assistant turn (`ToolResultEvent.closes_turn`). The gate
+        flushed the lane first, so the turn starts on a chunk boundary."""
         self.turn_chars = self.parts_chars
 
     def turn_text(self) -> str:

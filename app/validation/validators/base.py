@@ -112,12 +112,11 @@ class CheckContext:
 
 @dataclass(slots=True, frozen=True, kw_only=True)
 class ToolCallCheck:
-    """A complete tool call to judge: parsed arguments (plain JSON) and the raw text."""
+    """A complete tool call to judge: its arguments as the accumulator parsed them (plain JSON)."""
 
     id: str
     name: str
     arguments: dict[str, Any]
-    raw: str
     server: bool = False
 
 
