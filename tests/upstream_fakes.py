@@ -35,7 +35,7 @@ from app.core.events import StreamEvent
 from app.main import create_app
 from app.providers.base import ProviderAdapter, ProviderRequest, drive
 from app.settings import Settings
-from tests.support import serve
+from tests.support import read_asgi_request, serve, until_disconnect
 
 __all__ = ["Body", "FakeUpstream", "Fault", "FaultServer", "Recorded", "Served", "chat_stream", "closed_port_url",
            "drain", "first_token_then_leave", "gateway"]
@@ -188,17 +188,9 @@ class FaultServer:
         return [s for s in self.served if s.model == model]
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+        body = await read_asgi_request(scope, receive, send)
+        if body is None:
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
         request = json.loads(body)
         model = request["model"]
         script = self.scripts[model]
@@ -230,7 +222,7 @@ class FaultServer:
         if fault.kind == "reset":
             raise ConnectionResetError("scripted reset")  # uvicorn drops the connection mid-body
         if fault.kind == "held":
-            gone = asyncio.ensure_future(self._until_disconnect(receive))
+            gone = asyncio.ensure_future(until_disconnect(receive))
             released = asyncio.ensure_future(self.release.wait())
             await asyncio.wait([gone, released], return_when=asyncio.FIRST_COMPLETED)
             released.cancel()
@@ -240,13 +232,8 @@ class FaultServer:
                             + b"data: [DONE]\n\n"})
                 return
         else:
-            await self._until_disconnect(receive)
+            await until_disconnect(receive)
         served.gone = True
-
-    @staticmethod
-    async def _until_disconnect(receive: Any) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
 
 
 def closed_port_url() -> str:
