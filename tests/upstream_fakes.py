@@ -1,4 +1,5 @@
-"""Fakes and drivers shared by the Responses and Gemini provider tests.
+"""Fakes and drivers shared by the provider tests (Responses, Gemini, Anthropic, routing) and the
+facade tests.
 
 - `Body`: a response body for `httpx2.MockTransport`, served in pieces, that remembers whether
   the client closed it; `drain()` runs an adapter's stream into canonical events.
@@ -8,6 +9,8 @@
   response stays open after its body until the client goes away; `closed` is set when the body
   generator ends, which is how a test sees the gateway let go. `gateway()` serves the app
   configured against it; `first_token_then_leave()` is a client that disconnects early.
+  `paced()` is its body (a recording in small reads, then held open on request), also the
+  facade tests' recorded upstream's (tests/compat_support.py).
 - `FaultServer`: an OpenAI-compatible server on loopback whose every request follows a scripted
   `Fault` (ok, HTTP status with Retry-After, reset after headers, stall before the first chunk,
   slow first token, stall mid-stream) and records when the gateway let go of it (routing tests).
@@ -38,7 +41,7 @@ from app.settings import Settings
 from tests.support import read_asgi_request, serve, until_disconnect
 
 __all__ = ["Body", "FakeUpstream", "Fault", "FaultServer", "Recorded", "Served", "chat_stream", "closed_port_url",
-           "drain", "first_token_then_leave", "gateway"]
+           "drain", "first_token_then_leave", "gateway", "paced"]
 
 
 class Body(httpx2.AsyncByteStream):
@@ -93,19 +96,24 @@ class FakeUpstream:
         if isinstance(reply, tuple):
             status, body, headers = reply
             return JSONResponse(body, status_code=status, headers=headers)
-        return StreamingResponse(self._body(reply), media_type="text/event-stream")
-
-    async def _body(self, body: bytes) -> AsyncIterator[bytes]:
-        try:
-            for i in range(0, len(body), 173):  # small, uneven network reads
-                yield body[i:i + 173]
-            if self.hold:
-                await asyncio.Event().wait()
-        finally:
-            self.closed.set()
+        return StreamingResponse(paced(reply, step=173, hold=self.hold, closed=self.closed),
+                                 media_type="text/event-stream")
 
     def app(self) -> Starlette:
         return Starlette(routes=[Route(self.path, self.handle, methods=["POST"])])
+
+
+async def paced(body: bytes, *, step: int, hold: bool, closed: asyncio.Event) -> AsyncIterator[bytes]:
+    """A recorded body in small, uneven network reads of `step` bytes; with `hold` the response then
+    stays open until the client goes away. `closed` is set when the body ends, however it ends:
+    how a test sees the gateway let go of the upstream."""
+    try:
+        for i in range(0, len(body), step):
+            yield body[i:i + step]
+        if hold:
+            await asyncio.Event().wait()
+    finally:
+        closed.set()
 
 
 @contextlib.asynccontextmanager
