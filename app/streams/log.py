@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from app.core import safejson
-from app.core.errors import GatewayError, RequestError
+from app.core.errors import ErrorData, GatewayError, RequestError
 from app.core.events import FinalEvent, ReasoningEvent, StreamEvent, TokenEvent
 from app.core.transcript import Transcript
 
@@ -37,8 +37,9 @@ BATCH_BYTES = 64 * 1024
 """Most bytes a reader takes from the log per send (one frame at least)."""
 _BATCH_FRAMES = 1024
 
-__all__ = ["BATCH_BYTES", "CancelOutcome", "CursorAhead", "MemoryStreamStore", "ReplayUnavailable", "StoreFull",
-           "StoreUnavailable", "StreamLog", "StreamRecord", "StreamStore", "encode_frame"]
+__all__ = ["BATCH_BYTES", "CANCELLED_BY_REQUEST", "CancelOutcome", "CursorAhead", "MemoryStreamStore",
+           "ReplayUnavailable", "StoreFull", "StoreUnavailable", "StreamLog", "StreamRecord", "StreamStore",
+           "encode_frame"]
 
 
 class ReplayUnavailable(GatewayError):
@@ -70,6 +71,10 @@ class StoreUnavailable(GatewayError):
     code = "store_unavailable"
     retryable = True
 
+
+CANCELLED_BY_REQUEST: ErrorData = {"code": "cancelled", "retryable": False,
+                                   "message": "the run was cancelled through the API (POST /v1/stream/{id}/cancel)"}
+"""The error of the final of a run ended by `cancel()` (the API's cancel, on any replica)."""
 
 CancelOutcome = Literal["cancelled", "cancelling", "finished"]
 """`cancelled`: the run ended here; `cancelling`: asked of the replica running it; `finished`:
@@ -237,6 +242,11 @@ class StreamLog:
     def running(self) -> bool:
         """A driver supervises this stream's run here and it has not ended."""
         return self._control is not None and self.final is None
+
+    @property
+    def cancel_requested(self) -> bool:
+        """`cancel()` was asked of this stream's run (not a client that left, nor a shutdown)."""
+        return self._cancel_pending or (self._control is not None and self._control.requested)
 
     def cancel(self) -> bool:
         """End the supervised run (it appends `final{status: "cancelled"}`); False if none runs here."""

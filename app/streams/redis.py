@@ -44,6 +44,7 @@ from redis.exceptions import RedisError, ResponseError
 from app.core.errors import ErrorData
 from app.core.events import STOP_REASON_FOR_STATUS, AssistantMessage, FinalEvent, Usage
 from app.streams.log import (
+    CANCELLED_BY_REQUEST,
     CancelOutcome,
     CursorAhead,
     MemoryStreamStore,
@@ -477,8 +478,8 @@ class RedisStreamStore(MemoryStreamStore):
                 if heard or await self._redis.exists(self._lease_key(owner.decode())):
                     return "cancelling"
                 # Nobody runs it any more: end it here, once.
-                error: ErrorData = {"code": "cancelled", "message": "cancelled by request", "retryable": False}
-                claimed = await self._end(stream_id, model.decode(), provider.decode(), error, status="cancelled")
+                claimed = await self._end(stream_id, model.decode(), provider.decode(), CANCELLED_BY_REQUEST,
+                                          status="cancelled")
                 return "cancelled" if claimed > 0 else "finished"
         except (RedisError, OSError, TimeoutError):
             raise _unreachable() from None
