@@ -28,9 +28,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import orjson
+
 from app.core import safejson
 from app.core.errors import ErrorData, GatewayError, RequestError
-from app.core.events import FinalEvent, ReasoningEvent, StreamEvent, TokenEvent
+from app.core.events import FinalEvent, ReasoningEvent, StreamEvent, TokenEvent, ToolCallEvent, ToolResultEvent
 from app.core.transcript import Transcript
 
 BATCH_BYTES = 64 * 1024
@@ -39,7 +41,7 @@ _BATCH_FRAMES = 1024
 
 __all__ = ["BATCH_BYTES", "CANCELLED_BY_REQUEST", "CancelOutcome", "CursorAhead", "MemoryStreamStore",
            "ReplayUnavailable", "StoreFull", "StoreUnavailable", "StreamLog", "StreamRecord", "StreamStore",
-           "encode_frame"]
+           "decode_frames", "encode_frame"]
 
 
 class ReplayUnavailable(GatewayError):
@@ -99,6 +101,32 @@ def encode_frame(seq: int, event: StreamEvent) -> bytes:
 
 _TOKEN_FRAME = b'id: %d\nevent: token\ndata: {"index":%d,"content":%s}\n\n'
 _REASONING_FRAME = b'id: %d\nevent: reasoning\ndata: {"index":%d,"content":%s}\n\n'
+
+
+def decode_frames(data: bytes) -> list[StreamEvent]:
+    """The content events (token, reasoning, tool_call, tool_result) of frames made by
+    `encode_frame`, back as events; `start`, `final` and comments are skipped. For a store that
+    rebuilds what a stream released from its stored frames (app/core/released.py)."""
+    events: list[StreamEvent] = []
+    for frame in data.split(b"\n\n"):
+        lines = frame.split(b"\n")
+        if len(lines) != 3 or not lines[1].startswith(b"event: "):
+            continue
+        decode = _DECODE.get(lines[1][7:])
+        if decode is not None:
+            events.append(decode(orjson.loads(lines[2][6:])))
+    return events
+
+
+_DECODE: dict[bytes, Callable[[Any], StreamEvent]] = {
+    b"token": lambda d: TokenEvent(index=d["index"], content=d["content"]),
+    b"reasoning": lambda d: ReasoningEvent(index=d["index"], content=d["content"]),
+    b"tool_call": lambda d: ToolCallEvent(id=d["id"], name=d["name"], index=d["index"],
+                                          args_fragment=d["args_fragment"], is_final=d["is_final"],
+                                          arguments=d.get("arguments"), server=d.get("server", False)),
+    b"tool_result": lambda d: ToolResultEvent(tool_call_id=d["tool_call_id"], name=d["name"], content=d["content"],
+                                              is_error=d["is_error"]),
+}
 
 
 @dataclass(slots=True, kw_only=True)
