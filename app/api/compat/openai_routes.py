@@ -51,21 +51,23 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, rec
                         error=lambda status, text, code: ERRORS.body(status, text, None, code))
 
 
-@router.get("/v1/models", summary="The models this gateway serves (OpenAI's list; Anthropic's with anthropic-version)")
+@router.get("/v1/models", summary="The models this gateway serves to the caller (OpenAI's list; Anthropic's with "
+                                  "anthropic-version): a key limited to some models sees only those")
 async def list_models(
-    gateway: GatewayDep, anthropic_version: Annotated[str | None, Header(alias="anthropic-version")] = None,
+    gateway: GatewayDep, principal: PrincipalDep,
+    anthropic_version: Annotated[str | None, Header(alias="anthropic-version")] = None,
 ) -> JSON:
-    models = served_models(gateway)
+    models = served_models(gateway, principal)
     return JSON(anthropic_list(models) if anthropic_version else openai_list(models))
 
 
 @router.get("/v1/models/{model_id:path}",
             summary="One served model (OpenAI's shape; Anthropic's with anthropic-version)")
 async def get_model(
-    gateway: GatewayDep, model_id: Annotated[str, Path(max_length=256)],
+    gateway: GatewayDep, principal: PrincipalDep, model_id: Annotated[str, Path(max_length=256)],
     anthropic_version: Annotated[str | None, Header(alias="anthropic-version")] = None,
 ) -> JSON:
-    model = find(gateway, model_id)
+    model = find(gateway, model_id, principal)
     if model is None:
         raise FacadeError(f"the model {model_id!r} is not served here", param="model", status=404,
                           code="model_not_found")
