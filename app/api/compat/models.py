@@ -31,7 +31,7 @@ class ServedModel:
 
 def served_models(gateway: Gateway, principal: Principal | None = None) -> list[ServedModel]:
     """What is served, as much of it as `principal` may use (None: everything)."""
-    allowed = principal.key.models if principal is not None and principal.key is not None else None
+    allowed = _patterns(principal)
     served = {name for name, ready in gateway.registry.readiness().items() if ready}
     out: list[ServedModel] = []
     if "mock" in served:
@@ -55,12 +55,17 @@ def find(gateway: Gateway, model_id: str, principal: Principal | None = None) ->
     for model in served_models(gateway, principal):
         if model.id == model_id:
             return model
-    allowed = principal.key.models if principal is not None and principal.key is not None else None
+    allowed = _patterns(principal)
     provider, sep, name = model_id.partition("/")
     if sep and name and provider != "mock" and gateway.registry.readiness().get(provider) \
             and model_allowed(allowed, model_id):
         return ServedModel(model_id, provider)
     return None
+
+
+def _patterns(principal: Principal | None) -> tuple[str, ...] | None:
+    """The model patterns of a key limited to some models; None: every model."""
+    return principal.key.models if principal is not None and principal.key is not None else None
 
 
 def openai_model(model: ServedModel) -> dict[str, Any]:
