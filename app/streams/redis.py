@@ -28,6 +28,7 @@ interval (defaults: 10 s + 1 s).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -193,7 +194,7 @@ class RedisStreamStore(MemoryStreamStore):
         info = log.info
         keys = self._keys(info.stream_id)
         try:
-            async with self._timed("create"):
+            async with self._answering("create"):
                 pipe = self._redis.pipeline(transaction=False)
                 meta = {"model": model, "provider": provider, "owner": self.replica,
                         "created_at": repr(info.created_at)}
@@ -203,9 +204,9 @@ class RedisStreamStore(MemoryStreamStore):
                 pipe.expire(keys.meta, self._ttl_s + _RUNNING_GRACE)
                 pipe.set(self._lease_key(self.replica), "1", px=self._lease_ms)
                 await pipe.execute()
-        except (RedisError, OSError, TimeoutError):
+        except StoreUnavailable:
             self._drop(info.stream_id)
-            raise _unreachable() from None
+            raise
         log.sink = self._sink
         return log
 
@@ -342,16 +343,13 @@ class RedisStreamStore(MemoryStreamStore):
         if self.get(stream_id) is not None:  # ours: from memory
             return await super().open(stream_id, after)
         keys = self._keys(stream_id)
-        try:
-            async with self._timed("read"):
-                pipe = self._redis.pipeline(transaction=False)
-                pipe.hget(keys.meta, "owner")
-                pipe.hget(keys.meta, "done")
-                pipe.xrange(keys.events, count=1)
-                pipe.xrevrange(keys.events, count=1)
-                owner, done, first, top = await pipe.execute()
-        except (RedisError, OSError, TimeoutError):
-            raise _unreachable() from None
+        async with self._answering("read"):
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.hget(keys.meta, "owner")
+            pipe.hget(keys.meta, "done")
+            pipe.xrange(keys.events, count=1)
+            pipe.xrevrange(keys.events, count=1)
+            owner, done, first, top = await pipe.execute()
         if owner is None:
             return None
         last_seq = _seq(top[0][0]) if top else 0
@@ -437,11 +435,8 @@ class RedisStreamStore(MemoryStreamStore):
         log = self.get(stream_id)
         if log is not None:
             return True, log.info.owner
-        try:
-            async with self._timed("read"):
-                model, key = await self._redis.hmget(self._keys(stream_id).meta, "model", "key")
-        except (RedisError, OSError, TimeoutError):
-            raise _unreachable() from None
+        async with self._answering("read"):
+            model, key = await self._redis.hmget(self._keys(stream_id).meta, "model", "key")
         return model is not None, key.decode() if key is not None else None
 
     async def transcript(self, stream_id: str) -> StreamRecord | None:
@@ -449,14 +444,11 @@ class RedisStreamStore(MemoryStreamStore):
         if log is not None:
             return await super().transcript(stream_id)
         keys = self._keys(stream_id)
-        try:
-            async with self._timed("read"):
-                pipe = self._redis.pipeline(transaction=False)
-                pipe.hmget(keys.meta, "model", "provider", "created_at")
-                pipe.get(keys.transcript)
-                (model, provider, created_at), snapshot = await pipe.execute()
-        except (RedisError, OSError, TimeoutError):
-            raise _unreachable() from None
+        async with self._answering("read"):
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.hmget(keys.meta, "model", "provider", "created_at")
+            pipe.get(keys.transcript)
+            (model, provider, created_at), snapshot = await pipe.execute()
         if model is None or snapshot is None:
             return None
         return StreamRecord(stream_id=stream_id, model=model.decode(), provider=provider.decode(),
@@ -467,24 +459,21 @@ class RedisStreamStore(MemoryStreamStore):
         if log is not None:
             return await super().cancel(stream_id)
         keys = self._keys(stream_id)
-        try:
-            async with self._timed("cancel"):
-                done, owner, model, provider = await self._redis.hmget(keys.meta, "done", "owner", "model",
-                                                                       "provider")
-                if owner is None:
-                    return None
-                if done is not None:
-                    return "finished"
-                heard = await self._redis.publish(f"{self._prefix}:cancel:{owner.decode()}", stream_id)
-                if heard or await self._redis.exists(self._lease_key(owner.decode())):
-                    return "cancelling"
-                # Nobody runs it any more: end it here, once, with what it released.
-                message = await self._released(keys, provider.decode())
-                claimed = await self._end(stream_id, model.decode(), provider.decode(), CANCELLED_BY_REQUEST,
-                                          status="cancelled", message=message)
-                return "cancelled" if claimed > 0 else "finished"
-        except (RedisError, OSError, TimeoutError):
-            raise _unreachable() from None
+        async with self._answering("cancel"):
+            done, owner, model, provider = await self._redis.hmget(keys.meta, "done", "owner", "model",
+                                                                   "provider")
+            if owner is None:
+                return None
+            if done is not None:
+                return "finished"
+            heard = await self._redis.publish(f"{self._prefix}:cancel:{owner.decode()}", stream_id)
+            if heard or await self._redis.exists(self._lease_key(owner.decode())):
+                return "cancelling"
+            # Nobody runs it any more: end it here, once, with what it released.
+            message = await self._released(keys, provider.decode())
+            claimed = await self._end(stream_id, model.decode(), provider.decode(), CANCELLED_BY_REQUEST,
+                                      status="cancelled", message=message)
+            return "cancelled" if claimed > 0 else "finished"
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -503,6 +492,16 @@ class RedisStreamStore(MemoryStreamStore):
 
     def _timed(self, op: str) -> _Timed:
         return _Timed(self, op)
+
+    @contextlib.asynccontextmanager
+    async def _answering(self, op: str) -> AsyncIterator[None]:
+        """A store operation a request waits on: timed, and a Redis that cannot answer is
+        StoreUnavailable (503, retryable) for the caller, never a hang or a 500."""
+        try:
+            async with self._timed(op):
+                yield
+        except (RedisError, OSError, TimeoutError):
+            raise _unreachable() from None
 
 
 class _Timed:
