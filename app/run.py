@@ -43,7 +43,7 @@ from app.core.report import RunObserver, RunReport
 from app.core.transcript import Transcript
 from app.observability import Metrics
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, response_events
-from app.streams.log import StreamLog
+from app.streams.log import CANCELLED_BY_REQUEST, StreamLog
 from app.tools import Execution, RunTools
 from app.validation import Gate
 
@@ -191,7 +191,7 @@ class Run:
             final = self._ending("ok", None)
         except asyncio.CancelledError:
             if not self.runs.shutting_down:
-                final = self._ending("cancelled", _GONE)
+                final = self._ending("cancelled", self._cancelled_by())
                 raise
             # The gateway is stopping (SIGTERM, grace over): an honest end the caller can retry.
             final = self._ending("error", _SHUTDOWN)
@@ -199,7 +199,7 @@ class Run:
             if task is not None:
                 task.uncancel()
         except GeneratorExit:
-            final = self._ending("cancelled", _GONE)
+            final = self._ending("cancelled", self._cancelled_by())
             raise
         except GatewayError as exc:
             if exc.final_status == "error":
@@ -327,6 +327,10 @@ class Run:
         if not self._progress.counted:
             usage.add(self.accumulator.usage)
         return usage
+
+    def _cancelled_by(self) -> ErrorData:
+        """Why a cancelled run ended: the API's cancel, or its client went away."""
+        return CANCELLED_BY_REQUEST if self.log.cancel_requested else _GONE
 
     def _ending(self, status: FinalStatus, error: ErrorData | None) -> FinalEvent:
         """The final event; a bare one (no message) if building the full one fails."""

@@ -23,6 +23,7 @@ from app.providers.openai_responses_stream import SUMMARY_PART_SEPARATOR
 from app.settings import Settings
 from tests import test_anthropic_stream, test_gemini_stream, test_openai_responses_stream
 from tests.support import Recording, recordings, serve
+from tests.upstream_fakes import paced
 
 __all__ = ["ALL_RECORDINGS", "Expect", "LockedAdapter", "PickyAdapter", "RecordedUpstream", "expect",
            "facade_gateway", "model_of", "settings_for"]
@@ -58,17 +59,11 @@ class RecordedUpstream:
             return JSONResponse(body, status_code=status, headers=headers)
         return StreamingResponse(self._body(_BY_KEY[(provider, model)].body), media_type="text/event-stream")
 
-    async def _body(self, body: bytes) -> AsyncIterator[bytes]:
+    def _body(self, body: bytes) -> AsyncIterator[bytes]:
         if self.hold:  # the answer is not over: the gateway must not end it by itself
             frames = body.split(b"\n\n")
             body = b"\n\n".join(frames[: len(frames) // 2]) + b"\n\n"
-        try:
-            for i in range(0, len(body), 397):  # uneven network reads
-                yield body[i:i + 397]
-            if self.hold:
-                await asyncio.Event().wait()
-        finally:
-            self.closed.set()
+        return paced(body, step=397, hold=self.hold, closed=self.closed)
 
     async def _json_model(self, request: Request, provider: str) -> Response:
         body = await request.json()
@@ -143,6 +138,12 @@ async def facade_gateway(
 
 @dataclass(frozen=True)
 class Expect:
+    model: str
+    """The gateway model that replays the recording."""
+    name: str
+    """The recording, for assertion messages."""
+    ids: bool
+    """Whether the calls carry the provider's ids (Gemini gives none; the gateway makes them)."""
     text: str
     reasoning: str
     calls: list[tuple[str | None, str, dict[str, Any]]]
@@ -151,11 +152,15 @@ class Expect:
     usage: dict[str, int]
     error: bool
 
+    def usage_of(self, *fields: str) -> dict[str, int]:
+        """The expected usage, limited to the fields a client's usage shape has."""
+        return {f: self.usage[f] for f in fields}
+
 
 def expect(rec: Recording) -> Expect:
     """What the recording must give, in canonical terms, from its `.expected.json`."""
     exp = rec.expected
-    error = bool(exp.get("errors"))
+    text, reasoning = exp["text"] or "", exp["reasoning"] or ""
     if rec.provider == "openai-chat":
         u = exp["usage"] or {}
         usage = {"input_tokens": u.get("prompt_tokens", 0), "output_tokens": u.get("completion_tokens", 0),
@@ -164,17 +169,19 @@ def expect(rec: Recording) -> Expect:
                  "reasoning_tokens": (u.get("completion_tokens_details") or {}).get("reasoning_tokens", 0)}
         calls = [(c["id"], c["name"], json.loads(c["arguments"] or "{}")) for c in exp["tool_calls"]]
         stop = "content_filter" if exp["refusal"] else (exp["finish_reason"] or "stop")
-        return Expect((exp["text"] or "") + (exp["refusal"] or ""), exp["reasoning"] or "", calls, stop, usage, error)
-    if rec.provider == "anthropic":
+        text += exp["refusal"] or ""
+    elif rec.provider == "anthropic":
         usage = test_anthropic_stream.canonical_usage(exp)
         calls = [(c["id"], c["name"], test_anthropic_stream.expected_arguments(c)) for c in exp["tool_calls"]]
         stop = test_anthropic_stream.EXPECTED_STOP[exp["finish_reason"]]
-        return Expect(exp["text"], exp["reasoning"] or "", calls, stop, usage, error)
-    if rec.provider == "gemini":
+    elif rec.provider == "gemini":
         usage = test_gemini_stream.canonical_usage(exp["usage"])
         calls = [(None, c["name"], test_gemini_stream.expected_arguments(c)) for c in exp["tool_calls"]]
-        return Expect(exp["text"], exp["reasoning"] or "", calls, "tool_calls" if calls else "stop", usage, error)
-    usage = test_openai_responses_stream.canonical_usage(exp["usage"])
-    calls = [(c["id"], c["name"], json.loads(c["arguments"])) for c in exp["tool_calls"]]
-    reasoning = SUMMARY_PART_SEPARATOR.join(exp["reasoning_summary_parts"])
-    return Expect(exp["text"], reasoning, calls, "tool_calls" if calls else "stop", usage, error)
+        stop = "tool_calls" if calls else "stop"
+    else:
+        usage = test_openai_responses_stream.canonical_usage(exp["usage"])
+        calls = [(c["id"], c["name"], json.loads(c["arguments"])) for c in exp["tool_calls"]]
+        reasoning = SUMMARY_PART_SEPARATOR.join(exp["reasoning_summary_parts"])
+        stop = "tool_calls" if calls else "stop"
+    return Expect(model=model_of(rec), name=repr(rec), ids=rec.provider != "gemini", text=text, reasoning=reasoning,
+                  calls=calls, stop=stop, usage=usage, error=bool(exp.get("errors")))

@@ -117,6 +117,28 @@ async def serve(app: Any) -> AsyncIterator[str]:
         sock.close()
 
 
+async def read_asgi_request(scope: dict[str, Any], receive: Any, send: Any) -> bytes | None:
+    """For a raw ASGI fake server: answer the lifespan protocol (None), or read an HTTP request's
+    whole body."""
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return None
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
+async def until_disconnect(receive: Any) -> None:
+    """Wait until the client goes away (a raw ASGI fake server holding its response open)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 def parse_sse(body: bytes | str) -> list[tuple[int, str, dict[str, Any]]]:
     """SSE text -> [(id, event, data)], skipping comments (pings)."""
     text = body.decode() if isinstance(body, bytes) else body

@@ -4,22 +4,14 @@ ANTHROPIC_BASE_URL, against a fake Anthropic Messages server on loopback replayi
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import orjson
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 
-from app.main import create_app
 from app.providers.options import DEFAULT_ALLOWED
 from app.settings import Settings
-from tests.support import parse_sse, recordings, serve
+from tests.support import parse_sse, recordings
+from tests.upstream_fakes import FakeUpstream, gateway
 
 RECORDING = {r.name: r for r in recordings("anthropic")}
 KEY = "sk-ant-e2e-test-key-0000"
@@ -29,48 +21,22 @@ OVERLOADED = (
 )
 
 
-@dataclass
-class FakeAnthropic:
-    """POST /v1/messages answers the next scripted reply: SSE bytes, or (status, error type)."""
+def fake_anthropic(*replies: bytes | tuple[int, str], hold: bool = False) -> FakeUpstream:
+    """POST /v1/messages answers the next reply: SSE bytes, or (status, Anthropic error type)."""
+    def reply(r: bytes | tuple[int, str]) -> Any:
+        if isinstance(r, bytes):
+            return r
+        status, etype = r
+        return status, {"type": "error", "error": {"type": etype, "message": f"{etype} from fake"}}, \
+            {"request-id": "req_fake"}
 
-    replies: list[Any]
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    headers: list[dict[str, str]] = field(default_factory=list)
-    hold: bool = False
-    """After the body, keep the response open until the client goes away."""
-    closed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def messages(self, request: Request) -> Response:
-        self.requests.append(await request.json())
-        self.headers.append(dict(request.headers))
-        reply = self.replies.pop(0)
-        if isinstance(reply, tuple):
-            status, etype = reply
-            return JSONResponse({"type": "error", "error": {"type": etype, "message": f"{etype} from fake"}},
-                                status_code=status, headers={"request-id": "req_fake"})
-        return StreamingResponse(self._body(reply), media_type="text/event-stream")
-
-    async def _body(self, body: bytes) -> AsyncIterator[bytes]:
-        try:
-            for i in range(0, len(body), 211):  # small, uneven network reads
-                yield body[i:i + 211]
-            if self.hold:
-                await asyncio.Event().wait()
-        finally:
-            self.closed.set()
-
-    def app(self) -> Starlette:
-        return Starlette(routes=[Route("/v1/messages", self.messages, methods=["POST"])])
+    return FakeUpstream("/v1/messages", [reply(r) for r in replies], hold=hold)
 
 
-@contextlib.asynccontextmanager
-async def gateway(fake: FakeAnthropic) -> AsyncIterator[httpx.AsyncClient]:
-    async with serve(fake.app()) as upstream:
-        settings = Settings(anthropic_api_key=KEY, anthropic_base_url=upstream, upstream_max_retries=0,
-                            # the operator opts in to server tools; "system" shows the adapter still guards its own fields
-                            provider_options_allow={"anthropic": [*DEFAULT_ALLOWED["anthropic"], "tools", "system"]})
-        async with serve(create_app(settings)) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
-            yield client
+def settings(upstream: str) -> Settings:
+    # the operator opts in to server tools; "system" shows the adapter still guards its own fields
+    return Settings(anthropic_api_key=KEY, anthropic_base_url=upstream, upstream_max_retries=0,
+                    provider_options_allow={"anthropic": [*DEFAULT_ALLOWED["anthropic"], "tools", "system"]})
 
 
 ASK = {
@@ -83,8 +49,8 @@ ASK = {
 
 
 async def test_thinking_tool_loop_round_trips_through_the_gateway() -> None:
-    fake = FakeAnthropic([RECORDING["thinking-then-tool-use"].body, RECORDING["text"].body])
-    async with gateway(fake) as client:
+    fake = fake_anthropic(RECORDING["thinking-then-tool-use"].body, RECORDING["text"].body)
+    async with gateway(fake, settings) as client:
         first = parse_sse((await client.post("/v1/stream", json=ASK)).content)
         kinds = [e for _, e, _ in first]
         assert kinds[0] == "start" and kinds[-1] == "final" and "reasoning" in kinds and "tool_call" in kinds
@@ -105,7 +71,7 @@ async def test_thinking_tool_loop_round_trips_through_the_gateway() -> None:
         second = parse_sse((await client.post("/v1/stream", json=follow)).content)
         assert second[-1][2]["status"] == "ok" and second[-1][2]["message"]["content"] == "Hello"
 
-    first_wire, second_wire = fake.requests
+    first_wire, second_wire = (r.body for r in fake.requests)
     assert first_wire["system"] == "Be brief." and first_wire["stream"] is True
     assert first_wire["max_tokens"] == 1024 + 4096 and first_wire["thinking"]["budget_tokens"] == 1024
     assert first_wire["tools"] == [{"name": "fixed_version", "description": "The fixed version",
@@ -117,19 +83,19 @@ async def test_thinking_tool_loop_round_trips_through_the_gateway() -> None:
     ]}
     assert second_wire["messages"][2] == {"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": call["id"], "content": "1.0.0"}]}
-    assert all(KEY in (h.get("x-api-key", "") + h.get("authorization", "")) for h in fake.headers)
+    assert all(KEY in (h.get("x-api-key", "") + h.get("authorization", "")) for h in (r.headers for r in fake.requests))
 
 
 async def test_server_tools_and_citations_come_out_as_canonical_events() -> None:
-    fake = FakeAnthropic([RECORDING["web-search-server-tool"].body])
-    async with gateway(fake) as client:
+    fake = fake_anthropic(RECORDING["web-search-server-tool"].body)
+    async with gateway(fake, settings) as client:
         ask = {"model": "anthropic/claude-opus-4-1", "messages": [{"role": "user", "content": "Weather in SF?"}],
                "provider_options": {"tools": [{"type": "web_search_20250305", "name": "web_search"}]}}
         events = parse_sse((await client.post("/v1/stream", json=ask)).content)
         clash = await client.post("/v1/stream", json={**ask, "provider_options": {"system": "no"}})
         assert clash.status_code == 400 and "system" in clash.json()["error"]["message"]
     assert len(fake.requests) == 1  # the refused request never left the gateway
-    assert fake.requests[0]["tools"] == [{"type": "web_search_20250305", "name": "web_search"}]
+    assert fake.requests[0].body["tools"] == [{"type": "web_search_20250305", "name": "web_search"}]
     calls = [d for _, e, d in events if e == "tool_call"]
     results = [d for _, e, d in events if e == "tool_result"]
     assert calls[-1]["is_final"] and calls[-1]["server"] and calls[-1]["arguments"] == {"query": "San Francisco weather today"}
@@ -142,8 +108,8 @@ async def test_server_tools_and_citations_come_out_as_canonical_events() -> None
 async def test_overloaded_before_the_body_is_a_502_and_mid_stream_a_retryable_final() -> None:
     head = RECORDING["thinking-signature"].body
     head = head[: head.index(b"event: content_block_stop", head.index(b'"text_delta"'))]
-    fake = FakeAnthropic([(529, "overloaded_error"), (401, "authentication_error"), head + OVERLOADED])
-    async with gateway(fake) as client:
+    fake = fake_anthropic((529, "overloaded_error"), (401, "authentication_error"), head + OVERLOADED)
+    async with gateway(fake, settings) as client:
         ask = {"model": "anthropic/claude-sonnet-4-6", "messages": [{"role": "user", "content": "Cross a street?"}]}
         overloaded = await client.post("/v1/stream", json=ask)
         assert overloaded.status_code == 502
@@ -161,8 +127,8 @@ async def test_overloaded_before_the_body_is_a_502_and_mid_stream_a_retryable_fi
 
 async def test_client_disconnect_closes_the_anthropic_response() -> None:
     head = RECORDING["thinking-signature"].body
-    fake = FakeAnthropic([head[: head.index(b"event: message_delta")]], hold=True)
-    async with gateway(fake) as client:
+    fake = fake_anthropic(head[: head.index(b"event: message_delta")], hold=True)
+    async with gateway(fake, settings) as client:
         ask = {"model": "anthropic/claude-sonnet-4-6", "messages": [{"role": "user", "content": "Cross a street?"}]}
         async with client.stream("POST", "/v1/stream", json=ask) as response:
             async for line in response.aiter_lines():
@@ -180,8 +146,8 @@ async def test_a_harmless_unexpected_delta_keeps_the_answer_and_is_counted() -> 
     index = orjson.loads(body[at:].split(b"\n")[1][6:])["index"]
     odd = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
            b'"delta":{"type":"signature_delta","signature":"c2ln"}}\n\n' % index)
-    fake = FakeAnthropic([body, body[:at] + odd + body[at:]])
-    async with gateway(fake) as client:
+    fake = fake_anthropic(body, body[:at] + odd + body[at:])
+    async with gateway(fake, settings) as client:
         ask = {"model": "anthropic/claude-sonnet-4-6", "messages": [{"role": "user", "content": "Cross a street?"}]}
         plain = parse_sse((await client.post("/v1/stream", json=ask)).content)[-1][2]
         odd_final = parse_sse((await client.post("/v1/stream", json=ask)).content)[-1][2]

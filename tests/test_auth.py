@@ -385,3 +385,27 @@ async def test_facades_take_the_same_keys_models_and_limits() -> None:
         assert (await client.get("/v1/models")).status_code == 401
         assert (await client.get("/v1/models", headers=bearer(key))).status_code == 200
         assert (await client.get("/")).status_code == 200  # the playground page stays open
+
+
+async def test_models_lists_only_what_the_calling_key_may_use() -> None:
+    served = {"openai_api_key": "sk-test-upstream", "anthropic_api_key": "sk-ant-test-upstream",
+              "aliases": {"fast": "openai/gpt-4o-mini", "deep": "anthropic/claude-x"}}
+    async with gateway(**served) as (_, client):
+        async def ids(key: str, anthropic: bool = False) -> list[str]:
+            headers = {**bearer(key), **({"anthropic-version": "2023-06-01"} if anthropic else {})}
+            response = await client.get("/v1/models", headers=headers)
+            assert response.status_code == 200, response.text
+            return [m["id"] for m in response.json()["data"]]
+
+        everything = await ids(ADMIN)  # the admin key sees every served model
+        assert everything == ["mock/simple", "mock/tool_call", "mock/echo", "mock/lorem-100", "deep", "fast",
+                              "anthropic/*", "openai/*", "openai-responses/*"]
+        narrow = (await make_key(client, models=["mock/simple", "openai/gpt-4o-mini"]))["key"]
+        assert await ids(narrow) == ["mock/simple", "fast", "openai/gpt-4o-mini"]  # the alias's target is allowed
+        assert await ids(narrow, anthropic=True) == ["mock/simple", "fast", "openai/gpt-4o-mini"]
+        wide = (await make_key(client, models=["mock/*", "anthropic/*"]))["key"]
+        assert await ids(wide) == ["mock/simple", "mock/tool_call", "mock/echo", "mock/lorem-100", "deep", "anthropic/*"]
+        assert (await client.get("/v1/models/openai/gpt-4o-mini", headers=bearer(narrow))).status_code == 200
+        refused = await client.get("/v1/models/openai/gpt-4o-mini", headers=bearer(wide))
+        assert refused.status_code == 404 and refused.json()["error"]["code"] == "model_not_found"
+        assert (await client.get("/v1/models/anthropic/claude-y", headers=bearer(wide))).status_code == 200

@@ -16,7 +16,7 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tests.compat_support import ALL_RECORDINGS, LockedAdapter, PickyAdapter, RecordedUpstream, expect, facade_gateway, model_of
+from tests.compat_support import ALL_RECORDINGS, LockedAdapter, PickyAdapter, RecordedUpstream, expect, facade_gateway
 from tests.support import serve
 
 HI = [{"role": "user", "content": "hi"}]
@@ -45,13 +45,11 @@ def summary(message: Any, with_ids: bool) -> tuple[str, str, list[Any]]:
 
 
 async def test_every_recording_through_the_anthropic_sdk() -> None:
-    async with facade_gateway() as url:
-        client = sdk(url)
+    async with facade_gateway() as url, sdk(url) as client:
         for rec in ALL_RECORDINGS:
-            exp, model, name = expect(rec), model_of(rec), repr(rec)
-            with_ids = rec.provider != "gemini"  # Gemini gives no call ids; the gateway makes them
-            expected_usage = {k: exp.usage[k] for k in ("input_tokens", "output_tokens", "cache_read_tokens",
-                                                        "cache_write_tokens")}
+            exp = expect(rec)
+            model, name, with_ids = exp.model, exp.name, exp.ids
+            expected_usage = exp.usage_of("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
             if exp.error:
                 with pytest.raises(anthropic.InternalServerError):
                     await client.messages.create(model=model, max_tokens=64, messages=HI)
@@ -80,24 +78,20 @@ async def test_every_recording_through_the_anthropic_sdk() -> None:
                 for message in (answer, final):
                     redacted = [b for b in message.content if b.type == "redacted_thinking"]
                     assert len(redacted) == rec.expected["redacted_thinking_blocks"], name
-        await client.close()
 
 
 async def test_gateway_tools_run_server_side_and_are_not_the_callers() -> None:
-    async with serve(create_app(Settings())) as url:
-        client = sdk(url)
+    async with serve(create_app(Settings())) as url, sdk(url) as client:
         answer = await client.messages.create(model="mock/tool_call", max_tokens=64, messages=HI)
         assert [b.type for b in answer.content] == ["text"] and answer.stop_reason == "end_turn"
         assert answer.content[0].text == "Calling calculatorSum is 4"
         async with client.messages.stream(model="mock/tool_call", max_tokens=64, messages=HI) as stream:
             final = await stream.get_final_message()
         assert [b.type for b in final.content] == ["text"] and final.content[0].text == "Calling calculatorSum is 4"
-        await client.close()
 
 
 async def test_a_callers_tool_round_trip() -> None:
-    async with serve(create_app(Settings())) as url:
-        client = sdk(url)
+    async with serve(create_app(Settings())) as url, sdk(url) as client:
         ask: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "2+2?"}]}]
         async with client.messages.stream(model="mock/tool_call", max_tokens=64, messages=ask,
                                           tools=[CALCULATOR]) as stream:
@@ -111,15 +105,13 @@ async def test_a_callers_tool_round_trip() -> None:
         second = await client.messages.create(model="mock/tool_call", max_tokens=64, messages=follow,
                                               tools=[CALCULATOR], system="Be brief.")
         assert second.content[0].text == "Sum is 4" and second.stop_reason == "end_turn"
-        await client.close()
 
 
 async def test_validators_through_extra_body_end_in_refusal() -> None:
     ask = [{"role": "user", "content": "Mail jo@example.com now. The password is hunter2."}]
     extra = {"validators": [{"name": "pii", "config": {"action": "redact"}},
                             {"name": "regex_deny", "config": {"patterns": ["(?i)password"]}}]}
-    async with serve(create_app(Settings())) as url:
-        client = sdk(url)
+    async with serve(create_app(Settings())) as url, sdk(url) as client:
         answer = await client.messages.create(model="mock/echo", max_tokens=64, messages=ask, extra_body=extra)
         assert answer.stop_reason == "refusal"
         assert "password" not in "".join(b.text for b in answer.content if b.type == "text")
@@ -127,7 +119,6 @@ async def test_validators_through_extra_body_end_in_refusal() -> None:
             text = "".join([t async for t in stream.text_stream])
             final = await stream.get_final_message()
         assert final.stop_reason == "refusal" and "hunter2" not in text and "jo@example.com" not in text
-        await client.close()
 
 
 @pytest.mark.parametrize(("ask", "error", "names"), [
@@ -148,8 +139,7 @@ async def test_validators_through_extra_body_end_in_refusal() -> None:
     ({"messages": HI, "model": "anthropic/status-500"}, anthropic.InternalServerError, "500"),
 ])
 async def test_errors_are_the_sdks_exception_classes(ask: dict[str, Any], error: type, names: str) -> None:
-    async with facade_gateway(adapters={"locked": LockedAdapter(), "picky": PickyAdapter()}) as url:
-        client = sdk(url)
+    async with facade_gateway(adapters={"locked": LockedAdapter(), "picky": PickyAdapter()}) as url, sdk(url) as client:
         for stream in (False, True):
             with pytest.raises(error) as raised:
                 await client.messages.create(**{"model": "mock/simple", "max_tokens": 64, **ask}, stream=stream)
@@ -157,13 +147,11 @@ async def test_errors_are_the_sdks_exception_classes(ask: dict[str, Any], error:
             assert body["type"] == "error" and names in body["error"]["message"]
             if error is anthropic.RateLimitError:
                 assert raised.value.response.headers["retry-after"] == "7"
-        await client.close()
 
 
 async def test_a_failure_after_the_stream_began_makes_the_sdk_raise() -> None:
     broken = {"provider_options": {"fail_after": 2}}
-    async with serve(create_app(Settings())) as url:
-        client = sdk(url)
+    async with serve(create_app(Settings())) as url, sdk(url) as client:
         seen = []
         with pytest.raises(anthropic.APIStatusError) as raised:
             async with client.messages.stream(model="mock/lorem-20", max_tokens=64, messages=HI,
@@ -175,29 +163,24 @@ async def test_a_failure_after_the_stream_began_makes_the_sdk_raise() -> None:
         assert "lorem" in "".join(seen)
         with pytest.raises(anthropic.InternalServerError):
             await client.messages.create(model="mock/lorem-20", max_tokens=64, messages=HI, extra_body=broken)
-        await client.close()
 
 
 async def test_client_disconnect_closes_the_upstream() -> None:
     upstream = RecordedUpstream(hold=True)
-    async with facade_gateway(upstream) as url:
-        client = sdk(url)
+    async with facade_gateway(upstream) as url, sdk(url) as client:
         async with client.messages.stream(model="anthropic/text", max_tokens=64, messages=HI) as stream:
             async for event in stream:
                 if event.type == "text":
                     break
             assert not upstream.closed.is_set()
         await asyncio.wait_for(upstream.closed.wait(), timeout=5.0)
-        await client.close()
 
 
 async def test_models_in_anthropics_shape() -> None:
-    async with facade_gateway() as url:
-        client = sdk(url)
+    async with facade_gateway() as url, sdk(url) as client:
         ids = [m.id async for m in client.models.list()]
         assert ids[0] == "mock/simple" and "anthropic/*" in ids
         assert (await client.models.retrieve("anthropic/claude-haiku-4-5")).type == "model"
-        await client.close()
 
 
 async def test_the_wire_format() -> None:
@@ -235,12 +218,10 @@ async def test_the_request_maps_to_the_canonical_one() -> None:
                                          "content": [{"type": "text", "text": "sunny"}]},
                                         {"type": "text", "text": "And tomorrow?"}]}]
     tool = {"name": "weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
-    async with facade_gateway(upstream) as url:
-        client = sdk(url)
+    async with facade_gateway(upstream) as url, sdk(url) as client:
         await client.messages.create(model="anthropic/text", max_tokens=77, system=[{"type": "text", "text": "Brief."}],
                                      messages=ask, tools=[tool], tool_choice={"type": "any"},
                                      stop_sequences=["END"], metadata={"user_id": "u1"})
-        await client.close()
     sent = upstream.requests[-1]
     assert sent["system"] in ("Brief.", [{"type": "text", "text": "Brief."}])
     assert sent["messages"][1]["content"][0] == {"type": "thinking", "thinking": "Use the tool.", "signature": "sig-1"}

@@ -15,7 +15,7 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tests.compat_support import ALL_RECORDINGS, LockedAdapter, PickyAdapter, RecordedUpstream, expect, facade_gateway, model_of
+from tests.compat_support import ALL_RECORDINGS, LockedAdapter, PickyAdapter, RecordedUpstream, expect, facade_gateway
 from tests.support import serve
 
 HI = [{"role": "user", "content": "hi"}]
@@ -43,13 +43,10 @@ def calls_of(message: Any, *, with_ids: bool) -> list[tuple[str | None, str, dic
 
 async def test_every_recording_through_the_openai_sdk() -> None:
     assert any(expect(r).usage["cache_read_tokens"] for r in ALL_RECORDINGS)  # cached tokens are exercised
-    async with facade_gateway() as url:
-        client = sdk(url)
-        for rec in ALL_RECORDINGS:
-            exp, model, name = expect(rec), model_of(rec), repr(rec)
-            with_ids = rec.provider != "gemini"  # Gemini gives no call ids; the gateway makes them
-            expected_usage = {k: exp.usage[k] for k in ("input_tokens", "output_tokens", "cache_read_tokens",
-                                                        "reasoning_tokens")}
+    async with facade_gateway() as url, sdk(url) as client:
+        for exp in map(expect, ALL_RECORDINGS):
+            model, name, with_ids = exp.model, exp.name, exp.ids
+            expected_usage = exp.usage_of("input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens")
             if exp.error:
                 with pytest.raises(openai.InternalServerError):
                     await client.chat.completions.create(model=model, messages=HI)
@@ -86,12 +83,10 @@ async def test_every_recording_through_the_openai_sdk() -> None:
             assert calls_of(streamed, with_ids=with_ids) == exp.calls, name
             assert final.choices[0].finish_reason == FINISH[exp.stop], name
             assert usage_of(final.usage) == expected_usage, name
-        await client.close()
 
 
 async def test_gateway_tools_run_server_side_and_are_not_the_callers() -> None:
-    async with serve(create_app(Settings())) as url:
-        client = sdk(url)
+    async with serve(create_app(Settings())) as url, sdk(url) as client:
         raw = await client.chat.completions.with_raw_response.create(model="mock/tool_call", messages=HI)
         answer = raw.parse()
         assert answer.choices[0].message.tool_calls is None and answer.choices[0].finish_reason == "stop"
@@ -104,12 +99,10 @@ async def test_gateway_tools_run_server_side_and_are_not_the_callers() -> None:
                                                                          stream=True)]
         assert not any(c.choices and c.choices[0].delta.tool_calls for c in chunks)
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Calling calculatorSum is 4"
-        await client.close()
 
 
 async def test_a_callers_tool_round_trip() -> None:
-    async with serve(create_app(Settings())) as url:
-        client = sdk(url)
+    async with serve(create_app(Settings())) as url, sdk(url) as client:
         async with client.chat.completions.stream(model="mock/tool_call", messages=HI, tools=[CALCULATOR]) as stream:
             first = await stream.get_final_completion()
         choice = first.choices[0]
@@ -123,15 +116,13 @@ async def test_a_callers_tool_round_trip() -> None:
                   {"role": "tool", "tool_call_id": call.id, "content": [{"type": "text", "text": "4"}]}]
         second = await client.chat.completions.create(model="mock/tool_call", messages=follow, tools=[CALCULATOR])
         assert second.choices[0].message.content == "Sum is 4" and second.choices[0].finish_reason == "stop"
-        await client.close()
 
 
 async def test_validators_through_extra_body_gate_release() -> None:
     ask = [{"role": "user", "content": "Mail jo@example.com now. The password is hunter2."}]
     extra = {"validators": [{"name": "pii", "config": {"action": "redact"}},
                             {"name": "regex_deny", "config": {"patterns": ["(?i)password"]}}]}
-    async with serve(create_app(Settings())) as url:
-        client = sdk(url)
+    async with serve(create_app(Settings())) as url, sdk(url) as client:
         answer = await client.chat.completions.create(model="mock/echo", messages=ask, extra_body=extra)
         assert answer.choices[0].finish_reason == "content_filter"
         assert "password" not in (answer.choices[0].message.content or "")
@@ -141,7 +132,6 @@ async def test_validators_through_extra_body_gate_release() -> None:
         assert "hunter2" not in text and "jo@example.com" not in text
         assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [
             "content_filter"]
-        await client.close()
 
 
 @pytest.mark.parametrize(("ask", "error", "param"), [
@@ -174,8 +164,7 @@ async def test_validators_through_extra_body_gate_release() -> None:
     ({"model": "openai/status-500", "messages": HI}, openai.InternalServerError, None),
 ])
 async def test_errors_are_the_sdks_exception_classes(ask: dict[str, Any], error: type, param: str | None) -> None:
-    async with facade_gateway(adapters={"locked": LockedAdapter(), "picky": PickyAdapter()}) as url:
-        client = sdk(url)
+    async with facade_gateway(adapters={"locked": LockedAdapter(), "picky": PickyAdapter()}) as url, sdk(url) as client:
         for stream in (False, True):
             with pytest.raises(error) as raised:
                 await client.chat.completions.create(**ask, stream=stream)
@@ -184,13 +173,11 @@ async def test_errors_are_the_sdks_exception_classes(ask: dict[str, Any], error:
             assert body["param"] == param
             if error is openai.RateLimitError:
                 assert raised.value.response.headers["retry-after"] == "7"
-        await client.close()
 
 
 async def test_a_failure_after_the_stream_began_makes_the_sdk_raise() -> None:
     broken = {"provider_options": {"fail_after": 2}}
-    async with serve(create_app(Settings())) as url:
-        client = sdk(url)
+    async with serve(create_app(Settings())) as url, sdk(url) as client:
         seen = []
         with pytest.raises(openai.APIError) as raised:
             async for chunk in await client.chat.completions.create(model="mock/lorem-20", messages=HI, stream=True,
@@ -200,32 +187,27 @@ async def test_a_failure_after_the_stream_began_makes_the_sdk_raise() -> None:
         assert "lorem" in "".join(s or "" for s in seen)  # the text so far did arrive
         with pytest.raises(openai.InternalServerError):
             await client.chat.completions.create(model="mock/lorem-20", messages=HI, extra_body=broken)
-        await client.close()
 
 
 async def test_client_disconnect_closes_the_upstream() -> None:
     upstream = RecordedUpstream(hold=True)
-    async with facade_gateway(upstream) as url:
-        client = sdk(url)
+    async with facade_gateway(upstream) as url, sdk(url) as client:
         async with client.chat.completions.stream(model="openai/text-include-usage", messages=HI) as stream:
             async for event in stream:
                 if event.type == "content.delta":
                     break
             assert not upstream.closed.is_set()
         await asyncio.wait_for(upstream.closed.wait(), timeout=5.0)
-        await client.close()
 
 
 async def test_models_lists_what_is_served() -> None:
-    async with facade_gateway(aliases={"fast": "openai/gpt-x"}) as url:
-        client = sdk(url)
+    async with facade_gateway(aliases={"fast": "openai/gpt-x"}) as url, sdk(url) as client:
         ids = [m.id async for m in client.models.list()]
         assert ids[:4] == ["mock/simple", "mock/tool_call", "mock/echo", "mock/lorem-100"]
         assert "fast" in ids and "openai/*" in ids and "anthropic/*" in ids
         assert (await client.models.retrieve("openai/gpt-4o-mini")).owned_by == "openai"
         with pytest.raises(openai.NotFoundError):
             await client.models.retrieve("nowhere/model")
-        await client.close()
 
 
 async def test_the_wire_format() -> None:
@@ -259,13 +241,11 @@ async def test_the_request_maps_to_the_canonical_one() -> None:
            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
     tool = {"type": "function", "function": {"name": "weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-    async with facade_gateway(upstream) as url:
-        client = sdk(url)
+    async with facade_gateway(upstream) as url, sdk(url) as client:
         await client.chat.completions.create(
             model="openai/text-include-usage", messages=ask, tools=[tool], temperature=0.3,
             tool_choice={"type": "function", "function": {"name": "weather"}}, max_completion_tokens=50,
             stop=["\n\n"], seed=7, user="end-user-1")
-        await client.close()
     sent = upstream.requests[-1]
     assert sent["messages"] == [
         {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"},

@@ -16,7 +16,7 @@ import pytest
 
 from app.main import create_app
 from app.settings import CompatibleProvider, Settings
-from tests.support import parse_sse, recordings, serve
+from tests.support import parse_sse, read_asgi_request, recordings, serve, until_disconnect
 
 RECORDINGS = {rec.name: rec for rec in recordings("openai-chat")}
 HELLO = [{"role": "user", "content": "Hello"}]
@@ -35,17 +35,9 @@ class FakeUpstream:
         self.closed = asyncio.Event()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+        body = await read_asgi_request(scope, receive, send)
+        if body is None:
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
         request = json.loads(body)
         self.requests.append(request)
         model: str = request["model"]
@@ -57,13 +49,13 @@ class FakeUpstream:
             await send({"type": "http.response.body", "body": json.dumps({"error": error}).encode()})
             return
         if model == "no-headers":
-            await self._until_disconnect(receive)
+            await until_disconnect(receive)
             return
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream")]})
         if model == "hang":
             await send({"type": "http.response.body", "body": _FIRST, "more_body": True})
-            await self._until_disconnect(receive)
+            await until_disconnect(receive)
             self.closed.set()
             return
         recording = RECORDINGS["text-include-usage" if model == "truncated" else model].body
@@ -72,11 +64,6 @@ class FakeUpstream:
         for start in range(0, len(recording), 512):
             await send({"type": "http.response.body", "body": recording[start:start + 512], "more_body": True})
         await send({"type": "http.response.body", "body": b""})
-
-    @staticmethod
-    async def _until_disconnect(receive: Any) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
 
 
 def gateway_settings(upstream: str, **kw: Any) -> Settings:

@@ -106,6 +106,8 @@ async def test_owner_sigkilled_while_b_follows_ends_with_one_replica_lost_final(
         final = events[-1][2]
         assert final["status"] == "error" and final["error"]["code"] == "replica_lost"
         assert final["error"]["retryable"] is True
+        released = "".join(d["content"] for _, e, d in events if e == "token")
+        assert released and final["message"]["content"] == released  # the partial answer, as delivered
         assert parse_sse((await c.get(f"{b.url}/v1/stream/{sid}")).content) == events  # written once
 
 

@@ -6,8 +6,8 @@ import asyncio
 import pytest
 import redis.asyncio as redis
 
-from app.core.events import AssistantMessage, FinalEvent, StartEvent, TokenEvent, Usage
-from app.streams.log import CursorAhead, ReplayUnavailable, StoreUnavailable
+from app.core.events import AssistantMessage, FinalEvent, ReasoningEvent, StartEvent, TokenEvent, ToolCallEvent, Usage
+from app.streams.log import CANCELLED_BY_REQUEST, CursorAhead, ReplayUnavailable, StoreUnavailable
 from app.streams.redis import RedisStreamStore
 from tests.support import parse_sse
 
@@ -90,21 +90,52 @@ async def test_a_lost_owner_is_claimed_once_however_many_followers_notice(redis_
     log = await owner.create(model="m", provider="p")  # never started: no lease renewal (a dead process)
     sid = log.info.stream_id
     log.append(StartEvent(stream_id=sid, model="m", provider="p"))
+    log.append(ReasoningEvent(index=0, content="think"))
     log.append(TokenEvent(index=0, content="a"))
+    log.append(ToolCallEvent(id="c1", name="add", index=0, args_fragment='{"a": 1}', is_final=True, arguments={"a": 1}))
+    log.append(TokenEvent(index=1, content=" and b"))
     await owner._flush({sid: _pending(log)})
     readers = [asyncio.create_task(read_all(await s.open(sid, 0))) for s in (f1, f2, f1, f2)]
     bodies = await asyncio.wait_for(asyncio.gather(*readers), 10)
     assert len(set(bodies)) == 1
     events = parse_sse(bodies[0])
-    assert [(i, e) for i, e, _ in events] == [(1, "start"), (2, "token"), (3, "final")]
-    assert events[-1][2]["status"] == "error"
-    assert events[-1][2]["error"] == {"code": "replica_lost", "retryable": True,
-                                      "message": "the replica running this stream stopped; retry the request"}
+    assert [(i, e) for i, e, _ in events] == [(1, "start"), (2, "reasoning"), (3, "token"), (4, "tool_call"),
+                                               (5, "token"), (6, "final")]
+    lost = events[-1][2]
+    assert lost["status"] == "error"
+    assert lost["error"] == {"code": "replica_lost", "retryable": True,
+                             "message": "the replica running this stream stopped; retry the request"}
+    # What was released before the owner died, rebuilt from the stored events: an honest partial answer.
+    assert lost["message"] == {"role": "assistant", "content": "a and b",
+                               "tool_calls": [{"id": "c1", "name": "add", "arguments": {"a": 1}}],
+                               "reasoning": [{"text": "think", "provider": "p"}]}
+    assert lost["usage"]["output_tokens"] is None  # never reported: unknown, not 0
     client = redis.from_url(redis_url)
     finals = [e for e in await client.xrange(f"foundry:{{{sid}}}:events") if b"e" in e[1]]
-    assert len(finals) == 1 and finals[0][0] == b"3-0"  # written once
+    assert len(finals) == 1 and finals[0][0] == b"6-0"  # written once
     await client.aclose()
     for s in (owner, f1, f2):
+        await s.aclose()
+
+
+async def test_a_cancel_of_a_stream_nobody_runs_any_more_ends_it_here_with_what_it_released(redis_url):
+    owner, other = store(redis_url), store(redis_url)
+    log = await owner.create(model="m", provider="p")  # never started: no lease renewal, no cancel listener
+    sid = log.info.stream_id
+    log.append(StartEvent(stream_id=sid, model="m", provider="p"))
+    log.append(TokenEvent(index=0, content="so far"))
+    await owner._flush({sid: _pending(log)})
+    client = redis.from_url(redis_url)
+    await client.delete(owner._lease_key(owner.replica))  # the owner is gone
+    assert await other.cancel(sid) == "cancelled"
+    events = parse_sse(await read_all(await other.open(sid, 0)))
+    assert [e for _, e, _ in events] == ["start", "token", "final"]
+    final = events[-1][2]
+    assert final["status"] == "cancelled" and final["error"] == CANCELLED_BY_REQUEST
+    assert final["message"]["content"] == "so far"
+    assert await other.cancel(sid) == "finished"
+    await client.aclose()
+    for s in (owner, other):
         await s.aclose()
 
 

@@ -6,8 +6,17 @@ import orjson
 import pytest
 
 from app.core.errors import RequestError
-from app.core.events import AssistantMessage, FinalEvent, ReasoningEvent, TokenEvent, Usage
-from app.streams.log import MemoryStreamStore, ReplayUnavailable, StoreFull, encode_frame, parse_cursor
+from app.core.events import (
+    AssistantMessage,
+    FinalEvent,
+    ReasoningEvent,
+    StartEvent,
+    TokenEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    Usage,
+)
+from app.streams.log import MemoryStreamStore, ReplayUnavailable, StoreFull, decode_frames, encode_frame, parse_cursor
 from tests.support import parse_sse
 
 
@@ -102,3 +111,19 @@ def test_the_text_delta_fast_path_encodes_the_same_bytes(event) -> None:
     # encode_frame skips event.data() for text deltas; the frame must not change.
     general = b"id: 7\nevent: %s\ndata: %s\n\n" % (event.type.encode(), orjson.dumps(event.data()))
     assert encode_frame(7, event) == general
+
+
+def test_content_frames_decode_back_to_their_events_start_and_final_are_skipped() -> None:
+    content = [
+        TokenEvent(index=0, content='say "hi"\n\u2028 \U0001f600'),
+        ReasoningEvent(index=0, content="\\ \t"),
+        ToolCallEvent(id="c1", name="add", index=0, args_fragment='{"a": ', is_final=False),
+        ToolCallEvent(id="c1", name="add", index=0, args_fragment="1}", is_final=True, arguments={"a": 1}),
+        ToolCallEvent(id="s1", name="web_search", index=1, args_fragment="{}", is_final=True, arguments={}, server=True),
+        ToolResultEvent(tool_call_id="s1", name="web_search", content="sunny", is_error=True),
+    ]
+    around = [StartEvent(stream_id="str_1", model="m", provider="p"), *content,
+              FinalEvent(status="ok", message=AssistantMessage(content="x"), usage=Usage(), stop_reason="stop",
+                         model="m", provider="p")]
+    frames = b"".join(encode_frame(i, e) for i, e in enumerate(around, start=1))
+    assert decode_frames(frames) == content

@@ -1,4 +1,5 @@
-"""Fakes and drivers shared by the Responses and Gemini provider tests.
+"""Fakes and drivers shared by the provider tests (Responses, Gemini, Anthropic, routing) and the
+facade tests.
 
 - `Body`: a response body for `httpx2.MockTransport`, served in pieces, that remembers whether
   the client closed it; `drain()` runs an adapter's stream into canonical events.
@@ -8,6 +9,8 @@
   response stays open after its body until the client goes away; `closed` is set when the body
   generator ends, which is how a test sees the gateway let go. `gateway()` serves the app
   configured against it; `first_token_then_leave()` is a client that disconnects early.
+  `paced()` is its body (a recording in small reads, then held open on request), also the
+  facade tests' recorded upstream's (tests/compat_support.py).
 - `FaultServer`: an OpenAI-compatible server on loopback whose every request follows a scripted
   `Fault` (ok, HTTP status with Retry-After, reset after headers, stall before the first chunk,
   slow first token, stall mid-stream) and records when the gateway let go of it (routing tests).
@@ -35,10 +38,10 @@ from app.core.events import StreamEvent
 from app.main import create_app
 from app.providers.base import ProviderAdapter, ProviderRequest, drive
 from app.settings import Settings
-from tests.support import serve
+from tests.support import read_asgi_request, serve, until_disconnect
 
 __all__ = ["Body", "FakeUpstream", "Fault", "FaultServer", "Recorded", "Served", "chat_stream", "closed_port_url",
-           "drain", "first_token_then_leave", "gateway"]
+           "drain", "first_token_then_leave", "gateway", "paced"]
 
 
 class Body(httpx2.AsyncByteStream):
@@ -93,19 +96,24 @@ class FakeUpstream:
         if isinstance(reply, tuple):
             status, body, headers = reply
             return JSONResponse(body, status_code=status, headers=headers)
-        return StreamingResponse(self._body(reply), media_type="text/event-stream")
-
-    async def _body(self, body: bytes) -> AsyncIterator[bytes]:
-        try:
-            for i in range(0, len(body), 173):  # small, uneven network reads
-                yield body[i:i + 173]
-            if self.hold:
-                await asyncio.Event().wait()
-        finally:
-            self.closed.set()
+        return StreamingResponse(paced(reply, step=173, hold=self.hold, closed=self.closed),
+                                 media_type="text/event-stream")
 
     def app(self) -> Starlette:
         return Starlette(routes=[Route(self.path, self.handle, methods=["POST"])])
+
+
+async def paced(body: bytes, *, step: int, hold: bool, closed: asyncio.Event) -> AsyncIterator[bytes]:
+    """A recorded body in small, uneven network reads of `step` bytes; with `hold` the response then
+    stays open until the client goes away. `closed` is set when the body ends, however it ends:
+    how a test sees the gateway let go of the upstream."""
+    try:
+        for i in range(0, len(body), step):
+            yield body[i:i + step]
+        if hold:
+            await asyncio.Event().wait()
+    finally:
+        closed.set()
 
 
 @contextlib.asynccontextmanager
@@ -188,17 +196,9 @@ class FaultServer:
         return [s for s in self.served if s.model == model]
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+        body = await read_asgi_request(scope, receive, send)
+        if body is None:
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
         request = json.loads(body)
         model = request["model"]
         script = self.scripts[model]
@@ -230,7 +230,7 @@ class FaultServer:
         if fault.kind == "reset":
             raise ConnectionResetError("scripted reset")  # uvicorn drops the connection mid-body
         if fault.kind == "held":
-            gone = asyncio.ensure_future(self._until_disconnect(receive))
+            gone = asyncio.ensure_future(until_disconnect(receive))
             released = asyncio.ensure_future(self.release.wait())
             await asyncio.wait([gone, released], return_when=asyncio.FIRST_COMPLETED)
             released.cancel()
@@ -240,13 +240,8 @@ class FaultServer:
                             + b"data: [DONE]\n\n"})
                 return
         else:
-            await self._until_disconnect(receive)
+            await until_disconnect(receive)
         served.gone = True
-
-    @staticmethod
-    async def _until_disconnect(receive: Any) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
 
 
 def closed_port_url() -> str:

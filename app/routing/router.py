@@ -33,10 +33,11 @@ from app.core.errors import (
 from app.core.patches import Patch
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest
 from app.providers.registry import ProviderRegistry
+from app.routing.abort import Abort
 from app.routing.breaker import Breakers, BreakerState
 from app.routing.config import Deadlines, RouteConfig, flatten_targets
 from app.routing.errors import CircuitOpen, DeadlineExceeded
-from app.routing.stream import RoutedStream
+from app.routing.stream import RoutedStream, close_upstream
 
 __all__ = ["Attempt", "Policy", "RouteConfigError", "RouteSession", "Router", "Target", "check_routes"]
 
@@ -267,8 +268,7 @@ class RouteSession(ProviderAdapter):
         self.served: Target | None = None
         self.step = 0
         self.current: RoutedStream | None = None
-        self._aborted: GatewayError | None = None
-        self._opening: asyncio.Task[Any] | None = None
+        self._abort = Abort()  # abort() ends the opening where it waits
         self._on_close: list[Callable[[], None]] = []
 
     def ready(self) -> bool:
@@ -277,7 +277,7 @@ class RouteSession(ProviderAdapter):
     @property
     def opening(self) -> bool:
         """Between its first attempt and its first content: no stream yet."""
-        return self._opening is not None
+        return self._abort.waiting
 
     @property
     def primary(self) -> Target:
@@ -288,12 +288,13 @@ class RouteSession(ProviderAdapter):
     async def open_stream(self, request: ProviderRequest) -> RoutedStream:
         """`ProviderAdapter.open_stream`, routed: the first target to reach content, its stream."""
         self.step += 1
-        if self._aborted is not None:
-            raise self._aborted
+        abort = self._abort
+        if abort.error is not None:
+            raise abort.error
         loop = asyncio.get_running_loop()
         if loop.time() >= self.total_at:
             raise DeadlineExceeded("total", self.total)
-        task = self._opening = asyncio.current_task()
+        abort.task, abort.waiting = asyncio.current_task(), True
         try:
             if self.served is not None:  # a later step: the target that answered so far
                 opened = await self._chain(self.served, request)
@@ -302,13 +303,14 @@ class RouteSession(ProviderAdapter):
             else:
                 opened = await self._in_order(request)
         except asyncio.CancelledError:
-            if self._aborted is not None and task is not None and task.uncancel() == 0:
-                raise self._aborted from None
-            raise
+            error = abort.caught()
+            if error is None:
+                raise
+            raise error from None
         except _TargetFailed as failed:
             raise self._with_attempts(failed.error) from None
         finally:
-            self._opening = None
+            abort.waiting = False
         self.served = target = opened.target
         stream = RoutedStream(upstream=opened.upstream, iterator=opened.iterator, buffered=opened.buffered,
                               ended=opened.ended, failure=opened.failure, idle=self.idle, total=self.total,
@@ -328,12 +330,9 @@ class RouteSession(ProviderAdapter):
 
     def abort(self, error: GatewayError) -> None:
         """End the run with `error` (graceful drain): its read or its opening raises it."""
-        if self._aborted is not None:
+        if self._abort.error is not None:
             return
-        self._aborted = error
-        if self._opening is not None:
-            self._opening.cancel()
-        elif self.current is not None:
+        if not self._abort.trip(error) and self.current is not None:
             self.current.abort(error)
 
     def on_close(self, callback: Callable[[], None]) -> None:
@@ -534,18 +533,5 @@ class RouteSession(ProviderAdapter):
 
 async def _close(upstream: PatchStream | None, iterator: Any) -> None:
     """Close an abandoned attempt's upstream request, even while being cancelled."""
-    if upstream is None:
-        return
-
-    async def close() -> None:
-        if iterator is not None:
-            try:
-                await iterator.aclose()
-            except Exception:  # noqa: BLE001 - it is being thrown away
-                pass
-        try:
-            await upstream.aclose()
-        except Exception:  # noqa: BLE001
-            pass
-
-    await asyncio.shield(close())
+    if upstream is not None:
+        await asyncio.shield(close_upstream(upstream, iterator))

@@ -14,19 +14,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 from app.core.errors import GatewayError
 from app.core.patches import Patch
 from app.providers.base import PatchStream
+from app.routing.abort import Abort
 from app.routing.errors import DeadlineExceeded
 
-__all__ = ["RoutedStream"]
+__all__ = ["RoutedStream", "close_upstream"]
 
 
 class RoutedStream:
-    __slots__ = ("_upstream", "_iterator", "_buffered", "_ended", "_failure", "_idle", "_total", "_total_at", "_error",
-                 "_task", "_reading", "_tripped", "_last", "_handle", "_loop", "_closed", "_on_failure")
+    __slots__ = ("_upstream", "_iterator", "_buffered", "_ended", "_failure", "_idle", "_total", "_total_at", "_abort",
+                 "_last", "_handle", "_loop", "_closed", "_on_failure")
 
     def __init__(self, *, upstream: PatchStream, iterator: AsyncIterator[list[Patch]], buffered: list[list[Patch]],
                  ended: bool, failure: BaseException | None = None, idle: float, total: float,
@@ -39,10 +39,7 @@ class RoutedStream:
         self._idle = idle
         self._total = total
         self._total_at = total_at
-        self._error: GatewayError | None = None
-        self._task: asyncio.Task[Any] | None = None
-        self._reading = False
-        self._tripped = False  # we cancelled the reading task
+        self._abort = Abort()  # the deadlines and abort() end the read where it waits
         self._last = 0.0
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -60,34 +57,32 @@ class RoutedStream:
             if self._ended:
                 return
             loop = self._loop = asyncio.get_running_loop()
-            self._task = asyncio.current_task()  # read from one task, as the run does (see _trip)
+            abort = self._abort
+            abort.task = asyncio.current_task()  # read from one task, as the run does
             now = loop.time
             self._last = now()
             self._arm(min(self._last + self._idle, self._total_at))
             iterator = self._iterator
             while True:
-                if self._error is not None:
-                    raise self._error
-                self._reading = True
+                if abort.error is not None:
+                    raise abort.error
+                abort.waiting = True
                 try:
                     batch = await iterator.__anext__()
                 except StopAsyncIteration:
                     return
                 except asyncio.CancelledError:
-                    if self._tripped:
-                        self._tripped = False
-                        error = self._error
-                        assert self._task is not None and error is not None
-                        if self._task.uncancel() == 0:  # only ours: the deadline or the abort, not the caller
-                            if isinstance(error, DeadlineExceeded) and error.deadline == "idle":
-                                self._failed(error)
-                            raise error from None
-                    raise
+                    error = abort.caught()  # only ours: the deadline or the abort, not the caller
+                    if error is None:
+                        raise
+                    if isinstance(error, DeadlineExceeded) and error.deadline == "idle":
+                        self._failed(error)
+                    raise error from None
                 except GatewayError as exc:
                     self._failed(exc)
                     raise
                 finally:
-                    self._reading = False
+                    abort.waiting = False
                 self._last = now()
                 yield batch
         finally:
@@ -102,17 +97,14 @@ class RoutedStream:
 
     def abort(self, error: GatewayError) -> None:
         """End the stream with `error` now (or at its next read, if the run is not reading)."""
-        if self._error is None:
-            self._trip(error)
+        if self._abort.error is None:
+            self._abort.trip(error)
 
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
-        with contextlib.suppress(Exception):
-            await self._iterator.aclose()  # type: ignore[attr-defined]
-        with contextlib.suppress(Exception):
-            await self._upstream.aclose()
+        await close_upstream(self._upstream, self._iterator)
 
     def _arm(self, when: float) -> None:
         assert self._loop is not None
@@ -123,17 +115,20 @@ class RoutedStream:
         self._handle = None
         now = self._loop.time()
         if now >= self._total_at:
-            self._trip(DeadlineExceeded("total", self._total))
-        elif not self._reading:
+            self._abort.trip(DeadlineExceeded("total", self._total))
+        elif not self._abort.waiting:
             self._last = now  # the run was busy elsewhere: silence counts from here
             self._arm(min(now + self._idle, self._total_at))
         elif now - self._last >= self._idle:
-            self._trip(DeadlineExceeded("idle", self._idle))
+            self._abort.trip(DeadlineExceeded("idle", self._idle))
         else:
             self._arm(min(self._last + self._idle, self._total_at))
 
-    def _trip(self, error: GatewayError) -> None:
-        self._error = error
-        if self._reading and self._task is not None and not self._tripped:
-            self._tripped = True
-            self._task.cancel()
+
+async def close_upstream(upstream: PatchStream, iterator: AsyncIterator[list[Patch]] | None) -> None:
+    """Close a response's iterator, then the response, ignoring their failures: it is let go of."""
+    if iterator is not None:
+        with contextlib.suppress(Exception):
+            await iterator.aclose()  # type: ignore[attr-defined]
+    with contextlib.suppress(Exception):
+        await upstream.aclose()

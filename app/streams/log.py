@@ -28,17 +28,20 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import orjson
+
 from app.core import safejson
-from app.core.errors import GatewayError, RequestError
-from app.core.events import FinalEvent, ReasoningEvent, StreamEvent, TokenEvent
+from app.core.errors import ErrorData, GatewayError, RequestError
+from app.core.events import FinalEvent, ReasoningEvent, StreamEvent, TokenEvent, ToolCallEvent, ToolResultEvent
 from app.core.transcript import Transcript
 
 BATCH_BYTES = 64 * 1024
 """Most bytes a reader takes from the log per send (one frame at least)."""
 _BATCH_FRAMES = 1024
 
-__all__ = ["BATCH_BYTES", "CancelOutcome", "CursorAhead", "MemoryStreamStore", "ReplayUnavailable", "StoreFull",
-           "StoreUnavailable", "StreamLog", "StreamRecord", "StreamStore", "encode_frame"]
+__all__ = ["BATCH_BYTES", "CANCELLED_BY_REQUEST", "CancelOutcome", "CursorAhead", "MemoryStreamStore",
+           "ReplayUnavailable", "StoreFull", "StoreUnavailable", "StreamLog", "StreamRecord", "StreamStore",
+           "decode_frames", "encode_frame"]
 
 
 class ReplayUnavailable(GatewayError):
@@ -71,6 +74,10 @@ class StoreUnavailable(GatewayError):
     retryable = True
 
 
+CANCELLED_BY_REQUEST: ErrorData = {"code": "cancelled", "retryable": False,
+                                   "message": "the run was cancelled through the API (POST /v1/stream/{id}/cancel)"}
+"""The error of the final of a run ended by `cancel()` (the API's cancel, on any replica)."""
+
 CancelOutcome = Literal["cancelled", "cancelling", "finished"]
 """`cancelled`: the run ended here; `cancelling`: asked of the replica running it; `finished`:
 it had already ended (a no-op)."""
@@ -94,6 +101,32 @@ def encode_frame(seq: int, event: StreamEvent) -> bytes:
 
 _TOKEN_FRAME = b'id: %d\nevent: token\ndata: {"index":%d,"content":%s}\n\n'
 _REASONING_FRAME = b'id: %d\nevent: reasoning\ndata: {"index":%d,"content":%s}\n\n'
+
+
+def decode_frames(data: bytes) -> list[StreamEvent]:
+    """The content events (token, reasoning, tool_call, tool_result) of frames made by
+    `encode_frame`, back as events; `start`, `final` and comments are skipped. For a store that
+    rebuilds what a stream released from its stored frames (app/core/released.py)."""
+    events: list[StreamEvent] = []
+    for frame in data.split(b"\n\n"):
+        lines = frame.split(b"\n")
+        if len(lines) != 3 or not lines[1].startswith(b"event: "):
+            continue
+        decode = _DECODE.get(lines[1][7:])
+        if decode is not None:
+            events.append(decode(orjson.loads(lines[2][6:])))
+    return events
+
+
+_DECODE: dict[bytes, Callable[[Any], StreamEvent]] = {
+    b"token": lambda d: TokenEvent(index=d["index"], content=d["content"]),
+    b"reasoning": lambda d: ReasoningEvent(index=d["index"], content=d["content"]),
+    b"tool_call": lambda d: ToolCallEvent(id=d["id"], name=d["name"], index=d["index"],
+                                          args_fragment=d["args_fragment"], is_final=d["is_final"],
+                                          arguments=d.get("arguments"), server=d.get("server", False)),
+    b"tool_result": lambda d: ToolResultEvent(tool_call_id=d["tool_call_id"], name=d["name"], content=d["content"],
+                                              is_error=d["is_error"]),
+}
 
 
 @dataclass(slots=True, kw_only=True)
@@ -237,6 +270,11 @@ class StreamLog:
     def running(self) -> bool:
         """A driver supervises this stream's run here and it has not ended."""
         return self._control is not None and self.final is None
+
+    @property
+    def cancel_requested(self) -> bool:
+        """`cancel()` was asked of this stream's run (not a client that left, nor a shutdown)."""
+        return self._cancel_pending or (self._control is not None and self._control.requested)
 
     def cancel(self) -> bool:
         """End the supervised run (it appends `final{status: "cancelled"}`); False if none runs here."""

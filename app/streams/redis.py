@@ -28,6 +28,7 @@ interval (defaults: 10 s + 1 s).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -43,7 +44,9 @@ from redis.exceptions import RedisError, ResponseError
 
 from app.core.errors import ErrorData
 from app.core.events import STOP_REASON_FOR_STATUS, AssistantMessage, FinalEvent, Usage
+from app.core.released import Released
 from app.streams.log import (
+    CANCELLED_BY_REQUEST,
     CancelOutcome,
     CursorAhead,
     MemoryStreamStore,
@@ -51,6 +54,7 @@ from app.streams.log import (
     StoreUnavailable,
     StreamLog,
     StreamRecord,
+    decode_frames,
     encode_frame,
 )
 
@@ -190,7 +194,7 @@ class RedisStreamStore(MemoryStreamStore):
         info = log.info
         keys = self._keys(info.stream_id)
         try:
-            async with self._timed("create"):
+            async with self._answering("create"):
                 pipe = self._redis.pipeline(transaction=False)
                 meta = {"model": model, "provider": provider, "owner": self.replica,
                         "created_at": repr(info.created_at)}
@@ -200,9 +204,9 @@ class RedisStreamStore(MemoryStreamStore):
                 pipe.expire(keys.meta, self._ttl_s + _RUNNING_GRACE)
                 pipe.set(self._lease_key(self.replica), "1", px=self._lease_ms)
                 await pipe.execute()
-        except (RedisError, OSError, TimeoutError):
+        except StoreUnavailable:
             self._drop(info.stream_id)
-            raise _unreachable() from None
+            raise
         log.sink = self._sink
         return log
 
@@ -339,16 +343,13 @@ class RedisStreamStore(MemoryStreamStore):
         if self.get(stream_id) is not None:  # ours: from memory
             return await super().open(stream_id, after)
         keys = self._keys(stream_id)
-        try:
-            async with self._timed("read"):
-                pipe = self._redis.pipeline(transaction=False)
-                pipe.hget(keys.meta, "owner")
-                pipe.hget(keys.meta, "done")
-                pipe.xrange(keys.events, count=1)
-                pipe.xrevrange(keys.events, count=1)
-                owner, done, first, top = await pipe.execute()
-        except (RedisError, OSError, TimeoutError):
-            raise _unreachable() from None
+        async with self._answering("read"):
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.hget(keys.meta, "owner")
+            pipe.hget(keys.meta, "done")
+            pipe.xrange(keys.events, count=1)
+            pipe.xrevrange(keys.events, count=1)
+            owner, done, first, top = await pipe.execute()
         if owner is None:
             return None
         last_seq = _seq(top[0][0]) if top else 0
@@ -388,22 +389,7 @@ class RedisStreamStore(MemoryStreamStore):
                          "message": "the stream store became unreachable; resume from the last event id later"}
                 yield _final_frame(cursor + 1, "", "", error, "error")
                 return
-            frames: list[bytes] = []
-            done = False
-            for entry_id, fields in reply[0][1]:
-                last, first = _seq(entry_id), int(fields[_FIRST])
-                if last <= cursor:
-                    continue
-                if first > cursor + 1:
-                    raise ReplayUnavailable("reader fell behind the stream's retention window")
-                data = fields[_FRAMES]
-                if first <= cursor:  # the entry starts before our cursor: skip what was delivered
-                    data = _skip_frames(data, cursor - first + 1)
-                frames.append(data)
-                cursor = last
-                if _END in fields:
-                    done = True
-                    break
+            frames, cursor, done = _frames_after(reply[0][1], cursor)
             if frames:
                 yield b"".join(frames)
             if done:
@@ -421,12 +407,26 @@ class RedisStreamStore(MemoryStreamStore):
             return False
         lost: ErrorData = {"code": "replica_lost", "retryable": True,
                 "message": "the replica running this stream stopped; retry the request"}
-        await self._end(stream_id, model.decode(), provider.decode(), lost, status="error")
+        message = await self._released(keys, provider.decode())
+        await self._end(stream_id, model.decode(), provider.decode(), lost, status="error", message=message)
         return False  # the next read returns the final (ours or another claimer's)
 
-    async def _end(self, stream_id: str, model: str, provider: str, error: ErrorData, *, status: str) -> int:
+    async def _released(self, keys: _Keys, provider: str) -> AssistantMessage:
+        """What a stream whose owner is gone released, rebuilt from its stored (retained) events:
+        the message of the final that ends it, so its readers keep an honest partial answer."""
+        entries = await self._redis.xrange(keys.events)
+        if not entries:
+            return AssistantMessage()
+        try:
+            frames, _, _ = _frames_after(entries, int(entries[0][1][_FIRST]) - 1)
+        except ReplayUnavailable:  # a hole in the stored events: no message rather than a wrong one
+            return AssistantMessage()
+        return Released.of(decode_frames(b"".join(frames)), provider=provider).message()
+
+    async def _end(self, stream_id: str, model: str, provider: str, error: ErrorData, *, status: str,
+                   message: AssistantMessage | None = None) -> int:
         keys = self._keys(stream_id)
-        body = _final_frame(0, model, provider, error, status).split(b"\n", 1)[1]
+        body = _final_frame(0, model, provider, error, status, message).split(b"\n", 1)[1]
         async with self._timed("claim"):
             return int(await self._claim(keys=[keys.events, keys.meta, keys.transcript],
                                          args=[body, self._ttl_s, status, self.replica]))
@@ -435,11 +435,8 @@ class RedisStreamStore(MemoryStreamStore):
         log = self.get(stream_id)
         if log is not None:
             return True, log.info.owner
-        try:
-            async with self._timed("read"):
-                model, key = await self._redis.hmget(self._keys(stream_id).meta, "model", "key")
-        except (RedisError, OSError, TimeoutError):
-            raise _unreachable() from None
+        async with self._answering("read"):
+            model, key = await self._redis.hmget(self._keys(stream_id).meta, "model", "key")
         return model is not None, key.decode() if key is not None else None
 
     async def transcript(self, stream_id: str) -> StreamRecord | None:
@@ -447,14 +444,11 @@ class RedisStreamStore(MemoryStreamStore):
         if log is not None:
             return await super().transcript(stream_id)
         keys = self._keys(stream_id)
-        try:
-            async with self._timed("read"):
-                pipe = self._redis.pipeline(transaction=False)
-                pipe.hmget(keys.meta, "model", "provider", "created_at")
-                pipe.get(keys.transcript)
-                (model, provider, created_at), snapshot = await pipe.execute()
-        except (RedisError, OSError, TimeoutError):
-            raise _unreachable() from None
+        async with self._answering("read"):
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.hmget(keys.meta, "model", "provider", "created_at")
+            pipe.get(keys.transcript)
+            (model, provider, created_at), snapshot = await pipe.execute()
         if model is None or snapshot is None:
             return None
         return StreamRecord(stream_id=stream_id, model=model.decode(), provider=provider.decode(),
@@ -465,23 +459,21 @@ class RedisStreamStore(MemoryStreamStore):
         if log is not None:
             return await super().cancel(stream_id)
         keys = self._keys(stream_id)
-        try:
-            async with self._timed("cancel"):
-                done, owner, model, provider = await self._redis.hmget(keys.meta, "done", "owner", "model",
-                                                                       "provider")
-                if owner is None:
-                    return None
-                if done is not None:
-                    return "finished"
-                heard = await self._redis.publish(f"{self._prefix}:cancel:{owner.decode()}", stream_id)
-                if heard or await self._redis.exists(self._lease_key(owner.decode())):
-                    return "cancelling"
-                # Nobody runs it any more: end it here, once.
-                error: ErrorData = {"code": "cancelled", "message": "cancelled by request", "retryable": False}
-                claimed = await self._end(stream_id, model.decode(), provider.decode(), error, status="cancelled")
-                return "cancelled" if claimed > 0 else "finished"
-        except (RedisError, OSError, TimeoutError):
-            raise _unreachable() from None
+        async with self._answering("cancel"):
+            done, owner, model, provider = await self._redis.hmget(keys.meta, "done", "owner", "model",
+                                                                   "provider")
+            if owner is None:
+                return None
+            if done is not None:
+                return "finished"
+            heard = await self._redis.publish(f"{self._prefix}:cancel:{owner.decode()}", stream_id)
+            if heard or await self._redis.exists(self._lease_key(owner.decode())):
+                return "cancelling"
+            # Nobody runs it any more: end it here, once, with what it released.
+            message = await self._released(keys, provider.decode())
+            claimed = await self._end(stream_id, model.decode(), provider.decode(), CANCELLED_BY_REQUEST,
+                                      status="cancelled", message=message)
+            return "cancelled" if claimed > 0 else "finished"
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -500,6 +492,16 @@ class RedisStreamStore(MemoryStreamStore):
 
     def _timed(self, op: str) -> _Timed:
         return _Timed(self, op)
+
+    @contextlib.asynccontextmanager
+    async def _answering(self, op: str) -> AsyncIterator[None]:
+        """A store operation a request waits on: timed, and a Redis that cannot answer is
+        StoreUnavailable (503, retryable) for the caller, never a hang or a 500."""
+        try:
+            async with self._timed(op):
+                yield
+        except (RedisError, OSError, TimeoutError):
+            raise _unreachable() from None
 
 
 class _Timed:
@@ -534,11 +536,35 @@ def _skip_frames(data: bytes, n: int) -> bytes:
     return data[pos:]
 
 
+def _frames_after(entries: list[tuple[bytes, dict[bytes, bytes]]], cursor: int) -> tuple[list[bytes], int, bool]:
+    """The frames of stream entries numbered after `cursor` (an entry that overlaps what was read,
+    a retried write, is cut), the new cursor, and whether the final was among them."""
+    frames: list[bytes] = []
+    for entry_id, fields in entries:
+        last, first = _seq(entry_id), int(fields[_FIRST])
+        if last <= cursor:
+            continue
+        if first > cursor + 1:
+            raise ReplayUnavailable("reader fell behind the stream's retention window")
+        data = fields[_FRAMES]
+        if first <= cursor:  # the entry starts before our cursor: skip what was delivered
+            data = _skip_frames(data, cursor - first + 1)
+        frames.append(data)
+        cursor = last
+        if _END in fields:
+            return frames, cursor, True
+    return frames, cursor, False
+
+
 def _seq(entry_id: bytes) -> int:
     return int(entry_id.split(b"-", 1)[0])
 
 
-def _final_frame(seq: int, model: str, provider: str, error: ErrorData, status: str) -> bytes:
-    final = FinalEvent(status=status, message=AssistantMessage(), usage=Usage(),  # type: ignore[arg-type]
-                       stop_reason=STOP_REASON_FOR_STATUS[status], model=model, provider=provider, error=error)
+def _final_frame(seq: int, model: str, provider: str, error: ErrorData, status: str,
+                 message: AssistantMessage | None = None) -> bytes:
+    """A final written for a stream whose owner cannot: the provider's usage report never reached
+    the writer, so the output counts are unknown (null), not 0."""
+    final = FinalEvent(status=status, message=message or AssistantMessage(),  # type: ignore[arg-type]
+                       usage=Usage(output_unknown=True), stop_reason=STOP_REASON_FOR_STATUS[status], model=model,
+                       provider=provider, error=error)
     return encode_frame(seq, final)

@@ -29,7 +29,8 @@ from app.run import Run
 from app.validation import ValidatorSpec, check_specs
 
 __all__ = ["ErrorWriter", "FacadeError", "FacadeRoute", "GatewayExtras", "Translator", "answer", "caller_call",
-           "collect", "failure", "field_path", "forwarded_fields", "open_run", "run_spec", "translate", "validation_reason"]
+           "collect", "failure", "field_path", "forwarded_fields", "open_run", "route_responses", "run_spec", "translate",
+           "validation_reason"]
 
 
 class FacadeError(Exception):
@@ -176,11 +177,12 @@ def run_spec(*, model: str, messages: tuple[Message, ...], tools: tuple[ToolSpec
 
 
 async def open_run(gateway: Gateway, spec: RunSpec, record: RequestLog, *, request: Request, principal: Principal,
-                   forwarded: Iterable[str] = ()) -> tuple[Run, dict[str, str]]:
+                   body: GatewayExtras, forwards: Iterable[str]) -> tuple[Run, dict[str, str]]:
     """Open the run through the same Gateway and the same admission as /v1/stream (app/api/access.py:
     the key's models, limits, ownership; GatewayError before any event), and give the x-ratelimit-*
-    headers. A refused provider option that the caller sent as a top-level field (`forwarded`) is
-    named as that field, which is what the caller wrote."""
+    headers. A refused provider option that the caller sent as a top-level field of `body` (one of
+    the facade's `forwards`) is named as that field, which is what the caller wrote."""
+    forwarded = forwarded_fields(body, forwards, body.provider_options)
     try:
         return await admit_and_open(request, gateway, spec, principal, record)
     except GatewayError as exc:
@@ -195,6 +197,18 @@ async def open_run(gateway: Gateway, spec: RunSpec, record: RequestLog, *, reque
 def forwarded_fields(body: BaseModel, names: Iterable[str], provider_options: dict[str, Any]) -> list[str]:
     """The client fields passed on as provider options (set, and not overridden by provider_options)."""
     return [n for n in names if getattr(body, n) is not None and n not in provider_options]
+
+
+_ERROR_STATUSES = (400, 401, 403, 404, 413, 429, 502, 503, 504)
+
+
+def route_responses(*, answer: str, errors: str, example: dict[str, Any]) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI `responses` of a facade's POST route: its answer (`answer`: a JSON object, or
+    Server-Sent Events), and its errors in the client's format (`errors`, with an `example` body)."""
+    ok = {"description": answer, "content": {"application/json": {"schema": {"type": "object"}},
+                                             "text/event-stream": {"schema": {"type": "string"}}}}
+    error = {"description": errors, "content": {"application/json": {"example": example}}}
+    return {200: ok, **{status: error for status in _ERROR_STATUSES}}
 
 
 async def answer(

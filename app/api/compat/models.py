@@ -3,6 +3,9 @@ request carries the `anthropic-version` header the anthropic SDK always sends).
 
 Listed: the mock scenarios, the configured aliases whose provider is served, and one
 `<provider>/*` entry per other served provider (any model name under it is passed upstream).
+For an API key limited to some models (app/auth), only what it may use: the scenarios and
+aliases it may use, `<provider>/*` when it may use the whole provider, else the exact
+`<provider>/<model>` names it lists (a narrower pattern, `openai/gpt-4*`, cannot be listed).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from app.auth import Principal, model_allowed
 from app.pipeline import Gateway
 from app.providers.mock import SCENARIOS
 
@@ -25,28 +29,43 @@ class ServedModel:
     owned_by: str
 
 
-def served_models(gateway: Gateway) -> list[ServedModel]:
+def served_models(gateway: Gateway, principal: Principal | None = None) -> list[ServedModel]:
+    """What is served, as much of it as `principal` may use (None: everything)."""
+    allowed = _patterns(principal)
     served = {name for name, ready in gateway.registry.readiness().items() if ready}
     out: list[ServedModel] = []
     if "mock" in served:
-        out += [ServedModel(f"mock/{s.replace('<N>', '100')}", "mock") for s in SCENARIOS]
+        out += [ServedModel(m, "mock") for m in (f"mock/{s.replace('<N>', '100')}" for s in SCENARIOS)
+                if model_allowed(allowed, m)]
     for alias, target in sorted(gateway.settings.aliases.items()):
         provider = target.partition("/")[0]
-        if provider in served:
+        if provider in served and model_allowed(allowed, alias, target):
             out.append(ServedModel(alias, provider))
-    out += [ServedModel(f"{name}/*", name) for name in sorted(served - {"mock"})]
+    for name in sorted(served - {"mock"}):
+        if model_allowed(allowed, f"{name}/*"):  # `*`, `openai/*`, `open*`: the whole provider
+            out.append(ServedModel(f"{name}/*", name))
+        elif allowed is not None:
+            out += [ServedModel(m, name) for m in sorted(allowed)
+                    if "*" not in m and m.partition("/")[0] == name and m.partition("/")[2]]
     return out
 
 
-def find(gateway: Gateway, model_id: str) -> ServedModel | None:
-    """A listed model, or any `provider/model` under a served provider."""
-    for model in served_models(gateway):
+def find(gateway: Gateway, model_id: str, principal: Principal | None = None) -> ServedModel | None:
+    """A listed model, or any `provider/model` under a served provider (that `principal` may use)."""
+    for model in served_models(gateway, principal):
         if model.id == model_id:
             return model
+    allowed = _patterns(principal)
     provider, sep, name = model_id.partition("/")
-    if sep and name and provider != "mock" and gateway.registry.readiness().get(provider):
+    if sep and name and provider != "mock" and gateway.registry.readiness().get(provider) \
+            and model_allowed(allowed, model_id):
         return ServedModel(model_id, provider)
     return None
+
+
+def _patterns(principal: Principal | None) -> tuple[str, ...] | None:
+    """The model patterns of a key limited to some models; None: every model."""
+    return principal.key.models if principal is not None and principal.key is not None else None
 
 
 def openai_model(model: ServedModel) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, Path, Request
 from starlette.responses import Response
 
 from app.api.access import Authenticated, PrincipalDep
-from app.api.compat.common import FacadeError, FacadeRoute, answer, forwarded_fields, open_run
+from app.api.compat.common import FacadeError, FacadeRoute, answer, open_run, route_responses
 from app.api.compat.models import anthropic_list, anthropic_model, find, openai_list, openai_model, served_models
 from app.api.compat.openai_request import to_run_spec
 from app.api.compat.openai_response import ChunkWriter, OpenAIErrors, completion
@@ -29,29 +29,21 @@ class OpenAIRoute(FacadeRoute):
 
 router = APIRouter(tags=["openai-compatible"], route_class=OpenAIRoute, dependencies=[Authenticated])
 
-_ERROR_DOC = {
-    "description": 'OpenAI\'s error format: `{"error": {"message", "type", "param", "code"}}`.',
-    "content": {"application/json": {"example": OpenAIErrors.body(400, "n: must be 1", "n", "invalid_request")}},
-}
-_STREAM_DOC = {
-    "description": "`stream: false`: a `chat.completion` object. `stream: true`: Server-Sent Events, one "
-                   "`chat.completion.chunk` per `data:` line, ending with `data: [DONE]`.",
-    "content": {"application/json": {"schema": {"type": "object"}},
-                "text/event-stream": {"schema": {"type": "string"}}},
-}
-
 
 @router.post(
     "/v1/chat/completions",
     response_class=Response,
-    responses={200: _STREAM_DOC, **{c: _ERROR_DOC for c in (400, 401, 403, 404, 413, 429, 502, 503, 504)}},
+    responses=route_responses(
+        answer="`stream: false`: a `chat.completion` object. `stream: true`: Server-Sent Events, one "
+               "`chat.completion.chunk` per `data:` line, ending with `data: [DONE]`.",
+        errors='OpenAI\'s error format: `{"error": {"message", "type", "param", "code"}}`.',
+        example=OpenAIErrors.body(400, "n: must be 1", "n", "invalid_request")),
     summary="OpenAI Chat Completions (drop-in): the same run as /v1/stream, in OpenAI's shapes",
 )
 async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, record: RecordDep, request: Request,
                            principal: PrincipalDep) -> Response:
-    forwarded = forwarded_fields(body, FORWARDED, body.provider_options)
     run, limit_headers = await open_run(gateway, to_run_spec(body), record, request=request, principal=principal,
-                                        forwarded=forwarded)
+                                        body=body, forwards=FORWARDED)
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     writer = ChunkWriter(run, model=body.model, include_usage=include_usage) if body.stream else None
     return await answer(gateway, run, stream=writer, headers=limit_headers,
@@ -59,21 +51,23 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, rec
                         error=lambda status, text, code: ERRORS.body(status, text, None, code))
 
 
-@router.get("/v1/models", summary="The models this gateway serves (OpenAI's list; Anthropic's with anthropic-version)")
+@router.get("/v1/models", summary="The models this gateway serves to the caller (OpenAI's list; Anthropic's with "
+                                  "anthropic-version): a key limited to some models sees only those")
 async def list_models(
-    gateway: GatewayDep, anthropic_version: Annotated[str | None, Header(alias="anthropic-version")] = None,
+    gateway: GatewayDep, principal: PrincipalDep,
+    anthropic_version: Annotated[str | None, Header(alias="anthropic-version")] = None,
 ) -> JSON:
-    models = served_models(gateway)
+    models = served_models(gateway, principal)
     return JSON(anthropic_list(models) if anthropic_version else openai_list(models))
 
 
 @router.get("/v1/models/{model_id:path}",
             summary="One served model (OpenAI's shape; Anthropic's with anthropic-version)")
 async def get_model(
-    gateway: GatewayDep, model_id: Annotated[str, Path(max_length=256)],
+    gateway: GatewayDep, principal: PrincipalDep, model_id: Annotated[str, Path(max_length=256)],
     anthropic_version: Annotated[str | None, Header(alias="anthropic-version")] = None,
 ) -> JSON:
-    model = find(gateway, model_id)
+    model = find(gateway, model_id, principal)
     if model is None:
         raise FacadeError(f"the model {model_id!r} is not served here", param="model", status=404,
                           code="model_not_found")
