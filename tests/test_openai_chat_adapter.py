@@ -1,4 +1,4 @@
-"""OpenAIAdapter: generate() and open_stream() through a real AsyncOpenAI client on
+"""OpenAIAdapter: generate() with a fake client (the reference), open_stream() through a real AsyncOpenAI client on
 an injected httpx2.MockTransport (errors before the body, mid-stream failures, closing), builders."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import httpx2
@@ -23,7 +24,7 @@ from app.core.errors import (
     UpstreamTimeout,
 )
 from app.core.events import FinalEvent, StreamEvent
-from app.core.messages import Message, ToolCall, ToolSpec
+from app.core.messages import AdapterError, Message, ToolCall, ToolSpec
 from app.core.released import Released
 from app.providers.base import PatchStream, ProviderRequest
 from app.providers.openai_chat import OpenAIAdapter, build_openai
@@ -37,59 +38,87 @@ HI = (Message(role="user", content="hi"),)
 ADD = ToolSpec(name="add", parameters={"type": "object", "properties": {"a": {"type": "integer"}}})
 
 
-# -- generate() (reference/foundry-adapters.md), written once in app/providers/base.py -----------
+# -- generate() with the reference's fake client (reference/foundry-adapters.md): non-streaming --
 
 
-def delta(content: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {"id": "c", "choices": [{"index": 0, "delta": content, "finish_reason": finish}]}
+class FakeCompletions:
+    """Records create() kwargs and returns a canned response (the reference's fake client)."""
+
+    def __init__(self, response: Any) -> None:
+        self.response = response
+        self.calls: list[dict[str, Any]] = []
+
+    async def create(self, **kwargs: Any) -> Any:
+        self.calls.append(kwargs)
+        return self.response
 
 
-def answering(*chunks: dict[str, Any], done: bool = True) -> tuple[OpenAIAdapter, list[dict[str, Any]]]:
-    """An adapter whose SDK client answers every request with these stream chunks (then `[DONE]`);
-    the bodies it was sent."""
-    sent: list[dict[str, Any]] = []
-    body = b"".join(b"data: %s\n\n" % json.dumps(c).encode() for c in chunks) + (b"data: [DONE]\n\n" if done else b"")
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        sent.append(json.loads(request.content))
-        return event_stream(Body([body]))
-
-    return OpenAIAdapter(sdk_client(handler)), sent
+def fake_adapter(response: Any) -> tuple[OpenAIAdapter, FakeCompletions]:
+    completions = FakeCompletions(response)
+    return OpenAIAdapter(SimpleNamespace(chat=SimpleNamespace(completions=completions))), completions  # type: ignore[arg-type]
 
 
-async def test_generate_defaults_temperature_and_returns_the_assistant_message() -> None:
-    adapter, sent = answering(delta({"role": "assistant", "content": "4"}), delta({}, "stop"))
+def completion(*messages: dict[str, Any]) -> dict[str, Any]:
+    return {"id": "c", "choices": [{"index": i, "message": m, "finish_reason": "stop"} for i, m in enumerate(messages)]}
+
+
+async def test_generate_defaults_temperature_and_returns_first_assistant_message() -> None:
+    adapter, fake = fake_adapter(completion({"role": "assistant", "content": "4"}, {"role": "assistant", "content": "5"}))
     message = await adapter.generate(HI, model="gpt-x")
     assert message == Message(role="assistant", content="4")
-    assert (sent[0]["model"], sent[0]["temperature"], sent[0]["messages"]) == ("gpt-x", 0, [{"role": "user", "content": "hi"}])
+    assert fake.calls == [{"model": "gpt-x", "temperature": 0, "messages": [{"role": "user", "content": "hi"}]}]
 
 
 async def test_generate_keeps_caller_temperature_and_maps_tools() -> None:
-    wire_call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2}'}}
-    adapter, sent = answering(delta({"role": "assistant", "tool_calls": [wire_call]}), delta({}, "tool_calls"))
+    wire_call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2}'}}
+    adapter, fake = fake_adapter(completion({"role": "assistant", "content": None, "tool_calls": [wire_call]}))
     message = await adapter.generate(HI, model="gpt-x", tools=[ADD], temperature=0.7, tool_choice="add")
     assert message.tool_calls == (ToolCall(id="call_1", name="add", arguments={"a": 2}),)
     assert message.content == ""
-    assert sent[0]["temperature"] == 0.7
-    assert sent[0]["tools"] == [{"type": "function", "function": {"name": "add", "parameters": dict(ADD.parameters)}}]
-    assert sent[0]["tool_choice"] == {"type": "function", "function": {"name": "add"}}
+    call = fake.calls[0]
+    assert call["temperature"] == 0.7
+    assert call["tools"] == [{"type": "function", "function": {"name": "add", "parameters": dict(ADD.parameters)}}]
+    assert call["tool_choice"] == {"type": "function", "function": {"name": "add"}}
 
 
-async def test_generate_reads_a_refusal_as_the_answer() -> None:
-    adapter, _ = answering(delta({"role": "assistant", "refusal": "I can't help with that."}), delta({}, "stop"))
+async def test_generate_accepts_sdk_response_objects() -> None:
+    response = openai.types.chat.ChatCompletion.model_validate({
+        "id": "c", "object": "chat.completion", "created": 0, "model": "gpt-x",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": None,
+                                                                       "refusal": "I can't help with that."}}],
+    })
+    adapter, _ = fake_adapter(response)
     assert (await adapter.generate(HI, model="gpt-x")).content == "I can't help with that."
 
 
-@pytest.mark.parametrize(("chunks", "done", "code"), [
-    ([delta({"tool_calls": [{"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}),
-      delta({}, "tool_calls")], True, "invalid_tool_arguments"),
-    ([delta({"content": "cut short"})], False, "upstream_incomplete"),
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"model": "m", "messages": []}, "messages"),
+    ({"model": "m", "stream": True}, "does not stream"),
+    ({"model": "m", "stream": False}, "does not stream"),
+    ({"model": ""}, "model is required"),
 ])
-async def test_generate_raises_what_ended_a_malformed_answer(chunks: list[dict[str, Any]], done: bool, code: str) -> None:
-    adapter, _ = answering(*chunks, done=done)
-    with pytest.raises(UpstreamError) as info:
+async def test_generate_refuses_overrides(kwargs: dict[str, Any], match: str) -> None:
+    adapter, fake = fake_adapter(completion({"role": "assistant", "content": "x"}))
+    with pytest.raises(AdapterError, match=match):
+        await adapter.generate(HI, **kwargs)
+    assert fake.calls == []
+
+
+@pytest.mark.parametrize(("response", "match"), [
+    (None, "not an object"),
+    ({"choices": []}, "no choices"),
+    ({"choices": "x"}, "no choices"),
+    (completion({"role": "user", "content": "x"}), "no assistant message"),
+    ({"choices": [{"message": None}]}, "no assistant message"),
+    (completion({"role": "assistant", "content": 7}), "not a string"),
+    (completion({"role": "assistant", "content": None}), "content"),
+    (completion({"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}), "not valid JSON"),
+])
+async def test_generate_malformed_response_is_adapter_error(response: Any, match: str) -> None:
+    adapter, _ = fake_adapter(response)
+    with pytest.raises(AdapterError, match=match):
         await adapter.generate(HI, model="m")
-    assert info.value.code == code
 
 
 # -- open_stream() through a real SDK client -----------------------------------------------

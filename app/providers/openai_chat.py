@@ -11,25 +11,27 @@ bytes through the SDK's `client.post` (see `RAW_STREAM`) and parsed once by `SSE
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx2
 import openai
+from pydantic import ValidationError
 
 from app.core.errors import (
     GatewayError,
     RequestError,
     UpstreamError,
 )
-from app.core.messages import AdapterError
-from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, sse_body
+from app.core.messages import AdapterError, Message, ToolSpec
+from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
 from app.providers.config import ProviderConfig
 from app.providers.errors import status_error, transport_error
 from app.providers.openai_chat_convert import (
     messages_to_openai,
     normalize_tool_calls,
     openai_to_messages,
+    plain,
     tool_choice_to_openai,
     tool_specs_to_openai,
 )
@@ -94,6 +96,37 @@ def stream_params(
     return params
 
 
+def first_assistant_message(response: Any) -> Message:
+    """A non-streaming chat completion -> its first assistant message, tool calls normalized.
+
+    A refusal (`message.refusal`) becomes the content, as in the stream (openai_chat_stream.py,
+    decision 2).
+    """
+    data = plain(response)
+    if not isinstance(data, Mapping):
+        raise AdapterError("malformed response: not an object")
+    choices = data.get("choices")
+    if not isinstance(choices, (list, tuple)) or not choices:
+        raise AdapterError("malformed response: no choices")
+    for choice in choices:
+        choice = plain(choice)
+        message = plain(choice.get("message")) if isinstance(choice, Mapping) else None
+        if isinstance(message, Mapping) and message.get("role") == "assistant":
+            break
+    else:
+        raise AdapterError("malformed response: no assistant message")
+    content = message.get("content")
+    if content is None:
+        content = message.get("refusal") or ""
+    if not isinstance(content, str):
+        raise AdapterError("malformed response: message content is not a string")
+    tool_calls = normalize_tool_calls(message.get("tool_calls"))
+    try:
+        return Message(role="assistant", content=content, tool_calls=tool_calls)
+    except ValidationError as exc:
+        raise AdapterError(f"malformed response: {exc.errors()[0]['msg']}") from None
+
+
 # -- errors -------------------------------------------------------------------------------
 
 
@@ -134,7 +167,13 @@ def upstream_errors(provider: str) -> Iterator[None]:
 
 
 class OpenAIAdapter(ProviderAdapter):
-    """Chat Completions through an injected `AsyncOpenAI` client; `generate()` is the base's."""
+    """Chat Completions through an injected `AsyncOpenAI` client.
+
+    `generate()` keeps the protocol's signature but not the base's streaming body: the reference
+    adapter (../shared/reference/foundry-adapters.md) is a non-streaming `chat.completions.create`
+    that works with a fake client exposing only that, and reports a malformed response as
+    `AdapterError`. Every other adapter answers `generate()` through its stream (base.py).
+    """
 
     def __init__(
         self,
@@ -157,6 +196,39 @@ class OpenAIAdapter(ProviderAdapter):
     async def aclose(self) -> None:
         if self._owns_client:
             await self._client.close()
+
+    async def generate(
+        self,
+        messages: Sequence[Message],
+        /,
+        *,
+        model: str,
+        tools: Sequence[ToolSpec] = (),
+        tool_choice: ToolChoice | None = None,
+        temperature: float = 0.0,
+        max_tokens: int | None = None,
+        **options: Any,
+    ) -> Message:
+        """One non-streaming completion -> the first assistant message (the reference adapter)."""
+        if "messages" in options:
+            raise AdapterError("generate() takes the messages as its first argument; they cannot be overridden")
+        if "stream" in options:
+            raise AdapterError("generate() does not stream (stream is not the caller's); use open_stream()")
+        if not model:
+            raise AdapterError("model is required")
+        params: dict[str, Any] = {**options, "model": model, "temperature": temperature,
+                                  "messages": messages_to_openai(messages)}
+        if tools:
+            params["tools"] = tool_specs_to_openai(tools)
+        if tool_choice is not None:
+            choice = tool_choice_to_openai(tool_choice, tools)
+            if choice is not None:
+                params["tool_choice"] = choice
+        if max_tokens is not None:
+            params[self._max_tokens_field] = max_tokens
+        with upstream_errors(self.name):
+            response = await self._client.chat.completions.create(**params)
+        return first_assistant_message(response)
 
     async def open_stream(self, request: ProviderRequest) -> PatchStream:
         """Send the request; raise GatewayError for anything known before the body starts."""
