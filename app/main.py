@@ -134,6 +134,7 @@ def _records(settings: Settings, metrics: Metrics) -> RecordWriter | None:
     store = RecordStore(settings.records_url(), write_timeout=settings.records_write_timeout)
     return RecordWriter(
         store, queue_size=settings.records_queue_size, batch_size=settings.records_batch_size,
+        linger=settings.records_linger,
         write_timeout=settings.records_write_timeout, retention_days=settings.record_retention_days,
         on_drop=lambda reason, n: metrics.records_dropped.labels(reason).inc(n),
         on_write=metrics.records_written.inc,
