@@ -45,7 +45,7 @@ from app.observability import Metrics
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, response_events
 from app.streams.log import CANCELLED_BY_REQUEST, StreamLog
 from app.tools import Execution, RunTools
-from app.validation import Gate
+from app.validation import Gate, PassThroughGate
 
 if TYPE_CHECKING:
     from app.routing.router import RouteSession
@@ -168,13 +168,24 @@ class Run:
         final: FinalEvent | None = None
         self.metrics.active_streams.inc()
         self.runs.running[self] = asyncio.current_task()  # ended by RunningRuns.end on shutdown
+        # `start` goes out in one write with the first batch when that batch is already in hand
+        # (no validator, and routing read the upstream up to its first content): one send and one
+        # client wake-up less before the first token. A gate may hold text a while: start goes alone.
+        start = self._emit([StartEvent(stream_id=self.stream_id, model=self.plan.model,
+                                       provider=self.plan.provider)])
         try:
-            yield self._emit([StartEvent(stream_id=self.stream_id, model=self.plan.model,
-                                         provider=self.plan.provider)])
+            if self.gate.__class__ is not PassThroughGate:
+                yield start
+                start = b""
             while True:
                 async with contextlib.aclosing(self._pump()) as frames:
                     async for batch in frames:
+                        if start:
+                            batch, start = start + batch, b""
                         yield batch
+                if start:
+                    yield start
+                    start = b""
                 calls = await self._end_step()
                 if not calls:
                     break
@@ -214,8 +225,9 @@ class Run:
             if final is None:  # unreachable by design; never leave a stream without its final
                 final = self._ending("error", _INTERNAL)
             frame = await self._end(final)
-        # Reached only when not cancelled: the last frame goes to the caller.
-        yield frame
+        # Reached only when not cancelled: the last frame goes to the caller (after `start` if
+        # the first response failed before releasing anything).
+        yield start + frame
 
     async def drain(self) -> FinalEvent:
         """Drive to the end without a live reader (background runs, JSON answers); supervised, so

@@ -159,6 +159,9 @@ class Settings(BaseSettings):
     records_queue_size: int = Field(default=10_000, ge=1, description="Records waiting for the writer; "
                                     "past it new records are dropped (counted).")
     records_batch_size: int = Field(default=200, ge=1, le=1000, description="Records per insert.")
+    records_linger: float = Field(
+        default=0.1, ge=0, le=10, description="Seconds the writer waits for more records before an insert "
+        "not yet full (0: each record at once); a record is listed at most this much later.")
     records_write_timeout: float = Field(default=10.0, gt=0, description="Longest wait on one batch insert.")
 
     # Access control (app/auth): keys, limits, prices

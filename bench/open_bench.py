@@ -2,8 +2,14 @@
 through the SDK down to the transport, the stream log and transcript. The transport is an
 `httpx2.MockTransport` answering a one-chunk stream at once, so no socket work is counted.
 
+Two ways in, each for the OpenAI Chat, Responses and Anthropic adapters:
+- `gateway_built`: clients the gateway builds from keys (the default), whose streamed request is
+  prepared once (app/providers/direct.py); the bench swaps only their transport for the mock;
+- `injected_sdk`: SDK clients passed to `create_app(clients=...)`, opened through the SDK's
+  `client.post` (its per-call option, URL and header machinery).
+
 Usage: `python bench/open_bench.py [--requests 2000]`. Prints microseconds of CPU per open
-(median of 5 rounds) for the OpenAI Chat, Responses and Anthropic adapters.
+(median of 5 rounds).
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ sys.path.insert(0, str(ROOT))
 from app.core.messages import Message  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.pipeline import RunSpec  # noqa: E402
+from app.providers import anthropic as anthropic_provider  # noqa: E402
+from app.providers import openai_chat  # noqa: E402
 from app.providers.base import ProviderRequest  # noqa: E402
 from app.settings import Settings  # noqa: E402
 
@@ -64,17 +72,29 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=2000)
     args = parser.parse_args()
-    http = httpx2.AsyncClient(transport=httpx2.MockTransport(_answer))
+    models = ("openai/gpt-4o-mini", "openai-responses/gpt-4o-mini", "anthropic/claude")
+    out: dict[str, dict[str, float]] = {}
+
+    def mock_client(**_: object) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(transport=httpx2.MockTransport(_answer))
+
+    # The default: the gateway builds its clients from keys; only their transport is the mock.
+    for module in (openai_chat, anthropic_provider):
+        module.upstream_http_client = mock_client  # type: ignore[attr-defined]
+    settings = Settings(log_level="warning", max_streams=1_000_000, openai_api_key="k",
+                        openai_base_url="http://up.test/v1", anthropic_api_key="k",
+                        anthropic_base_url="http://up.test")
+    gateway = create_app(settings).state.gateway
+    out["gateway_built"] = {m: round(await per_open(gateway, m, args.requests), 1) for m in models}
+
+    http = mock_client()
     clients = {
         "openai": openai.AsyncOpenAI(api_key="k", base_url="http://up.test/v1", http_client=http, max_retries=1),
         "anthropic": anthropic.AsyncAnthropic(api_key="k", base_url="http://up.test", http_client=http,
                                               max_retries=1),
     }
-    app = create_app(Settings(log_level="warning", max_streams=1_000_000), clients=clients)
-    gateway = app.state.gateway
-    out = {}
-    for model in ("openai/gpt-4o-mini", "openai-responses/gpt-4o-mini", "anthropic/claude"):
-        out[model] = round(await per_open(gateway, model, args.requests), 1)
+    gateway = create_app(Settings(log_level="warning", max_streams=1_000_000), clients=clients).state.gateway
+    out["injected_sdk"] = {m: round(await per_open(gateway, m, args.requests), 1) for m in models}
     print(json.dumps({"gateway_open_cpu_us": out}, indent=2))
 
 

@@ -282,6 +282,10 @@ async def main() -> dict:
             "direct_median": round(direct * 1e3, 3),
             "gateway_added_median": round((statistics.median(samples["gateway"]) - direct) * 1e3, 3),
             "relay_added_median": round((statistics.median(samples["relay"]) - direct) * 1e3, 3),
+            # Each round times both back to back: the median of their differences drifts least
+            # with the load of a shared machine (the absolute figures above move with it).
+            "gateway_minus_relay_paired_median": round(statistics.median(
+                g - r for g, r in zip(samples["gateway"], samples["relay"], strict=True)) * 1e3, 3),
             "samples": len(samples["gateway"]),
         }
         per_open = await open_streams_memory(gw_url, gw.pid, args.memory_streams)

@@ -29,7 +29,10 @@ def test_open_bench_runs_for_every_sdk_adapter():
     done = subprocess.run([sys.executable, "bench/open_bench.py", "--requests", "10"],
                           cwd=REPO, check=True, timeout=120, capture_output=True)
     figures = json.loads(done.stdout)["gateway_open_cpu_us"]
-    assert set(figures) == {"openai/gpt-4o-mini", "openai-responses/gpt-4o-mini", "anthropic/claude"}
+    assert set(figures) == {"gateway_built", "injected_sdk"}
+    for way in figures.values():
+        assert set(way) == {"openai/gpt-4o-mini", "openai-responses/gpt-4o-mini", "anthropic/claude"}
+        assert all(us > 0 for us in way.values())
 
 
 def test_facade_bench_runs_and_reports_each_translation(tmp_path):

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from app.core.errors import UpstreamRateLimited, UpstreamTimeout
-from app.core.patches import MessageDelta, TextDelta
+from app.core.patches import MessageDelta, MessageEnd, TextDelta, ToolDelta
 from app.main import create_app
 from app.settings import Settings
 from tests.fakes import FakeAdapter, ok_script
@@ -83,3 +83,19 @@ async def test_aliases_resolve_to_provider_models():
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
         r = await c.post("/v1/generate", json={**ASK, "model": "fast"})
     assert r.status_code == 200 and r.json()["message"]["content"] == "Hello, world"
+
+
+@pytest.mark.parametrize("validators", [None, [{"name": "regex_deny", "config": {"patterns": ["forbidden"]}}]])
+@pytest.mark.parametrize("script", [
+    ok_script("a", "b"),  # start leaves with the first token (no validator) or alone (a gate)
+    [[ToolDelta(key=7, fragment="{")]],  # content that breaks the accumulator before anything is released
+    [[MessageDelta(stop_reason="stop"), MessageEnd()]],  # a response with nothing to release
+    [[TextDelta(text="part")], UpstreamTimeout("read timed out")],
+])
+async def test_every_stream_begins_with_start_and_numbers_its_events_from_one(script, validators):
+    body = ASK if validators is None else {**ASK, "validators": validators}
+    r, _ = await post_stream(FakeAdapter(script), body)
+    events = parse_sse(r.content)
+    assert r.status_code == 200
+    assert events[0][1] == "start" and events[-1][1] == "final" and len(finals(events)) == 1
+    assert [event_id for event_id, _, _ in events] == list(range(1, len(events) + 1))

@@ -373,3 +373,46 @@ def test_migrations_ship_inside_the_package() -> None:
     scripts = REPO / "app" / "records" / "migrations"
     assert (scripts / "env.py").is_file() and list((scripts / "versions").glob("0001_*.py"))
 
+
+
+# -- batching ------------------------------------------------------------------------------------
+
+
+class CountingStore(RecordStore):
+    """A real store that remembers the size of each insert."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.batches: list[int] = []
+
+    async def insert(self, records) -> None:  # type: ignore[no-untyped-def]
+        self.batches.append(len(records))
+        await super().insert(records)
+
+
+async def test_records_linger_into_one_insert_and_a_flush_does_not_wait_out_the_linger(tmp_path: Path) -> None:
+    from app.records.writer import RecordWriter
+
+    store = CountingStore(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}")
+    writer = RecordWriter(store, linger=3600.0, batch_size=3)  # a linger no test could wait out
+    await writer.start()
+    try:
+        now = datetime.now(UTC)
+        for i in range(2):
+            writer.submit(record(f"str_a{i}", created_at=now))
+            await asyncio.sleep(0.01)  # the writer takes the first and lingers for the second
+        await asyncio.wait_for(writer.flush(), 60)  # would hang for an hour if flush waited out the linger
+        for i in range(4):  # a full batch queued: written without a flush, the rest lingers
+            writer.submit(record(f"str_b{i}", created_at=now))
+
+        async def written(n: int) -> None:
+            while sum(store.batches) < n:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(written(5), 60)
+        assert store.batches == [2, 3]
+        await asyncio.wait_for(writer.flush(), 60)
+        assert store.batches == [2, 3, 1]
+        assert len((await store.list(RunQuery(limit=10))).runs) == 6
+    finally:
+        await writer.aclose()

@@ -33,6 +33,7 @@ from app.providers.anthropic_convert import (
 from app.providers.anthropic_stream import AnthropicNormalizer
 from app.providers.base import RAW_STREAM, ProviderAdapter, ProviderRequest, SSEPatchStream, sse_body
 from app.providers.config import ProviderConfig
+from app.providers.direct import DirectPost, anthropic_direct
 from app.providers.errors import status_error, transport_error
 from app.providers.transport import upstream_http_client
 
@@ -85,9 +86,11 @@ def _status_error(exc: anthropic.APIStatusError, provider: str) -> UpstreamError
 class AnthropicAdapter(ProviderAdapter):
     """Messages API through an injected `AsyncAnthropic`; streams are read as raw bytes."""
 
-    def __init__(self, client: anthropic.AsyncAnthropic, *, name: str = "anthropic", owns_client: bool = False) -> None:
+    def __init__(self, client: anthropic.AsyncAnthropic, *, name: str = "anthropic", owns_client: bool = False,
+                 direct: DirectPost | None = None) -> None:
         self.name = name
         self._client = client
+        self._direct = direct
         self._owns_client = owns_client
 
     def ready(self) -> bool:
@@ -110,7 +113,11 @@ class AnthropicAdapter(ProviderAdapter):
             raise RequestError(f"{self.name}: {exc}", provider=self.name) from None
         body["stream"] = True
         with anthropic_errors(self.name):
-            http = await self._client.post("/v1/messages", body=body, cast_to=httpx2.Response, options=RAW_STREAM)
+            if self._direct is not None:  # a client the gateway built: prepared once (providers/direct.py)
+                http = await self._direct(body)
+            else:
+                http = await self._client.post("/v1/messages", body=body, cast_to=httpx2.Response,
+                                               options=RAW_STREAM)
         return await sse_body(http, AnthropicNormalizer(), provider=self.name)
 
 
@@ -124,12 +131,14 @@ def build_anthropic(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[
         return {"anthropic": AnthropicAdapter(client)}
     if config.anthropic_api_key is None:
         return {}
+    http = upstream_http_client(connect_timeout=config.connect_timeout,  # issue 12
+                                read_timeout=config.read_timeout, follow_redirects=True)
     client = anthropic.AsyncAnthropic(
         api_key=config.anthropic_api_key.get_secret_value(),
         base_url=config.anthropic_base_url,
         max_retries=config.max_retries,  # only before a response starts: no duplicate output
         timeout=httpx2.Timeout(config.read_timeout, connect=config.connect_timeout),
-        http_client=upstream_http_client(connect_timeout=config.connect_timeout,  # issue 12
-                                         read_timeout=config.read_timeout, follow_redirects=True),
+        http_client=http,
     )
-    return {"anthropic": AnthropicAdapter(client, owns_client=True)}
+    return {"anthropic": AnthropicAdapter(client, owns_client=True,
+                                          direct=anthropic_direct(client, http, "/v1/messages"))}

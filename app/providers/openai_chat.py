@@ -26,6 +26,7 @@ from app.core.errors import (
 from app.core.messages import AdapterError, Message, ToolSpec
 from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
 from app.providers.config import ProviderConfig
+from app.providers.direct import DirectPost, openai_direct
 from app.providers.errors import status_error, transport_error
 from app.providers.openai_chat_convert import (
     messages_to_openai,
@@ -183,9 +184,11 @@ class OpenAIAdapter(ProviderAdapter):
         include_usage: bool = True,
         max_tokens_field: str = "max_completion_tokens",
         owns_client: bool = False,
+        direct: DirectPost | None = None,
     ) -> None:
         self.name = name
         self._client = client
+        self._direct = direct
         self._include_usage = include_usage
         self._max_tokens_field = max_tokens_field
         self._owns_client = owns_client
@@ -237,31 +240,38 @@ class OpenAIAdapter(ProviderAdapter):
                                    max_tokens_field=self._max_tokens_field)
         except AdapterError as exc:
             raise RequestError(f"{self.name}: {exc}", provider=self.name) from None
-        # Through the SDK (auth, base URL, retries before the response, typed errors), but by its
-        # documented `client.post(..., cast_to=httpx2.Response)` with the raw-stream header rather
-        # than `chat.completions.with_streaming_response`: same request, without the typed-params
-        # transform, which alone cost ~0.5 ms CPU per request here (bench/run.py, README).
+        # A client the gateway built: the SDK's request, prepared once (app/providers/direct.py).
+        # An injected one: through the SDK's documented `client.post(..., cast_to=httpx2.Response)`
+        # with the raw-stream header rather than `chat.completions.with_streaming_response`: the
+        # same request without the typed-params transform (~0.5 ms CPU per request here).
         with upstream_errors(self.name):
-            http = await self._client.post(
-                "/chat/completions", body=params, cast_to=httpx2.Response, options=RAW_STREAM
-            )
+            if self._direct is not None:
+                http = await self._direct(params)
+            else:
+                http = await self._client.post(
+                    "/chat/completions", body=params, cast_to=httpx2.Response, options=RAW_STREAM
+                )
         return await sse_body(http, ChatChunkNormalizer(provider=self.name), provider=self.name)
 
 
 # -- configuration ------------------------------------------------------------------------
 
 
-def make_client(*, api_key: str, base_url: str, config: ProviderConfig) -> openai.AsyncOpenAI:
+def make_client(*, api_key: str, base_url: str, config: ProviderConfig,
+                path: str = "/chat/completions") -> tuple[openai.AsyncOpenAI, DirectPost]:
     """An SDK client with the gateway's timeouts and retry budget (retries happen only before
-    the response starts, so they never duplicate output), on the aiohttp transport (issue 12)."""
-    return openai.AsyncOpenAI(
+    the response starts, so they never duplicate output), on the aiohttp transport (issue 12),
+    and its streamed request to `path`, prepared once (app/providers/direct.py)."""
+    http = upstream_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
+                                follow_redirects=True)
+    client = openai.AsyncOpenAI(
         api_key=api_key,
         base_url=base_url,
         max_retries=config.max_retries,
         timeout=httpx2.Timeout(config.read_timeout, connect=config.connect_timeout),
-        http_client=upstream_http_client(connect_timeout=config.connect_timeout,
-                                         read_timeout=config.read_timeout, follow_redirects=True),
+        http_client=http,
     )
+    return client, openai_direct(client, http, path)
 
 
 def build_openai(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
@@ -277,8 +287,9 @@ def build_openai(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
     if client is not None:
         adapters["openai"] = OpenAIAdapter(client, name="openai")
     elif key:
-        client = make_client(api_key=key, base_url=config.openai_base_url or OPENAI_BASE_URL, config=config)
-        adapters["openai"] = OpenAIAdapter(client, name="openai", owns_client=True)
+        client, direct = make_client(api_key=key, base_url=config.openai_base_url or OPENAI_BASE_URL,
+                                     config=config)
+        adapters["openai"] = OpenAIAdapter(client, name="openai", owns_client=True, direct=direct)
     for provider in config.compatible:
         # Compatible servers know max_tokens; max_completion_tokens is OpenAI's newer name.
         options: dict[str, Any] = {"name": provider.name, "include_usage": provider.include_usage,
@@ -290,6 +301,6 @@ def build_openai(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
         key = provider.api_key() or ""
         if provider.api_key_env and not key:
             continue
-        client = make_client(api_key=key or _NO_KEY, base_url=provider.base_url, config=config)
-        adapters[provider.name] = OpenAIAdapter(client, owns_client=True, **options)
+        client, direct = make_client(api_key=key or _NO_KEY, base_url=provider.base_url, config=config)
+        adapters[provider.name] = OpenAIAdapter(client, owns_client=True, direct=direct, **options)
     return adapters

@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from app.api.access import Authenticated, PrincipalDep, open_run
 from app.api.convert import to_spec
-from app.api.deps import GatewayDep, RecordDep
+from app.api.deps import gateway_of, request_log
 from app.api.errors import require_json
 from app.api.responses import JSON, final_status_code
 from app.api.schemas import ErrorBody, FinalPayload, GenerateRequest, StreamAccepted
@@ -31,8 +31,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     summary="Run to completion and answer the final payload as JSON",
     dependencies=[Depends(require_json)],
 )
-async def generate(body: GenerateRequest, gateway: GatewayDep, record: RecordDep, request: Request,
-                   principal: PrincipalDep) -> Response:
+async def generate(body: GenerateRequest, request: Request, principal: PrincipalDep) -> Response:
+    gateway, record = gateway_of(request), request_log(request)  # not dependencies: the hot path (deps.py)
     record.model = body.model
     run, limit_headers = await open_run(request, gateway, to_spec(body), principal, record)
     if body.stream:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request
 
 from app.api.access import Authenticated, PrincipalDep, not_found_unless_owner, open_run
 from app.api.convert import to_spec
-from app.api.deps import GatewayDep, RecordDep
+from app.api.deps import GatewayDep, gateway_of, request_log
 from app.api.errors import require_json
 from app.api.responses import JSON
 from app.api.schemas import CancelResult, GenerateRequest
@@ -43,8 +43,8 @@ def json_errors(*codes: int) -> dict[int | str, dict[str, object]]:
     summary="Run and stream canonical events as SSE",
     dependencies=[Depends(require_json)],
 )
-async def stream(body: GenerateRequest, gateway: GatewayDep, record: RecordDep, request: Request,
-                 principal: PrincipalDep) -> SSEResponse:
+async def stream(body: GenerateRequest, request: Request, principal: PrincipalDep) -> SSEResponse:
+    gateway, record = gateway_of(request), request_log(request)  # not dependencies: the hot path (deps.py)
     record.model = body.model
     run, limit_headers = await open_run(request, gateway, to_spec(body), principal, record)
     frames: AsyncIterator[bytes]
