@@ -384,10 +384,12 @@ class CountingStore(RecordStore):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.batches: list[int] = []
+        self.wrote = asyncio.Event()
 
     async def insert(self, records) -> None:  # type: ignore[no-untyped-def]
         self.batches.append(len(records))
         await super().insert(records)
+        self.wrote.set()
 
 
 async def test_records_linger_into_one_insert_and_a_flush_does_not_wait_out_the_linger(tmp_path: Path) -> None:
@@ -405,11 +407,9 @@ async def test_records_linger_into_one_insert_and_a_flush_does_not_wait_out_the_
         for i in range(4):  # a full batch queued: written without a flush, the rest lingers
             writer.submit(record(f"str_b{i}", created_at=now))
 
-        async def written(n: int) -> None:
-            while sum(store.batches) < n:
-                await asyncio.sleep(0.01)
-
-        await asyncio.wait_for(written(5), 60)
+        while sum(store.batches) < 5:
+            store.wrote.clear()
+            await asyncio.wait_for(store.wrote.wait(), 60)
         assert store.batches == [2, 3]
         await asyncio.wait_for(writer.flush(), 60)
         assert store.batches == [2, 3, 1]
