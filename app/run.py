@@ -186,7 +186,12 @@ class Run:
                 if start:
                     yield start
                     start = b""
-                calls = await self._end_step()
+                calls = self._gateway_calls()
+                if calls:  # the text after the step's last call is over: checked and out before the tools run
+                    held = await self.gate.close_text()
+                    if held:
+                        yield self._emit(held)
+                await self._end_step(calls)
                 if not calls:
                     break
                 execution = self.tools.start(calls)
@@ -276,19 +281,22 @@ class Run:
 
     # -- the tool loop ----------------------------------------------------------------------
 
-    async def _end_step(self) -> list[ToolCall]:
-        """The step's response is complete: release it; the calls the gateway runs (maybe none)."""
+    def _gateway_calls(self) -> list[ToolCall]:
+        """The step's calls the gateway runs (maybe none), as released: validators may have
+        rewritten their arguments (a call is released whole, once its last fragment passed)."""
+        return [c for c in self.released.message().tool_calls if self.tools.runs(c.name)]
+
+    async def _end_step(self, calls: list[ToolCall]) -> None:
+        """The step's response is complete and released; `calls` are the gateway's to run."""
         await self._close_upstream()  # nothing stays open while tools run
         progress, acc = self._progress, self.accumulator
         progress.usage.add(acc.usage)
         progress.counted = True
         self.transcript.usage, self.transcript.steps = self._usage(), progress.steps
-        message = self.released.message()  # as released: validators may have rewritten arguments
-        calls = [c for c in message.tool_calls if self.tools.runs(c.name)]
         if calls:
+            message = self.released.message()
             progress.final_message = replace(message, tool_calls=tuple(c for c in message.tool_calls if c not in calls))
             self.transcript.mark_gateway(c.id for c in calls)
-        return calls
 
     async def _run_tools(self, execution: Execution) -> AsyncGenerator[bytes, None]:
         """The step's gateway calls, in parallel; their results go out as they come."""

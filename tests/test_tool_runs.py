@@ -241,3 +241,19 @@ async def test_memory_stays_bounded_on_a_long_stream():
     assert transcript.size[0] <= 2_000 and transcript.size[1] <= 20 and t["truncated"] is True
     assert len(log) <= 100 and log.last_seq == chunks + 2
     assert len(t["response_messages"][0]["content"]) <= 2_000
+
+
+async def test_text_after_the_last_call_held_by_a_validator_is_in_the_final_message():
+    # The sentence chunker holds "and then some" (no sentence end) past the call: it must be
+    # checked and released before the tools run, and be part of the message the final reports.
+    step = calls_step(("c1", "add", {"a": 1, "b": 1}), text="Adding.")
+    step.insert(-1, [TextDelta(key=5, text=" and then some")])
+    body = {**ASK, "max_steps": 1, "chunking": "sentence",
+            "validators": [{"name": "regex_deny", "config": {"patterns": ["forbidden"]}}]}
+    events, _, _ = await run(StepAdapter(step), body, tools=[ADD])
+    final = events[-1][2]
+    released = "".join(d["content"] for _, e, d in events if e == "token")
+    assert final["status"] == "ok" and final["stop_reason"] == "pause"
+    assert released == "Adding. and then some"
+    assert final["message"]["content"] == released == final["messages"][0]["content"]
+    assert kinds(events).index("tool_result") > max(i for i, k in enumerate(kinds(events)) if k == "token")

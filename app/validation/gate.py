@@ -58,6 +58,11 @@ class Gate(Protocol):
     async def admit_all(self, events: list[StreamEvent]) -> list[StreamEvent]:
         """Take a batch of events; return the events released (whole, in order; maybe none)."""
 
+    async def close_text(self) -> list[StreamEvent]:
+        """The response's text is over and the gateway's tools run next: its pending fragments
+        are checked and released, as an event of another kind would do (no final check: the
+        turn ends with its calls)."""
+
     async def finish(self) -> list[StreamEvent]:
         """End of stream: the events still held, once every final check passed."""
 
@@ -72,6 +77,9 @@ class PassThroughGate:
 
     async def admit_all(self, events: list[StreamEvent]) -> list[StreamEvent]:
         return events
+
+    async def close_text(self) -> list[StreamEvent]:
+        return []
 
     async def finish(self) -> list[StreamEvent]:
         return []
@@ -137,6 +145,19 @@ class ValidationGate:
         for event in events:
             released.extend(await self.admit(event))
         return released
+
+    async def close_text(self) -> list[StreamEvent]:
+        """The response's text is over (its calls run next): check the trailing fragments and
+        release what they held, as the admission of a tool result would."""
+        if self._blocked is not None:
+            raise self._blocked
+        try:
+            await self._flush(self._text)
+            await self._flush(self._reasoning)
+            return self._release()
+        except Blocked as blocked:
+            self._block(blocked)
+            raise
 
     async def finish(self) -> list[StreamEvent]:
         """End of stream: check the trailing fragments, run every final check, release the rest."""
