@@ -70,3 +70,12 @@ def test_routing_bench_runs_and_reports_its_cost(tmp_path):
     results = json.loads(out.read_text())
     assert set(results["cpu_us_per_request"]) == {"direct", "routed_model", "routed_route"}
     assert "routing_cost_us_per_request" in results and "routing_cost_us_per_chunk" in results
+
+
+def test_compare_runs_a_checkout_against_the_relay():
+    done = subprocess.run([sys.executable, "bench/compare.py", ".", "--rounds", "3", "--requests", "6"],
+                          cwd=REPO, check=True, timeout=300, capture_output=True)
+    results = json.loads(done.stdout)
+    assert set(results) == {"direct_ttft_ms", ".", "relay"}
+    for name in (".", "relay"):
+        assert results[name]["cpu_ms_per_request"] > 0 and "added_ttft_median_ms" in results[name]

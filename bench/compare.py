@@ -1,0 +1,105 @@
+"""Gateways from several checkouts side by side, with the relay, in one run: added time to first
+token (c=1, interleaved rounds) and CPU per 1-chunk request (c=1, interleaved rounds).
+
+What a change did, measured against the commit before it on the same machine in the same minute:
+`git worktree add ../before <commit>` (with `../before/.venv` pointing at a venv that has its
+dependencies), then `python bench/compare.py ../before .`. Each checkout's gateway runs from its
+own directory with its own `.venv`; the fake upstream and the relay come from this checkout.
+
+Usage: `python bench/compare.py CHECKOUT [CHECKOUT ...] [--rounds 300] [--requests 600]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.run import body, cpu_seconds, free_port, interleaved_ttft, run_streams  # noqa: E402
+
+
+@contextmanager
+def serving(target: str, port: int, cwd: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    python = cwd / ".venv" / "bin" / "python"
+    cmd = [str(python if python.exists() else sys.executable), "-m", "uvicorn", target, "--host", "127.0.0.1",
+           "--port", str(port), "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "60"]
+    proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"{target} in {cwd} did not start: {proc.stderr.read().decode()[-2000:]}")
+            time.sleep(0.1)
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def main() -> dict:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("checkouts", nargs="+", type=Path)
+    parser.add_argument("--rounds", type=int, default=300, help="interleaved TTFT rounds")
+    parser.add_argument("--requests", type=int, default=600, help="1-chunk requests per target (CPU)")
+    args = parser.parse_args()
+    up = free_port()
+    upstream_url = f"http://127.0.0.1:{up}/v1"
+    providers = json.dumps([{"name": "bench", "base_url": upstream_url, "api_key_env": None}])
+    env = {"FOUNDRY_PROVIDERS": providers, "FOUNDRY_LOG_LEVEL": "warning", "FOUNDRY_MAX_STREAMS": "100000"}
+    out: dict = {}
+    with ExitStack() as stack:
+        stack.enter_context(serving("bench.upstream:app", up, ROOT))
+        targets: dict[str, tuple[int, str]] = {}
+        for checkout in args.checkouts:
+            port = free_port()
+            proc = stack.enter_context(serving("app.main:app", port, checkout.resolve(), env))
+            targets[str(checkout)] = (proc.pid, f"http://127.0.0.1:{port}/v1/stream")
+        port = free_port()
+        relay = stack.enter_context(serving("bench.relay:app", port, ROOT, {"RELAY_UPSTREAM": upstream_url}))
+        targets["relay"] = (relay.pid, f"http://127.0.0.1:{port}/v1/stream")
+
+        ttft = {"direct": (f"{upstream_url}/chat/completions", {"model": "chunks-5", "messages": [], "stream": True},
+                           b"tok0")}
+        ttft.update({name: (url, body("bench/chunks-5"), b"event: token") for name, (_, url) in targets.items()})
+        samples = await interleaved_ttft(ttft, args.rounds)
+        direct = statistics.median(samples["direct"])
+        out["direct_ttft_ms"] = round(direct * 1e3, 3)
+
+        used = dict.fromkeys(targets, 0.0)
+        for _, url in targets.values():  # warm-up
+            await run_streams(url, body("bench/chunks-1"), 20, 1)
+        rounds = 3
+        for _ in range(rounds):
+            for name, (pid, url) in targets.items():
+                c0 = cpu_seconds(pid)
+                await run_streams(url, body("bench/chunks-1"), args.requests // rounds, 1)
+                used[name] += cpu_seconds(pid) - c0
+        for name in targets:
+            out[name] = {"added_ttft_median_ms": round((statistics.median(samples[name]) - direct) * 1e3, 3),
+                         "cpu_ms_per_request": round(used[name] / (args.requests // rounds * rounds) * 1e3, 3)}
+    print(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
