@@ -14,46 +14,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
-import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
-
-import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run import body, cpu_seconds, free_port, interleaved_ttft, run_streams  # noqa: E402
+from bench.run import body, cpu_seconds, free_port, interleaved_ttft, run_streams, server  # noqa: E402
 
 
-@contextmanager
-def serving(target: str, port: int, cwd: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+def serving(target: str, port: int, cwd: Path, env: dict[str, str] | None = None):
+    """`bench.run.server` from another checkout, with that checkout's own venv when it has one."""
     python = cwd / ".venv" / "bin" / "python"
-    cmd = [str(python if python.exists() else sys.executable), "-m", "uvicorn", target, "--host", "127.0.0.1",
-           "--port", str(port), "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "60"]
-    proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"{target} in {cwd} did not start: {proc.stderr.read().decode()[-2000:]}")
-            time.sleep(0.1)
-        yield proc
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    return server(target, port, env, cwd=cwd, python=str(python) if python.exists() else sys.executable)
 
 
 async def main() -> dict:

@@ -61,12 +61,14 @@ def rss_bytes(pid: int) -> int:
 
 
 @contextmanager
-def server(target: str, port: int, env: dict[str, str] | None = None):
+def server(target: str, port: int, env: dict[str, str] | None = None, *, cwd: Path = ROOT,
+           python: str = sys.executable):
+    """`target` under uvicorn, run from `cwd` by `python`, once it answers /healthz."""
     # keep-alive past uvicorn's 5 s: on a loaded machine a round of 50 can outlast it, and a pooled
     # connection closed by the server just as the client reuses it fails the run (ReadError)
-    cmd = [sys.executable, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port),
+    cmd = [python, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port),
            "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "60"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **(env or {})},
+    proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **(env or {})},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 90  # a loaded 2-core machine takes a while to import the app
