@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -31,8 +32,9 @@ from typing import Any
 from app.auth.policy import Price, price_for
 from app.core.accumulator import Accumulator
 from app.core.errors import GatewayError, RequestError, UpstreamError
+from app.core.events import AssistantMessage, FinalEvent, Usage
 from app.core.messages import Message, ToolSpec
-from app.core.report import RunObserver, RunReport
+from app.core.report import RunObserver, RunReport, notify
 from app.core.transcript import Transcript, TranscriptLimits
 from app.lifecycle import Admission, ShuttingDown
 from app.observability import Metrics, get_logger
@@ -186,6 +188,8 @@ class Gateway:
             upstream = await session.open_stream(request)
         except GatewayError as exc:
             self.metrics.upstream_errors.labels(primary.provider, exc.code).inc()
+            if session.attempts:
+                self._refused(spec, session, request, exc, started, started_at, request_id)
             raise
         served = session.served
         assert served is not None
@@ -204,6 +208,26 @@ class Gateway:
                        owner=spec.owner, price=self._price(model))
         return Run(plan, log=log, upstream=upstream, gate=gate, tools=tools, transcript=transcript,
                    metrics=self.metrics, logger=self.log, observers=self.observers, runs=self.runs)
+
+    def _refused(self, spec: RunSpec, session: RouteSession, request: ProviderRequest, exc: GatewayError,
+                 started: float, started_at: float, request_id: str | None) -> None:
+        """No target served (each attempt failed before its first content): the caller gets an HTTP
+        error and no stream exists, but the observers get the run's report (run records list it,
+        with its error, attempts and request; the key's usage is untouched: nothing was produced)."""
+        last = session.attempts[-1].target
+        provider = next((t.provider for t in session.targets if t.name == last), session.primary.provider)
+        error = exc.to_dict()
+        final = FinalEvent(status="error", message=AssistantMessage(), usage=Usage(), stop_reason="error",
+                           model=request.model, provider=provider, error=error, steps=1, **session.final_fields())
+        transcript = Transcript(processors=self.tools.processors, limits=self.transcript_limits)
+        transcript.add_request(request.messages)
+        transcript.finish(status="error", stop_reason="error", usage=final.usage, steps=1)
+        report = RunReport(
+            stream_id="str_" + uuid.uuid4().hex, request_id=request_id, owner=spec.owner, model=spec.model,
+            served_model=request.model, provider=provider, status="error", stop_reason="error", error=error,
+            usage=final.usage, steps=1, max_steps_reached=False, tools_run=0, events=0, validation=None, ttft=None,
+            duration=time.perf_counter() - started, started_at=started_at, final=final, transcript=transcript)
+        notify(self.observers, report, self.log)
 
     def _price(self, model: str) -> Price | None:
         """The model's price (FOUNDRY_PRICES), as requested or by its alias's target; None if unknown."""

@@ -39,7 +39,7 @@ from app.core.events import (
 )
 from app.core.messages import ToolCall
 from app.core.released import Released
-from app.core.report import RunObserver, RunReport
+from app.core.report import RunObserver, RunReport, notify
 from app.core.transcript import Transcript
 from app.observability import Metrics
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, response_events
@@ -418,11 +418,7 @@ class Run:
             events=sum(progress.events.values()), validation=final.validation, ttft=self.ttft,
             duration=duration, started_at=self.plan.started_at, final=final, transcript=self.transcript,
         )
-        for observer in self.observers:
-            try:
-                observer(report)
-            except Exception as exc:
-                self.logger.error("run_observer_failed", stream_id=self.stream_id, exception=type(exc).__name__)
+        notify(self.observers, report, self.logger)
 
     def _count_ignored(self) -> None:
         """What the step's normalizer ignored as harmless: counted and logged (debug), per step."""

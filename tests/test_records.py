@@ -136,6 +136,35 @@ async def test_a_broken_run_is_recorded_with_its_error_and_unknown_output(databa
     assert [r["id"] for r in errors] == [stream_id]
 
 
+async def test_a_run_no_target_served_is_recorded_with_its_error_but_a_caller_mistake_is_not(
+        database_url: str) -> None:
+    from app.core.errors import UpstreamError
+    from tests.fakes import FakeAdapter
+
+    adapter = FakeAdapter(open_error=UpstreamError("fake: the upstream is down", code="upstream_unavailable",
+                                                   retryable=False))
+    app = create_app(settings_for(database_url), adapters={"fake": adapter})
+    ask = {"messages": [{"role": "user", "content": "anyone there?"}]}
+    async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
+        refused = await client.post("/v1/stream", json={**ask, "model": "fake/m"},
+                                    headers={"x-request-id": "req-refused-1"})
+        unknown = await client.post("/v1/stream", json={**ask, "model": "nowhere/m"})  # no target: the caller's
+        await app.state.records.flush()
+        runs = (await client.get("/v1/runs")).json()["data"]
+        transcript = await client.get(f"/v1/stream/{runs[0]['id']}/transcript") if runs else None
+        stream = await client.get(f"/v1/stream/{runs[0]['id']}") if runs else None
+    assert refused.status_code == 502 and unknown.status_code == 404
+    [run] = runs  # the refused run only
+    assert (run["model"], run["provider"], run["request_id"]) == ("fake/m", "fake", "req-refused-1")
+    assert (run["status"], run["stop_reason"], run["error_code"]) == ("error", "error", "upstream_unavailable")
+    assert run["usage"]["output_tokens"] == 0 and run["ttft_ms"] is None and run["tools_run"] == 0
+    assert transcript is not None and transcript.status_code == 200
+    document = transcript.json()
+    assert [m["content"] for m in document["request_messages"]] == ["anyone there?"]
+    assert (document["status"], document["stop_reason"], document["steps"]) == ("error", "error", 1)
+    assert stream is not None and stream.status_code == 404  # no stream ever existed
+
+
 async def test_a_background_run_is_recorded_with_the_request_id_that_started_it(tmp_path: Path) -> None:
     app = create_app(Settings(data_dir=str(tmp_path)))
     async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:

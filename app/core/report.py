@@ -10,7 +10,7 @@ An observer that raises is logged and ignored; it never changes the stream.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ from app.core.errors import ErrorData, FinalStatus
 from app.core.events import FinalEvent, StopReason, Usage, ValidationData
 from app.core.transcript import Transcript
 
-__all__ = ["RunObserver", "RunReport"]
+__all__ = ["RunObserver", "RunReport", "notify"]
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -91,3 +91,12 @@ def _without_content(validation: ValidationData) -> dict[str, Any]:
 
 RunObserver = Callable[[RunReport], None]
 """Called once with each run's report, when the run ended. Must not block (see the module)."""
+
+
+def notify(observers: Iterable[RunObserver], report: RunReport, logger: Any) -> None:
+    """Hand `report` to every observer; one that raises is logged (type only) and ignored."""
+    for observer in observers:
+        try:
+            observer(report)
+        except Exception as exc:
+            logger.error("run_observer_failed", stream_id=report.stream_id, exception=type(exc).__name__)
