@@ -2,7 +2,9 @@
 
 A run (app/run.py) builds one `RunReport` after its `final` is in the stream log and calls every
 observer the `Gateway` was given (`Gateway(observers=[...])` or `gateway.add_observer(fn)`) with
-it, once, whatever the outcome (ok, blocked, error, cancelled). This is the one place features
+it, once, whatever the outcome (ok, blocked, error, cancelled). A run that no target served (every
+attempt failed before its first content; the caller got an HTTP error) is reported too, by the
+gateway: status `error`, `events` 0, and an id that never named a stream. This is the one place features
 plug into a run: run records, usage and key accounting, metrics. An observer must not block:
 it copies what it needs and schedules its own I/O (e.g. hands the report to a batch writer).
 An observer that raises is logged and ignored; it never changes the stream.
