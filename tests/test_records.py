@@ -54,7 +54,7 @@ async def test_migrations_from_an_empty_database(database_url: str) -> None:
             version = (await conn.execute(sa.text("SELECT version_num FROM alembic_version"))).scalar_one()
             # the migrated schema is what the code queries (tables.py and the revisions agree)
             assert await conn.run_sync(diff) == []
-        assert version == "0002_api_keys"
+        assert version == "0003_runs_request_id"
     finally:
         await store.aclose()
 
@@ -151,10 +151,13 @@ async def test_a_run_no_target_served_is_recorded_with_its_error_but_a_caller_mi
         unknown = await client.post("/v1/stream", json={**ask, "model": "nowhere/m"})  # no target: the caller's
         await app.state.records.flush()
         runs = (await client.get("/v1/runs")).json()["data"]
+        by_request = (await client.get("/v1/runs", params={"request_id": "req-refused-1"})).json()["data"]
+        by_other = (await client.get("/v1/runs", params={"request_id": "req-other"})).json()["data"]
         transcript = await client.get(f"/v1/stream/{runs[0]['id']}/transcript") if runs else None
         stream = await client.get(f"/v1/stream/{runs[0]['id']}") if runs else None
     assert refused.status_code == 502 and unknown.status_code == 404
     [run] = runs  # the refused run only
+    assert by_request == runs and by_other == []  # found by the X-Request-ID its caller got
     assert (run["model"], run["provider"], run["request_id"]) == ("fake/m", "fake", "req-refused-1")
     assert (run["status"], run["stop_reason"], run["error_code"]) == ("error", "error", "upstream_unavailable")
     assert run["usage"]["output_tokens"] == 0 and run["ttft_ms"] is None and run["tools_run"] == 0

@@ -60,6 +60,7 @@ class RunQuery:
     """Only this key's runs (None: every run)."""
     model: str | None = None
     status: str | None = None
+    request_id: str | None = None
     since: datetime | None = None
     until: datetime | None = None
     limit: int = 50
@@ -133,6 +134,8 @@ class RecordStore:
             stmt = stmt.where(runs.c.model == query.model)
         if query.status is not None:
             stmt = stmt.where(runs.c.status == query.status)
+        if query.request_id is not None:
+            stmt = stmt.where(runs.c.request_id == query.request_id)
         if query.since is not None:
             stmt = stmt.where(runs.c.created_at >= _utc(query.since))
         if query.until is not None:

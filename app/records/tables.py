@@ -41,6 +41,7 @@ runs = sa.Table(
     sa.Index("ix_runs_created_id", "created_at", "id"),
     sa.Index("ix_runs_model_created", "model", "created_at"),
     sa.Index("ix_runs_owner_created", "owner", "created_at"),
+    sa.Index("ix_runs_request_id", "request_id"),
 )
 
 run_transcripts = sa.Table(

@@ -87,6 +87,8 @@ async def list_runs(
     principal: PrincipalDep,
     model: Annotated[str | None, Query(max_length=256, description="As requested (provider/model or alias).")] = None,
     status: Annotated[RunStatus | None, Query(description="The final status.")] = None,
+    request_id: Annotated[str | None, Query(max_length=128, description="The X-Request-ID of the request that "
+                                            "started the run (also a run no target served: an HTTP error).")] = None,
     since: Annotated[datetime | None, Query(description="Created at or after (ISO 8601; UTC if no zone).")] = None,
     until: Annotated[datetime | None, Query(description="Created before (ISO 8601; UTC if no zone).")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Runs per page.")] = 50,
@@ -99,8 +101,8 @@ async def list_runs(
         except ValueError as exc:
             raise RequestError(f"cursor: {exc}", code="invalid_cursor", field="cursor") from None
     owner = None if principal.sees_everything else principal.owner
-    query = RunQuery(owner=owner, model=model, status=status, since=_utc(since), until=_utc(until), limit=limit,
-                     after=after)
+    query = RunQuery(owner=owner, model=model, status=status, request_id=request_id, since=_utc(since),
+                     until=_utc(until), limit=limit, after=after)
     with database_errors():
         page = await store.list(query)
     body = RunList(data=[RunOut.of(r) for r in page.runs], next_cursor=page.next_cursor)
