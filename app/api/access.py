@@ -24,11 +24,12 @@ from app.auth import Auth, Principal
 from app.auth.service import AccessDenied
 from app.pipeline import Gateway, Run, RunSpec
 
-__all__ = ["AdminDep", "Authenticated", "PrincipalDep", "document_security", "not_found_unless_owner", "open_run"]
+__all__ = ["AdminDep", "Authenticated", "PrincipalDep", "document_security", "not_found_unless_owner", "open_run",
+           "principal_of"]
 
 # The security schemes of the OpenAPI document. They are not `Security()` dependencies of
-# `_principal`: FastAPI would run each as a dependency of its own on every request (~25-35 us of
-# CPU each here, deps.py), only to parse headers `_principal` parses anyway (a malformed one is a
+# `principal_of`: FastAPI would run each as a dependency of its own on every request (~25-35 us of
+# CPU each here, deps.py), only to parse headers `principal_of` parses anyway (a malformed one is a
 # 401 with a reason rather than "missing"). `document_security` writes them into the document for
 # every route that authenticates, as FastAPI would have.
 _SCHEMES = {
@@ -37,7 +38,7 @@ _SCHEMES = {
 }
 
 
-async def _principal(request: Request) -> Principal:
+async def principal_of(request: Request) -> Principal:
     auth: Auth = request.app.state.auth
     principal = await auth.authenticate(request.headers.get("authorization"), request.headers.get("x-api-key"))
     record = request.scope.get("state", {}).get("record")
@@ -47,7 +48,7 @@ async def _principal(request: Request) -> Principal:
     return principal
 
 
-async def _admin(request: Request, principal: Annotated[Principal, Depends(_principal)]) -> Principal:
+async def _admin(request: Request, principal: Annotated[Principal, Depends(principal_of)]) -> Principal:
     if principal.kind == "admin":
         return principal
     auth: Auth = request.app.state.auth
@@ -57,15 +58,15 @@ async def _admin(request: Request, principal: Annotated[Principal, Depends(_prin
     raise AccessDenied("this call needs the admin key", code="admin_only", status=403)
 
 
-PrincipalDep = Annotated[Principal, Depends(_principal)]
+PrincipalDep = Annotated[Principal, Depends(principal_of)]
 AdminDep = Annotated[Principal, Depends(_admin)]
-Authenticated = Depends(_principal)
+Authenticated = Depends(principal_of)
 """For `APIRouter(dependencies=[Authenticated])`."""
 
 
 def document_security(doc: dict[str, Any], routes: Iterable[BaseRoute]) -> None:
     """Declare the security schemes in an OpenAPI document, and on each operation of a route
-    that depends on `_principal` (directly or through the admin dependency)."""
+    that depends on `principal_of` (directly or through the admin dependency)."""
     requirement: list[dict[str, list[str]]] = [{name: []} for name in _SCHEMES]
     used = False
     for context in iter_route_contexts(list(routes)):  # as get_openapi walks them (included routers too)
@@ -84,7 +85,7 @@ def document_security(doc: dict[str, Any], routes: Iterable[BaseRoute]) -> None:
 
 
 def _authenticates(dependant: Dependant) -> bool:
-    return any(d.call is _principal or _authenticates(d) for d in dependant.dependencies)
+    return any(d.call is principal_of or _authenticates(d) for d in dependant.dependencies)
 
 
 def not_found_unless_owner(principal: Principal, owner: str | None, error: Exception) -> None:

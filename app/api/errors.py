@@ -24,7 +24,7 @@ async def require_json(request: Request) -> None:
     """A request body must be JSON: 415 for a declared content type that is not."""
     declared = request.headers.get("content-type")
     if declared is None:
-        return  # read as JSON, as FastAPI does
+        return  # FastAPI (strict content type) then leaves the body unparsed: 422, the body is not an object
     media = declared.split(";", 1)[0].strip().lower()
     if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
         raise RequestError(f"the request body must be application/json, not {media[:100]!r}",

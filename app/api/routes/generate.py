@@ -12,6 +12,7 @@ from app.api.convert import to_spec
 from app.api.deps import gateway_of, request_log
 from app.api.errors import require_json
 from app.api.responses import JSON, final_status_code
+from app.api.run_route import RunRoute
 from app.api.schemas import ErrorBody, FinalPayload, GenerateRequest, StreamAccepted
 
 router = APIRouter(tags=["generate"], dependencies=[Authenticated])
@@ -21,16 +22,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.post(
-    "/v1/generate",
-    response_model=FinalPayload,
-    responses={
-        202: {"model": StreamAccepted, "description": "`stream: true`: the run goes on in the background."},
-        **_ERRORS,
-    },
-    summary="Run to completion and answer the final payload as JSON",
-    dependencies=[Depends(require_json)],
-)
 async def generate(body: GenerateRequest, request: Request, principal: PrincipalDep) -> Response:
     gateway, record = gateway_of(request), request_log(request)  # not dependencies: the hot path (deps.py)
     record.model = body.model
@@ -43,3 +34,16 @@ async def generate(body: GenerateRequest, request: Request, principal: Principal
     final = await run.drain()
     return JSON(final.data(), status_code=final_status_code(final),
                 headers={"X-Stream-ID": run.stream_id, **limit_headers})
+
+
+router.add_api_route(
+    "/v1/generate", generate, methods=["POST"],
+    response_model=FinalPayload,
+    responses={
+        202: {"model": StreamAccepted, "description": "`stream: true`: the run goes on in the background."},
+        **_ERRORS,
+    },
+    summary="Run to completion and answer the final payload as JSON",
+    dependencies=[Depends(require_json)],
+    route_class_override=RunRoute,  # served without FastAPI's per-request dependency machinery (run_route.py)
+)

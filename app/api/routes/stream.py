@@ -13,6 +13,7 @@ from app.api.convert import to_spec
 from app.api.deps import GatewayDep, gateway_of, request_log
 from app.api.errors import require_json
 from app.api.responses import JSON
+from app.api.run_route import RunRoute
 from app.api.schemas import CancelResult, GenerateRequest
 from app.api.sse import SSEResponse
 from app.core.errors import RequestError
@@ -36,13 +37,6 @@ def json_errors(*codes: int) -> dict[int | str, dict[str, object]]:
     return {code: {"description": "Error", "content": {"application/json": {"schema": schema}}} for code in codes}
 
 
-@router.post(
-    "/v1/stream",
-    response_class=SSEResponse,
-    responses={200: _SSE_DOC, **json_errors(400, 401, 403, 404, 413, 415, 422, 429, 502, 503, 504)},
-    summary="Run and stream canonical events as SSE",
-    dependencies=[Depends(require_json)],
-)
 async def stream(body: GenerateRequest, request: Request, principal: PrincipalDep) -> SSEResponse:
     gateway, record = gateway_of(request), request_log(request)  # not dependencies: the hot path (deps.py)
     record.model = body.model
@@ -58,6 +52,16 @@ async def stream(body: GenerateRequest, request: Request, principal: PrincipalDe
     return SSEResponse(frames, ping_seconds=gateway.settings.ping_seconds,
                        send_timeout=gateway.settings.send_timeout_seconds,
                        headers={"x-stream-id": run.stream_id, **limit_headers})
+
+
+router.add_api_route(
+    "/v1/stream", stream, methods=["POST"],
+    response_class=SSEResponse,
+    responses={200: _SSE_DOC, **json_errors(400, 401, 403, 404, 413, 415, 422, 429, 502, 503, 504)},
+    summary="Run and stream canonical events as SSE",
+    dependencies=[Depends(require_json)],
+    route_class_override=RunRoute,  # the hot path, served without FastAPI's per-request dependency machinery
+)
 
 
 @router.get(
