@@ -2,7 +2,7 @@
 
 For the three SDK-backed adapters, a client the gateway builds opens its streams through
 `DirectPost`; the same client without it goes through the SDK. On a loopback server that records
-every request, both must send the same request (method, URL, JSON body, headers apart from the
+every request (`upstream_fakes.FakeUpstream`), both must send the same request (method, URL, JSON body, headers apart from the
 SDK's per-call bookkeeping) and map the same error answer to the same gateway error.
 """
 
@@ -10,16 +10,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import pytest
 from pydantic import SecretStr
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from app.core.errors import GatewayError
 from app.core.messages import Message, ToolSpec
@@ -30,6 +25,7 @@ from app.providers.direct import _json
 from app.providers.openai_chat import OpenAIAdapter, build_openai
 from app.providers.openai_responses import OpenAIResponsesAdapter, build_openai_responses
 from tests.support import serve
+from tests.upstream_fakes import FakeUpstream
 
 # Headers the SDK computes per call (attempt count, timeouts as sent, its raw-response marker).
 _PER_CALL = {"x-stainless-retry-count", "x-stainless-timeout", "x-stainless-read-timeout",
@@ -44,34 +40,15 @@ _ANTHROPIC = (b'event: message_start\ndata: {"type":"message_start","message":{"
               b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
 
 
-@dataclass
-class Seen:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
+_PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages"}
 
 
-@dataclass
-class Recorder:
-    """Answers every POST with `answer` (an SSE body, or (status, JSON body, headers))."""
-
-    answer: Any = None
-    seen: list[Seen] = field(default_factory=list)
-
-    async def handle(self, request: Request) -> Response:
-        raw = await request.body()
-        self.seen.append(Seen(request.method, request.url.path, dict(request.headers), orjson.loads(raw)))
-        if isinstance(self.answer, tuple):
-            status, body, headers = self.answer
-            return Response(orjson.dumps(body), status_code=status, headers=headers, media_type="application/json")
-        return Response(self.answer, media_type="text/event-stream")
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[str]:
-        app = Starlette(routes=[Route("/{path:path}", self.handle, methods=["POST"])])
-        async with serve(app) as url:
-            yield url
+@contextlib.asynccontextmanager
+async def upstream(kind: str, reply: Any) -> AsyncIterator[tuple[FakeUpstream, str]]:
+    """A recording upstream answering `reply` to both requests of a test (prepared, then SDK)."""
+    fake = FakeUpstream(_PATHS[kind], [reply, reply])
+    async with serve(fake.app()) as url:
+        yield fake, url
 
 
 def _adapters(kind: str, url: str) -> tuple[ProviderAdapter, ProviderAdapter]:
@@ -109,8 +86,7 @@ async def _open(adapter: ProviderAdapter) -> None:
 @pytest.mark.parametrize(("kind", "body"), [("chat", _CHAT), ("responses", _RESPONSES), ("anthropic", _ANTHROPIC)])
 async def test_the_prepared_request_is_the_sdks_request(kind: str, body: bytes, monkeypatch) -> None:
     monkeypatch.setenv("DIRECT_TEST_KEY", "sk-up-direct-test")
-    recorder = Recorder(answer=body)
-    async with recorder.running() as url:
+    async with upstream(kind, body) as (fake, url):
         direct, sdk = _adapters(kind, url)
         assert direct._direct is not None and sdk._direct is None  # type: ignore[attr-defined]
         try:
@@ -118,9 +94,8 @@ async def test_the_prepared_request_is_the_sdks_request(kind: str, body: bytes, 
             await _open(sdk)
         finally:
             await direct.aclose()
-    prepared, through_sdk = recorder.seen
-    assert (prepared.method, prepared.path) == (through_sdk.method, through_sdk.path) == (
-        "POST", {"chat": "/v1/chat/completions", "responses": "/v1/responses", "anthropic": "/v1/messages"}[kind])
+    prepared, through_sdk = fake.requests  # both POSTs to the one path it serves
+    assert prepared.url == through_sdk.url == _PATHS[kind]
     assert prepared.body == through_sdk.body
     assert prepared.body["stream"] is True and prepared.body["model"] == "m"
 
@@ -142,9 +117,9 @@ async def test_the_prepared_request_is_the_sdks_request(kind: str, body: bytes, 
 ])
 async def test_an_error_answer_maps_as_through_the_sdk(kind: str, status: int, body: dict, monkeypatch) -> None:
     monkeypatch.setenv("DIRECT_TEST_KEY", "sk-up-direct-test")
-    recorder = Recorder(answer=(status, body, {"retry-after": "7", "request-id": "req_1", "x-request-id": "req_1"}))
     errors: list[GatewayError] = []
-    async with recorder.running() as url:
+    async with upstream(kind, (status, body, {"retry-after": "7", "request-id": "req_1", "x-request-id": "req_1"})) \
+            as (_, url):
         direct, sdk = _adapters(kind, url)
         try:
             for adapter in (direct, sdk):
