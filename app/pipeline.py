@@ -200,9 +200,7 @@ class Gateway:
         except BaseException:
             await upstream.aclose()  # no stream, no run: nothing stays open
             raise
-        transcript = Transcript(processors=self.tools.processors, limits=self.transcript_limits)
-        transcript.add_request(request.messages)
-        log.info.transcript = transcript
+        transcript = log.info.transcript = self._transcript(request)
         plan = RunPlan(model=model, provider=served.provider, adapter=session, request=request, max_steps=max_steps,
                        request_id=request_id, started=started, started_at=started_at, route=session,
                        owner=spec.owner, price=self._price(model))
@@ -219,8 +217,7 @@ class Gateway:
         error = exc.to_dict()
         final = FinalEvent(status="error", message=AssistantMessage(), usage=Usage(), stop_reason="error",
                            model=request.model, provider=provider, error=error, steps=1, **session.final_fields())
-        transcript = Transcript(processors=self.tools.processors, limits=self.transcript_limits)
-        transcript.add_request(request.messages)
+        transcript = self._transcript(request)
         transcript.finish(status="error", stop_reason="error", usage=final.usage, steps=1)
         report = RunReport(
             stream_id="str_" + uuid.uuid4().hex, request_id=request_id, owner=spec.owner, model=spec.model,
@@ -228,6 +225,12 @@ class Gateway:
             usage=final.usage, steps=1, max_steps_reached=False, tools_run=0, events=0, validation=None, ttft=None,
             duration=time.perf_counter() - started, started_at=started_at, final=final, transcript=transcript)
         notify(self.observers, report, self.log)
+
+    def _transcript(self, request: ProviderRequest) -> Transcript:
+        """A run's transcript, the request's messages in it."""
+        transcript = Transcript(processors=self.tools.processors, limits=self.transcript_limits)
+        transcript.add_request(request.messages)
+        return transcript
 
     def _price(self, model: str) -> Price | None:
         """The model's price (FOUNDRY_PRICES), as requested or by its alias's target; None if unknown."""
