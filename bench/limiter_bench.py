@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shutil
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from app.auth import Auth, MemoryLimiter, RedisLimiter  # noqa: E402
 from app.auth.keystore import KeyStore  # noqa: E402
 from app.auth.policy import KeyFields  # noqa: E402
 from app.records import RecordStore  # noqa: E402
-from bench.run import free_port  # noqa: E402
+from bench.run import emit, free_port  # noqa: E402
 
 LIMITS = KeyFields(name="bench", models=["mock/*"], rpm=10_000_000, tpm=10_000_000_000, max_concurrent=100_000)
 
@@ -87,9 +86,7 @@ async def main() -> dict:
             proc.wait(timeout=10)
     await store.aclose()
     shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps(results, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(results))
+    emit(results, args.json)
     return results
 
 

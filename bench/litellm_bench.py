@@ -28,7 +28,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run import body, cpu_seconds, free_port, run_streams, server  # noqa: E402
+from bench.run import body, cpu_seconds, emit, free_port, run_streams, server  # noqa: E402
 
 GOAL = 25.0
 
@@ -127,9 +127,7 @@ async def main() -> dict:
     ratio = round(us["litellm"] / us["gateway"], 1) if us["gateway"] else None
     results = {"cpu_us_per_event": us, "litellm_over_gateway": ratio,
                "goal": f"{'met' if ratio and ratio >= GOAL else 'NOT met'}: {ratio}x less CPU (goal >= {GOAL}x)"}
-    print(json.dumps(results, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    emit(results, args.json)
     return results
 
 

@@ -24,7 +24,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.run import body, cpu_seconds, free_port, run_streams, server  # noqa: E402
+from bench.run import body, cpu_seconds, emit, free_port, run_streams, server  # noqa: E402
 
 
 def _counted(metrics: str, name: str) -> float:
@@ -97,9 +97,7 @@ async def main() -> dict:
         "records": int(submitted),
         "records_dropped": int(dropped),
     }
-    print(json.dumps(results, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    emit(results, args.json)
     return results
 
 

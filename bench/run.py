@@ -297,10 +297,16 @@ async def main() -> dict:
                                  "per_retained_stream_store_counted": round(per_retained_counted / 1024, 1),
                                  "streams": args.memory_streams}
     results["goals"] = goals(results)
-    print(json.dumps(results, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    emit(results, args.json)
     return results
+
+
+def emit(results: dict, path: Path | None) -> None:
+    """A bench's results: printed, and written to `path` (`--json`) when given."""
+    text = json.dumps(results, indent=2)
+    print(text)
+    if path is not None:
+        path.write_text(text + "\n")
 
 
 def goals(results: dict) -> dict[str, str]:

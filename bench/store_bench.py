@@ -35,7 +35,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run import body, cpu_seconds, free_port, run_streams, server  # noqa: E402
+from bench.run import body, cpu_seconds, emit, free_port, run_streams, server  # noqa: E402
 
 
 @contextmanager
@@ -132,9 +132,7 @@ async def main() -> dict:
             detected, final = await replica_lost_seconds(f"http://127.0.0.1:{a_port}", f"http://127.0.0.1:{b_port}", a)
         results["replica_lost"] = {"lease_seconds": args.lease, "detected_after_kill_seconds": round(detected, 2),
                                    "final_error_code": (final.get("error") or {}).get("code")}
-    print(json.dumps(results, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    emit(results, args.json)
     return results
 
 
