@@ -139,3 +139,51 @@ def test_a_body_orjson_refuses_is_still_sent_whole() -> None:
     body = {"model": "m", "seed": 2**70, "text": "héllo"}
     assert orjson.loads(_json({"model": "m"})) == {"model": "m"}
     assert _json(body) == b'{"model":"m","seed":1180591620717411303424,"text":"h\xc3\xa9llo"}'
+
+
+async def test_the_prepared_request_goes_to_the_transport_not_through_the_clients_send(monkeypatch) -> None:
+    import httpx2
+
+    monkeypatch.setenv("DIRECT_TEST_KEY", "sk-up-direct-test")
+    sent: list[httpx2.Request] = []
+    original = httpx2.AsyncClient.send
+
+    async def counting(self: httpx2.AsyncClient, request: httpx2.Request, **kw: Any) -> httpx2.Response:
+        sent.append(request)
+        return await original(self, request, **kw)
+
+    monkeypatch.setattr(httpx2.AsyncClient, "send", counting)
+    async with upstream("chat", _CHAT) as (fake, url):
+        direct, sdk = _adapters("chat", url)
+        try:
+            await _open(direct)
+            assert sent == [] and len(fake.requests) == 1  # on the wire
+            await _open(sdk)
+            assert len(sent) == 1  # the SDK's path goes through the client
+        finally:
+            await direct.aclose()
+
+
+async def test_a_redirect_answered_on_the_wire_is_followed_by_the_client() -> None:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import RedirectResponse, Response
+    from starlette.routing import Route
+
+    target = FakeUpstream("/v2/chat/completions", [_CHAT])
+
+    async def moved(request: Request) -> Response:
+        return RedirectResponse("/v2/chat/completions", status_code=307)
+
+    app = Starlette(routes=[Route("/v1/chat/completions", moved, methods=["POST"]),
+                            Route(target.path, target.handle, methods=["POST"])])
+    async with serve(app) as url:
+        config = ProviderConfig(compatible=(CompatibleProvider(name="up", base_url=f"{url}/v1"),))
+        adapter: Any = build_openai(config, {})["up"]
+        try:
+            stream = await adapter.open_stream(_REQUEST)
+            patches = [batch async for batch in stream]
+            await stream.aclose()
+        finally:
+            await adapter.aclose()
+    assert patches and target.requests[0].body["model"] == "m"  # the body went along (307)

@@ -25,7 +25,7 @@ from app.core.messages import AdapterError, Message, ToolSpec, assistant_message
 from app.core.patches import Patch
 from app.core.released import Released
 from app.providers.sse import SSEDecoder, SSEEvent
-from app.providers.transport import AiohttpBody
+from app.providers.transport import H1Body
 
 __all__ = [
     "RAW_STREAM",
@@ -217,10 +217,10 @@ async def sse_body(response: httpx2.Response, normalizer: StreamNormalizer, *, p
         finally:
             await response.aclose()
         raise UpstreamError(f"{provider}: expected an event stream, got JSON: {text}", provider=provider)
-    # On the aiohttp transport, an unencoded body is read as it arrives, without httpx2's
+    # On the gateway's transport, an unencoded body is read as it arrives, without httpx2's
     # decoder and chunker layers (app/providers/transport.py, point 2).
     body = response.stream
-    chunks = body if type(body) is AiohttpBody and "content-encoding" not in response.headers else response.aiter_bytes()
+    chunks = body if type(body) is H1Body and "content-encoding" not in response.headers else response.aiter_bytes()
     return SSEPatchStream(chunks, normalizer, close=response.aclose, provider=provider)
 
 

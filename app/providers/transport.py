@@ -1,69 +1,260 @@
-"""The upstream HTTP transport: an `httpx2` transport whose bytes move through aiohttp.
+"""The upstream HTTP transport: an `httpx2` transport speaking HTTP/1.1 itself, on asyncio's
+transports and `httptools` (llhttp, the parser uvicorn serves with).
 
-The SDKs (`openai`, `anthropic`) and the Gemini adapter all speak `httpx2`; by default its
-transport is the pure-Python httpcore2/h11 stack, which was 42% of the gateway's CPU under load
-(issue 12). Both SDKs ship an aiohttp extra (`DefaultAioHttpClient`, a vendored httpx-aiohttp
-transport); this is the same idea, kept here because of what the vendored one gets wrong for a
-gateway that promises "refused is 502, silence is 504":
-1. Errors are mapped by what happened, not by a first-match table: the vendored table turns a
-   refused connection (`ClientConnectorError`) and a server that hangs up mid-body
-   (`ServerDisconnectedError`) into `ConnectTimeout`, which the SDKs report as a timeout (504).
-   Here: refused/DNS/TLS -> ConnectError, connect timeout -> ConnectTimeout, read silence ->
-   ReadTimeout, a connection lost or a body cut -> ReadError / RemoteProtocolError.
-2. The body is an async iterator over `StreamReader.readany()` (bytes as they arrive, no
-   re-chunking, no generator per response), and `sse_body()` reads it directly when the body
-   has no content-encoding (`AiohttpBody`), skipping httpx2's decoder and chunker layers.
-3. `aclose()` on a body not read to the end drops the connection (aiohttp's `release()` closes a
-   connection whose payload is not at EOF), so a cancelled run stops the upstream generating;
-   a body read to the end returns its connection to the pool (reuse).
-4. The proxy environment (HTTP(S)_PROXY, NO_PROXY) is honoured by the httpx2 client around
-   this transport, which routes proxied URLs through its own transports.
+The SDKs (`openai`, `anthropic`) and the Gemini adapter all speak `httpx2`. Its default
+transport, the pure-Python httpcore2/h11 stack, was 42% of the gateway's CPU under load (issue
+12). The SDKs' aiohttp extra replaced it for a while; this replaced that. Measured reason
+(`python bench/transport_bench.py`: one 1-chunk streamed POST to the bench upstream on loopback,
+its body read, in a loop on uvloop; 3000 requests each, this 2-core VM):
+
+| client                                              | round trip median | CPU per request |
+|-----------------------------------------------------|-------------------|-----------------|
+| httpx2 on its default transport (httpcore2 + h11)   | 639 us            | 613 us          |
+| aiohttp alone (URL, headers, timeout built once)    | 271 us            | 203 us          |
+| the gateway's prepared request on this transport    | 194 us            | 122 us          |
+
+The gateway's request through httpx2 on aiohttp measured 363 us and 300 us the same way.
+aiohttp's request path (URL and header objects, cookie jar, tracing hooks, per-read flow-control
+resumes) stood between the gateway and the upstream write for ~145 us of every request's time to
+first token. A streamed POST to a provider needs little of it: one pooled keep-alive connection,
+the request written in one `write`, the response parsed by llhttp, body bytes handed over as they
+arrive. That is all this does, with the gateway's promises kept:
+1. Errors are mapped by what happened: refused/DNS/TLS -> ConnectError, connect timeout ->
+   ConnectTimeout, silence before the headers or between reads -> ReadTimeout, a peer that hangs
+   up or a body cut short -> RemoteProtocolError, a reset mid-body -> ReadError, a malformed
+   answer -> RemoteProtocolError.
+2. The body is an async iterator of the bytes as they arrive (`H1Body`); `sse_body()` reads it
+   directly when it has no content-encoding, skipping httpx2's decoder and chunker layers. An
+   encoded body goes through httpx2's decoders as with any transport.
+3. `aclose()` on a body not read to the end closes its connection, so a cancelled run stops the
+   upstream generating; a body read to the end returns its connection to the pool (reuse), unless
+   the server said `Connection: close`. Idle connections live `keepalive_expiry` seconds.
+4. The proxy environment (HTTP(S)_PROXY, NO_PROXY) is honoured by the httpx2 client around this
+   transport, which routes proxied URLs through its own transports.
 5. `retries` repeats failed connection attempts only (as httpx2's `AsyncHTTPTransport(retries=)`);
-   retries after a response started are never the transport's business.
-The SDKs keep what they own: auth, base URLs, retries before the response, typed errors.
+   retries after a request was written are never the transport's business.
+6. Flow control both ways: the request body waits for the socket to drain; a body buffered past
+   `_HIGH_WATER` bytes because its reader is slow pauses reading from the upstream.
+Not spoken: HTTP/2, `Expect: 100-continue`, upgrades. HEAD and CONNECT go to httpx2's own
+transport (the gateway sends neither).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import ssl
+from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
+import httptools
 import httpx2
 
-__all__ = ["AiohttpBody", "AiohttpTransport", "upstream_http_client"]
+__all__ = ["H1Body", "H1Transport", "Origin", "head", "origin", "upstream_http_client"]
+
+Origin = tuple[bytes, str, int]
+"""(scheme, host, port): the connections a request may use."""
+
+_HIGH_WATER = 1 << 20
+"""Bytes buffered for a reader before reading from the upstream pauses (it resumes once they are taken)."""
+_NO_BODY_STATUS = frozenset({204, 304})
 
 
-class AiohttpBody(httpx2.AsyncByteStream):
-    """An aiohttp response body as httpx2 sees it: chunks as they arrive, errors mapped."""
+class _Connection(asyncio.Protocol):
+    """One HTTP/1.1 connection: one request at a time, its response parsed as it arrives."""
 
-    __slots__ = ("_response", "_content")
+    __slots__ = ("transport", "parser", "loop", "status", "reason", "headers", "chunks", "buffered",
+                 "head", "waiter", "complete", "until_close", "error", "closed", "keep_alive", "paused",
+                 "idle_since", "reading", "write_waiter", "version", "key")
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
-        self._content = response.content
+    def __init__(self, loop: asyncio.AbstractEventLoop, key: Origin) -> None:
+        self.loop = loop
+        self.key = key
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self.reading = False  # a request is in flight: bytes now belong to its response
+        self.write_waiter: asyncio.Future[None] | None = None
+        self.paused = False
+        self._reset()
 
-    def __aiter__(self) -> AiohttpBody:
+    def _reset(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.status = 0
+        self.reason = b""
+        self.version = "1.1"
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.buffered = 0
+        self.head: asyncio.Future[None] | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.complete = False
+        self.until_close = False
+        self.keep_alive = False
+        self.error: httpx2.TransportError | None = None
+
+    # -- asyncio.Protocol --
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if not self.reading:  # bytes nobody asked for (a server talking out of turn): unusable
+            self.closed = True
+            assert self.transport is not None
+            self.transport.close()
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(httpx2.RemoteProtocolError(f"malformed HTTP response from the upstream: {exc}"))
+            assert self.transport is not None
+            self.transport.close()
+            return
+        if self.buffered > _HIGH_WATER and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        return False  # close our side too: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.reading and not self.complete and self.error is None:
+            if self.head is None or not self.head.done():
+                self._fail(_lost(exc, "the upstream closed the connection without sending a response"))
+            elif self.until_close and exc is None:
+                self.complete = True  # a body delimited by the connection's end
+            else:
+                self._fail(_lost(exc, "the upstream closed the connection before the body ended"))
+        waiter, self.write_waiter = self.write_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(_lost(exc, "the upstream closed the connection while the request was sent"))
+        self._wake()
+
+    def pause_writing(self) -> None:
+        if self.write_waiter is None:
+            self.write_waiter = self.loop.create_future()
+
+    def resume_writing(self) -> None:
+        waiter, self.write_waiter = self.write_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- httptools callbacks --
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:  # informational (never asked for): the real answer follows
+            self.headers, self.reason = [], b""
+            return
+        self.status = status
+        self.version = self.parser.get_http_version()
+        self.until_close = status not in _NO_BODY_STATUS and not any(
+            name.lower() in (b"content-length", b"transfer-encoding") for name, _ in self.headers)
+        if self.head is not None and not self.head.done():
+            self.head.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+        self.buffered += len(body)
+
+    def on_message_complete(self) -> None:
+        if self.status == 0:  # the end of an informational answer
+            return
+        self.complete = True
+        self.keep_alive = self.parser.should_keep_alive()
+
+    # -- the request's side --
+
+    def _fail(self, error: httpx2.TransportError) -> None:
+        if self.error is None:
+            self.error = error
+        if self.head is not None and not self.head.done():
+            self.head.set_exception(error)
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def take(self) -> bytes:
+        """The body bytes buffered so far (reading resumes once the reader caught up)."""
+        chunks = self.chunks
+        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self.buffered = 0
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        return data
+
+    async def wait(self, silence: float | None) -> None:
+        """Until more of the body, its end, or an error; ReadTimeout after `silence` seconds."""
+        waiter = self.waiter = self.loop.create_future()
+        handle = None if silence is None else self.loop.call_later(silence, _expire, waiter, silence)
+        try:
+            await waiter
+        finally:
+            self.waiter = None
+            if handle is not None:
+                handle.cancel()
+
+
+def _expire(waiter: asyncio.Future[None], timeout: float) -> None:
+    if not waiter.done():
+        waiter.set_exception(httpx2.ReadTimeout(f"the upstream was silent for {timeout:g} s"))
+
+
+def _lost(exc: Exception | None, message: str) -> httpx2.TransportError:
+    if isinstance(exc, OSError):  # a reset or another socket error
+        return httpx2.ReadError(f"{message}: {exc}")
+    return httpx2.RemoteProtocolError(message)
+
+
+class H1Body(httpx2.AsyncByteStream):
+    """A response body as httpx2 sees it: bytes as they arrive, errors mapped (point 2)."""
+
+    __slots__ = ("_conn", "_read_timeout", "_release", "_done")
+
+    def __init__(self, conn: _Connection, read_timeout: float | None, release: Any) -> None:
+        self._conn = conn
+        self._read_timeout = read_timeout
+        self._release = release
+        self._done = False
+
+    def __aiter__(self) -> H1Body:
         return self
 
     async def __anext__(self) -> bytes:
-        try:
-            chunk = await self._content.readany()
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise _mapped(exc, connecting=False) from exc
-        if not chunk:
-            raise StopAsyncIteration
-        return chunk
+        conn = self._conn
+        while True:
+            if conn.chunks:
+                return conn.take()
+            if conn.error is not None:
+                raise conn.error
+            if conn.complete or self._done:
+                await self.aclose()
+                raise StopAsyncIteration
+            await conn.wait(self._read_timeout)
 
     async def aclose(self) -> None:
-        # At EOF the connection goes back to the pool; before it, it is closed (point 3).
-        self._response.release()
+        if not self._done:
+            self._done = True
+            self._release(self._conn)
 
 
-class AiohttpTransport(httpx2.AsyncBaseTransport):
-    """`httpx2.AsyncBaseTransport` over one `aiohttp.ClientSession` (made on first use, inside
-    the running loop). Timeouts come from each request (`connect`, `read`, `pool`)."""
+class H1Transport(httpx2.AsyncBaseTransport):
+    """`httpx2.AsyncBaseTransport` over pooled HTTP/1.1 connections (see the module's notes).
+    Timeouts come from each request (`connect`, `read`, `write`, `pool`)."""
 
     def __init__(
         self,
@@ -72,94 +263,197 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
         retries: int = 0,
         verify: ssl.SSLContext | bool = True,
     ) -> None:
-        self._limits = limits or httpx2.Limits(max_connections=1000, keepalive_expiry=5.0)  # the SDKs' own defaults
+        limits = limits or httpx2.Limits(max_connections=1000, keepalive_expiry=5.0)  # the SDKs' own defaults
+        self._slots = asyncio.Semaphore(limits.max_connections) if limits.max_connections else None
+        self._keepalive = limits.keepalive_expiry if limits.keepalive_expiry is not None else 5.0
         self._retries = retries
         self._ssl = httpx2.create_ssl_context(verify=verify)
-        self._session: aiohttp.ClientSession | None = None
-
-    def _open_session(self) -> aiohttp.ClientSession:
-        limits = self._limits
-        connector = aiohttp.TCPConnector(
-            limit=limits.max_connections or 0,
-            keepalive_timeout=limits.keepalive_expiry if limits.keepalive_expiry is not None else 15.0,
-            ssl=self._ssl,
-        )
-        # trust_env=False: the proxy environment is httpx2's business (its client mounts a
-        # transport per proxy); aiohttp's would read it, and ~/.netrc, in a thread per request.
-        self._session = aiohttp.ClientSession(connector=connector, trust_env=False, auto_decompress=False)
-        return self._session
+        self._idle: dict[Origin, list[_Connection]] = {}
+        self._fallback: httpx2.AsyncHTTPTransport | None = None
+        self._verify = verify
+        self._closed = False
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        session = self._session if self._session is not None else self._open_session()
-        timeout = request.extensions.get("timeout") or {}
+        method = request.method
+        if method in ("HEAD", "CONNECT"):  # not spoken here: httpx2's own transport
+            if self._fallback is None:
+                self._fallback = httpx2.AsyncHTTPTransport(verify=self._verify, retries=self._retries)
+            return await self._fallback.handle_async_request(request)
         try:
-            data: Any = request.content or None
-        except httpx2.RequestNotRead:  # a streamed upload: aiohttp chunks it itself
-            data = request.stream
-            request.headers.pop("transfer-encoding", None)
-        client_timeout = aiohttp.ClientTimeout(
-            total=None, connect=timeout.get("pool"), sock_connect=timeout.get("connect"),
-            sock_read=timeout.get("read"),
+            body: bytes | None = request.content
+        except httpx2.RequestNotRead:  # a streamed upload: sent chunked as it comes
+            body = None
+        return await self.exchange(origin(request.url), head(request), body, request,
+                                   request.extensions.get("timeout") or {}, stream=request.stream)
+
+    async def exchange(self, key: Origin, head: bytes, body: bytes | None, request: httpx2.Request,
+                       timeouts: Mapping[str, float | None], *, stream: Any = None) -> httpx2.Response:
+        """Send one request (`head`: its request line and headers, less the body's framing; then
+        `body`, or else `stream` chunked) on a pooled connection to `key` and return the response
+        once its headers are in. `request` is only what the response names as its request."""
+        if self._closed:
+            raise httpx2.ConnectError("the transport is closed")
+        slots = self._slots
+        if slots is not None:
+            if slots.locked():
+                try:
+                    async with asyncio.timeout(timeouts.get("pool")):
+                        await slots.acquire()
+                except TimeoutError:
+                    raise httpx2.PoolTimeout("no upstream connection became free in time") from None
+            else:
+                await slots.acquire()
+        conn: _Connection | None = None
+        read = timeouts.get("read")
+        try:
+            conn = self._reuse(key) or await self._connect(key, timeouts.get("connect"),
+                                                           request.extensions.get("sni_hostname"))
+            conn.reading = True
+            conn.head = head_ready = conn.loop.create_future()
+            await self._send(conn, head, body, stream, request.method, timeouts.get("write"))
+            if not head_ready.done():
+                handle = None if read is None else conn.loop.call_later(read, _expire, head_ready, read)
+                try:
+                    await head_ready
+                finally:
+                    if handle is not None:
+                        handle.cancel()
+            else:
+                head_ready.result()  # raises what failed it
+        except BaseException:
+            if conn is not None:
+                self._discard(conn)
+            if slots is not None:
+                slots.release()
+            raise
+        return httpx2.Response(
+            status_code=conn.status,
+            headers=conn.headers,
+            stream=H1Body(conn, read, self._release),
+            request=request,
+            extensions={"http_version": b"HTTP/" + conn.version.encode(), "reason_phrase": conn.reason},
         )
+
+    def _reuse(self, key: Origin) -> _Connection | None:
+        idle = self._idle.get(key)
+        if not idle:
+            return None
+        expired = asyncio.get_running_loop().time() - self._keepalive
+        while idle:
+            conn = idle.pop()  # the most recently used first
+            if not conn.closed and conn.idle_since > expired:
+                assert conn.transport is not None
+                if not conn.transport.is_closing():
+                    conn._reset()
+                    return conn
+            assert conn.transport is not None
+            conn.transport.close()
+        return None
+
+    async def _connect(self, key: Origin, within: float | None, sni: str | None) -> _Connection:
+        scheme, host, port = key
+        loop = asyncio.get_running_loop()
+        tls = self._ssl if scheme == b"https" else None
         attempts = self._retries + 1
         while True:
             attempts -= 1
             try:
-                response = await session.request(
-                    request.method, str(request.url), headers=list(request.headers.multi_items()), data=data,
-                    allow_redirects=False, compress=False, timeout=client_timeout,
-                    server_hostname=request.extensions.get("sni_hostname"),
-                )
-                break
-            except (TimeoutError, aiohttp.ClientError) as exc:
-                mapped = _mapped(exc, connecting=True)
-                if attempts > 0 and isinstance(mapped, (httpx2.ConnectError, httpx2.ConnectTimeout)):
-                    continue
-                raise mapped from exc
-        return httpx2.Response(
-            status_code=response.status,
-            headers=response.raw_headers,
-            stream=AiohttpBody(response),
-            request=request,
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": (response.reason or "").encode()},
-        )
+                async with asyncio.timeout(within):
+                    _, conn = await loop.create_connection(
+                        lambda: _Connection(loop, key), host, port, ssl=tls,
+                        server_hostname=(sni or host) if tls is not None else None)
+                return conn
+            except TimeoutError:
+                error: httpx2.TransportError = httpx2.ConnectTimeout(f"connecting to {host}:{port} took over {within} s")
+            except (OSError, ssl.SSLError) as exc:  # refused, unreachable, DNS, a TLS handshake refused
+                error = httpx2.ConnectError(f"cannot connect to {host}:{port}: {exc}")
+            if attempts <= 0:
+                raise error
+
+    async def _send(self, conn: _Connection, head: bytes, body: bytes | None, stream: Any, method: str,
+                    within: float | None) -> None:
+        transport = conn.transport
+        assert transport is not None
+        if body is not None:
+            transport.write(head + b"content-length: %d\r\n\r\n" % len(body) + body
+                            if body or method in ("POST", "PUT", "PATCH") else head + b"\r\n")
+        else:
+            transport.write(head + b"transfer-encoding: chunked\r\n\r\n")
+            async for part in stream:
+                if part:
+                    transport.write(b"%x\r\n%s\r\n" % (len(part), part))
+                    await self._drained(conn, within)
+            transport.write(b"0\r\n\r\n")
+        await self._drained(conn, within)
+
+    @staticmethod
+    async def _drained(conn: _Connection, within: float | None) -> None:
+        waiter = conn.write_waiter
+        if waiter is None:
+            return
+        try:
+            async with asyncio.timeout(within):
+                await asyncio.shield(waiter)
+        except TimeoutError:
+            raise httpx2.WriteTimeout(f"the upstream did not take the request within {within} s") from None
+
+    def _release(self, conn: _Connection) -> None:
+        """A response closed: its connection back to the pool when its body was read to the end
+        and the server keeps it alive, else closed (a run let go of mid-body stops the upstream)."""
+        if self._slots is not None:
+            self._slots.release()
+        if conn.complete and conn.keep_alive and not conn.closed and not conn.chunks and not self._closed:
+            conn.reading = False
+            conn.idle_since = conn.loop.time()
+            self._idle.setdefault(conn.key, []).append(conn)
+        else:
+            self._discard(conn)
+
+    @staticmethod
+    def _discard(conn: _Connection) -> None:
+        conn.reading = False
+        conn.closed = True
+        if conn.transport is not None:
+            conn.transport.close()
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        self._closed = True
+        for idle in self._idle.values():
+            for conn in idle:
+                self._discard(conn)
+        self._idle.clear()
+        if self._fallback is not None:
+            await self._fallback.aclose()
 
 
-def _mapped(exc: BaseException, *, connecting: bool) -> httpx2.TransportError:
-    """aiohttp failure -> the httpx2 exception the SDKs and adapters map (point 1)."""
-    message = str(exc) or type(exc).__name__
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
-        return httpx2.ConnectTimeout(message)
-    if isinstance(exc, (aiohttp.SocketTimeoutError, asyncio.TimeoutError)):
-        return httpx2.ReadTimeout(message)
-    if isinstance(exc, aiohttp.ClientProxyConnectionError | aiohttp.ClientHttpProxyError):
-        return httpx2.ProxyError(message)
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return httpx2.ConnectError(message)
-    if isinstance(exc, aiohttp.InvalidURL | aiohttp.NonHttpUrlClientError):
-        return httpx2.UnsupportedProtocol(message)
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientResponseError):
-        return httpx2.RemoteProtocolError(message)
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        return httpx2.RemoteProtocolError(message)  # the body ended before its declared end
-    if connecting and isinstance(exc, aiohttp.ClientOSError):
-        return httpx2.ConnectError(message)
-    return httpx2.ReadError(message)
+def origin(url: httpx2.URL) -> Origin:
+    """Where a URL's connections go: (scheme, host, port); UnsupportedProtocol past http(s)."""
+    scheme = url.raw_scheme
+    if scheme not in (b"http", b"https"):
+        raise httpx2.UnsupportedProtocol(f"request URL has an unsupported protocol {url.scheme!r}")
+    return scheme, url.host, url.port or (443 if scheme == b"https" else 80)
+
+
+def head(request: httpx2.Request) -> bytes:
+    """The request line and headers, less the body framing (added when the body is known)."""
+    url = request.url
+    lines = [b"%s %s HTTP/1.1\r\n" % (request.method.encode(), url.raw_path)]
+    for name, value in request.headers.raw:
+        lowered = name.lower()
+        if lowered in (b"content-length", b"transfer-encoding"):
+            continue
+        lines.append(b"%s: %s\r\n" % (name, value))
+    return b"".join(lines)
 
 
 def upstream_http_client(
     *, connect_timeout: float, read_timeout: float, retries: int = 0, follow_redirects: bool = False
 ) -> httpx2.AsyncClient:
-    """An `httpx2.AsyncClient` on `AiohttpTransport`: what the gateway hands the SDKs
+    """An `httpx2.AsyncClient` on `H1Transport`: what the gateway hands the SDKs
     (`http_client=`) and the Gemini adapter. `read_timeout` bounds silence before the headers
     and between reads; `connect_timeout` one connection attempt."""
     return httpx2.AsyncClient(
-        transport=AiohttpTransport(retries=retries),
+        transport=H1Transport(retries=retries),
         timeout=httpx2.Timeout(read_timeout, connect=connect_timeout),
         follow_redirects=follow_redirects,
     )
