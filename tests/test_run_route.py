@@ -54,17 +54,24 @@ CASES: list[tuple[dict[str, str], bytes]] = [
 @contextlib.asynccontextmanager
 async def gateways() -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
     """(as built, with FastAPI's own handler). FastAPI builds an included route's handler on the
-    app's first request, so each app serves one request before the next is made."""
+    app's first request, so each app serves one request before the next is made; on the app as
+    built, that first request routed by FastAPI also lets the later ones to the same path be served
+    without its routing (app/api/direct_routes.py), so each path is asked once before the cases."""
     def client(app: FastAPI) -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
 
     warm = {"content": GOOD, "headers": {**JSON_TYPE, **bearer(ADMIN)}}
-    async with client(create_app(Settings(admin_key=ADMIN, records=False))) as lean:
-        await lean.post("/v1/generate", **warm)
+    built = create_app(Settings(admin_key=ADMIN, records=False))
+    async with client(built) as lean:
+        for path in ("/v1/generate", "/v1/stream"):
+            await lean.post(path, **warm)
+            assert path in built.state.direct_routes
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(RunRoute, "get_route_handler", APIRoute.get_route_handler)
-            async with client(create_app(Settings(admin_key=ADMIN, records=False))) as fastapi_own:
+            own = create_app(Settings(admin_key=ADMIN, records=False))
+            async with client(own) as fastapi_own:
                 await fastapi_own.post("/v1/generate", **warm)
+                assert "/v1/generate" not in own.state.direct_routes  # FastAPI's own handler teaches nothing
                 yield lean, fastapi_own
 
 
@@ -94,24 +101,36 @@ async def test_run_route_answers_as_fastapi_does(path: str, headers: dict[str, s
 async def test_the_comparison_is_between_two_handlers_and_reaches_every_answer() -> None:
     import fastapi.routing
 
+    from app.api.direct_routes import DirectRoutes
+
     solved = {"calls": 0}
     solve = fastapi.routing.solve_dependencies
+    served = {"direct": 0}
+    serve = DirectRoutes.serve
 
     async def counting(*args: Any, **kwargs: Any) -> Any:
         solved["calls"] += 1
         return await solve(*args, **kwargs)
 
+    async def direct(self: DirectRoutes, *args: Any) -> bool:
+        took = await serve(self, *args)
+        served["direct"] += took
+        return took
+
     statuses = set()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(fastapi.routing, "solve_dependencies", counting)
+        patch.setattr(DirectRoutes, "serve", direct)
         async with gateways() as (lean, fastapi_own):
             solved["calls"] = 0
             await lean.post("/v1/generate", content=GOOD, headers={**JSON_TYPE, **bearer(ADMIN)})
             assert solved["calls"] == 0  # RunRoute: no dependency solving
             await fastapi_own.post("/v1/generate", content=GOOD, headers={**JSON_TYPE, **bearer(ADMIN)})
             assert solved["calls"] > 0  # FastAPI's own handler
+            served["direct"] = 0
             for headers, body in CASES:
                 statuses.add((await lean.post("/v1/generate", content=body, headers=headers)).status_code)
+            assert served["direct"] == len(CASES)  # the cases were answered without FastAPI's routing
     assert statuses == {200, 400, 401, 404, 415, 422}
 
 

@@ -57,6 +57,9 @@ class RunRoute(APIRoute):
         strict = getattr(strict, "value", strict)  # FastAPI's DefaultPlaceholder
 
         async def handler(request: Request) -> Response:
+            direct = getattr(request.app.state, "direct_routes", None)
+            if direct is not None:  # FastAPI routed here: later requests to the path come straight (direct_routes.py)
+                direct.learn(request.scope, handler)
             body = await _json_body(request, strict=bool(strict))
             principal = await principal_of(request)
             await require_json(request)
