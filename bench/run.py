@@ -206,7 +206,7 @@ async def main() -> dict:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the CPU measures")
     parser.add_argument("--requests", type=int, default=1200,
                         help="1-chunk requests per target (CPU per request; the kernel counts CPU in 10 ms ticks)")
-    parser.add_argument("--ttft-rounds", type=int, default=100)
+    parser.add_argument("--ttft-rounds", type=int, default=300, help="interleaved c=1 rounds (direct, gateway, relay)")
     parser.add_argument("--memory-streams", type=int, default=300)
     parser.add_argument("--gate", action="store_true", help="also measure with two regex validators")
     parser.add_argument("--facades", action="store_true", help="also measure the OpenAI and Anthropic facades")

@@ -173,7 +173,7 @@ async def test_max_steps_reached_pauses_the_run_and_says_so():
 
 
 async def test_max_steps_above_the_operator_cap_is_refused():
-    app = create_app(Settings(max_steps=3))
+    app = create_app(Settings(max_steps=3, records=False))  # no lifespan here: nothing to write records with
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
         r = await c.post("/v1/stream", json={**ASK, "model": "mock/tool_call", "max_steps": 4})
         assert r.status_code == 422 and r.json()["error"]["field"] == "max_steps"

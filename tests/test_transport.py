@@ -51,6 +51,7 @@ class RawUpstream:
         self.reply = reply
         self.connections = 0
         self.requests = 0
+        self.ended = 0  # connections the client closed between requests
         self.gone = asyncio.Event()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -63,7 +64,9 @@ class RawUpstream:
                 await reader.readexactly(length)
                 self.requests += 1
                 await self.reply(reader, writer)
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except asyncio.IncompleteReadError:
+            self.ended += 1
+        except ConnectionError:
             pass
         finally:
             writer.close()
@@ -268,10 +271,12 @@ async def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None
         raise ConnectionError
 
     upstream = RawUpstream(answers_then_hangs_up)
-    async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
+    transport = H1Transport()
+    async with upstream.running() as base, httpx2.AsyncClient(transport=transport) as client:
         for _ in range(3):
             assert await _read(client, f"{base}/x") == (200, b"ok")
             await asyncio.sleep(0.05)  # the server's FIN arrives while the connection is idle
+            assert all(not idle for idle in transport._idle.values())  # and it left the pool at once
     assert upstream.requests == 3 and upstream.connections == 3
 
 
@@ -287,8 +292,9 @@ async def test_connection_close_and_an_expired_keep_alive_each_take_a_new_connec
     async with kept.running() as base, httpx2.AsyncClient(transport=transport) as client:
         assert await _read(client, f"{base}/x") == (200, b"hi")
         assert await _read(client, f"{base}/x") == (200, b"hi")  # at once: reused
-        await asyncio.sleep(0.1)  # past the keep-alive expiry: a new connection
-        assert await _read(client, f"{base}/x") == (200, b"hi")
+        await asyncio.sleep(0.2)  # past the keep-alive expiry: closed while idle, without more traffic
+        assert kept.ended == 1 and transport._idle[(b"http", "127.0.0.1", int(base.split(":")[2].split("/")[0]))] == []
+        assert await _read(client, f"{base}/x") == (200, b"hi")  # on a new connection
     assert kept.requests == 3 and kept.connections == 2
 
 

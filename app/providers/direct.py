@@ -8,8 +8,11 @@ validates the header set and passes the request through its auth-retry wrapper: 
 machine, ~0.64 ms per open in all).
 
 `DirectPost` sends what the SDK would send (its URL, its default and auth headers, its timeout,
-the same JSON body) from parts computed once per client: one `httpx2.Request` per call, sent by
-the client's own `httpx2.AsyncClient` (proxies and redirects as configured). A 4xx/5xx answer is
+the same JSON body) from parts computed once per client. When the client's transport for the URL
+is the gateway's own (`H1Transport`) with nothing in between (no proxy, auth flow or hooks), the
+request's bytes less the body are prepared once too and each call goes straight to the transport
+(`_Wire`); a redirect is then handed to the client, which follows it as configured. Otherwise one
+`httpx2.Request` per call is sent by the client's own `httpx2.AsyncClient`. A 4xx/5xx answer is
 read and raised as the SDK's own typed `APIStatusError`, built as the SDK builds it, so each
 adapter's single error mapping applies unchanged. It retries nothing: a streamed request is
 retried by the routing layer (app/routing), as `RAW_STREAM`'s `max_retries: 0` already says.
