@@ -47,6 +47,7 @@ openapi: $(VENV)/.installed-run  ## regenerate openapi/openapi.json from the app
 bench: $(VENV)/.installed-test  ## run the benchmarks in bench/ (the issue 12 goals, from one run)
 	$(BIN)/python bench/run.py --gate --facades
 	$(BIN)/python bench/open_bench.py
+	$(BIN)/python bench/transport_bench.py
 	$(BIN)/python bench/gate_bench.py
 	$(BIN)/python bench/facade_bench.py
 	$(BIN)/python bench/records_bench.py

@@ -79,3 +79,12 @@ def test_compare_runs_a_checkout_against_the_relay():
     assert set(results) == {"direct_ttft_ms", ".", "relay"}
     for name in (".", "relay"):
         assert results[name]["cpu_ms_per_request"] > 0 and "added_ttft_median_ms" in results[name]
+
+
+def test_transport_bench_reports_each_client(tmp_path):
+    out = tmp_path / "transport.json"
+    subprocess.run([sys.executable, "bench/transport_bench.py", "--requests", "5", "--rounds", "1", "--json", str(out)],
+                   cwd=REPO, check=True, timeout=120, capture_output=True)
+    ways = json.loads(out.read_text())["ways"]
+    assert {"httpx2_default", "httpx2_on_h1", "prepared"} <= set(ways)  # `aiohttp` too when it is installed
+    assert all(way["round_trip_median_us"] > 0 for way in ways.values())
