@@ -299,6 +299,8 @@ def build_gemini(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
         return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url)}
     if not key:
         return {}
+    # Redirects followed, as for the SDK clients the gateway builds; app/routing retries,
+    # counting each attempt once.
     client = upstream_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
-                                  retries=0)  # app/routing retries, counting each attempt once
+                                  retries=0, follow_redirects=True)
     return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url, owns_client=True)}
