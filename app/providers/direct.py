@@ -19,7 +19,8 @@ retried by the routing layer (app/routing), as `RAW_STREAM`'s `max_retries: 0` a
 
 Used only for clients the gateway built itself from a key (`make_client`, `build_anthropic`):
 their auth is a static header. An injected client keeps the SDK path (it may carry a token
-provider, hooks or a custom transport the gateway cannot see).
+provider, hooks or a custom transport the gateway cannot see). The Gemini adapter, which has no
+SDK, puts its own client's request on `_Wire` the same way, one request line per model (`to`).
 """
 
 from __future__ import annotations
@@ -50,7 +51,10 @@ class DirectPost:
         self._headers = headers
         self._extensions = {"timeout": timeout.as_dict()}
         self._status_error = status_error
-        self._wire = _Wire.of(http, url, headers, self._extensions)
+        # The request as the client would send it (its Host and the rest), the body left out:
+        # `head()` drops the framing, which `exchange` writes for each body.
+        self._wire = _Wire.of(http, httpx2.Request("POST", url, headers=headers, content=b"",
+                                                   extensions=self._extensions))
 
     async def __call__(self, body: Mapping[str, Any]) -> httpx2.Response:
         content = _json(body)
@@ -96,16 +100,26 @@ class _Wire:
         self._timeout = timeout
 
     @classmethod
-    def of(cls, http: httpx2.AsyncClient, url: httpx2.URL, headers: httpx2.Headers,
-           extensions: dict[str, Any]) -> _Wire | None:
+    def of(cls, http: httpx2.AsyncClient, request: httpx2.Request) -> _Wire | None:
+        """`request` (a POST, its body left out) on the wire, or None when the client must send it:
+        a proxy or another transport for its URL, an auth flow (the client's, or credentials in
+        the URL, which `send` turns into Basic auth), event hooks, a scheme the transport refuses."""
+        url = request.url
         transport = http._transport_for_url(url)
         hooks = http.event_hooks
-        if type(transport) is not H1Transport or http.auth is not None or hooks["request"] or hooks["response"]:
+        if (type(transport) is not H1Transport or http.auth is not None or hooks["request"] or hooks["response"]
+                or url.userinfo or url.raw_scheme not in (b"http", b"https")):
             return None
-        # The request as the client would send it (its Host and the rest), the body left out:
-        # `head()` drops the framing, which `exchange` writes for each body.
-        request = httpx2.Request("POST", url, headers=headers, content=b"", extensions=extensions)
-        return cls(transport, request, extensions["timeout"])
+        return cls(transport, request, request.extensions["timeout"])
+
+    def to(self, url: httpx2.URL) -> _Wire:
+        """The same request to another path and query of its origin (Gemini names the model in
+        the path): the request line is all that differs."""
+        if origin(url) != self._origin:
+            raise ValueError(f"{url} is not on the origin of {self._request.url}")
+        request = httpx2.Request("POST", url, headers=self._request.headers, content=b"",
+                                 extensions=self._request.extensions)
+        return _Wire(self._transport, request, self._timeout)
 
     async def post(self, content: bytes) -> httpx2.Response:
         return await self._transport.exchange(self._origin, self._head, content, self._request, self._timeout)

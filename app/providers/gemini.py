@@ -50,6 +50,7 @@ from app.core.errors import (
 from app.core.messages import AdapterError, Message, ToolSpec, thaw
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
 from app.providers.config import ProviderConfig
+from app.providers.direct import _Wire
 from app.providers.errors import status_error, transport_error
 from app.providers.gemini_stream import GeminiNormalizer
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools
@@ -66,6 +67,9 @@ __all__ = [
 ]
 
 GEMINI_BASE_URL = "https://generativelanguage.googleapis.com"
+_STREAM = "streamGenerateContent?alt=sse"
+_WIRES_KEPT = 64
+"""Models whose prepared request line is kept (model names come from callers: bounded)."""
 _RESERVED_OPTIONS = frozenset({"contents", "systemInstruction", "system_instruction", "tools"})
 _CHOICE_MODES = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
 
@@ -255,6 +259,14 @@ class GeminiAdapter(ProviderAdapter):
         base = (base_url or GEMINI_BASE_URL).rstrip("/")
         self._base = base if urlsplit(base).path else f"{base}/v1beta"
         self._owns_client = owns_client
+        # A client the gateway built: the request as it would send it (its default headers, then
+        # ours; its Host), prepared once and written straight to its transport, one request line
+        # per model (app/providers/direct.py). An injected client, or one going through a proxy,
+        # keeps `send`.
+        self._wire = None
+        if owns_client:
+            self._wire = _Wire.of(client, client.build_request("POST", self._base, content=b"", headers=self._headers))
+        self._wires: dict[str, _Wire] = {}
 
     def ready(self) -> bool:
         return True  # built only with a key or an injected client (build_gemini)
@@ -269,13 +281,31 @@ class GeminiAdapter(ProviderAdapter):
             raise AdapterError(f"not a Gemini model name: {model!r}")
         return f"{self._base}/models/{quote(name, safe='-._~')}:{method}"
 
+    def _wire_to(self, model: str) -> _Wire | None:
+        """The prepared request for `model`'s stream; None: the client sends it."""
+        if self._wire is None:
+            return None
+        wire = self._wires.get(model)
+        if wire is None:
+            if len(self._wires) >= _WIRES_KEPT:
+                self._wires.clear()
+            wire = self._wires[model] = self._wire.to(httpx2.URL(self.url(model, _STREAM)))
+        return wire
+
     async def open_stream(self, request: ProviderRequest) -> PatchStream:
         """Send the request; raise GatewayError for anything known before the body starts."""
         with gemini_errors(self.name):
-            url = self.url(request.model, "streamGenerateContent?alt=sse")
+            wire = self._wire_to(request.model)
+            url = None if wire is not None else self.url(request.model, _STREAM)  # the model's name checked first
             body = orjson.dumps(gemini_request(request, provider=self.name))
-            response = await self._client.send(
-                self._client.build_request("POST", url, content=body, headers=self._headers), stream=True)
+            response = await wire.post(body) if wire is not None else None
+            if response is not None and 300 <= response.status_code < 400:  # the client follows it as configured
+                await response.aclose()
+                response = None
+            if response is None:
+                client = self._client
+                response = await client.send(client.build_request(
+                    "POST", url or self.url(request.model, _STREAM), content=body, headers=self._headers), stream=True)
             if response.status_code >= 400:
                 try:
                     payload = await response.aread()
@@ -299,6 +329,8 @@ def build_gemini(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
         return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url)}
     if not key:
         return {}
+    # Redirects followed, as for the SDK clients the gateway builds; app/routing retries,
+    # counting each attempt once.
     client = upstream_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
-                                  retries=0)  # app/routing retries, counting each attempt once
+                                  retries=0, follow_redirects=True)
     return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url, owns_client=True)}

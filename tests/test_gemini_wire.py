@@ -1,0 +1,219 @@
+"""Gemini's streamed request on the wire (app/providers/gemini.py, app/providers/direct.py `_Wire`)
+against the client's own `send`.
+
+A Gemini adapter on a client the gateway built writes its prepared request straight to
+`H1Transport`; the same client injected into a second adapter goes through `send`. On loopback
+servers that keep what they receive, both must send the same bytes for every model (method,
+path and query, headers in order and casing, body), map error answers to the same gateway error,
+follow a redirect, and leave proxies and URL credentials to the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+import pytest
+from pydantic import SecretStr
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from app.core.errors import GatewayError
+from app.core.messages import Message
+from app.providers.base import ProviderRequest
+from app.providers.config import ProviderConfig
+from app.providers.gemini import GeminiAdapter, build_gemini
+from app.providers.transport import H1Transport
+from tests.support import recordings, serve
+from tests.upstream_fakes import FakeUpstream
+
+KEY = "gm-wire-test-key-0000000000"
+TEXT = next(r for r in recordings("gemini") if r.name == "text")
+STREAM = ":streamGenerateContent?alt=sse"
+
+
+class RawRecorder:
+    """A loopback HTTP/1.1 server keeping each request's bytes as received (head and body) and
+    answering every one with the recorded Gemini text stream."""
+
+    def __init__(self) -> None:
+        self.requests: list[bytes] = []
+        self._reply = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n"
+                       % len(TEXT.body) + TEXT.body)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                self.requests.append(head + await reader.readexactly(length))
+                writer.write(self._reply)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[str]:
+        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        try:
+            yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        finally:
+            server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 1.0)
+
+
+def adapters(base: str) -> tuple[Any, GeminiAdapter]:
+    """(built by the gateway: on the wire, the same client injected: through `send`)."""
+    wired: Any = build_gemini(ProviderConfig(gemini_api_key=SecretStr(KEY), gemini_base_url=base), {})["gemini"]
+    return wired, GeminiAdapter(wired._client, api_key=KEY, base_url=base)
+
+
+def ask(model: str) -> ProviderRequest:
+    return ProviderRequest(model=model, messages=(Message(role="system", content="be brief"),
+                                                  Message(role="user", content="héllo ✓")), max_tokens=64)
+
+
+async def run(adapter: GeminiAdapter, model: str) -> None:
+    stream = await adapter.open_stream(ask(model))
+    async for _ in stream:
+        pass
+    await stream.aclose()
+
+
+async def test_the_wire_sends_the_clients_request_for_each_model() -> None:
+    upstream = RawRecorder()
+    models = ("gemini-2.5-flash", "models/gemini-3-pro-preview", "gemini-2.5-flash")  # the first one again: cached
+    async with upstream.running() as base:
+        wired, sent = adapters(base)
+        try:
+            for model in models:
+                await run(wired, model)
+                await run(sent, model)
+        finally:
+            await wired.aclose()
+    assert len(upstream.requests) == 6
+    for model, on_wire, through_send in zip(models, upstream.requests[::2], upstream.requests[1::2], strict=True):
+        assert on_wire == through_send  # request line, headers (order, casing, content-length), body
+        line = b"POST /v1beta/models/%s%s HTTP/1.1\r\n" % (model.removeprefix("models/").encode(), STREAM.encode())
+        assert on_wire.startswith(line)
+        assert b'"contents":[{"role":"user","parts":[{"text":"h\xc3\xa9llo \xe2\x9c\x93"}]}]' in on_wire
+        assert on_wire.count(KEY.encode()) == 1 and b"\r\nx-goog-api-key: " + KEY.encode() + b"\r\n" in on_wire
+
+
+async def test_the_wire_is_taken_not_the_clients_send(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent_requests: list[httpx2.Request] = []
+    original = httpx2.AsyncClient.send
+
+    async def counting(self: httpx2.AsyncClient, request: httpx2.Request, **kw: Any) -> httpx2.Response:
+        sent_requests.append(request)
+        return await original(self, request, **kw)
+
+    monkeypatch.setattr(httpx2.AsyncClient, "send", counting)
+    upstream = RawRecorder()
+    async with upstream.running() as base:
+        wired, sent = adapters(base)
+        try:
+            await run(wired, "gemini-2.5-flash")
+            await run(wired, "gemini-2.5-pro")
+            assert sent_requests == [] and len(upstream.requests) == 2  # on the wire
+            await run(sent, "gemini-2.5-flash")
+            assert len(sent_requests) == 1  # an injected client goes through `send`
+        finally:
+            await wired.aclose()
+
+
+_BAD_KEY = {"error": {"code": 400, "message": f"API key not valid: {KEY}", "status": "INVALID_ARGUMENT",
+                      "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}]}}
+_QUOTA = {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED", "details": [
+    {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "30s"}]}}
+
+
+@pytest.mark.parametrize(("status", "body", "headers", "code"), [
+    (429, _QUOTA, {"retry-after": "7"}, "rate_limited"),
+    (429, _QUOTA, {}, "rate_limited"),
+    (400, _BAD_KEY, {}, "upstream_auth"),
+    (400, {"error": {"code": 400, "message": "bad field", "status": "INVALID_ARGUMENT"}}, {}, "upstream_bad_request"),
+    (503, {"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}}, {}, "upstream_error"),
+])
+async def test_an_error_answer_maps_as_through_send(status: int, body: dict[str, Any], headers: dict[str, str],
+                                                    code: str) -> None:
+    fake = FakeUpstream("/v1beta/models/{target}", [(status, body, headers)] * 2)
+    errors: list[GatewayError] = []
+    async with serve(fake.app()) as url:
+        wired, sent = adapters(url)
+        try:
+            for adapter in (wired, sent):
+                with pytest.raises(GatewayError) as caught:
+                    await run(adapter, "gemini-2.5-flash")
+                errors.append(caught.value)
+        finally:
+            await wired.aclose()
+    on_wire, through_send = errors
+    assert type(on_wire) is type(through_send) and on_wire.to_dict() == through_send.to_dict()
+    answer = on_wire.to_dict()
+    assert answer["upstream_status"] == status and answer["code"] == code
+    if status == 429:
+        assert answer["retry_after"] == headers.get("retry-after", "30")
+    assert KEY not in str(answer)
+    assert [r.url for r in fake.requests] == [f"/v1beta/models/gemini-2.5-flash{STREAM}"] * 2
+
+
+async def test_a_redirect_answered_on_the_wire_is_followed_by_the_client() -> None:
+    target = FakeUpstream("/v1beta/models/{target}", [TEXT.body])
+    moved: list[str] = []
+
+    async def redirect(request: Request) -> Response:
+        moved.append(request.url.path)
+        return RedirectResponse(f"/v1beta/models/{request.path_params['target']}?{request.url.query}", status_code=307)
+
+    app = Starlette(routes=[Route("/old/models/{target}", redirect, methods=["POST"]),
+                            Route(target.path, target.handle, methods=["POST"])])
+    async with serve(app) as url:
+        wired, _ = adapters(f"{url}/old")
+        try:
+            await run(wired, "gemini-2.5-flash")
+        finally:
+            await wired.aclose()
+    assert moved and set(moved) == {f"/old/models/gemini-2.5-flash{STREAM.split('?')[0]}"}
+    (followed,) = target.requests  # the body and the key went along (307 keeps the method and body)
+    assert followed.url == f"/v1beta/models/gemini-2.5-flash{STREAM}"
+    assert followed.body["contents"] == [{"role": "user", "parts": [{"text": "héllo ✓"}]}]
+    assert followed.headers["x-goog-api-key"] == KEY
+
+
+async def test_a_client_through_a_proxy_keeps_send() -> None:
+    # The gateway's own clients get no proxy today (httpx2 reads HTTP(S)_PROXY only when it picks
+    # the transport itself); a client it owns that does have one must still reach it.
+    proxy = RawRecorder()
+    async with proxy.running() as proxy_url:
+        client = httpx2.AsyncClient(transport=H1Transport(), proxy=proxy_url, timeout=10)
+        adapter = GeminiAdapter(client, api_key=KEY, base_url="http://gemini.test", owns_client=True)
+        try:
+            await run(adapter, "gemini-2.5-flash")  # gemini.test is never resolved: only the proxy is reached
+        finally:
+            await adapter.aclose()
+    (forwarded,) = proxy.requests
+    assert forwarded.startswith(b"POST http://gemini.test/v1beta/models/gemini-2.5-flash%s HTTP/1.1\r\n"
+                                % STREAM.encode())
+
+
+async def test_credentials_in_the_base_url_are_sent_as_the_client_sends_them() -> None:
+    upstream = RawRecorder()
+    async with upstream.running() as base:
+        wired, sent = adapters(base.replace("http://", "http://user:pw@"))
+        try:
+            await run(wired, "gemini-2.5-flash")
+            await run(sent, "gemini-2.5-flash")
+        finally:
+            await wired.aclose()
+    on_wire, through_send = upstream.requests
+    assert on_wire == through_send and b"\r\nAuthorization: Basic dXNlcjpwdw==\r\n" in on_wire
