@@ -1,0 +1,30 @@
+"""The upstream transport (app/providers/transport.py) at the edges of HTTP/1.1: what a server
+sends besides the one answer asked for. Loopback servers whose handlers write every byte
+(`RawUpstream`, tests/test_transport.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.providers.transport import upstream_http_client
+from tests.test_transport import RawUpstream, _read
+
+_FIRST = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst"
+
+
+@pytest.mark.parametrize("extra", [
+    b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecond",  # a second answer nobody asked for
+    b"\x00\x01garbage\r\n",  # bytes that are no answer at all
+], ids=["second-response", "garbage"])
+async def test_bytes_after_a_complete_answer_are_not_its_body_and_retire_the_connection(extra: bytes) -> None:
+    async def answers_twice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(_FIRST + extra)  # one write: the client parses both in one read
+        await writer.drain()
+
+    upstream = RawUpstream(answers_twice)
+    async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
+        for _ in range(2):
+            assert await _read(client, f"{base}/x") == (200, b"first")  # the answer asked for, whole
+    assert upstream.connections == 2  # a connection out of step with its answers is not reused
