@@ -108,7 +108,7 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        if not self.reading:  # bytes nobody asked for (a server talking out of turn): unusable
+        if not self.reading or self.complete:  # bytes nobody asked for (a server talking out of turn): unusable
             self.closed = True
             assert self.transport is not None
             self.transport.close()
@@ -116,7 +116,10 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(httpx2.RemoteProtocolError(f"malformed HTTP response from the upstream: {exc}"))
+            if self.complete:  # bytes past the whole answer (on_message_begin): they only retire the connection
+                self.closed = True
+            else:
+                self._fail(httpx2.RemoteProtocolError(f"malformed HTTP response from the upstream: {exc}"))
             assert self.transport is not None
             self.transport.close()
             return
@@ -153,6 +156,10 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(None)
 
     # -- httptools callbacks --
+
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second answer in the same read: never the body of the first
+            raise httptools.HttpParserError("an answer after the one asked for")
 
     def on_status(self, reason: bytes) -> None:
         self.reason += reason
