@@ -28,3 +28,19 @@ async def test_bytes_after_a_complete_answer_are_not_its_body_and_retire_the_con
         for _ in range(2):
             assert await _read(client, f"{base}/x") == (200, b"first")  # the answer asked for, whole
     assert upstream.connections == 2  # a connection out of step with its answers is not reused
+
+
+async def test_chunked_trailers_are_not_merged_into_the_headers() -> None:
+    async def with_trailer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nx-trailer: 1\r\n\r\n")
+        await writer.drain()
+
+    upstream = RawUpstream(with_trailer)
+    async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
+        for _ in range(2):
+            async with client.stream("POST", f"{base}/x", content=b"{}") as response:
+                # RFC 9110 section 6.5.1: trailer fields are not header fields (and, read in the same
+                # read as the headers or not, the response's headers are the same)
+                assert "x-trailer" not in response.headers
+                assert await response.aread() == b"abc"
+    assert upstream.connections == 1  # the trailer section ends the answer: the connection is reused
