@@ -165,7 +165,8 @@ class _Connection(asyncio.Protocol):
         self.reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
+        if not self.status:  # once the headers are in, a chunked body's trailers: not headers (RFC 9110 6.5.1)
+            self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
