@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx2
 import pytest
 
 from app.providers.transport import upstream_http_client
@@ -44,3 +45,20 @@ async def test_chunked_trailers_are_not_merged_into_the_headers() -> None:
                 assert "x-trailer" not in response.headers
                 assert await response.aread() == b"abc"
     assert upstream.connections == 1  # the trailer section ends the answer: the connection is reused
+
+
+async def test_a_response_head_past_100_kib_is_a_protocol_error() -> None:
+    # Headers are held in memory until they end: without a bound, an upstream (or a box in the
+    # way) sending endless headers grows the gateway without a timeout ever firing.
+    async def endless_headers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        for n in range(128):  # 1 MiB of headers, in many reads
+            writer.write(b"x-filler-%d: %s\r\n" % (n, b"a" * 8192))
+            await writer.drain()
+        writer.write(b"content-length: 2\r\n\r\nok")
+        await writer.drain()
+
+    upstream = RawUpstream(endless_headers)
+    async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
+        with pytest.raises(httpx2.RemoteProtocolError, match="head"):
+            await _read(client, f"{base}/x")
