@@ -64,6 +64,8 @@ Origin = tuple[bytes, str, int]
 _HIGH_WATER = 1 << 20
 """Bytes buffered for a reader before reading from the upstream pauses (it resumes once they are taken)."""
 _NO_BODY_STATUS = frozenset({204, 304})
+_MAX_HEAD = 100 * 1024
+"""Bytes a response head may take before it is refused (httpcore2's h11 bound, MAX_INCOMPLETE_EVENT_SIZE)."""
 
 
 class _Connection(asyncio.Protocol):
@@ -71,7 +73,7 @@ class _Connection(asyncio.Protocol):
 
     __slots__ = ("transport", "parser", "loop", "status", "reason", "headers", "chunks", "buffered",
                  "head", "waiter", "complete", "until_close", "error", "closed", "keep_alive", "paused",
-                 "idle_since", "reading", "write_waiter", "version", "key", "pool", "expiry")
+                 "idle_since", "reading", "write_waiter", "version", "key", "pool", "expiry", "head_size")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, key: Origin) -> None:
         self.loop = loop
@@ -93,6 +95,7 @@ class _Connection(asyncio.Protocol):
         self.reason = b""
         self.version = "1.1"
         self.headers: list[tuple[bytes, bytes]] = []
+        self.head_size = 0
         self.chunks: collections.deque[bytes] = collections.deque()
         self.buffered = 0
         self.head: asyncio.Future[None] | None = None
@@ -123,6 +126,13 @@ class _Connection(asyncio.Protocol):
             assert self.transport is not None
             self.transport.close()
             return
+        if not self.status:  # all of it was head: held until the head ends, so bounded
+            self.head_size += len(data)
+            if self.head_size > _MAX_HEAD:
+                self._fail(httpx2.RemoteProtocolError(f"the upstream's response head is over {_MAX_HEAD} bytes"))
+                assert self.transport is not None
+                self.transport.close()
+                return
         if self.buffered > _HIGH_WATER and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
