@@ -62,3 +62,32 @@ async def test_a_response_head_past_100_kib_is_a_protocol_error() -> None:
     async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
         with pytest.raises(httpx2.RemoteProtocolError, match="head"):
             await _read(client, f"{base}/x")
+
+
+async def test_an_answer_before_the_request_was_taken_is_the_answer_and_retires_the_connection() -> None:
+    # A server may refuse a request it has not read (a 413 for a prompt too large, a 429) and
+    # stop reading: its answer is the outcome, not a WriteTimeout; the rest of the request is
+    # still in the socket, so the connection cannot carry another one.
+    connections = 0
+    release = asyncio.Event()
+
+    async def refuses_unread(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await reader.readuntil(b"\r\n\r\n")  # the head only
+        writer.write(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\n\r\ntoo big!")
+        await writer.drain()
+        await release.wait()
+        writer.close()
+
+    server = await asyncio.start_server(refuses_unread, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/x"
+    body = b"x" * (16 << 20)  # past what the sockets' buffers take: the write pauses
+    try:
+        async with upstream_http_client(connect_timeout=5, read_timeout=5) as client:
+            for _ in range(2):
+                assert await _read(client, url, content=body) == (413, b"too big!")
+    finally:
+        release.set()
+        server.close()
+    assert connections == 2
