@@ -36,8 +36,9 @@ arrive. That is all this does, with the gateway's promises kept:
    does), within the connect timeout. `retries` repeats failed connection attempts only (as httpx2's
    `AsyncHTTPTransport(retries=)`); retries after a request was written are never the transport's
    business.
-6. Flow control both ways: the request body waits for the socket to drain; a body buffered past
-   `_HIGH_WATER` bytes because its reader is slow pauses reading from the upstream.
+6. Flow control both ways: the request body waits for the socket to drain (or for an answer that
+   came first: the server refused it unread, and that connection carries no other request); a body
+   buffered past `_HIGH_WATER` bytes because its reader is slow pauses reading from the upstream.
 Not spoken: HTTP/2, `Expect: 100-continue`, upgrades. HEAD and CONNECT go to httpx2's own
 transport (the gateway sends neither).
 """
@@ -73,7 +74,7 @@ class _Connection(asyncio.Protocol):
 
     __slots__ = ("transport", "parser", "loop", "status", "reason", "headers", "chunks", "buffered",
                  "head", "waiter", "complete", "until_close", "error", "closed", "keep_alive", "paused",
-                 "idle_since", "reading", "write_waiter", "version", "key", "pool", "expiry", "head_size")
+                 "idle_since", "reading", "write_waiter", "version", "key", "pool", "expiry", "head_size", "sent")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, key: Origin) -> None:
         self.loop = loop
@@ -96,6 +97,7 @@ class _Connection(asyncio.Protocol):
         self.version = "1.1"
         self.headers: list[tuple[bytes, bytes]] = []
         self.head_size = 0
+        self.sent = False  # the whole request reached the socket (else the connection carries no other)
         self.chunks: collections.deque[bytes] = collections.deque()
         self.buffered = 0
         self.head: asyncio.Future[None] | None = None
@@ -439,27 +441,36 @@ class H1Transport(httpx2.AsyncBaseTransport):
             async for part in stream:
                 if part:
                     transport.write(b"%x\r\n%s\r\n" % (len(part), part))
-                    await self._drained(conn, within)
+                    if not await self._drained(conn, within):
+                        return  # answered already: the rest is not sent
             transport.write(b"0\r\n\r\n")
-        await self._drained(conn, within)
+        conn.sent = await self._drained(conn, within)
 
     @staticmethod
-    async def _drained(conn: _Connection, within: float | None) -> None:
+    async def _drained(conn: _Connection, within: float | None) -> bool:
+        """Until the socket took what was written (True), or the answer's head came first (False):
+        a server may refuse a request it has not read (a 413, a 429) and stop reading it."""
         waiter = conn.write_waiter
         if waiter is None:
-            return
+            return True
+        head = conn.head
+        assert head is not None
         try:
             async with asyncio.timeout(within):
-                await asyncio.shield(waiter)
+                await asyncio.wait((waiter, head), return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
             raise httpx2.WriteTimeout(f"the upstream did not take the request within {within} s") from None
+        if waiter.done() and not (head.done() and waiter.exception() is not None):
+            waiter.result()  # drained, or what ended the connection before any answer
+            return True
+        return False
 
     def _release(self, conn: _Connection) -> None:
         """A response closed: its connection back to the pool when its body was read to the end
         and the server keeps it alive, else closed (a run let go of mid-body stops the upstream)."""
         if self._slots is not None:
             self._slots.release()
-        if conn.complete and conn.keep_alive and not conn.closed and not conn.chunks and not self._closed:
+        if conn.complete and conn.keep_alive and conn.sent and not conn.closed and not conn.chunks and not self._closed:
             conn.reading = False
             conn.idle_since = conn.loop.time()
             conn.pool = pool = self._idle.setdefault(conn.key, [])
@@ -472,6 +483,9 @@ class H1Transport(httpx2.AsyncBaseTransport):
     def _discard(conn: _Connection) -> None:
         conn.reading = False
         conn.closed = True
+        waiter, conn.write_waiter = conn.write_waiter, None
+        if waiter is not None:  # nobody waits for the rest of the request now: no error left unretrieved
+            waiter.cancel()
         if conn.transport is not None:
             conn.transport.close()
 
