@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import httpx2
 import pytest
 
+from app.main import create_app
 from app.providers.transport import upstream_http_client
-from tests.test_transport import RawUpstream, _read
+from tests.support import parse_sse, serve
+from tests.test_transport import HELLO, RawUpstream, _read, settings, whole_body
 
 _FIRST = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst"
 
@@ -91,3 +94,34 @@ async def test_an_answer_before_the_request_was_taken_is_the_answer_and_retires_
         release.set()
         server.close()
     assert connections == 2
+
+
+async def test_the_proxy_environment_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Module docstring, point 4. An httpx2 client given `transport=` reads no proxy variables
+    # itself (httpx2 `_client.py`: `allow_env_proxies = trust_env and transport is None`).
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    request_lines: list[bytes] = []
+
+    class Proxy(RawUpstream):
+        async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = await reader.readuntil(b"\r\n\r\n")
+            request_lines.append(head.split(b"\r\n", 1)[0])
+            length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            await reader.readexactly(length)
+            await self.reply(reader, writer)
+            writer.close()
+
+    proxy = Proxy(whole_body)
+    async with proxy.running() as proxy_url:
+        monkeypatch.setenv("HTTP_PROXY", proxy_url.removesuffix("/v1"))
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")  # the test's own client reaches the gateway directly
+        async with serve(create_app(settings("http://upstream.invalid/v1"))) as url:
+            async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+                response = await client.post("/v1/stream", json={"model": "up/m", "messages": HELLO})
+    assert response.status_code == 200, response.text
+    final = parse_sse(response.content)[-1][2]
+    assert final["status"] == "ok" and final["message"]["content"] == "Hello", final
+    assert request_lines == [b"POST http://upstream.invalid/v1/chat/completions HTTP/1.1"]
