@@ -56,6 +56,7 @@ from typing import Any
 import aiohappyeyeballs
 import httptools
 import httpx2
+from httpx2._utils import get_environment_proxies  # the client's own reading of HTTP(S)_PROXY, NO_PROXY
 
 __all__ = ["H1Body", "H1Transport", "Origin", "head", "origin", "upstream_http_client"]
 
@@ -526,8 +527,16 @@ def upstream_http_client(
     """An `httpx2.AsyncClient` on `H1Transport`: what the gateway hands the SDKs
     (`http_client=`) and the Gemini adapter. `read_timeout` bounds silence before the headers
     and between reads; `connect_timeout` one connection attempt."""
+    # Point 4: httpx2 reads the proxy environment only for a client on its own transport
+    # (`allow_env_proxies = trust_env and transport is None`), so it is mounted here as httpx2
+    # would: a proxied pattern on httpx2's proxy transport, a NO_PROXY one (None) on this one.
+    mounts: dict[str, httpx2.AsyncBaseTransport | None] = {
+        pattern: None if proxy is None else httpx2.AsyncHTTPTransport(proxy=proxy, retries=retries)
+        for pattern, proxy in get_environment_proxies().items()
+    }
     return httpx2.AsyncClient(
         transport=H1Transport(retries=retries),
+        mounts=mounts,
         timeout=httpx2.Timeout(read_timeout, connect=connect_timeout),
         follow_redirects=follow_redirects,
     )
