@@ -1,6 +1,7 @@
-"""The upstream transport (app/providers/transport.py) at the edges of HTTP/1.1: what a server
-sends besides the one answer asked for. Loopback servers whose handlers write every byte
-(`RawUpstream`, tests/test_transport.py)."""
+"""The upstream transport (app/providers/transport.py) at the edges of HTTP/1.1: bytes past the
+answer asked for, trailers, a head without end, an answer before the request was read, and the
+proxy environment. Loopback servers whose handlers write every byte (`RawUpstream`,
+tests/test_transport.py)."""
 
 from __future__ import annotations
 
