@@ -36,8 +36,9 @@ arrive. That is all this does, with the gateway's promises kept:
    does), within the connect timeout. `retries` repeats failed connection attempts only (as httpx2's
    `AsyncHTTPTransport(retries=)`); retries after a request was written are never the transport's
    business.
-6. Flow control both ways: the request body waits for the socket to drain; a body buffered past
-   `_HIGH_WATER` bytes because its reader is slow pauses reading from the upstream.
+6. Flow control both ways: the request body waits for the socket to drain (or for an answer that
+   came first: the server refused it unread, and that connection carries no other request); a body
+   buffered past `_HIGH_WATER` bytes because its reader is slow pauses reading from the upstream.
 Not spoken: HTTP/2, `Expect: 100-continue`, upgrades. HEAD and CONNECT go to httpx2's own
 transport (the gateway sends neither).
 """
@@ -55,6 +56,7 @@ from typing import Any
 import aiohappyeyeballs
 import httptools
 import httpx2
+from httpx2._utils import get_environment_proxies  # the client's own reading of HTTP(S)_PROXY, NO_PROXY
 
 __all__ = ["H1Body", "H1Transport", "Origin", "head", "origin", "upstream_http_client"]
 
@@ -64,6 +66,8 @@ Origin = tuple[bytes, str, int]
 _HIGH_WATER = 1 << 20
 """Bytes buffered for a reader before reading from the upstream pauses (it resumes once they are taken)."""
 _NO_BODY_STATUS = frozenset({204, 304})
+_MAX_HEAD = 100 * 1024
+"""Bytes a response head may take before it is refused (httpcore2's h11 bound, MAX_INCOMPLETE_EVENT_SIZE)."""
 
 
 class _Connection(asyncio.Protocol):
@@ -71,7 +75,7 @@ class _Connection(asyncio.Protocol):
 
     __slots__ = ("transport", "parser", "loop", "status", "reason", "headers", "chunks", "buffered",
                  "head", "waiter", "complete", "until_close", "error", "closed", "keep_alive", "paused",
-                 "idle_since", "reading", "write_waiter", "version", "key", "pool", "expiry")
+                 "idle_since", "reading", "write_waiter", "version", "key", "pool", "expiry", "head_size", "sent")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, key: Origin) -> None:
         self.loop = loop
@@ -93,6 +97,8 @@ class _Connection(asyncio.Protocol):
         self.reason = b""
         self.version = "1.1"
         self.headers: list[tuple[bytes, bytes]] = []
+        self.head_size = 0
+        self.sent = False  # the whole request reached the socket (else the connection carries no other)
         self.chunks: collections.deque[bytes] = collections.deque()
         self.buffered = 0
         self.head: asyncio.Future[None] | None = None
@@ -108,7 +114,7 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        if not self.reading:  # bytes nobody asked for (a server talking out of turn): unusable
+        if not self.reading or self.complete:  # bytes nobody asked for (a server talking out of turn): unusable
             self.closed = True
             assert self.transport is not None
             self.transport.close()
@@ -116,10 +122,20 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(httpx2.RemoteProtocolError(f"malformed HTTP response from the upstream: {exc}"))
+            if self.complete:  # bytes past the whole answer (on_message_begin): they only retire the connection
+                self.closed = True
+            else:
+                self._fail(httpx2.RemoteProtocolError(f"malformed HTTP response from the upstream: {exc}"))
             assert self.transport is not None
             self.transport.close()
             return
+        if not self.status:  # all of it was head: held until the head ends, so bounded
+            self.head_size += len(data)
+            if self.head_size > _MAX_HEAD:
+                self._fail(httpx2.RemoteProtocolError(f"the upstream's response head is over {_MAX_HEAD} bytes"))
+                assert self.transport is not None
+                self.transport.close()
+                return
         if self.buffered > _HIGH_WATER and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
@@ -154,11 +170,16 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools callbacks --
 
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second answer in the same read: never the body of the first
+            raise httptools.HttpParserError("an answer after the one asked for")
+
     def on_status(self, reason: bytes) -> None:
         self.reason += reason
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
+        if not self.status:  # once the headers are in, a chunked body's trailers: not headers (RFC 9110 6.5.1)
+            self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
@@ -421,27 +442,36 @@ class H1Transport(httpx2.AsyncBaseTransport):
             async for part in stream:
                 if part:
                     transport.write(b"%x\r\n%s\r\n" % (len(part), part))
-                    await self._drained(conn, within)
+                    if not await self._drained(conn, within):
+                        return  # answered already: the rest is not sent
             transport.write(b"0\r\n\r\n")
-        await self._drained(conn, within)
+        conn.sent = await self._drained(conn, within)
 
     @staticmethod
-    async def _drained(conn: _Connection, within: float | None) -> None:
+    async def _drained(conn: _Connection, within: float | None) -> bool:
+        """Until the socket took what was written (True), or the answer's head came first (False):
+        a server may refuse a request it has not read (a 413, a 429) and stop reading it."""
         waiter = conn.write_waiter
         if waiter is None:
-            return
+            return True
+        head = conn.head
+        assert head is not None
         try:
             async with asyncio.timeout(within):
-                await asyncio.shield(waiter)
+                await asyncio.wait((waiter, head), return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
             raise httpx2.WriteTimeout(f"the upstream did not take the request within {within} s") from None
+        if waiter.done() and not (head.done() and waiter.exception() is not None):
+            waiter.result()  # drained, or what ended the connection before any answer
+            return True
+        return False
 
     def _release(self, conn: _Connection) -> None:
         """A response closed: its connection back to the pool when its body was read to the end
         and the server keeps it alive, else closed (a run let go of mid-body stops the upstream)."""
         if self._slots is not None:
             self._slots.release()
-        if conn.complete and conn.keep_alive and not conn.closed and not conn.chunks and not self._closed:
+        if conn.complete and conn.keep_alive and conn.sent and not conn.closed and not conn.chunks and not self._closed:
             conn.reading = False
             conn.idle_since = conn.loop.time()
             conn.pool = pool = self._idle.setdefault(conn.key, [])
@@ -454,6 +484,9 @@ class H1Transport(httpx2.AsyncBaseTransport):
     def _discard(conn: _Connection) -> None:
         conn.reading = False
         conn.closed = True
+        waiter, conn.write_waiter = conn.write_waiter, None
+        if waiter is not None:  # nobody waits for the rest of the request now: no error left unretrieved
+            waiter.cancel()
         if conn.transport is not None:
             conn.transport.close()
 
@@ -494,8 +527,16 @@ def upstream_http_client(
     """An `httpx2.AsyncClient` on `H1Transport`: what the gateway hands the SDKs
     (`http_client=`) and the Gemini adapter. `read_timeout` bounds silence before the headers
     and between reads; `connect_timeout` one connection attempt."""
+    # Point 4: httpx2 reads the proxy environment only for a client on its own transport
+    # (`allow_env_proxies = trust_env and transport is None`), so it is mounted here as httpx2
+    # would: a proxied pattern on httpx2's proxy transport, a NO_PROXY one (None) on this one.
+    mounts: dict[str, httpx2.AsyncBaseTransport | None] = {
+        pattern: None if proxy is None else httpx2.AsyncHTTPTransport(proxy=proxy, retries=retries)
+        for pattern, proxy in get_environment_proxies().items()
+    }
     return httpx2.AsyncClient(
         transport=H1Transport(retries=retries),
+        mounts=mounts,
         timeout=httpx2.Timeout(read_timeout, connect=connect_timeout),
         follow_redirects=follow_redirects,
     )

@@ -1,0 +1,128 @@
+"""The upstream transport (app/providers/transport.py) at the edges of HTTP/1.1: bytes past the
+answer asked for, trailers, a head without end, an answer before the request was read, and the
+proxy environment. Loopback servers whose handlers write every byte (`RawUpstream`,
+tests/test_transport.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import httpx2
+import pytest
+
+from app.main import create_app
+from app.providers.transport import upstream_http_client
+from tests.support import parse_sse, serve
+from tests.test_transport import HELLO, RawUpstream, _read, settings, whole_body
+
+_FIRST = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst"
+
+
+@pytest.mark.parametrize("extra", [
+    b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecond",  # a second answer nobody asked for
+    b"\x00\x01garbage\r\n",  # bytes that are no answer at all
+], ids=["second-response", "garbage"])
+async def test_bytes_after_a_complete_answer_are_not_its_body_and_retire_the_connection(extra: bytes) -> None:
+    async def answers_twice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(_FIRST + extra)  # one write: the client parses both in one read
+        await writer.drain()
+
+    upstream = RawUpstream(answers_twice)
+    async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
+        for _ in range(2):
+            assert await _read(client, f"{base}/x") == (200, b"first")  # the answer asked for, whole
+    assert upstream.connections == 2  # a connection out of step with its answers is not reused
+
+
+async def test_chunked_trailers_are_not_merged_into_the_headers() -> None:
+    async def with_trailer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nx-trailer: 1\r\n\r\n")
+        await writer.drain()
+
+    upstream = RawUpstream(with_trailer)
+    async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
+        for _ in range(2):
+            async with client.stream("POST", f"{base}/x", content=b"{}") as response:
+                # RFC 9110 section 6.5.1: trailer fields are not header fields (and, read in the same
+                # read as the headers or not, the response's headers are the same)
+                assert "x-trailer" not in response.headers
+                assert await response.aread() == b"abc"
+    assert upstream.connections == 1  # the trailer section ends the answer: the connection is reused
+
+
+async def test_a_response_head_past_100_kib_is_a_protocol_error() -> None:
+    # Headers are held in memory until they end: without a bound, an upstream (or a box in the
+    # way) sending endless headers grows the gateway without a timeout ever firing.
+    async def endless_headers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        for n in range(128):  # 1 MiB of headers, in many reads
+            writer.write(b"x-filler-%d: %s\r\n" % (n, b"a" * 8192))
+            await writer.drain()
+        writer.write(b"content-length: 2\r\n\r\nok")
+        await writer.drain()
+
+    upstream = RawUpstream(endless_headers)
+    async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
+        with pytest.raises(httpx2.RemoteProtocolError, match="head"):
+            await _read(client, f"{base}/x")
+
+
+async def test_an_answer_before_the_request_was_taken_is_the_answer_and_retires_the_connection() -> None:
+    # A server may refuse a request it has not read (a 413 for a prompt too large, a 429) and
+    # stop reading: its answer is the outcome, not a WriteTimeout; the rest of the request is
+    # still in the socket, so the connection cannot carry another one.
+    connections = 0
+    release = asyncio.Event()
+
+    async def refuses_unread(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await reader.readuntil(b"\r\n\r\n")  # the head only
+        writer.write(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\n\r\ntoo big!")
+        await writer.drain()
+        await release.wait()
+        writer.close()
+
+    server = await asyncio.start_server(refuses_unread, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/x"
+    body = b"x" * (16 << 20)  # past what the sockets' buffers take: the write pauses
+    try:
+        async with upstream_http_client(connect_timeout=5, read_timeout=5) as client:
+            for _ in range(2):
+                assert await _read(client, url, content=body) == (413, b"too big!")
+    finally:
+        release.set()
+        server.close()
+    assert connections == 2
+
+
+async def test_the_proxy_environment_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Module docstring, point 4. An httpx2 client given `transport=` reads no proxy variables
+    # itself (httpx2 `_client.py`: `allow_env_proxies = trust_env and transport is None`).
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    request_lines: list[bytes] = []
+
+    class Proxy(RawUpstream):
+        async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            head = await reader.readuntil(b"\r\n\r\n")
+            request_lines.append(head.split(b"\r\n", 1)[0])
+            length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            await reader.readexactly(length)
+            await self.reply(reader, writer)
+            writer.close()
+
+    proxy = Proxy(whole_body)
+    async with proxy.running() as proxy_url:
+        monkeypatch.setenv("HTTP_PROXY", proxy_url.removesuffix("/v1"))
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")  # the test's own client reaches the gateway directly
+        async with serve(create_app(settings("http://upstream.invalid/v1"))) as url:
+            async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+                response = await client.post("/v1/stream", json={"model": "up/m", "messages": HELLO})
+    assert response.status_code == 200, response.text
+    final = parse_sse(response.content)[-1][2]
+    assert final["status"] == "ok" and final["message"]["content"] == "Hello", final
+    assert request_lines == [b"POST http://upstream.invalid/v1/chat/completions HTTP/1.1"]
