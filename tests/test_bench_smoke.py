@@ -77,8 +77,8 @@ def test_compare_runs_a_checkout_against_the_relay():
                           cwd=REPO, check=True, timeout=300, capture_output=True)
     results = json.loads(done.stdout)
     assert set(results) == {"direct_ttft_ms", ".", "relay"}
-    for name in (".", "relay"):
-        assert results[name]["cpu_ms_per_request"] > 0 and "added_ttft_median_ms" in results[name]
+    for name in (".", "relay"):  # CPU is read in 10 ms ticks: six requests may read 0
+        assert results[name]["cpu_ms_per_request"] >= 0 and results[name]["added_ttft_median_ms"] is not None
 
 
 def test_transport_bench_reports_each_client(tmp_path):
