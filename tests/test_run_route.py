@@ -156,3 +156,38 @@ def test_a_route_of_another_shape_is_refused_when_built() -> None:
     with pytest.raises(TypeError, match="RunRoute /v1/wider"):
         router.add_api_route("/v1/wider", wider, methods=["POST"], dependencies=[Depends(require_json)],
                              route_class_override=RunRoute)
+
+
+async def test_the_direct_path_gives_each_request_its_own_routing_dicts() -> None:
+    from starlette.responses import Response
+
+    from app.api.direct_routes import DirectRoutes
+
+    seen: list[dict[str, Any]] = []
+
+    async def handler(request: Request) -> Response:
+        seen.append(dict(request.scope["fastapi"]))
+        request.scope["fastapi"]["touched"] = True  # what one request does to its scope stays its own
+        request.scope["path_params"]["x"] = "1"
+        return Response(b"ok")
+
+    direct = DirectRoutes()
+    route = object()
+    direct.learn({"method": "POST", "path": "/v1/stream", "route": route, "path_params": {}, "fastapi": {"a": 1},
+                  "starlette.exception_handlers": ({}, {})}, handler)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    for _ in range(2):
+        scope: dict[str, Any] = {"type": "http", "method": "POST", "path": "/v1/stream", "headers": [],
+                                 "query_string": b""}
+        assert await direct.serve(scope, receive, send)
+        assert scope["route"] is route
+    assert seen == [{"a": 1}, {"a": 1}] and sent[0]["status"] == 200
+    assert not await direct.serve({"type": "http", "method": "POST", "path": "/v1/other", "headers": []}, receive, send)

@@ -56,7 +56,8 @@ class DirectRoutes:
         if learned is None:
             return False
         handler, routed = learned
-        scope.update(routed)
+        for key, value in routed.items():  # a dict of routing's (path params, FastAPI's own) is each request's
+            scope[key] = value.copy() if type(value) is dict else value
         request = Request(scope, receive, send)
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
