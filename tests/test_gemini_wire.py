@@ -11,8 +11,6 @@ follow a redirect, and leave proxies and URL credentials to the client.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
@@ -30,6 +28,7 @@ from app.providers.config import ProviderConfig
 from app.providers.gemini import GeminiAdapter, build_gemini
 from app.providers.transport import H1Transport
 from tests.support import recordings, serve
+from tests.test_transport import RawUpstream
 from tests.upstream_fakes import FakeUpstream
 
 KEY = "gm-wire-test-key-0000000000"
@@ -37,38 +36,17 @@ TEXT = next(r for r in recordings("gemini") if r.name == "text")
 STREAM = ":streamGenerateContent?alt=sse"
 
 
-class RawRecorder:
-    """A loopback HTTP/1.1 server keeping each request's bytes as received (head and body) and
-    answering every one with the recorded Gemini text stream."""
+def recorder() -> RawUpstream:
+    """A loopback HTTP/1.1 server keeping each request's bytes as received (`received`: head and
+    body) and answering every one with the recorded Gemini text stream."""
+    reply = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n"
+             % len(TEXT.body) + TEXT.body)
 
-    def __init__(self) -> None:
-        self.requests: list[bytes] = []
-        self._reply = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n"
-                       % len(TEXT.body) + TEXT.body)
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(reply)
+        await writer.drain()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
-                self.requests.append(head + await reader.readexactly(length))
-                writer.write(self._reply)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[str]:
-        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        try:
-            yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        finally:
-            server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 1.0)
+    return RawUpstream(answer)
 
 
 def adapters(base: str) -> tuple[Any, GeminiAdapter]:
@@ -90,9 +68,9 @@ async def run(adapter: GeminiAdapter, model: str) -> None:
 
 
 async def test_the_wire_sends_the_clients_request_for_each_model() -> None:
-    upstream = RawRecorder()
+    upstream = recorder()
     models = ("gemini-2.5-flash", "models/gemini-3-pro-preview", "gemini-2.5-flash")  # the first one again: cached
-    async with upstream.running() as base:
+    async with upstream.running(path="") as base:
         wired, sent = adapters(base)
         try:
             for model in models:
@@ -100,8 +78,8 @@ async def test_the_wire_sends_the_clients_request_for_each_model() -> None:
                 await run(sent, model)
         finally:
             await wired.aclose()
-    assert len(upstream.requests) == 6
-    for model, on_wire, through_send in zip(models, upstream.requests[::2], upstream.requests[1::2], strict=True):
+    assert len(upstream.received) == 6
+    for model, on_wire, through_send in zip(models, upstream.received[::2], upstream.received[1::2], strict=True):
         assert on_wire == through_send  # request line, headers (order, casing, content-length), body
         line = b"POST /v1beta/models/%s%s HTTP/1.1\r\n" % (model.removeprefix("models/").encode(), STREAM.encode())
         assert on_wire.startswith(line)
@@ -118,13 +96,13 @@ async def test_the_wire_is_taken_not_the_clients_send(monkeypatch: pytest.Monkey
         return await original(self, request, **kw)
 
     monkeypatch.setattr(httpx2.AsyncClient, "send", counting)
-    upstream = RawRecorder()
-    async with upstream.running() as base:
+    upstream = recorder()
+    async with upstream.running(path="") as base:
         wired, sent = adapters(base)
         try:
             await run(wired, "gemini-2.5-flash")
             await run(wired, "gemini-2.5-pro")
-            assert sent_requests == [] and len(upstream.requests) == 2  # on the wire
+            assert sent_requests == [] and len(upstream.received) == 2  # on the wire
             await run(sent, "gemini-2.5-flash")
             assert len(sent_requests) == 1  # an injected client goes through `send`
         finally:
@@ -191,29 +169,29 @@ async def test_a_redirect_answered_on_the_wire_is_followed_by_the_client() -> No
 
 
 async def test_a_client_through_a_proxy_keeps_send() -> None:
-    # The gateway's own clients get no proxy today (httpx2 reads HTTP(S)_PROXY only when it picks
-    # the transport itself); a client it owns that does have one must still reach it.
-    proxy = RawRecorder()
-    async with proxy.running() as proxy_url:
+    # A client with a proxy for the URL (the proxy environment mounts one: upstream_http_client)
+    # goes through `send`, which reaches the proxy.
+    proxy = recorder()
+    async with proxy.running(path="") as proxy_url:
         client = httpx2.AsyncClient(transport=H1Transport(), proxy=proxy_url, timeout=10)
         adapter = GeminiAdapter(client, api_key=KEY, base_url="http://gemini.test", owns_client=True)
         try:
             await run(adapter, "gemini-2.5-flash")  # gemini.test is never resolved: only the proxy is reached
         finally:
             await adapter.aclose()
-    (forwarded,) = proxy.requests
+    (forwarded,) = proxy.received
     assert forwarded.startswith(b"POST http://gemini.test/v1beta/models/gemini-2.5-flash%s HTTP/1.1\r\n"
                                 % STREAM.encode())
 
 
 async def test_credentials_in_the_base_url_are_sent_as_the_client_sends_them() -> None:
-    upstream = RawRecorder()
-    async with upstream.running() as base:
+    upstream = recorder()
+    async with upstream.running(path="") as base:
         wired, sent = adapters(base.replace("http://", "http://user:pw@"))
         try:
             await run(wired, "gemini-2.5-flash")
             await run(sent, "gemini-2.5-flash")
         finally:
             await wired.aclose()
-    on_wire, through_send = upstream.requests
+    on_wire, through_send = upstream.received
     assert on_wire == through_send and b"\r\nAuthorization: Basic dXNlcjpwdw==\r\n" in on_wire

@@ -52,6 +52,7 @@ class RawUpstream:
         self.connections = 0
         self.requests = 0
         self.ended = 0  # connections the client closed between requests
+        self.received: list[bytes] = []  # each request as it arrived: head and body
         self.gone = asyncio.Event()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -61,7 +62,7 @@ class RawUpstream:
                 head = await reader.readuntil(b"\r\n\r\n")
                 length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
                                if line.lower().startswith(b"content-length:")), 0)
-                await reader.readexactly(length)
+                self.received.append(head + await reader.readexactly(length))
                 self.requests += 1
                 await self.reply(reader, writer)
         except asyncio.IncompleteReadError:
@@ -72,11 +73,11 @@ class RawUpstream:
             writer.close()
 
     @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[str]:
+    async def running(self, path: str = "/v1") -> AsyncIterator[str]:
         server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         try:
-            yield f"http://127.0.0.1:{port}/v1"
+            yield f"http://127.0.0.1:{port}{path}"
         finally:
             server.close()
             with contextlib.suppress(Exception):
