@@ -59,19 +59,14 @@ class DirectPost:
     async def __call__(self, body: Mapping[str, Any]) -> httpx2.Response:
         content = _json(body)
         wire = self._wire
-        response = None
-        if wire is not None:  # the common case: straight onto the wire
-            response = await wire.post(content)
-            if 300 <= response.status_code < 400:  # a redirect: the client follows it as configured
-                await response.aclose()
-                response = None
+        response = await wire.post(content) if wire is not None else None  # the common case: on the wire
         if response is None:
             request = httpx2.Request("POST", self._url, headers=self._headers, content=content,
                                      extensions=self._extensions)
             response = await self._http.send(request, stream=True)
+        elif response.status_code >= 400:  # answered on the wire: the error names what was sent
+            response.request = httpx2.Request("POST", self._url, headers=self._headers, content=content)
         if response.status_code >= 400:
-            if response.request.content != content:  # answered on the wire: the error names what was sent
-                response.request = httpx2.Request("POST", self._url, headers=self._headers, content=content)
             try:
                 await response.aread()
             finally:
@@ -121,8 +116,14 @@ class _Wire:
                                  extensions=self._request.extensions)
         return _Wire(self._transport, request, self._timeout)
 
-    async def post(self, content: bytes) -> httpx2.Response:
-        return await self._transport.exchange(self._origin, self._head, content, self._request, self._timeout)
+    async def post(self, content: bytes) -> httpx2.Response | None:
+        """The response to the request with `content` as its body; None when it was a redirect
+        (closed): the client then sends the request itself and follows it as configured."""
+        response = await self._transport.exchange(self._origin, self._head, content, self._request, self._timeout)
+        if 300 <= response.status_code < 400:
+            await response.aclose()
+            return None
+        return response
 
 
 def openai_direct(client: openai.AsyncOpenAI, http: httpx2.AsyncClient, path: str) -> DirectPost:

@@ -299,10 +299,7 @@ class GeminiAdapter(ProviderAdapter):
             url = None if wire is not None else self.url(request.model, _STREAM)  # the model's name checked first
             body = orjson.dumps(gemini_request(request, provider=self.name))
             response = await wire.post(body) if wire is not None else None
-            if response is not None and 300 <= response.status_code < 400:  # the client follows it as configured
-                await response.aclose()
-                response = None
-            if response is None:
+            if response is None:  # not on the wire, or a redirect the client follows as configured
                 client = self._client
                 response = await client.send(client.build_request(
                     "POST", url or self.url(request.model, _STREAM), content=body, headers=self._headers), stream=True)
