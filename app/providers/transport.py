@@ -219,9 +219,7 @@ class _Connection(asyncio.Protocol):
         """Idle past the keep-alive expiry: closed."""
         self.expiry = None
         self.unpool()
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
+        self.discard()
 
     # -- the request's side --
 
@@ -251,18 +249,35 @@ class _Connection(asyncio.Protocol):
     async def wait(self, silence: float | None) -> None:
         """Until more of the body, its end, or an error; ReadTimeout after `silence` seconds."""
         waiter = self.waiter = self.loop.create_future()
-        handle = None if silence is None else self.loop.call_later(silence, _expire, waiter, silence)
+        deadline = _deadline(waiter, silence)
         try:
             await waiter
         finally:
             self.waiter = None
-            if handle is not None:
-                handle.cancel()
+            if deadline is not None:
+                deadline.cancel()
+
+    def discard(self) -> None:
+        """Closed and done with: never pooled again, nobody left waiting on the request's send."""
+        self.reading = False
+        self.closed = True
+        waiter, self.write_waiter = self.write_waiter, None
+        if waiter is not None:  # nobody waits for the rest of the request now: no error left unretrieved
+            waiter.cancel()
+        if self.transport is not None:
+            self.transport.close()
 
 
-def _expire(waiter: asyncio.Future[None], timeout: float) -> None:
+def _deadline(waiter: asyncio.Future[None], silence: float | None) -> asyncio.TimerHandle | None:
+    """Fail `waiter` (the response head, or more of the body) with ReadTimeout after `silence`
+    seconds; the caller cancels the handle once it stopped waiting. (Not a coroutine wrapping
+    the await: this runs once per upstream read, where a coroutine frame more is not wanted.)"""
+    return None if silence is None else waiter.get_loop().call_later(silence, _silent, waiter, silence)
+
+
+def _silent(waiter: asyncio.Future[None], silence: float) -> None:
     if not waiter.done():
-        waiter.set_exception(httpx2.ReadTimeout(f"the upstream was silent for {timeout:g} s"))
+        waiter.set_exception(httpx2.ReadTimeout(f"the upstream was silent for {silence:g} s"))
 
 
 def _lost(exc: Exception | None, message: str) -> httpx2.TransportError:
@@ -363,17 +378,17 @@ class H1Transport(httpx2.AsyncBaseTransport):
             conn.head = head_ready = conn.loop.create_future()
             await self._send(conn, head, body, stream, request.method, timeouts.get("write"))
             if not head_ready.done():
-                handle = None if read is None else conn.loop.call_later(read, _expire, head_ready, read)
+                deadline = _deadline(head_ready, read)
                 try:
                     await head_ready
                 finally:
-                    if handle is not None:
-                        handle.cancel()
+                    if deadline is not None:
+                        deadline.cancel()
             else:
                 head_ready.result()  # raises what failed it
         except BaseException:
             if conn is not None:
-                self._discard(conn)
+                conn.discard()
             if slots is not None:
                 slots.release()
             raise
@@ -397,8 +412,7 @@ class H1Transport(httpx2.AsyncBaseTransport):
             if not conn.closed and conn.idle_since > expired and not conn.transport.is_closing():
                 conn._reset()
                 return conn
-            conn.closed = True
-            conn.transport.close()
+            conn.discard()
         return None
 
     async def _connect(self, key: Origin, within: float | None, sni: str | None) -> _Connection:
@@ -478,24 +492,14 @@ class H1Transport(httpx2.AsyncBaseTransport):
             pool.append(conn)
             conn.expiry = conn.loop.call_later(self._keepalive, conn.expire)
         else:
-            self._discard(conn)
-
-    @staticmethod
-    def _discard(conn: _Connection) -> None:
-        conn.reading = False
-        conn.closed = True
-        waiter, conn.write_waiter = conn.write_waiter, None
-        if waiter is not None:  # nobody waits for the rest of the request now: no error left unretrieved
-            waiter.cancel()
-        if conn.transport is not None:
-            conn.transport.close()
+            conn.discard()
 
     async def aclose(self) -> None:
         self._closed = True
         for idle in list(self._idle.values()):
             for conn in list(idle):
                 conn.unpool()
-                self._discard(conn)
+                conn.discard()
         self._idle.clear()
         if self._fallback is not None:
             await self._fallback.aclose()
