@@ -25,7 +25,7 @@ from app.providers.direct import _json
 from app.providers.openai_chat import OpenAIAdapter, build_openai
 from app.providers.openai_responses import OpenAIResponsesAdapter, build_openai_responses
 from tests.support import serve
-from tests.upstream_fakes import FakeUpstream
+from tests.upstream_fakes import FakeUpstream, sends_counted
 
 # Headers the SDK computes per call (attempt count, timeouts as sent, its raw-response marker).
 _PER_CALL = {"x-stainless-retry-count", "x-stainless-timeout", "x-stainless-read-timeout",
@@ -142,17 +142,8 @@ def test_a_body_orjson_refuses_is_still_sent_whole() -> None:
 
 
 async def test_the_prepared_request_goes_to_the_transport_not_through_the_clients_send(monkeypatch) -> None:
-    import httpx2
-
     monkeypatch.setenv("DIRECT_TEST_KEY", "sk-up-direct-test")
-    sent: list[httpx2.Request] = []
-    original = httpx2.AsyncClient.send
-
-    async def counting(self: httpx2.AsyncClient, request: httpx2.Request, **kw: Any) -> httpx2.Response:
-        sent.append(request)
-        return await original(self, request, **kw)
-
-    monkeypatch.setattr(httpx2.AsyncClient, "send", counting)
+    sent = sends_counted(monkeypatch)
     async with upstream("chat", _CHAT) as (fake, url):
         direct, sdk = _adapters("chat", url)
         try:

@@ -10,7 +10,6 @@ follow a redirect, and leave proxies and URL credentials to the client.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx2
@@ -28,8 +27,8 @@ from app.providers.config import ProviderConfig
 from app.providers.gemini import GeminiAdapter, build_gemini
 from app.providers.transport import H1Transport
 from tests.support import recordings, serve
-from tests.test_transport import RawUpstream
-from tests.upstream_fakes import FakeUpstream
+from tests.test_transport import RawUpstream, writes
+from tests.upstream_fakes import FakeUpstream, sends_counted
 
 KEY = "gm-wire-test-key-0000000000"
 TEXT = next(r for r in recordings("gemini") if r.name == "text")
@@ -39,14 +38,8 @@ STREAM = ":streamGenerateContent?alt=sse"
 def recorder() -> RawUpstream:
     """A loopback HTTP/1.1 server keeping each request's bytes as received (`received`: head and
     body) and answering every one with the recorded Gemini text stream."""
-    reply = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n"
-             % len(TEXT.body) + TEXT.body)
-
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(reply)
-        await writer.drain()
-
-    return RawUpstream(answer)
+    return RawUpstream(writes(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n"
+                              % len(TEXT.body) + TEXT.body))
 
 
 def adapters(base: str) -> tuple[Any, GeminiAdapter]:
@@ -88,14 +81,7 @@ async def test_the_wire_sends_the_clients_request_for_each_model() -> None:
 
 
 async def test_the_wire_is_taken_not_the_clients_send(monkeypatch: pytest.MonkeyPatch) -> None:
-    sent_requests: list[httpx2.Request] = []
-    original = httpx2.AsyncClient.send
-
-    async def counting(self: httpx2.AsyncClient, request: httpx2.Request, **kw: Any) -> httpx2.Response:
-        sent_requests.append(request)
-        return await original(self, request, **kw)
-
-    monkeypatch.setattr(httpx2.AsyncClient, "send", counting)
+    sent_requests = sends_counted(monkeypatch)
     upstream = recorder()
     async with upstream.running(path="") as base:
         wired, sent = adapters(base)

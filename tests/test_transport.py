@@ -84,9 +84,15 @@ class RawUpstream:
                 await asyncio.wait_for(server.wait_closed(), 1.0)
 
 
-async def whole_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    writer.write(_HEAD + b"".join(_chunk(part) for part in BODY) + b"0\r\n\r\n")
-    await writer.drain()
+def writes(raw: bytes) -> Handler:
+    """A reply that writes `raw`, byte for byte, to each request."""
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(raw)
+        await writer.drain()
+    return reply
+
+
+whole_body = writes(_HEAD + b"".join(_chunk(part) for part in BODY) + b"0\r\n\r\n")
 
 
 def settings(base_url: str, **kw: Any) -> Settings:
@@ -203,13 +209,9 @@ async def test_a_hang_up_mid_body_is_a_disconnect_not_a_timeout() -> None:
 
 
 async def test_an_http_error_before_the_body_keeps_the_sdk_mapping() -> None:
-    async def limited(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        body = b'{"error": {"message": "slow down", "type": "rate_limit"}}'
-        writer.write(b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: 3\r\n"
-                     b"content-length: %d\r\n\r\n%s" % (len(body), body))
-        await writer.drain()
-
-    upstream = RawUpstream(limited)
+    body = b'{"error": {"message": "slow down", "type": "rate_limit"}}'
+    upstream = RawUpstream(writes(b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n"
+                                  b"retry-after: 3\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)))
     async with upstream.running() as base, serve(create_app(settings(base))) as url:
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
             response = await client.post("/v1/stream", json={"model": "up/m", "messages": HELLO})
@@ -241,12 +243,8 @@ async def test_a_client_that_leaves_closes_the_upstream_within_a_second() -> Non
 async def test_an_encoded_body_goes_through_httpx2_decoding() -> None:
     import gzip
 
-    async def gzipped(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        data = gzip.compress(b"".join(BODY))
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
-                     b"transfer-encoding: chunked\r\n\r\n" + _chunk(data) + b"0\r\n\r\n")
-        await writer.drain()
-
+    gzipped = writes(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
+                     b"transfer-encoding: chunked\r\n\r\n" + _chunk(gzip.compress(b"".join(BODY))) + b"0\r\n\r\n")
     events = await stream(RawUpstream(gzipped))
     assert events[-1][2]["status"] == "ok" and events[-1][2]["message"]["content"] == "Hello"
 
@@ -259,10 +257,7 @@ async def _read(client: httpx2.AsyncClient, url: str, **kw: Any) -> tuple[int, b
 
 
 def _answer(body: bytes, *, extra: bytes = b"") -> Handler:
-    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n%s\r\n%s" % (len(body), extra, body))
-        await writer.drain()
-    return reply
+    return writes(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n%s\r\n%s" % (len(body), extra, body))
 
 
 async def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
@@ -316,12 +311,8 @@ async def test_a_body_delimited_by_the_connections_end_is_whole_and_not_reused()
 
 
 async def test_informational_answers_are_skipped_and_headers_kept_in_order() -> None:
-    async def with_100(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nx-a: 1\r\nx-a: 2\r\n"
-                     b"content-length: 4\r\n\r\ndone")
-        await writer.drain()
-
-    upstream = RawUpstream(with_100)
+    upstream = RawUpstream(writes(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nx-a: 1\r\nx-a: 2\r\n"
+                                  b"content-length: 4\r\n\r\ndone"))
     async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
         async with client.stream("POST", f"{base}/x", content=b"{}") as response:
             assert response.status_code == 201 and response.reason_phrase == "Created"
@@ -330,11 +321,7 @@ async def test_informational_answers_are_skipped_and_headers_kept_in_order() -> 
 
 
 async def test_a_malformed_answer_is_a_protocol_error_and_the_connection_is_dropped() -> None:
-    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n")
-        await writer.drain()
-
-    upstream = RawUpstream(garbage)
+    upstream = RawUpstream(writes(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n"))
     async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
         for _ in range(2):
             with pytest.raises(httpx2.RemoteProtocolError):

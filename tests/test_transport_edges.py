@@ -14,7 +14,7 @@ import pytest
 from app.main import create_app
 from app.providers.transport import upstream_http_client
 from tests.support import parse_sse, serve
-from tests.test_transport import HELLO, RawUpstream, _read, settings, whole_body
+from tests.test_transport import HELLO, RawUpstream, _read, settings, whole_body, writes
 
 _FIRST = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst"
 
@@ -24,11 +24,7 @@ _FIRST = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst"
     b"\x00\x01garbage\r\n",  # bytes that are no answer at all
 ], ids=["second-response", "garbage"])
 async def test_bytes_after_a_complete_answer_are_not_its_body_and_retire_the_connection(extra: bytes) -> None:
-    async def answers_twice(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(_FIRST + extra)  # one write: the client parses both in one read
-        await writer.drain()
-
-    upstream = RawUpstream(answers_twice)
+    upstream = RawUpstream(writes(_FIRST + extra))  # one write: the client parses both in one read
     async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
         for _ in range(2):
             assert await _read(client, f"{base}/x") == (200, b"first")  # the answer asked for, whole
@@ -36,11 +32,8 @@ async def test_bytes_after_a_complete_answer_are_not_its_body_and_retire_the_con
 
 
 async def test_chunked_trailers_are_not_merged_into_the_headers() -> None:
-    async def with_trailer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nx-trailer: 1\r\n\r\n")
-        await writer.drain()
-
-    upstream = RawUpstream(with_trailer)
+    upstream = RawUpstream(writes(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n"
+                                  b"x-trailer: 1\r\n\r\n"))
     async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
         for _ in range(2):
             async with client.stream("POST", f"{base}/x", content=b"{}") as response:
