@@ -14,7 +14,6 @@ import signal
 import threading
 from collections.abc import Awaitable, Callable
 from types import FrameType
-from typing import Protocol
 
 from app.core.errors import GatewayError
 
@@ -32,17 +31,11 @@ class ShuttingDown(GatewayError):
     retryable = True
 
 
-class Abortable(Protocol):
-    @property
-    def opening(self) -> bool: ...
-
-    def abort(self, error: GatewayError) -> None: ...
-
-
 class Admission:
     def __init__(self, *, max_active: int) -> None:
         self.max_active = max_active
-        self.active: set[Abortable] = set()
+        self.active: set[object] = set()
+        """The runs admitted and not yet ended (their handles)."""
         self.draining = False
         self.shed = 0
         self._changed: asyncio.Event | None = None
@@ -51,7 +44,7 @@ class Admission:
     def saturated(self) -> bool:
         return len(self.active) >= self.max_active
 
-    def admit(self, run: Abortable) -> None:
+    def admit(self, run: object) -> None:
         """Take on a run, or refuse it (503) when draining or full."""
         if self.draining:
             raise ShuttingDown("the gateway is shutting down; retry on another replica", retry_after="1")
@@ -61,7 +54,7 @@ class Admission:
                              retry_after="1")
         self.active.add(run)
 
-    def release(self, run: Abortable) -> None:
+    def release(self, run: object) -> None:
         self.active.discard(run)
         if self._changed is not None:
             self._changed.set()

@@ -59,8 +59,8 @@ def create_app(
     if records is not None:
         gateway.add_observer(RunRecorder(records, content=settings.record_content))
     auth = _auth(settings, records, metrics)
-    accountant = KeyAccountant(auth, metrics)
-    gateway.add_observer(accountant)
+    accountant = KeyAccountant(auth, metrics)  # each run's own observer, given when it starts (app/api/access.py)
+    gateway.add_observer(metrics.observe_run)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

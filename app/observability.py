@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections import Counter as TallyCounter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -18,10 +17,13 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
+from app.core.report import RunReport
 from app.core.secrets import scrub
 
 __all__ = ["Metrics", "configure_logging", "get_logger"]
 
+_NOT_UPSTREAM = frozenset({"internal_error", "shutdown"})
+"""Error codes of a run's final that are the gateway's, not the upstream's."""
 _TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _CHECK_BUCKETS = (0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5)
 _DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -115,10 +117,23 @@ class Metrics:
         """Expose the circuit breakers' states (read at scrape time): 0 closed, 1 half open, 2 open."""
         self.registry.register(_CircuitCollector(states))
 
-    def count_events(self, tally: TallyCounter[str]) -> None:
-        """Add a finished run's per-type event counts (counted locally: no metric call per event)."""
-        for event_type, n in tally.items():
+    def observe_run(self, report: RunReport) -> None:
+        """A run's metrics, read from its report when it ended (the gateway's observer): counted
+        per run, never per event. A run no target served was counted where it failed."""
+        if not report.opened:
+            return
+        provider, status = report.provider, report.status
+        for event_type, n in report.event_counts.items():
             self.events.labels(event_type).inc(n)
+        for what, n in report.ignored.items():
+            self.upstream_ignored.labels(provider, what).inc(n)
+            _ignored_log.debug("upstream_ignored", stream_id=report.stream_id, what=what, count=n)
+        if status == "error" and report.error is not None and report.error["code"] not in _NOT_UPSTREAM:
+            self.upstream_errors.labels(provider, report.error["code"]).inc()
+        self.stream_duration.labels(provider, status).observe(report.duration)
+        self.streams_finished.labels(provider, status).inc()
+        if report.ttft is not None:
+            self.ttft.labels(provider).observe(report.ttft)
 
     def observe_check(self, validator: str, phase: str, outcome: str, seconds: float) -> None:
         """The validation gate's observer: one call per validator check."""
@@ -168,3 +183,6 @@ class _CircuitCollector(Collector):
         for target, state in self._states().items():
             family.add_metric([target], _CIRCUIT_VALUES[state])
         yield family
+
+
+_ignored_log = get_logger("foundry.run")

@@ -1,91 +1,55 @@
-"""The Gateway service: opens runs (provider adapter -> accumulator -> gate -> stream log).
+"""The Gateway: the composition `create_app` makes, and the owner of every run's task.
 
-`Gateway.open()` does everything that can fail before the first event (model resolution,
-validator configuration, the upstream request) and raises `GatewayError`, which the API turns
-into an HTTP error. `Run.frames()` (app/run.py) then drives the run and yields SSE frames; whatever happens
-(upstream break, validator block, client disconnect, a bug) the log gets exactly one `final`,
-and the upstream response is closed in `finally`. The caller of `frames()` owns cancellation:
-closing the generator (client gone) cancels the run.
+`Gateway.start(spec)` admits a run (503 when draining or full), then starts one asyncio task that
+opens it (app/opener.py: the route to its first content, the stream log) and executes it
+(app/run.py). The caller gets a `RunHandle`: `opened()` gives the `Run` once its log exists, or
+raises the `GatewayError` that answers the request over HTTP. From then on every response reads
+the run's log; none drives the run. One cancellation path: `RunHandle.cancel(reason)` cancels the
+task (a reader whose client left, `POST /v1/stream/{id}/cancel` through the log's canceller, the
+drain), and the run ends where it waits with the final that reason calls for.
 
 A run is one or more *steps* (provider responses). When the model calls tools the gateway runs
 (app/tools), the step's calls are executed in parallel, their `tool_result` events go out, the
 assistant and tool messages are appended and the provider is called again, up to `max_steps`.
-All steps make one stream: one `start`, one sequence of ids and indexes, one validation gate
-(chunk checks on every step's text, final checks on the last turn), one `final` whose `message`
-is the last assistant message and whose usage is summed over the steps. The stream's transcript
-(app/core/transcript.py) is fed the released events and kept with the stream (`StreamInfo`).
+All steps make one stream: one `start`, one sequence of ids and indexes, one validation gate,
+one `final` whose usage is summed over the steps.
 
-When a run ends, every observer (`Gateway(observers=...)`, `add_observer`) gets its `RunReport`
-(app/core/report.py): the seam for run records, usage accounting and metrics.
+When a run ends, every observer (`Gateway(observers=...)`, `add_observer`, and the request's own)
+gets its `RunReport` (app/core/report.py): the seam for run records, usage accounting and metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
-import weakref
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
-from app.auth.policy import Price, price_for
-from app.core.accumulator import Accumulator
-from app.core.errors import GatewayError, RequestError, UpstreamError
-from app.core.events import AssistantMessage, FinalEvent, Usage
-from app.core.messages import Message, ToolSpec
-from app.core.report import RunObserver, RunReport, notify
-from app.core.transcript import Transcript, TranscriptLimits
+from app.core.errors import GatewayError
+from app.core.report import RunObserver
 from app.lifecycle import Admission, ShuttingDown
 from app.observability import Metrics, get_logger
-from app.providers.base import ProviderRequest, drive
-from app.providers.options import check_provider_options
+from app.opener import GateFactory, RunOpener, RunSpec
+from app.providers.base import PatchStream, ProviderRequest
 from app.providers.registry import ProviderRegistry
-from app.routing.config import Deadlines
 from app.routing.router import Attempt, Policy, Router, RouteSession
-from app.run import Run, RunningRuns, RunPlan
+from app.run import CancelReason, Run
 from app.settings import Settings
-from app.streams.log import StreamStore
+from app.streams.log import StreamLog, StreamStore
 from app.tools import ToolRegistry, build_tools
-from app.validation import Gate, PassThroughGate, ValidatorSpec, build_gate
+from app.validation import Gate, build_gate
+from app.validation.judge import JudgeBackend
 
-__all__ = ["Gate", "Gateway", "Run", "RunObserver", "RunReport", "RunSpec"]
-
+__all__ = ["ClientGone", "Gate", "Gateway", "Run", "RunHandle", "RunObserver", "RunSpec"]
 
 _CUT_WAIT = 2.0
 """After the grace, how long cut runs get to write their final and close their upstreams."""
 
-GateFactory = Callable[["Gateway", "RunSpec"], "Gate | None"]
-"""Builds a run's gate; None means no validator applies (a pass-through)."""
-_PASS_THROUGH = PassThroughGate()
 
+class ClientGone(GatewayError):
+    """The client left before its run's response began (nobody reads this answer)."""
 
-@dataclass(slots=True, frozen=True, kw_only=True)
-class RunSpec:
-    """A request, checked at the edge: what to ask the provider, and what the gateway does
-    around it. Each field has one home: the model call's fields are the `ProviderRequest`'s."""
-
-    request: ProviderRequest
-    """Its `model` is as the caller named it (`provider/model` or an alias): `Gateway.open`
-    resolves it and sends the provider its own model name."""
-    validators: Sequence[ValidatorSpec] = ()
-    chunking: str | None = None
-    max_steps: int | None = None
-    """Most provider calls when the gateway runs tools; None: the operator's `max_steps`."""
-    owner: str | None = None
-    """The API key id that starts the run: its stream, transcript and record belong to that key."""
-    policy_validators: Sequence[ValidatorSpec] = ()
-    """The key's validators: applied like the operator's, on top of them."""
-    timeouts: Deadlines | None = None
-    """The request's deadline overrides (within the operator's caps)."""
-
-    @property
-    def model(self) -> str:
-        return self.request.model
-
-    @property
-    def tools(self) -> tuple[ToolSpec, ...]:
-        return self.request.tools
+    status = 499
+    code = "client_closed_request"
 
 
 def routing_policy(settings: Settings) -> Policy:
@@ -99,8 +63,62 @@ def routing_policy(settings: Settings) -> Policy:
     )
 
 
+class RunHandle:
+    """The API's hold on one run: wait for it to open, cancel it. The task is the gateway's."""
+
+    __slots__ = ("task", "reason", "detached", "_run", "_opened", "_begun")
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[None] | None = None
+        self.reason: CancelReason | None = None
+        """Why the task was cancelled (the first reason given wins)."""
+        self._run: Run | None = None
+        self.detached = False
+        """No response reads the run (a background run): its own log line is written when it ends."""
+        self._opened: asyncio.Future[Run] = asyncio.get_running_loop().create_future()
+        self._begun = False
+
+    @property
+    def run(self) -> Run:
+        """The run, once opened."""
+        if self._run is None:
+            raise RuntimeError("the run has not opened")
+        return self._run
+
+    @property
+    def log(self) -> StreamLog:
+        return self.run.log
+
+    @property
+    def opening(self) -> asyncio.Future[Run]:
+        """Resolves to the run once its log exists; or to the error that answers the request."""
+        return self._opened
+
+    async def opened(self) -> Run:
+        return await asyncio.shield(self._opened)
+
+    def opened_as(self, run: Run) -> None:
+        """The run's log exists: readers may start."""
+        self._run = run
+        self._opened.set_result(run)
+
+    def begin(self) -> None:
+        """The task runs: a cancel from now on reaches it where it waits."""
+        self._begun = True
+
+    def cancel(self, reason: CancelReason) -> bool:
+        """Cancel the run's task (once); False when it had already ended."""
+        if self.task is None or self.task.done():
+            return False
+        if self.reason is None:
+            self.reason = reason
+            if self._begun:  # else the task sees the reason when it starts
+                self.task.cancel()
+        return True
+
+
 class Gateway:
-    """The service behind the HTTP API: providers, the stream store, metrics."""
+    """The service behind the HTTP API: providers, routes, the stream store, the runs' tasks."""
 
     def __init__(
         self,
@@ -117,138 +135,102 @@ class Gateway:
         self.registry = registry
         self.store = store
         self.metrics = metrics
-        self.gate_factory = gate_factory or Gateway.build_gate
         self.tools = tools if tools is not None else build_tools(
             settings.tools, observer=self._observe_tool, max_output_chars=settings.tool_max_output_chars)
-        self.transcript_limits = TranscriptLimits(max_chars=settings.transcript_max_chars,
-                                                  max_items=settings.transcript_max_items)
         self.log = get_logger("foundry.pipeline")
         self.observers: list[RunObserver] = list(observers)
         self.router = Router(registry=registry, routes=settings.routes, policy=routing_policy(settings))
         self.router.observer = self._observe_attempt
+        self.judge = JudgeBackend(self._judge_stream)
+        self.opener = RunOpener(settings=settings, store=store, tools=self.tools,
+                                gate_factory=gate_factory or self.build_gate, observers=self.observers,
+                                on_failure=lambda provider, code: metrics.upstream_errors.labels(provider, code).inc())
         self.admission = Admission(max_active=settings.max_active_runs)
         metrics.watch_circuits(self.router.breakers.states)
-        self._background: set[asyncio.Task[Any]] = set()
-        self.runs = RunningRuns()
-        """Runs in progress and the task driving each (for a bounded shutdown)."""
-
-    async def end_runs(self, grace: float) -> int:
-        """Drain (SIGTERM): refuse new runs at once (/readyz 503), let running streams finish for
-        `grace` seconds, then end the rest with `final{status: "error", error.code: "shutdown",
-        retryable: true}` (their upstreams closed). Returns how many were cut."""
-        admission = self.admission
-        admission.draining = True
-        loop = asyncio.get_running_loop()
-        await admission.until_idle(loop.time() + grace)
-        cut = len(admission.active)
-        await self.runs.end(0)  # the running ones: cancelled into their `shutdown` final
-        for session in list(admission.active):
-            if session.opening:  # not streaming yet: its HTTP answer becomes a 503
-                session.abort(ShuttingDown("the gateway shut down before the run started; retry it"))
-        await admission.until_idle(loop.time() + _CUT_WAIT)
-        self.log.info("drained", cut_runs=cut)
-        return cut
+        metrics.active_streams.set_function(lambda: len(self.admission.active))
+        self.runs: set[RunHandle] = set()
+        """Every run's handle, from its admission to its task's end."""
 
     def add_observer(self, observer: RunObserver) -> None:
         """Call `observer(report)` when each later run ends (app/core/report.py)."""
         self.observers.append(observer)
 
-    async def open(self, spec: RunSpec, *, request_id: str | None = None) -> Run:
-        """Resolve, configure and start one run; raise GatewayError before any event exists.
-
-        The route (app/routing) opens the upstream and reads it up to its first content, retrying
-        and falling back as it may; the run then goes on with the target that served.
-        """
-        started, started_at = time.perf_counter(), time.time()
+    def start(self, spec: RunSpec, *, request_id: str | None = None,
+              observers: Sequence[RunObserver] = ()) -> RunHandle:
+        """Admit a run and start its task; an unknown model or route (404) and a full or draining
+        gateway (503) are refused at once, everything else through `RunHandle.opened()`.
+        `observers` get this run's report only."""
         session = self.router.session(spec.model, spec.timeouts)
-        self.admission.admit(session)  # 503 when draining or full
-        session.on_close(lambda: self.admission.release(session))
+        handle = RunHandle()
+        self.admission.admit(handle)  # 503 when draining or full
+        self.runs.add(handle)
+        handle.task = asyncio.get_running_loop().create_task(
+            self._lifetime(handle, spec, session, request_id, observers), name="run")
+        return handle
+
+    async def _lifetime(self, handle: RunHandle, spec: RunSpec, session: RouteSession, request_id: str | None,
+                        observers: Sequence[RunObserver]) -> None:
+        """The run's task: open, then execute; the slot is given back however it ends."""
+        handle.begin()
         try:
-            run = await self._open(spec, session, started, started_at, request_id)
-        except BaseException:
-            session.close()
-            raise
-        # The run releases its slot when it ends; should it never start (the client left before
-        # the response began), the slot goes with the run object.
-        weakref.finalize(run, session.close)
+            run = await self._open(handle, spec, session, request_id, observers)
+            if run is not None:
+                await run.execute(lambda: handle.reason)
+                if handle.detached and run.report is not None:
+                    self.log.info("background_stream", request_id=request_id, model=run.model,
+                                  provider=run.provider, **run.report.log_fields())
+        finally:
+            self.admission.release(handle)
+            self.runs.discard(handle)
+
+    async def _open(self, handle: RunHandle, spec: RunSpec, session: RouteSession, request_id: str | None,
+                    observers: Sequence[RunObserver]) -> Run | None:
+        """The opened run, its log's canceller set; None when it did not open (the handle says why)."""
+        opening = handle.opening
+        try:
+            if handle.reason is not None:
+                raise asyncio.CancelledError
+            run = await self.opener.open(spec, session, request_id=request_id, observers=observers)
+        except asyncio.CancelledError:
+            opening.set_exception(ShuttingDown("the gateway shut down before the run started; retry it")
+                                  if handle.reason in (None, "shutdown") else ClientGone("the client went away"))
+            return None
+        except GatewayError as exc:
+            opening.set_exception(exc)
+            return None
+        except Exception as exc:
+            self.log.error("run_open_failed", exception=type(exc).__name__)
+            opening.set_exception(exc)
+            return None
+        run.log.canceller = lambda: handle.cancel("cancel_request")
+        handle.opened_as(run)
         return run
 
-    async def _open(self, spec: RunSpec, session: RouteSession, started: float, started_at: float,
-                    request_id: str | None) -> Run:
-        primary = session.primary
-        for provider in {t.provider for t in session.targets}:  # the request's options go to any of them
-            check_provider_options(provider, spec.request.options, self.settings.provider_options_allow)
-        max_steps = self._max_steps(spec)
-        tools = self.tools.for_run(primary.provider, (t.name for t in spec.tools))
-        if tools:  # the gateway's tools are offered with the caller's: the model sees what the gateway runs
-            spec = replace(spec, request=replace(spec.request, tools=(*spec.tools, *tools.specs)))
-        gate = self.gate_factory(self, spec) or _PASS_THROUGH
-        request = replace(spec.request, model=primary.upstream_model)
-        try:
-            upstream = await session.open_stream(request)
-        except GatewayError as exc:
-            self.metrics.upstream_errors.labels(primary.provider, exc.code).inc()
-            if session.attempts:
-                self._refused(spec, session, request, exc, started, started_at, request_id)
-            raise
-        served = session.served
-        assert served is not None
-        # `start` and `final` name what served: a route's target, or the model as asked
-        model = served.name if session.route is not None else spec.model
-        try:
-            log = await self.store.create(model=model, provider=served.provider, owner=spec.owner)
-        except BaseException:
-            await upstream.aclose()  # no stream, no run: nothing stays open
-            raise
-        transcript = log.info.transcript = self._transcript(request)
-        plan = RunPlan(model=model, provider=served.provider, adapter=session, request=request, max_steps=max_steps,
-                       request_id=request_id, started=started, started_at=started_at, route=session,
-                       owner=spec.owner, price=self._price(model))
-        return Run(plan, log=log, upstream=upstream, gate=gate, tools=tools, transcript=transcript,
-                   metrics=self.metrics, logger=self.log, observers=self.observers, runs=self.runs)
+    async def end_runs(self, grace: float) -> int:
+        """Drain (SIGTERM): refuse new runs at once (/readyz 503), let running streams finish for
+        `grace` seconds, then end the rest with `final{status: "error", error.code: "shutdown",
+        retryable: true}` (their upstreams closed; one still opening answers 503). Returns how many were cut."""
+        admission = self.admission
+        admission.draining = True
+        loop = asyncio.get_running_loop()
+        await admission.until_idle(loop.time() + grace)
+        cut = len(self.runs)
+        for handle in list(self.runs):
+            handle.cancel("shutdown")
+        await admission.until_idle(loop.time() + _CUT_WAIT)
+        self.log.info("drained", cut_runs=cut)
+        return cut
 
-    def _refused(self, spec: RunSpec, session: RouteSession, request: ProviderRequest, exc: GatewayError,
-                 started: float, started_at: float, request_id: str | None) -> None:
-        """No target served (each attempt failed before its first content): the caller gets an HTTP
-        error and no stream exists, but the observers get the run's report (run records list it,
-        with its error, attempts and request; the key's usage is untouched: nothing was produced)."""
-        last = session.attempts[-1].target
-        provider = next((t.provider for t in session.targets if t.name == last), session.primary.provider)
-        error = exc.to_dict()
-        final = FinalEvent(status="error", message=AssistantMessage(), usage=Usage(), stop_reason="error",
-                           model=request.model, provider=provider, error=error, steps=1, **session.final_fields())
-        transcript = self._transcript(request)
-        transcript.finish(status="error", stop_reason="error", usage=final.usage, steps=1)
-        report = RunReport(
-            stream_id="str_" + uuid.uuid4().hex, request_id=request_id, owner=spec.owner, model=spec.model,
-            served_model=request.model, provider=provider, status="error", stop_reason="error", error=error,
-            usage=final.usage, steps=1, max_steps_reached=False, tools_run=0, events=0, validation=None, ttft=None,
-            duration=time.perf_counter() - started, started_at=started_at, final=final, transcript=transcript)
-        notify(self.observers, report, self.log)
-
-    def _transcript(self, request: ProviderRequest) -> Transcript:
-        """A run's transcript, the request's messages in it."""
-        transcript = Transcript(processors=self.tools.processors, limits=self.transcript_limits)
-        transcript.add_request(request.messages)
-        return transcript
-
-    def _price(self, model: str) -> Price | None:
-        """The model's price (FOUNDRY_PRICES), as requested or by its alias's target; None if unknown."""
-        prices = self.settings.prices
-        return price_for(prices, model, self.settings.aliases.get(model, "")) if prices else None
-
-    def _max_steps(self, spec: RunSpec) -> int:
-        cap = self.settings.max_steps
-        if spec.max_steps is not None and spec.max_steps > cap:
-            raise RequestError(f"max_steps may be at most {cap} on this gateway, got {spec.max_steps}",
-                               code="invalid_request", status=422, field="max_steps")
-        return spec.max_steps or cap
-
-    def _observe_attempt(self, attempt: Attempt) -> None:
-        self.metrics.route_attempts.labels(attempt.target, attempt.outcome).inc()
+    async def _judge_stream(self, request: ProviderRequest) -> PatchStream:
+        """The judge's stream: `request.model` through the router (a provider/model or a route)."""
+        session = self.router.session(request.model)
+        return await session.open_stream(replace(request, model=session.primary.upstream_model))
 
     def _observe_tool(self, tool: str, outcome: str) -> None:
         self.metrics.tool_executions.labels(tool, outcome).inc()
+
+    def _observe_attempt(self, attempt: Attempt) -> None:
+        self.metrics.route_attempts.labels(attempt.target, attempt.outcome).inc()
 
     def build_gate(self, spec: RunSpec) -> Gate | None:
         """The run's validation gate: operator validators always, the request's added; None
@@ -259,38 +241,12 @@ class Gateway:
             judge=self.judge, observer=self.metrics.observe_check,
         )
 
-    async def judge(self, model: str, prompt: str) -> str:
-        """One short, deterministic completion from `provider/model` or a route (the llm_judge backend)."""
-        session = self.router.session(model)
-        request = ProviderRequest(model=session.primary.upstream_model, messages=(Message(role="user", content=prompt),),
-                                  temperature=0.0, max_tokens=256)
-        stream = await session.open_stream(request)
-        assert session.served is not None
-        acc = Accumulator(model=session.served.upstream_model, provider=session.served.provider)
-        final = await drive(stream, acc)
-        if final.error is not None:
-            raise UpstreamError(f"judge {model}: {final.error['message']}", code=final.error["code"],
-                                retryable=final.error["retryable"])
-        return final.message.content
-
-    def spawn(self, run: Run) -> None:
-        """Run in the background, for subscribers only (POST /v1/generate with stream: true)."""
-        task = asyncio.get_running_loop().create_task(self._detached(run), name=f"run-{run.stream_id}")
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _detached(self, run: Run) -> None:
-        try:
-            await run.drain()
-        finally:  # the request's own log line was written with the 202
-            fields = run.report.log_fields() if run.report is not None else {"stream_id": run.stream_id}
-            self.log.info("background_stream", request_id=run.plan.request_id, model=run.model,
-                          provider=run.provider, **fields)
-
     async def aclose(self) -> None:
-        for task in list(self._background):
-            task.cancel()
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        """End every run still going (a shutdown final each), then the providers and tools."""
+        for handle in list(self.runs):
+            handle.cancel("shutdown")
+        tasks = [h.task for h in self.runs if h.task is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
         await self.registry.aclose()
         await self.tools.aclose()

@@ -1,12 +1,15 @@
 """One run of the pipeline: its steps, its events, its honest end, its report.
 
-`Run.frames()` is three parts:
+A run is the body of one asyncio task that the gateway owns (app/pipeline.py). It writes its
+events to its stream log and nothing else: every response (the SSE stream, a JSON answer, a
+subscription, a facade) is a reader of that log. `Run.execute()` is three parts:
 - the step pump (`_pump`): one provider response, upstream -> accumulator -> gate -> stream log;
 - the tool loop (`_run_tools`, `_continues`, `_next_step`): between steps, the gateway's tools
   run and their results go out, then the provider is called again, up to `max_steps`;
 - the end (`_end`): exactly one `final` in the log whatever happened (upstream break, validator
-  block, client disconnect, a bug), the upstream closed, metrics counted, and a `RunReport`
-  (app/core/report.py) handed to the observers.
+  block, the task cancelled, a bug), the upstream closed, and a `RunReport` (app/core/report.py)
+  handed to the observers: metrics, records, key accounting and the request log read it.
+The task is cancelled only by its owner, with a reason (`CancelReason`) that decides the final.
 The run knows no HTTP: how an error answers over HTTP is the API layer's business.
 """
 
@@ -17,9 +20,9 @@ import contextlib
 import time
 import traceback
 from collections import Counter
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 
@@ -41,47 +44,38 @@ from app.core.messages import ToolCall
 from app.core.released import Released
 from app.core.report import RunObserver, RunReport, notify
 from app.core.transcript import Transcript
-from app.observability import Metrics
+from app.observability import get_logger
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, response_events
 from app.streams.log import CANCELLED_BY_REQUEST, StreamLog
 from app.tools import Execution, RunTools
-from app.validation import Gate, PassThroughGate
+from app.validation import Gate
 
 if TYPE_CHECKING:
     from app.routing.router import RouteSession
 
-__all__ = ["Run", "RunPlan", "RunningRuns"]
+__all__ = ["CANCEL_ERRORS", "CancelReason", "Run", "RunPlan"]
+
+CancelReason = Literal["client_gone", "cancel_request", "shutdown"]
+"""Why a run's task was cancelled: its reader's client left (`on_disconnect: "cancel"`), the API's
+`POST /v1/stream/{id}/cancel`, or the gateway's drain."""
 
 _CLOSE_TIMEOUT = 1.0  # DESIGN.md section 6: the upstream is closed within a second
 _CONTENT_EVENTS = frozenset({"token", "reasoning", "tool_call", "tool_result"})
 _INTERNAL: ErrorData = {"code": "internal_error", "message": "internal gateway error", "retryable": True}
-_GONE: ErrorData = {"code": "cancelled", "message": "the client went away", "retryable": False}
-_SHUTDOWN: ErrorData = {"code": "shutdown", "message": "the gateway is shutting down; retry", "retryable": True}
+CANCEL_ERRORS: dict[CancelReason, tuple[FinalStatus, ErrorData]] = {
+    "client_gone": ("cancelled", {"code": "cancelled", "message": "the client went away", "retryable": False}),
+    "cancel_request": ("cancelled", CANCELLED_BY_REQUEST),
+    "shutdown": ("error", {"code": "shutdown", "message": "the gateway is shutting down; retry", "retryable": True}),
+}
+"""The final's status and error for each way a run's task is cancelled. A cancel with no reason
+(the event loop itself going away) is a shutdown."""
 
-
-class RunningRuns:
-    """The runs in progress and the task driving each, for a bounded shutdown."""
-
-    def __init__(self) -> None:
-        self.running: dict[Run, asyncio.Task[Any] | None] = {}
-        self.shutting_down = False
-
-    async def end(self, grace: float) -> None:
-        """Let running runs finish for `grace` seconds, then cancel the rest: each ends with
-        `final{status: "error", error.code: "shutdown", retryable: true}`."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace
-        while self.running and loop.time() < deadline:  # noqa: ASYNC110 (runs leave from their own tasks)
-            await asyncio.sleep(min(0.1, max(0.0, deadline - loop.time())))
-        self.shutting_down = True
-        for task in list(self.running.values()):
-            if task is not None and not task.done():
-                task.cancel()
+_log = get_logger("foundry.run")
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
 class RunPlan:
-    """What `Gateway.open` resolved for a run, before any event existed."""
+    """What the opener resolved for a run, before any event existed."""
 
     model: str
     """As the caller asked for it."""
@@ -98,7 +92,10 @@ class RunPlan:
     started: float = field(default_factory=time.perf_counter)
     started_at: float = field(default_factory=time.time)
     route: RouteSession | None = None
-    """The run's route (app/routing, also its `adapter`): its attempts go in `final`; told when the run ended."""
+    """The run's route (app/routing, also its `adapter`): its attempts go in `final`."""
+    observers: Sequence[RunObserver] = ()
+    """Told of the run's report when it ends: the gateway's (metrics, records) and the request's own
+    (the key's accounts)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -113,32 +110,17 @@ class _Progress:
     final_message: AssistantMessage | None = None  # the step's, less the gateway's calls, once it ran tools
     stop_reason: StopReason | None = None
     events: Counter[str] = field(default_factory=Counter)
+    ignored: Counter[str] = field(default_factory=Counter)  # what the steps' normalizers ignored as harmless
 
 
 class Run:
-    def __init__(
-        self,
-        plan: RunPlan,
-        *,
-        log: StreamLog,
-        upstream: PatchStream,
-        gate: Gate,
-        tools: RunTools,
-        transcript: Transcript,
-        metrics: Metrics,
-        logger: Any,
-        observers: Sequence[RunObserver] = (),
-        runs: RunningRuns | None = None,
-    ) -> None:
+    def __init__(self, plan: RunPlan, *, log: StreamLog, upstream: PatchStream, gate: Gate, tools: RunTools,
+                 transcript: Transcript) -> None:
         self.plan = plan
         self.log = log
         self.gate = gate
         self.tools = tools
         self.transcript = transcript
-        self.metrics = metrics
-        self.logger = logger
-        self.observers = observers
-        self.runs = runs if runs is not None else RunningRuns()
         self.upstream = upstream
         self.accumulator = Accumulator(model=plan.model, provider=plan.provider, block_ends=True)
         self.released = Released(provider=plan.provider)
@@ -147,9 +129,6 @@ class Run:
         self.report: RunReport | None = None
         """Set once the run ended (its final is in the log)."""
         self._progress = _Progress()
-        self.listener: Callable[[StreamEvent], None] | None = None
-        """Given each event as it enters the log, final included: the seam through which the
-        drop-in facades (app/api/compat) translate the canonical events into a client's format."""
 
     @property
     def stream_id(self) -> str:
@@ -163,105 +142,64 @@ class Run:
     def provider(self) -> str:
         return self.plan.provider
 
-    async def frames(self) -> AsyncGenerator[bytes, None]:
-        """Drive the run; yield each batch of SSE frames as soon as it is in the log."""
+    async def execute(self, reason: Callable[[], CancelReason | None]) -> FinalEvent:
+        """The task's body: every event into the log, then exactly one final, whatever happens.
+        When the task is cancelled, `reason()` says why (None: the loop itself is going away)."""
         final: FinalEvent | None = None
-        self.metrics.active_streams.inc()
-        self.runs.running[self] = asyncio.current_task()  # ended by RunningRuns.end on shutdown
-        # `start` goes out in one write with the first batch when that batch is already in hand
-        # (no validator, and routing read the upstream up to its first content): one send and one
-        # client wake-up less before the first token. A gate may hold text a while: start goes alone.
-        start = self._emit([StartEvent(stream_id=self.stream_id, model=self.plan.model,
-                                       provider=self.plan.provider)])
         try:
-            if self.gate.__class__ is not PassThroughGate:
-                yield start
-                start = b""
-            while True:
-                async with contextlib.aclosing(self._pump()) as frames:
-                    async for batch in frames:
-                        if start:
-                            batch, start = start + batch, b""
-                        yield batch
-                if start:
-                    yield start
-                    start = b""
-                calls = self._gateway_calls()
-                if calls:  # the text after the step's last call is over: checked and out before the tools run
-                    held = await self.gate.close_text()
-                    if held:
-                        yield self._emit(held)
-                await self._end_step(calls)
-                if not calls:
-                    break
-                execution = self.tools.start(calls)
-                async with contextlib.aclosing(self._run_tools(execution)) as frames:
-                    async for batch in frames:
-                        yield batch
-                if not self._continues(execution):
-                    break
-                await self._next_step()
-            tail = await self.gate.finish()
-            if tail:
-                yield self._emit(tail)
+            await self._steps()
             final = self._ending("ok", None)
         except asyncio.CancelledError:
-            if not self.runs.shutting_down:
-                final = self._ending("cancelled", self._cancelled_by())
-                raise
-            # The gateway is stopping (SIGTERM, grace over): an honest end the caller can retry.
-            final = self._ending("error", _SHUTDOWN)
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-        except GeneratorExit:
-            final = self._ending("cancelled", self._cancelled_by())
-            raise
+            final = self._ending(*CANCEL_ERRORS[reason() or "shutdown"])
         except GatewayError as exc:
-            if exc.final_status == "error":
-                self.metrics.upstream_errors.labels(self.plan.provider, exc.code).inc()
             final = self._ending(exc.final_status, exc.to_dict())
         except Exception as exc:
             # The exception's type only: its text may quote content (DESIGN.md: no content in logs).
-            self.logger.error("run_failed", stream_id=self.stream_id, exception=type(exc).__name__,
-                              where=traceback.format_tb(exc.__traceback__)[-3:])
+            _log.error("run_failed", stream_id=self.stream_id, exception=type(exc).__name__,
+                       where=traceback.format_tb(exc.__traceback__)[-3:])
             final = self._ending("error", _INTERNAL)
         finally:
             if final is None:  # unreachable by design; never leave a stream without its final
                 final = self._ending("error", _INTERNAL)
-            frame = await self._end(final)
-        # Reached only when not cancelled: the last frame goes to the caller (after `start` if
-        # the first response failed before releasing anything).
-        yield start + frame
+            final = await self._end(final)
+        return final
 
-    async def drain(self) -> FinalEvent:
-        """Drive to the end without a live reader (background runs, JSON answers); supervised, so
-        POST /v1/stream/{id}/cancel can end it (app/streams/log.py)."""
-        async with contextlib.aclosing(self.log.supervise(self.frames())) as frames:
-            async for _ in frames:
-                pass
-        assert self.log.final is not None
-        return self.log.final
+    async def _steps(self) -> None:
+        """`start`, then each step's response and the gateway's tools between steps, then the
+        validators' last word."""
+        self._emit([StartEvent(stream_id=self.stream_id, model=self.plan.model, provider=self.plan.provider)])
+        while True:
+            await self._pump()
+            calls = self._gateway_calls()
+            if calls:  # the text after the step's last call is over: checked and out before the tools run
+                self._emit(await self.gate.close_text())
+            await self._end_step(calls)
+            if not calls:
+                break
+            execution = self.tools.start(calls)
+            await self._run_tools(execution)
+            if not self._continues(execution):
+                break
+            await self._next_step()
+        self._emit(await self.gate.finish())
 
     # -- the step pump ----------------------------------------------------------------------
 
-    async def _pump(self) -> AsyncGenerator[bytes, None]:
-        """One provider response: upstream -> accumulator -> gate -> log."""
-        admit = self.gate.admit_all
+    async def _pump(self) -> None:
+        """One provider response: upstream -> accumulator -> gate -> log. `start` and the first
+        batch reach the log before the first wait, so a reader takes them in one send."""
+        admit, emit = self.gate.admit_all, self._emit
         async with contextlib.aclosing(response_events(self.upstream, self.accumulator)) as batches:
             async for events in batches:
                 released = await admit(events)
                 if released:
-                    yield self._emit(released)
+                    emit(released)
 
-    def _emit(self, events: list[StreamEvent]) -> bytes:
-        """Append released events to the log (and the transcript, and what was released); their
-        frames, joined. A `ReasoningBlockEnd` marker goes to `released` only, never to SSE nor
-        to the listener."""
+    def _emit(self, events: list[StreamEvent]) -> None:
+        """Append released events to the log (and the transcript, and what was released). A
+        `ReasoningBlockEnd` marker goes to `released` only, never to the log."""
         tally, observe, append, keep = self._progress.events, self.transcript.observe, self.log.append, \
             self.released.observe
-        listener = self.listener
-        frames = []
         for event in events:
             keep(event)
             if event.__class__ is ReasoningBlockEnd:
@@ -270,10 +208,7 @@ class Run:
                 self.ttft = time.perf_counter() - self.plan.started
             tally[event.type] += 1
             observe(event)
-            frames.append(append(event))
-            if listener is not None:
-                listener(event)
-        return b"".join(frames)
+            append(event)
 
     async def _close_upstream(self) -> None:
         with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
@@ -292,19 +227,20 @@ class Run:
         progress, acc = self._progress, self.accumulator
         progress.usage.add(acc.usage)
         progress.counted = True
+        progress.ignored.update(acc.ignored)
         self.transcript.usage, self.transcript.steps = self._usage(), progress.steps
         if calls:
             message = self.released.message()
             progress.final_message = replace(message, tool_calls=tuple(c for c in message.tool_calls if c not in calls))
             self.transcript.mark_gateway(c.id for c in calls)
 
-    async def _run_tools(self, execution: Execution) -> AsyncGenerator[bytes, None]:
+    async def _run_tools(self, execution: Execution) -> None:
         """The step's gateway calls, in parallel; their results go out as they come."""
         try:
             while not execution.done:
                 results = await self.gate.admit_all(list(await execution.wait()))
                 if results:
-                    yield self._emit(results)
+                    self._emit(results)
         finally:
             await execution.aclose()  # cancelled or failed: nothing keeps running
 
@@ -332,7 +268,6 @@ class Run:
         progress.steps += 1
         self.transcript.step = progress.steps
         upstream = await self.plan.adapter.open_stream(request)
-        self._count_ignored()
         acc = Accumulator(model=self.plan.model, provider=self.plan.provider, block_ends=True)
         acc.continue_from(self.accumulator)
         self.upstream, self.accumulator = upstream, acc
@@ -347,10 +282,6 @@ class Run:
         if not self._progress.counted:
             usage.add(self.accumulator.usage)
         return usage
-
-    def _cancelled_by(self) -> ErrorData:
-        """Why a cancelled run ended: the API's cancel, or its client went away."""
-        return CANCELLED_BY_REQUEST if self.log.cancel_requested else _GONE
 
     def _ending(self, status: FinalStatus, error: ErrorData | None) -> FinalEvent:
         """The final event; a bare one (no message) if building the full one fails."""
@@ -374,39 +305,32 @@ class Run:
         if self.plan.price is not None:
             usage.cost_usd = self.plan.price.cost(usage)
         route = self.plan.route
+        routed = route.outcome() if route is not None else None
         return FinalEvent(status=status, message=message, usage=usage, stop_reason=stop_reason,
                           model=acc.model, provider=acc.provider, error=error, steps=progress.steps,
-                          max_steps_reached=progress.max_steps_reached,
-                          messages=self.released.added,
-                          validation=self.gate.summary(), **(route.final_fields() if route is not None else {}))
+                          max_steps_reached=progress.max_steps_reached, messages=self.released.added,
+                          validation=self.gate.summary(), attempts=routed.attempts if routed else (),
+                          route=routed.route if routed else None, target=routed.target if routed else None)
 
-    async def _end(self, final: FinalEvent) -> bytes:
-        """Close the upstream, append the final, count, report; the final's frame. Each part
-        runs whatever the one before did: the stream always gets its final."""
+    async def _end(self, final: FinalEvent) -> FinalEvent:
+        """Close the upstream, append the final, report; the final as appended. Each part runs
+        whatever the one before did: the stream always gets its final."""
         progress = self._progress
         try:
             await self._close_upstream()
         finally:
             progress.events["final"] += 1
+            if not progress.counted:
+                progress.ignored.update(self.accumulator.ignored)
             try:
-                frame = self.log.append(final)
+                self.log.append(final)
             except Exception:  # the final itself cannot be encoded: a bare one says so
                 final = self._bare_final("error", _INTERNAL)
-                frame = self.log.append(final)
-            if self.listener is not None:
-                self.listener(final)
-            try:
-                self.transcript.finish(status=final.status, stop_reason=final.stop_reason, usage=final.usage,
-                                       steps=progress.steps)
-                duration = time.perf_counter() - self.plan.started
-                self._count(final, duration)
-                self._report(final, duration)
-            finally:
-                self.metrics.active_streams.dec()
-                self.runs.running.pop(self, None)
-                if self.plan.route is not None:
-                    self.plan.route.close()
-        return frame
+                self.log.append(final)
+            self.transcript.finish(status=final.status, stop_reason=final.stop_reason, usage=final.usage,
+                                   steps=progress.steps)
+            self._report(final, time.perf_counter() - self.plan.started)
+        return final
 
     def _report(self, final: FinalEvent, duration: float) -> None:
         progress = self._progress
@@ -417,20 +341,6 @@ class Run:
             max_steps_reached=final.max_steps_reached, tools_run=progress.tools_run,
             events=sum(progress.events.values()), validation=final.validation, ttft=self.ttft,
             duration=duration, started_at=self.plan.started_at, final=final, transcript=self.transcript,
+            event_counts=dict(progress.events), ignored=dict(progress.ignored),
         )
-        notify(self.observers, report, self.logger)
-
-    def _count_ignored(self) -> None:
-        """What the step's normalizer ignored as harmless: counted and logged (debug), per step."""
-        for what, n in self.accumulator.ignored.items():
-            self.metrics.upstream_ignored.labels(self.plan.provider, what).inc(n)
-            self.logger.debug("upstream_ignored", stream_id=self.stream_id, what=what, count=n)
-
-    def _count(self, final: FinalEvent, duration: float) -> None:
-        self._count_ignored()
-        metrics, provider = self.metrics, self.plan.provider
-        metrics.count_events(self._progress.events)
-        metrics.stream_duration.labels(provider, final.status).observe(duration)
-        metrics.streams_finished.labels(provider, final.status).inc()
-        if self.ttft is not None:
-            metrics.ttft.labels(provider).observe(self.ttft)
+        notify(self.plan.observers, report, _log)

@@ -145,23 +145,3 @@ async def test_time_the_run_spends_elsewhere_is_not_upstream_silence() -> None:
         seen.append(batch)
         await asyncio.sleep(0.2)  # the run is busy (a slow validator, a slow client), not reading
     assert len(seen) == 2 and upstream.closed
-
-
-async def test_abort_ends_a_waiting_read_with_the_given_error() -> None:
-    from app.lifecycle import ShuttingDown
-
-    upstream = _Upstream(asyncio.Event())
-    stream = _routed(upstream, idle=60)
-    first = asyncio.Event()
-
-    async def read() -> None:
-        async for _ in stream:
-            first.set()
-
-    reading = asyncio.ensure_future(read())
-    await first.wait()
-    await asyncio.sleep(0)  # the reader goes back to the silent upstream and waits there
-    stream.abort(ShuttingDown("bye"))
-    with pytest.raises(ShuttingDown):
-        await asyncio.wait_for(reading, 10)
-    assert upstream.closed

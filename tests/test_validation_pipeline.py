@@ -18,8 +18,8 @@ from tests.support import parse_sse
 def gateway(adapter: FakeAdapter, settings: Settings | None = None) -> Gateway:
     settings = settings or Settings()
 
-    def gate_factory(gw: Gateway, spec: RunSpec):
-        return build_gate(request_specs=spec.validators, operator_specs=gw.settings.validators,
+    def gate_factory(spec: RunSpec):
+        return build_gate(request_specs=spec.validators, operator_specs=settings.validators,
                           chunking=spec.chunking, tools=spec.tools, judge=None)
 
     return Gateway(settings=settings, registry=build_registry(settings.provider_config(), None, {"fake": adapter}),
@@ -29,8 +29,8 @@ def gateway(adapter: FakeAdapter, settings: Settings | None = None) -> Gateway:
 
 async def run_to_end(gw: Gateway, *validators: ValidatorSpec) -> list:
     request = ProviderRequest(model="fake/m", messages=(Message(role="user", content="hi"),))
-    run = await gw.open(RunSpec(request=request, validators=validators))
-    return parse_sse(b"".join([frame async for frame in run.frames()]))
+    run = await gw.start(RunSpec(request=request, validators=validators)).opened()
+    return parse_sse(b"".join([frame async for frame in run.log.follow(0)]))
 
 
 async def test_a_block_closes_the_upstream_and_held_text_never_goes_out() -> None:

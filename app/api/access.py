@@ -19,10 +19,12 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.security import APIKeyHeader, HTTPBearer
 from starlette.routing import BaseRoute
 
+from app.accounting import KeyAccountant
 from app.api.middleware import RequestLog
+from app.api.readers import opened
 from app.auth import Auth, Principal
 from app.auth.service import AccessDenied
-from app.pipeline import Gateway, Run, RunSpec
+from app.pipeline import Gateway, RunHandle, RunSpec
 
 __all__ = ["AdminDep", "Authenticated", "PrincipalDep", "document_security", "not_found_unless_owner", "open_run",
            "principal_of"]
@@ -96,20 +98,21 @@ def not_found_unless_owner(principal: Principal, owner: str | None, error: Excep
 
 
 async def open_run(request: Request, gateway: Gateway, spec: RunSpec, principal: Principal,
-                   record: RequestLog) -> tuple[Run, dict[str, str]]:
-    """Admit the caller (403 model, 429 limits or budget), open the run as theirs, and give the
-    x-ratelimit-* headers for the response. A run that fails to open gives its slot back."""
+                   record: RequestLog) -> tuple[RunHandle, dict[str, str]]:
+    """Admit the caller (403 model, 429 limits or budget), start the run as theirs and wait until it
+    opened (app/api/readers.py), and give the x-ratelimit-* headers for the response. A run that
+    fails to open gives its slot back; one that opened settles the key's accounts when it ends."""
     auth: Auth = request.app.state.auth
     ticket = await auth.admit(principal, spec.model, gateway.settings.aliases.get(spec.model, ""))
     if principal.key is not None:
         spec = replace(spec, owner=principal.key.id, policy_validators=principal.key.validators)
     record.model = spec.model
+    accountant: KeyAccountant = request.app.state.accountant
     try:
-        run = record.run = await gateway.open(spec, request_id=record.request_id or None)
+        handle = gateway.start(spec, request_id=record.request_id or None,
+                               observers=(accountant.settle(ticket),) if ticket is not None else ())
+        record.run = await opened(request, handle)
     except BaseException:
         await auth.abandon(ticket)
         raise
-    if ticket is None:
-        return run, {}
-    request.app.state.accountant.bind(run.stream_id, ticket)  # settled by app/accounting.py when the run ends
-    return run, ticket.headers
+    return handle, ticket.headers if ticket is not None else {}

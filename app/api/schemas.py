@@ -95,9 +95,11 @@ class GenerateRequest(BaseModel):
     stream: bool = Field(default=False, strict=True, description="POST /v1/generate only: answer 202 and run in the background.")
     on_disconnect: Literal["cancel", "continue"] = Field(
         default="cancel",
-        description="POST /v1/stream: what a client leaving does. `cancel` ends the run and closes the upstream "
-                    "request; `continue` lets it run to its end (bounded by its timeouts) so the client can resume "
-                    "by id at GET /v1/stream/{id}. Background runs (/v1/generate with `stream: true`) always "
+        description="What a client leaving does (POST /v1/stream, and POST /v1/generate answering JSON). `cancel` "
+                    "ends the run and closes the upstream request, at any moment, before the first token included; "
+                    "`continue` lets it run to its end (bounded by its timeouts) so the client can resume by id at "
+                    "GET /v1/stream/{id}. A client that leaves before the response began never learned the stream's "
+                    "id: its run is cancelled either way. Background runs (/v1/generate with `stream: true`) always "
                     "continue.",
     )
     timeouts: Deadlines | None = Field(

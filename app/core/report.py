@@ -13,7 +13,7 @@ An observer that raises is logged and ignored; it never changes the stream.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.errors import ErrorData, FinalStatus
@@ -57,6 +57,12 @@ class RunReport:
     started_at: float
     final: FinalEvent
     transcript: Transcript
+    event_counts: dict[str, int] = field(default_factory=dict)
+    """Events appended, by type (`start` and `final` included)."""
+    ignored: dict[str, int] = field(default_factory=dict)
+    """Upstream stream parts the normalizers ignored as harmless, by kind."""
+    opened: bool = True
+    """False for a run no target served (an HTTP error answered it; no stream existed)."""
 
     @property
     def error_code(self) -> str | None:

@@ -33,13 +33,12 @@ from app.core.errors import (
 from app.core.patches import Patch
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest
 from app.providers.registry import ProviderRegistry
-from app.routing.abort import Abort
 from app.routing.breaker import Breakers, BreakerState
 from app.routing.config import Deadlines, RouteConfig, flatten_targets
 from app.routing.errors import CircuitOpen, DeadlineExceeded
 from app.routing.stream import RoutedStream, close_upstream
 
-__all__ = ["Attempt", "Policy", "RouteConfigError", "RouteSession", "Router", "Target", "check_routes"]
+__all__ = ["Attempt", "Policy", "RouteConfigError", "RouteOutcome", "RouteSession", "Router", "Target", "check_routes"]
 
 Outcome = Literal["ok", "error", "timeout", "rate_limited", "skipped", "cancelled"]
 _CONTENT_KINDS = frozenset({"tool_start", "tool_delta", "tool_result_start", "tool_result_delta"})
@@ -100,6 +99,15 @@ class Attempt:
         if self.step > 1:
             out["step"] = self.step
         return out
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class RouteOutcome:
+    """A route's part of a run's `final`."""
+
+    attempts: tuple[AttemptData, ...]
+    route: str | None
+    target: str | None
 
 
 @dataclass(slots=True)
@@ -268,16 +276,9 @@ class RouteSession(ProviderAdapter):
         self.served: Target | None = None
         self.step = 0
         self.current: RoutedStream | None = None
-        self._abort = Abort()  # abort() ends the opening where it waits
-        self._on_close: list[Callable[[], None]] = []
 
     def ready(self) -> bool:
         return True
-
-    @property
-    def opening(self) -> bool:
-        """Between its first attempt and its first content: no stream yet."""
-        return self._abort.waiting
 
     @property
     def primary(self) -> Target:
@@ -288,13 +289,8 @@ class RouteSession(ProviderAdapter):
     async def open_stream(self, request: ProviderRequest) -> RoutedStream:
         """`ProviderAdapter.open_stream`, routed: the first target to reach content, its stream."""
         self.step += 1
-        abort = self._abort
-        if abort.error is not None:
-            raise abort.error
-        loop = asyncio.get_running_loop()
-        if loop.time() >= self.total_at:
+        if asyncio.get_running_loop().time() >= self.total_at:
             raise DeadlineExceeded("total", self.total)
-        abort.task, abort.waiting = asyncio.current_task(), True
         try:
             if self.served is not None:  # a later step: the target that answered so far
                 opened = await self._chain(self.served, request)
@@ -302,15 +298,8 @@ class RouteSession(ProviderAdapter):
                 opened = await self._hedged(request)
             else:
                 opened = await self._in_order(request)
-        except asyncio.CancelledError:
-            error = abort.caught()
-            if error is None:
-                raise
-            raise error from None
         except _TargetFailed as failed:
             raise self._with_attempts(failed.error) from None
-        finally:
-            abort.waiting = False
         self.served = target = opened.target
         stream = RoutedStream(upstream=opened.upstream, iterator=opened.iterator, buffered=opened.buffered,
                               ended=opened.ended, failure=opened.failure, idle=self.idle, total=self.total,
@@ -323,26 +312,11 @@ class RouteSession(ProviderAdapter):
         if _verdict(exc) != "stop":
             self.router.breakers[target.name].failure()
 
-    def final_fields(self) -> dict[str, Any]:
-        """`FinalEvent` fields: the attempts (and, for a route, its name and the target that served)."""
+    def outcome(self) -> RouteOutcome:
+        """What the final tells of the route: its attempts, and for a named route its name and the
+        target that served."""
         served = self.served.name if self.route is not None and self.served is not None else None
-        return {"attempts": tuple(a.to_dict() for a in self.attempts), "route": self.route, "target": served}
-
-    def abort(self, error: GatewayError) -> None:
-        """End the run with `error` (graceful drain): its read or its opening raises it."""
-        if self._abort.error is not None:
-            return
-        if not self._abort.trip(error) and self.current is not None:
-            self.current.abort(error)
-
-    def on_close(self, callback: Callable[[], None]) -> None:
-        self._on_close.append(callback)
-
-    def close(self) -> None:
-        """The run ended (its final is out): release what was held for it."""
-        callbacks, self._on_close = self._on_close, []
-        for callback in callbacks:
-            callback()
+        return RouteOutcome(attempts=tuple(a.to_dict() for a in self.attempts), route=self.route, target=served)
 
     # -- strategies ----------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The patch stream a routed run reads: the winning attempt's patches read before the first
 content (buffered by the opener), then the upstream's own, under the run's idle and total
-deadlines, and abortable (graceful drain).
+deadlines.
 
 Deadlines without a timer per chunk: one timer handle per stream is re-armed only when it fires.
 When it finds the upstream silent for `idle` (or the run past its `total`) while the run is
@@ -39,7 +39,7 @@ class RoutedStream:
         self._idle = idle
         self._total = total
         self._total_at = total_at
-        self._abort = Abort()  # the deadlines and abort() end the read where it waits
+        self._abort = Abort()  # the deadlines end the read where it waits
         self._last = 0.0
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -72,7 +72,7 @@ class RoutedStream:
                 except StopAsyncIteration:
                     return
                 except asyncio.CancelledError:
-                    error = abort.caught()  # only ours: the deadline or the abort, not the caller
+                    error = abort.caught()  # only ours: the deadline, not the run's owner
                     if error is None:
                         raise
                     if isinstance(error, DeadlineExceeded) and error.deadline == "idle":
@@ -94,11 +94,6 @@ class RoutedStream:
     def _failed(self, error: GatewayError) -> None:
         if self._on_failure is not None:
             self._on_failure(error)
-
-    def abort(self, error: GatewayError) -> None:
-        """End the stream with `error` now (or at its next read, if the run is not reading)."""
-        if self._abort.error is None:
-            self._abort.trip(error)
 
     async def aclose(self) -> None:
         if self._closed:

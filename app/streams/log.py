@@ -12,9 +12,9 @@ Each log is bounded (events and bytes; the oldest frames go first) and the store
 appends to its in-memory `StreamLog` and serves its own client from it; a store that persists
 elsewhere hooks `StreamLog.sink` and writes in the background, never on the live path.
 
-Cancellation: whoever drives a run wraps its frames in `StreamLog.supervise()`; `cancel()` then
-ends the run where it waits (upstream read, tool, validator) and the driver still delivers the
-run's `final{status: "cancelled"}` to its reader.
+Cancellation: the run writing a log registers its `canceller`; `cancel()` (the API's cancel, on
+this replica or relayed from another) calls it, and the run's task ends where it waits with
+`final{status: "cancelled"}`. Readers never drive the run: they read its log.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import itertools
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -144,13 +144,16 @@ class StreamInfo:
 class StreamLog:
     """The events of one stream, in order, numbered from 1."""
 
-    __slots__ = ("info", "_frames", "_first_seq", "_next_seq", "_bytes", "_max_events", "_max_bytes",
-                 "_waiter", "final", "finished_at", "_budget", "sink", "_control", "_cancel_pending")
+    __slots__ = ("info", "_frames", "_events", "_first_seq", "_next_seq", "_bytes", "_max_events", "_max_bytes",
+                 "_waiter", "final", "finished_at", "_budget", "sink", "canceller")
 
-    def __init__(self, info: StreamInfo, *, max_events: int, max_bytes: int, budget: Budget | None = None) -> None:
+    def __init__(self, info: StreamInfo, *, max_events: int, max_bytes: int, budget: Budget | None = None,
+                 keep_events: bool = False) -> None:
         self.info = info
         self._budget = budget
         self._frames: deque[bytes] = deque()
+        self._events: deque[StreamEvent] | None = deque() if keep_events else None
+        """The events beside their frames, for a reader that translates them (a facade); same bounds."""
         self._first_seq = 1
         self._next_seq = 1
         self._bytes = 0
@@ -160,8 +163,8 @@ class StreamLog:
         self.final: FinalEvent | None = None
         self.finished_at: float | None = None
         self.sink: Sink | None = None
-        self._control: _Control | None = None
-        self._cancel_pending = False
+        self.canceller: Callable[[], bool] | None = None
+        """Set by the run writing this log: ends it (False when it had already ended)."""
 
     @property
     def first_seq(self) -> int:
@@ -190,10 +193,15 @@ class StreamLog:
         frame = encode_frame(self._next_seq, event)
         self._next_seq += 1
         self._frames.append(frame)
+        events = self._events
+        if events is not None:
+            events.append(event)
         before = self._bytes
         self._bytes += len(frame)
         while len(self._frames) > 1 and (len(self._frames) > self._max_events or self._bytes > self._max_bytes):
             self._bytes -= len(self._frames.popleft())
+            if events is not None:
+                events.popleft()
             self._first_seq += 1
         final = isinstance(event, FinalEvent)
         if final:
@@ -254,87 +262,47 @@ class StreamLog:
                 continue
             if self.final is not None:
                 return
-            if self._waiter is None:
-                self._waiter = asyncio.Event()
-            await self._waiter.wait()
+            await self._changed()
+
+    async def follow_events(self, after: int = 0) -> AsyncIterator[list[StreamEvent]]:
+        """Like `follow`, the events themselves, in batches (a log made with `keep_events`)."""
+        events = self._events
+        if events is None:
+            raise RuntimeError("this log keeps frames only")
+        self.check_replay(after)
+        cursor = after
+        while True:
+            if cursor < self.last_seq:
+                if cursor + 1 < self._first_seq:
+                    raise ReplayUnavailable("reader fell behind the stream's retention window")
+                offset = cursor + 1 - self._first_seq
+                batch = list(itertools.islice(events, offset, None))
+                cursor = self.last_seq
+                yield batch
+                continue
+            if self.final is not None:
+                return
+            await self._changed()
+
+    def _changed(self) -> Awaitable[bool]:
+        """Wait for the next append (any number of readers share one waiter)."""
+        if self._waiter is None:
+            self._waiter = asyncio.Event()
+        return self._waiter.wait()
 
     async def wait_final(self) -> FinalEvent:
-        async for _ in self.follow(self.last_seq):
-            pass
-        assert self.final is not None
+        while self.final is None:
+            await self._changed()
         return self.final
 
     # -- cancellation -----------------------------------------------------------------------
 
-    @property
-    def running(self) -> bool:
-        """A driver supervises this stream's run here and it has not ended."""
-        return self._control is not None and self.final is None
-
-    @property
-    def cancel_requested(self) -> bool:
-        """`cancel()` was asked of this stream's run (not a client that left, nor a shutdown)."""
-        return self._cancel_pending or (self._control is not None and self._control.requested)
-
     def cancel(self) -> bool:
-        """End the supervised run (it appends `final{status: "cancelled"}`); False if none runs here."""
-        control = self._control
-        if self.final is not None:
+        """End the run writing this log (it appends `final{status: "cancelled"}`); False if it
+        had already ended or no run writes it here."""
+        if self.final is not None or self.canceller is None:
             return False
-        if control is None:  # opened, not driven yet: the driver ends it after its start event
-            self._cancel_pending = True
-            return True
-        control.requested = True
-        if control.inside and control.task is not None:
-            control.task.cancel()  # it waits inside the run: the run ends where it waits
-        return True  # else the driver is handing a frame to its reader: it ends the run next
-
-    async def supervise(self, frames: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
-        """Drive a run's frames so that `cancel()` can end it; yields what the run yields and,
-        when cancelled, the run's final frame. One driver per log."""
-        task = asyncio.current_task()
-        control = self._control = _Control(task)
-        control.requested = self._cancel_pending
-        sent = self.last_seq
-        started = False
-        try:
-            while True:
-                if control.requested and started:  # asked while we were away: end it at its yield
-                    try:
-                        await frames.athrow(asyncio.CancelledError())
-                    except (asyncio.CancelledError, StopAsyncIteration):
-                        pass
-                    break
-                control.inside = True
-                try:
-                    chunk = await frames.__anext__()
-                except StopAsyncIteration:
-                    return
-                except asyncio.CancelledError:
-                    if not control.requested or task is None:
-                        raise
-                    task.uncancel()  # our own cancel(): the run ended with its final; deliver it
-                    break
-                finally:
-                    control.inside = False
-                started = True
-                sent = self.last_seq
-                yield chunk
-            tail = self.frames_after(sent)
-            if tail:
-                yield tail
-        finally:
-            self._control = None
-            await frames.aclose()
-
-
-class _Control:
-    __slots__ = ("task", "inside", "requested")
-
-    def __init__(self, task: asyncio.Task[Any] | None) -> None:
-        self.task = task
-        self.inside = False
-        self.requested = False
+        return self.canceller()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -373,8 +341,10 @@ class StreamStore(Protocol):
 
     async def aclose(self) -> None: ...
 
-    async def create(self, *, model: str, provider: str, owner: str | None = None) -> StreamLog:
-        """A log for a new run on this replica, owned by the API key `owner` (None in open mode);
+    async def create(self, *, model: str, provider: str, owner: str | None = None,
+                     keep_events: bool = False) -> StreamLog:
+        """A log for a new run on this replica, owned by the API key `owner` (None in open mode),
+        keeping its events beside its frames when a reader translates them (`keep_events`);
         StoreFull / StoreUnavailable (503) when it cannot."""
 
     def get(self, stream_id: str) -> StreamLog | None:
@@ -437,10 +407,12 @@ class MemoryStreamStore:
     async def aclose(self) -> None:
         pass
 
-    async def create(self, *, model: str, provider: str, owner: str | None = None) -> StreamLog:
-        return self.create_local(model=model, provider=provider, owner=owner)
+    async def create(self, *, model: str, provider: str, owner: str | None = None,
+                     keep_events: bool = False) -> StreamLog:
+        return self.create_local(model=model, provider=provider, owner=owner, keep_events=keep_events)
 
-    def create_local(self, *, model: str, provider: str, owner: str | None = None) -> StreamLog:
+    def create_local(self, *, model: str, provider: str, owner: str | None = None,
+                     keep_events: bool = False) -> StreamLog:
         if len(self._logs) >= self._max_streams:
             self.sweep()
         if len(self._logs) >= self._max_streams:
@@ -452,7 +424,8 @@ class MemoryStreamStore:
             raise StoreFull("the stream store is full; retry later")
         stream_id = "str_" + uuid.uuid4().hex
         log = StreamLog(StreamInfo(stream_id=stream_id, model=model, provider=provider, owner=owner),
-                        max_events=self._max_events, max_bytes=self._max_bytes, budget=self._budget)
+                        max_events=self._max_events, max_bytes=self._max_bytes, budget=self._budget,
+                        keep_events=keep_events)
         self._logs[stream_id] = log
         return log
 

@@ -37,9 +37,10 @@ router = APIRouter(tags=["anthropic-compatible"], route_class=AnthropicRoute, de
 )
 async def messages(body: MessagesRequest, gateway: GatewayDep, record: RecordDep, request: Request,
                    principal: PrincipalDep) -> Response:
-    run, limit_headers = await open_run(gateway, to_run_spec(body), record, request=request, principal=principal,
-                                        body=body, forwards=FORWARDED)
+    handle, limit_headers = await open_run(gateway, to_run_spec(body), record, request=request, principal=principal,
+                                           body=body, forwards=FORWARDED)
+    run = handle.run
     writer = MessageWriter(run, model=body.model) if body.stream else None
-    return await answer(gateway, run, stream=writer, headers=limit_headers,
+    return await answer(gateway, request, handle, stream=writer, headers=limit_headers,
                         build=lambda events, final: message(run, body.model, events, final),
                         error=lambda status, text, code: ERRORS.body(status, text))

@@ -6,6 +6,7 @@ and the request field paths those errors name.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, ClassVar, Literal, Protocol
 
 from fastapi import Request
@@ -16,6 +17,7 @@ from starlette.responses import Response
 
 from app.api.access import open_run as admit_and_open
 from app.api.middleware import RequestLog
+from app.api.readers import events_or_gone
 from app.api.responses import JSON, final_status_code
 from app.api.schemas import refuse_invalid_unicode
 from app.api.sse import SSEResponse
@@ -23,13 +25,14 @@ from app.auth import Principal
 from app.core.errors import GatewayError
 from app.core.events import FinalEvent, StreamEvent, ToolCallEvent
 from app.core.messages import Message, ToolSpec
-from app.pipeline import Gateway, RunSpec
+from app.pipeline import Gateway, RunHandle, RunSpec
 from app.providers.base import ProviderRequest
 from app.run import Run
+from app.streams.log import StreamLog
 from app.validation import ValidatorSpec, check_specs
 
 __all__ = ["ErrorWriter", "FacadeError", "FacadeRoute", "GatewayExtras", "Translator", "answer", "caller_call",
-           "collect", "failure", "field_path", "forwarded_fields", "open_run", "route_responses", "run_spec", "translate",
+           "failure", "field_path", "forwarded_fields", "open_run", "route_responses", "run_spec", "translate",
            "validation_reason"]
 
 
@@ -139,30 +142,13 @@ class Translator(Protocol):
     def feed(self, events: list[StreamEvent]) -> bytes: ...
 
 
-async def translate(run: Run, translator: Translator) -> AsyncIterator[bytes]:
-    """Drive the run as `/v1/stream` does, through the same log (so the stream can be followed and
-    replayed by id), and yield the translator's bytes for each released batch. Closing this
-    generator (client gone) closes the run's, which cancels the run and closes the upstream."""
-    events: list[StreamEvent] = []
-    run.listener = events.append
-    frames = run.frames()
-    try:
-        async for _ in frames:
-            if events:
-                out = translator.feed(events)
-                events.clear()
-                if out:
-                    yield out
-    finally:
-        await frames.aclose()
-
-
-async def collect(run: Run) -> tuple[list[StreamEvent], FinalEvent]:
-    """Drive the run to its end without a live reader; every released event, and the final."""
-    events: list[StreamEvent] = []
-    run.listener = events.append
-    final = await run.drain()
-    return events, final
+async def translate(log: StreamLog, translator: Translator) -> AsyncIterator[bytes]:
+    """Read the run's log as events (it keeps them: `RunSpec.keep_events`) and yield the
+    translator's bytes for each batch. The stream can also be followed and replayed by id."""
+    async for events in log.follow_events(0):
+        out = translator.feed(events)
+        if out:
+            yield out
 
 
 def run_spec(*, model: str, messages: tuple[Message, ...], tools: tuple[ToolSpec, ...], tool_choice: str | None,
@@ -177,14 +163,14 @@ def run_spec(*, model: str, messages: tuple[Message, ...], tools: tuple[ToolSpec
 
 
 async def open_run(gateway: Gateway, spec: RunSpec, record: RequestLog, *, request: Request, principal: Principal,
-                   body: GatewayExtras, forwards: Iterable[str]) -> tuple[Run, dict[str, str]]:
+                   body: GatewayExtras, forwards: Iterable[str]) -> tuple[RunHandle, dict[str, str]]:
     """Open the run through the same Gateway and the same admission as /v1/stream (app/api/access.py:
     the key's models, limits, ownership; GatewayError before any event), and give the x-ratelimit-*
     headers. A refused provider option that the caller sent as a top-level field of `body` (one of
     the facade's `forwards`) is named as that field, which is what the caller wrote."""
     forwarded = forwarded_fields(body, forwards, body.provider_options)
     try:
-        return await admit_and_open(request, gateway, spec, principal, record)
+        return await admit_and_open(request, gateway, replace(spec, keep_events=True), principal, record)
     except GatewayError as exc:
         field = exc.field
         prefix, _, key = field.partition(".") if isinstance(field, str) else ("", "", "")
@@ -213,19 +199,28 @@ def route_responses(*, answer: str, errors: str, example: dict[str, Any]) -> dic
 
 async def answer(
     gateway: Gateway,
-    run: Run,
+    request: Request,
+    handle: RunHandle,
     *,
     stream: Translator | None,
     build: Callable[[list[StreamEvent], FinalEvent], dict[str, Any]],
     error: Callable[[int, str, str | None], dict[str, Any]],
     headers: Mapping[str, str] | None = None,
 ) -> Response:
-    """The facade's answer to an opened run: its translated stream, or the JSON built from the
-    released events (an error body with the run's status when it failed mid-way)."""
-    headers = {"x-stream-id": run.stream_id, **(headers or {})}
+    """The facade's answer to an opened run, a reader of its log: its translated stream (a client
+    that leaves cancels the run), or the JSON built from the released events (an error body with
+    the run's status when it failed mid-way)."""
+    log = handle.log
+    headers = {"x-stream-id": log.info.stream_id, **(headers or {})}
     if stream is not None:
-        return SSEResponse(translate(run, stream), ping_seconds=gateway.settings.ping_seconds, headers=headers)
-    events, final = await collect(run)
+        return SSEResponse(translate(log, stream), ping_seconds=gateway.settings.ping_seconds,
+                           send_timeout=gateway.settings.send_timeout_seconds, headers=headers,
+                           on_disconnect=lambda: handle.cancel("client_gone"))
+    events = await events_or_gone(request, handle)
+    if events is None:  # the client left (the run is cancelled): nobody reads this answer
+        return Response(status_code=499)
+    final = events[-1]
+    assert isinstance(final, FinalEvent)
     if final.status in ("ok", "blocked"):
         return JSON(build(events, final), headers=headers)
     status = final_status_code(final)

@@ -42,11 +42,12 @@ router = APIRouter(tags=["openai-compatible"], route_class=OpenAIRoute, dependen
 )
 async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, record: RecordDep, request: Request,
                            principal: PrincipalDep) -> Response:
-    run, limit_headers = await open_run(gateway, to_run_spec(body), record, request=request, principal=principal,
-                                        body=body, forwards=FORWARDED)
+    handle, limit_headers = await open_run(gateway, to_run_spec(body), record, request=request, principal=principal,
+                                           body=body, forwards=FORWARDED)
+    run = handle.run
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     writer = ChunkWriter(run, model=body.model, include_usage=include_usage) if body.stream else None
-    return await answer(gateway, run, stream=writer, headers=limit_headers,
+    return await answer(gateway, request, handle, stream=writer, headers=limit_headers,
                         build=lambda events, final: completion(run, body.model, events, final),
                         error=lambda status, text, code: ERRORS.body(status, text, None, code))
 

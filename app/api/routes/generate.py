@@ -11,6 +11,7 @@ from app.api.access import Authenticated, PrincipalDep, open_run
 from app.api.convert import to_spec
 from app.api.deps import gateway_of, request_log
 from app.api.errors import require_json
+from app.api.readers import final_or_gone
 from app.api.responses import JSON, final_status_code
 from app.api.run_route import RunRoute
 from app.api.schemas import ErrorBody, FinalPayload, GenerateRequest, StreamAccepted
@@ -25,15 +26,18 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 async def generate(body: GenerateRequest, request: Request, principal: PrincipalDep) -> Response:
     gateway, record = gateway_of(request), request_log(request)  # not dependencies: the hot path (deps.py)
     record.model = body.model
-    run, limit_headers = await open_run(request, gateway, to_spec(body), principal, record)
-    if body.stream:
-        gateway.spawn(run)
-        url = f"/v1/stream/{run.stream_id}"
-        return JSON({"stream_id": run.stream_id, "stream_url": url}, status_code=202,
+    handle, limit_headers = await open_run(request, gateway, to_spec(body), principal, record)
+    stream_id = handle.run.stream_id
+    if body.stream:  # the run goes on with no reader here; subscribers read its log by id
+        handle.detached = True
+        url = f"/v1/stream/{stream_id}"
+        return JSON({"stream_id": stream_id, "stream_url": url}, status_code=202,
                     headers={"Location": url, **limit_headers})
-    final = await run.drain()
+    final = await final_or_gone(request, handle, cancel=body.on_disconnect != "continue")
+    if final is None:  # the client left: nobody reads this answer
+        return Response(status_code=499)
     return JSON(final.data(), status_code=final_status_code(final),
-                headers={"X-Stream-ID": run.stream_id, **limit_headers})
+                headers={"X-Stream-ID": stream_id, **limit_headers})
 
 
 router.add_api_route(

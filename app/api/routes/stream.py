@@ -3,7 +3,6 @@ POST /v1/stream/{id}/cancel (end a run on whichever replica runs it)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
@@ -40,18 +39,14 @@ def json_errors(*codes: int) -> dict[int | str, dict[str, object]]:
 async def stream(body: GenerateRequest, request: Request, principal: PrincipalDep) -> SSEResponse:
     gateway, record = gateway_of(request), request_log(request)  # not dependencies: the hot path (deps.py)
     record.model = body.model
-    run, limit_headers = await open_run(request, gateway, to_spec(body), principal, record)
-    frames: AsyncIterator[bytes]
-    if body.on_disconnect == "continue":
-        # The run goes on in the background; this response is one reader of its log (from memory),
-        # so a client that leaves ends only its reader and can resume by id.
-        gateway.spawn(run)
-        frames = run.log.follow(0)
-    else:
-        frames = run.log.supervise(run.frames())  # the client leaving cancels the run
-    return SSEResponse(frames, ping_seconds=gateway.settings.ping_seconds,
+    handle, limit_headers = await open_run(request, gateway, to_spec(body), principal, record)
+    # A reader of the run's log: its client leaving cancels the run, unless asked to let it go on
+    # (then it can come back by id, GET /v1/stream/{id}).
+    cancel = body.on_disconnect != "continue"
+    return SSEResponse(handle.log.follow(0), ping_seconds=gateway.settings.ping_seconds,
                        send_timeout=gateway.settings.send_timeout_seconds,
-                       headers={"x-stream-id": run.stream_id, **limit_headers})
+                       headers={"x-stream-id": handle.run.stream_id, **limit_headers},
+                       on_disconnect=(lambda: handle.cancel("client_gone")) if cancel else None)
 
 
 router.add_api_route(
