@@ -58,6 +58,9 @@ class RunSpec:
     """The request's deadline overrides (within the operator's caps)."""
     keep_events: bool = False
     """The stream log keeps the events beside their frames: a reader translates them (a facade)."""
+    held: bool = False
+    """The response that starts the run reads all of it and owns it: the log keeps every event that
+    reader has not taken, and the run waits for it when it lags (app/streams/log.py, `room`)."""
 
     @property
     def model(self) -> str:
@@ -111,7 +114,7 @@ class RunOpener:
         model = served.name if session.route is not None else spec.model
         try:
             log = await self.store.create(model=model, provider=served.provider, owner=spec.owner,
-                                          keep_events=spec.keep_events)
+                                          keep_events=spec.keep_events, held=spec.held)
         except BaseException:
             await upstream.aclose()  # no stream, no run: nothing stays open
             raise

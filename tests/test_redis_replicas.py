@@ -2,6 +2,8 @@
 balancer: follow, resume, cancel and transcripts on any replica; a replica SIGKILLed while
 another follows; both restarted; Redis killed mid-stream; bounds and expiry."""
 
+import asyncio
+
 import httpx
 import pytest
 
@@ -88,6 +90,26 @@ async def test_cancel_on_b_of_a_run_owned_by_a(pair):
         assert again.status_code == 200 and again.json()["status"] == "finished"
         missing = await c.post(f"{b.url}/v1/stream/str_missing/cancel")
         assert missing.status_code == 404
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
+async def test_cancel_on_b_of_a_streaming_facade_run_owned_by_a(pair, path):
+    a, b = pair
+    body = {**ask("mock/lorem-500", 50), "stream": True, "max_tokens": 1000}
+    async with httpx.AsyncClient(timeout=30) as c:
+        async with c.stream("POST", f"{a.url}{path}", json=body) as r:
+            assert r.status_code == 200
+            sid = r.headers["x-stream-id"]
+            chunks = r.aiter_bytes()
+            await anext(chunks)
+            cancel = await c.post(f"{b.url}/v1/stream/{sid}/cancel")
+            assert cancel.status_code == 200 and cancel.json()["status"] == "cancelling"
+            async with asyncio.timeout(2.0):  # DESIGN.md section 6: the facade's client sees its stream end
+                async for _ in chunks:
+                    pass
+        events = parse_sse((await c.get(f"{b.url}/v1/stream/{sid}")).content)
+        assert [e for _, e, _ in events].count("final") == 1 and events[-1][1] == "final"
+        assert events[-1][2]["status"] == "cancelled" and len(events) < 500
 
 
 async def test_owner_sigkilled_while_b_follows_ends_with_one_replica_lost_final(pair):

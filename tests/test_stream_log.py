@@ -127,3 +127,34 @@ def test_content_frames_decode_back_to_their_events_start_and_final_are_skipped(
                          model="m", provider="p")]
     frames = b"".join(encode_frame(i, e) for i, e in enumerate(around, start=1))
     assert decode_frames(frames) == content
+
+
+async def test_a_held_log_keeps_what_its_reader_has_not_taken_and_makes_the_writer_wait() -> None:
+    log = store(max_events=4).create_local(model="m", provider="p", held=True)
+    written: list[int] = []
+
+    async def writer() -> None:
+        for i in range(20):
+            log.append(TokenEvent(index=i, content=f"t{i} "))
+            written.append(i)
+            if log.over_bounds:
+                await log.room()  # as the run does after each released batch
+        log.append(final())
+
+    writing = asyncio.ensure_future(writer())
+    await asyncio.sleep(0)
+    assert len(written) == 5 and len(log) == 5  # past its bounds by one batch, the writer waits
+    raw = b"".join([chunk async for chunk in log.follow(0, hold=True)])
+    await writing
+    events = parse_sse(raw)
+    assert [i for i, _, _ in events] == list(range(1, 22))  # nothing lost to the reader that holds
+    assert len(log) <= 4  # and once it let go, the log keeps to its bounds
+
+
+async def test_a_log_nobody_holds_drops_its_oldest_frames_and_a_late_reader_gets_410() -> None:
+    log = store(max_events=4).create_local(model="m", provider="p")
+    for i in range(20):
+        log.append(TokenEvent(index=i, content="x"))
+    assert not log.over_bounds and len(log) == 4 and log.first_seq == 17
+    with pytest.raises(ReplayUnavailable):
+        log.check_replay(0)

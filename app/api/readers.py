@@ -54,7 +54,7 @@ async def events_or_gone(request: Request, handle: RunHandle) -> list[StreamEven
     None when the client left first, having cancelled the run."""
 
     async def read() -> list[StreamEvent]:
-        return [event async for batch in handle.log.follow_events(0) for event in batch]
+        return [event async for batch in handle.log.follow_events(0, hold=True) for event in batch]
 
     return await _or_gone(request, handle, read(), cancel=True)
 

@@ -38,6 +38,8 @@ from app.core.transcript import Transcript
 BATCH_BYTES = 64 * 1024
 """Most bytes a reader takes from the log per send (one frame at least)."""
 _BATCH_FRAMES = 1024
+_NOBODY = 1 << 62
+"""No reader holds the log: it keeps to its bounds."""
 
 __all__ = ["BATCH_BYTES", "CANCELLED_BY_REQUEST", "CancelOutcome", "CursorAhead", "MemoryStreamStore",
            "ReplayUnavailable", "StoreFull", "StoreUnavailable", "StreamLog", "StreamRecord", "StreamStore",
@@ -145,10 +147,10 @@ class StreamLog:
     """The events of one stream, in order, numbered from 1."""
 
     __slots__ = ("info", "_frames", "_events", "_first_seq", "_next_seq", "_bytes", "_max_events", "_max_bytes",
-                 "_waiter", "final", "finished_at", "_budget", "sink", "canceller")
+                 "_waiter", "final", "finished_at", "_budget", "sink", "canceller", "_held", "_room")
 
     def __init__(self, info: StreamInfo, *, max_events: int, max_bytes: int, budget: Budget | None = None,
-                 keep_events: bool = False) -> None:
+                 keep_events: bool = False, held: bool = False) -> None:
         self.info = info
         self._budget = budget
         self._frames: deque[bytes] = deque()
@@ -165,6 +167,10 @@ class StreamLog:
         self.sink: Sink | None = None
         self.canceller: Callable[[], bool] | None = None
         """Set by the run writing this log: ends it (False when it had already ended)."""
+        self._held = 0 if held else _NOBODY
+        """The last id the holding reader took (`follow(..., hold=True)`): frames after it are kept.
+        A log made `held` is held from its first frame, before that reader starts."""
+        self._room: asyncio.Event | None = None
 
     @property
     def first_seq(self) -> int:
@@ -196,13 +202,11 @@ class StreamLog:
         events = self._events
         if events is not None:
             events.append(event)
-        before = self._bytes
         self._bytes += len(frame)
-        while len(self._frames) > 1 and (len(self._frames) > self._max_events or self._bytes > self._max_bytes):
-            self._bytes -= len(self._frames.popleft())
-            if events is not None:
-                events.popleft()
-            self._first_seq += 1
+        if self._budget is not None:
+            self._budget.grow(len(frame))
+        while len(self._frames) > 1 and self._first_seq <= self._held and self.over_bounds:
+            self._evict_oldest()
         final = isinstance(event, FinalEvent)
         if final:
             self.final = event  # type: ignore[assignment]
@@ -212,9 +216,42 @@ class StreamLog:
         if self._waiter is not None:
             self._waiter.set()
             self._waiter = None
-        if self._budget is not None:
-            self._budget.grow(self._bytes - before)
         return frame
+
+    def _evict_oldest(self) -> None:
+        size = len(self._frames.popleft())
+        self._bytes -= size
+        if self._events is not None:
+            self._events.popleft()
+        self._first_seq += 1
+        if self._budget is not None:
+            self._budget.grow(-size)
+
+    @property
+    def over_bounds(self) -> bool:
+        """More retained than the log's bounds: only while its holding reader lags behind."""
+        return len(self._frames) > self._max_events or self._bytes > self._max_bytes
+
+    async def room(self) -> None:
+        """Until the holding reader has caught up to within the log's bounds (or let go): the
+        writer's flow control, so a reader that owns its run never loses a frame and a slow one
+        slows the run (and its upstream) instead of growing the log."""
+        while self.over_bounds and self._held != _NOBODY:
+            if self._room is None:
+                self._room = asyncio.Event()
+            await self._room.wait()
+
+    def _took(self, seq: int) -> None:
+        """The holding reader took everything up to `seq`: what is over the bounds may go."""
+        self._held = seq
+        while len(self._frames) > 1 and self._first_seq <= seq and self.over_bounds:
+            self._evict_oldest()
+        if self._room is not None:
+            self._room.set()
+            self._room = None
+
+    def _let_go(self) -> None:
+        self._took(_NOBODY)
 
     def check_replay(self, after: int) -> None:
         """Raise unless every event after `after` is still retained."""
@@ -247,42 +284,58 @@ class StreamLog:
                 break
         return b"".join(batch), start + len(batch) - 1
 
-    async def follow(self, after: int) -> AsyncIterator[bytes]:
+    async def follow(self, after: int, *, hold: bool = False) -> AsyncIterator[bytes]:
         """Replay from `after`, then follow live until the final event. A reader holds one batch
         (about BATCH_BYTES) at a time, never a copy of the whole replay: a reader that stops
-        reading stalls on its send with that much, until the send watchdog drops it."""
+        reading stalls on its send with that much, until the send watchdog drops it. The reader
+        that owns the run `hold`s its place: nothing it has not taken is dropped (`room`)."""
         self.check_replay(after)
         cursor = after
-        while True:
-            if cursor < self.last_seq:
-                if cursor + 1 < self._first_seq:  # this reader fell behind the retention window
-                    raise ReplayUnavailable("reader fell behind the stream's retention window")
-                chunk, cursor = self._batch(cursor, BATCH_BYTES)
-                yield chunk
-                continue
-            if self.final is not None:
-                return
-            await self._changed()
+        if hold:
+            self._took(cursor)
+        try:
+            while True:
+                if cursor < self.last_seq:
+                    if cursor + 1 < self._first_seq:  # this reader fell behind the retention window
+                        raise ReplayUnavailable("reader fell behind the stream's retention window")
+                    chunk, cursor = self._batch(cursor, BATCH_BYTES)
+                    if hold:
+                        self._took(cursor)
+                    yield chunk
+                    continue
+                if self.final is not None:
+                    return
+                await self._changed()
+        finally:
+            if hold:
+                self._let_go()
 
-    async def follow_events(self, after: int = 0) -> AsyncIterator[list[StreamEvent]]:
+    async def follow_events(self, after: int = 0, *, hold: bool = False) -> AsyncIterator[list[StreamEvent]]:
         """Like `follow`, the events themselves, in batches (a log made with `keep_events`)."""
         events = self._events
         if events is None:
             raise RuntimeError("this log keeps frames only")
         self.check_replay(after)
         cursor = after
-        while True:
-            if cursor < self.last_seq:
-                if cursor + 1 < self._first_seq:
-                    raise ReplayUnavailable("reader fell behind the stream's retention window")
-                offset = cursor + 1 - self._first_seq
-                batch = list(itertools.islice(events, offset, None))
-                cursor = self.last_seq
-                yield batch
-                continue
-            if self.final is not None:
-                return
-            await self._changed()
+        if hold:
+            self._took(cursor)
+        try:
+            while True:
+                if cursor < self.last_seq:
+                    if cursor + 1 < self._first_seq:
+                        raise ReplayUnavailable("reader fell behind the stream's retention window")
+                    batch = list(itertools.islice(events, cursor + 1 - self._first_seq, None))
+                    cursor = self.last_seq
+                    if hold:
+                        self._took(cursor)
+                    yield batch
+                    continue
+                if self.final is not None:
+                    return
+                await self._changed()
+        finally:
+            if hold:
+                self._let_go()
 
     def _changed(self) -> Awaitable[bool]:
         """Wait for the next append (any number of readers share one waiter)."""
@@ -342,10 +395,11 @@ class StreamStore(Protocol):
     async def aclose(self) -> None: ...
 
     async def create(self, *, model: str, provider: str, owner: str | None = None,
-                     keep_events: bool = False) -> StreamLog:
+                     keep_events: bool = False, held: bool = False) -> StreamLog:
         """A log for a new run on this replica, owned by the API key `owner` (None in open mode),
-        keeping its events beside its frames when a reader translates them (`keep_events`);
-        StoreFull / StoreUnavailable (503) when it cannot."""
+        keeping its events beside its frames when a reader translates them (`keep_events`), held
+        for the reader that owns the run (`held`, `StreamLog.room`); StoreFull / StoreUnavailable
+        (503) when it cannot."""
 
     def get(self, stream_id: str) -> StreamLog | None:
         """The log of a stream held by this process (None elsewhere or unknown)."""
@@ -408,11 +462,11 @@ class MemoryStreamStore:
         pass
 
     async def create(self, *, model: str, provider: str, owner: str | None = None,
-                     keep_events: bool = False) -> StreamLog:
-        return self.create_local(model=model, provider=provider, owner=owner, keep_events=keep_events)
+                     keep_events: bool = False, held: bool = False) -> StreamLog:
+        return self.create_local(model=model, provider=provider, owner=owner, keep_events=keep_events, held=held)
 
     def create_local(self, *, model: str, provider: str, owner: str | None = None,
-                     keep_events: bool = False) -> StreamLog:
+                     keep_events: bool = False, held: bool = False) -> StreamLog:
         if len(self._logs) >= self._max_streams:
             self.sweep()
         if len(self._logs) >= self._max_streams:
@@ -425,7 +479,7 @@ class MemoryStreamStore:
         stream_id = "str_" + uuid.uuid4().hex
         log = StreamLog(StreamInfo(stream_id=stream_id, model=model, provider=provider, owner=owner),
                         max_events=self._max_events, max_bytes=self._max_bytes, budget=self._budget,
-                        keep_events=keep_events)
+                        keep_events=keep_events, held=held)
         self._logs[stream_id] = log
         return log
 

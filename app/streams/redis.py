@@ -188,10 +188,10 @@ class RedisStreamStore(MemoryStreamStore):
     # -- owner side ---------------------------------------------------------------------------
 
     async def create(self, *, model: str, provider: str, owner: str | None = None,
-                     keep_events: bool = False) -> StreamLog:
+                     keep_events: bool = False, held: bool = False) -> StreamLog:
         if self._pending_bytes > self._max_pending // 2:
             raise StoreUnavailable("the redis stream store is not keeping up; retry later")
-        log = self.create_local(model=model, provider=provider, owner=owner, keep_events=keep_events)
+        log = self.create_local(model=model, provider=provider, owner=owner, keep_events=keep_events, held=held)
         info = log.info
         keys = self._keys(info.stream_id)
         try:

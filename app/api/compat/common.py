@@ -143,9 +143,10 @@ class Translator(Protocol):
 
 
 async def translate(log: StreamLog, translator: Translator) -> AsyncIterator[bytes]:
-    """Read the run's log as events (it keeps them: `RunSpec.keep_events`) and yield the
-    translator's bytes for each batch. The stream can also be followed and replayed by id."""
-    async for events in log.follow_events(0):
+    """Read the run's log as events (it keeps them: `RunSpec.keep_events`), holding its place (the
+    reader owns the run), and yield the translator's bytes for each batch. The stream can also be
+    followed and replayed by id."""
+    async for events in log.follow_events(0, hold=True):
         out = translator.feed(events)
         if out:
             yield out
@@ -170,7 +171,7 @@ async def open_run(gateway: Gateway, spec: RunSpec, record: RequestLog, *, reque
     the facade's `forwards`) is named as that field, which is what the caller wrote."""
     forwarded = forwarded_fields(body, forwards, body.provider_options)
     try:
-        return await admit_and_open(request, gateway, replace(spec, keep_events=True), principal, record)
+        return await admit_and_open(request, gateway, replace(spec, keep_events=True, held=True), principal, record)
     except GatewayError as exc:
         field = exc.field
         prefix, _, key = field.partition(".") if isinstance(field, str) else ("", "", "")

@@ -3,6 +3,7 @@ POST /v1/stream/{id}/cancel (end a run on whichever replica runs it)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
@@ -39,11 +40,12 @@ def json_errors(*codes: int) -> dict[int | str, dict[str, object]]:
 async def stream(body: GenerateRequest, request: Request, principal: PrincipalDep) -> SSEResponse:
     gateway, record = gateway_of(request), request_log(request)  # not dependencies: the hot path (deps.py)
     record.model = body.model
-    handle, limit_headers = await open_run(request, gateway, to_spec(body), principal, record)
-    # A reader of the run's log: its client leaving cancels the run, unless asked to let it go on
-    # (then it can come back by id, GET /v1/stream/{id}).
     cancel = body.on_disconnect != "continue"
-    return SSEResponse(handle.log.follow(0), ping_seconds=gateway.settings.ping_seconds,
+    handle, limit_headers = await open_run(request, gateway, replace(to_spec(body), held=cancel), principal, record)
+    # A reader of the run's log: its client leaving cancels the run, unless asked to let it go on
+    # (then it can come back by id, GET /v1/stream/{id}). The reader that owns its run holds its
+    # place in the log: a slow client slows the run rather than losing events.
+    return SSEResponse(handle.log.follow(0, hold=cancel), ping_seconds=gateway.settings.ping_seconds,
                        send_timeout=gateway.settings.send_timeout_seconds,
                        headers={"x-stream-id": handle.run.stream_id, **limit_headers},
                        on_disconnect=(lambda: handle.cancel("client_gone")) if cancel else None)
