@@ -31,7 +31,8 @@ from app.observability import Metrics, get_logger
 from app.opener import GateFactory, RunOpener, RunSpec
 from app.providers.base import PatchStream, ProviderRequest
 from app.providers.registry import ProviderRegistry
-from app.routing.router import Attempt, Policy, Router, RouteSession
+from app.routing.router import Router, RouteSession
+from app.routing.targets import Attempt, Policy
 from app.run import CancelReason, Run
 from app.settings import Settings
 from app.streams.log import StreamLog, StreamStore

@@ -30,7 +30,8 @@ from app.core.patches import MessageDelta, MessageEnd, MessageStart, Patch, Text
 from app.providers.base import ProviderRequest  # noqa: E402
 from app.providers.registry import ProviderRegistry  # noqa: E402
 from app.routing.config import RouteConfig  # noqa: E402
-from app.routing.router import Policy, Router  # noqa: E402
+from app.routing.router import Router  # noqa: E402
+from app.routing.targets import Policy  # noqa: E402
 
 
 class _Stream:

@@ -16,8 +16,9 @@ from app.main import create_app
 from app.providers.registry import ProviderRegistry
 from app.routing.breaker import Breaker
 from app.routing.errors import DeadlineExceeded
-from app.routing.router import Policy, RouteConfigError, Router, retry_after_seconds
+from app.routing.router import RouteConfigError, Router, retry_after_seconds
 from app.routing.stream import RoutedStream
+from app.routing.targets import Policy
 from app.settings import Settings
 from tests.fakes import FakeAdapter
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Literal
 
 from app.core.errors import (
-    AttemptData,
     GatewayError,
     RequestError,
     UpstreamBadRequest,
@@ -36,11 +36,12 @@ from app.providers.registry import ProviderRegistry
 from app.routing.breaker import Breakers, BreakerState
 from app.routing.config import Deadlines, RouteConfig, flatten_targets
 from app.routing.errors import CircuitOpen, DeadlineExceeded
+from app.routing.strategies import Opened, TargetFailed, hedged, in_order
 from app.routing.stream import RoutedStream, close_upstream
+from app.routing.targets import Attempt, Outcome, Policy, RouteOutcome, Target
 
-__all__ = ["Attempt", "Policy", "RouteConfigError", "RouteOutcome", "RouteSession", "Router", "Target", "check_routes"]
+__all__ = ["RouteConfigError", "RouteSession", "Router", "check_routes", "retry_after_seconds"]
 
-Outcome = Literal["ok", "error", "timeout", "rate_limited", "skipped", "cancelled"]
 _CONTENT_KINDS = frozenset({"tool_start", "tool_delta", "tool_result_start", "tool_result_delta"})
 _TARGET_FAULTS = frozenset({"upstream_auth", "model_not_found", "upstream_quota"})
 """Failures of the target's configuration: another target may serve, the same one will not."""
@@ -48,85 +49,6 @@ _TARGET_FAULTS = frozenset({"upstream_auth", "model_not_found", "upstream_quota"
 
 class RouteConfigError(ValueError):
     """A route names something this gateway does not serve (raised when the app starts)."""
-
-
-@dataclass(slots=True, kw_only=True)
-class Policy:
-    """The operator's retry, deadline and breaker settings (from Settings)."""
-
-    max_retries: int = 1
-    backoff: float = 0.2
-    backoff_max: float = 2.0
-    retry_after_max: float = 5.0
-    first_token: float = 60.0
-    idle: float = 120.0
-    total: float = 600.0
-    max_first_token: float = 300.0
-    max_idle: float = 600.0
-    max_total: float = 3600.0
-    breaker_failures: int = 5
-    breaker_cooldown: float = 30.0
-
-
-@dataclass(slots=True, kw_only=True, frozen=True)
-class Target:
-    name: str
-    """`provider/model` as the client sees it in `start`, `final` and `attempts`."""
-    provider: str
-    upstream_model: str
-    adapter: ProviderAdapter
-    weight: float = 1.0
-    options: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(slots=True, kw_only=True)
-class Attempt:
-    """One try of one target: what `final.attempts` lists."""
-
-    target: str
-    step: int
-    outcome: Outcome = "cancelled"
-    status: int | None = None
-    code: str | None = None
-    duration_ms: float = 0.0
-
-    def to_dict(self) -> AttemptData:
-        out: AttemptData = {"target": self.target, "outcome": self.outcome, "duration_ms": self.duration_ms}
-        if self.status is not None:
-            out["status"] = self.status
-        if self.code is not None:
-            out["code"] = self.code
-        if self.step > 1:
-            out["step"] = self.step
-        return out
-
-
-@dataclass(slots=True, frozen=True, kw_only=True)
-class RouteOutcome:
-    """A route's part of a run's `final`."""
-
-    attempts: tuple[AttemptData, ...]
-    route: str | None
-    target: str | None
-
-
-@dataclass(slots=True)
-class _Opened:
-    target: Target
-    upstream: PatchStream
-    iterator: Any
-    buffered: list[list[Patch]]
-    ended: bool
-    failure: BaseException | None = None
-    """A failure no retry or fallback can help (the prompt blocked, a bug), read before the first
-    content: the run reports it after `start`, as it did before routing existed."""
-
-
-class _TargetFailed(Exception):
-    def __init__(self, error: GatewayError, *, stop: bool) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.stop = stop
 
 
 def _has_content(batch: list[Patch]) -> bool:
@@ -292,13 +214,14 @@ class RouteSession(ProviderAdapter):
         if asyncio.get_running_loop().time() >= self.total_at:
             raise DeadlineExceeded("total", self.total)
         try:
+            chain = functools.partial(self._chain, request=request)
             if self.served is not None:  # a later step: the target that answered so far
-                opened = await self._chain(self.served, request)
+                opened = await chain(self.served)
             elif self.hedge_after is not None:
-                opened = await self._hedged(request)
+                opened = await hedged(self.targets, chain, hedge_after=self.hedge_after, discard=self._discard)
             else:
-                opened = await self._in_order(request)
-        except _TargetFailed as failed:
+                opened = await in_order(self.targets, chain)
+        except TargetFailed as failed:
             raise self._with_attempts(failed.error) from None
         self.served = target = opened.target
         stream = RoutedStream(upstream=opened.upstream, iterator=opened.iterator, buffered=opened.buffered,
@@ -318,96 +241,28 @@ class RouteSession(ProviderAdapter):
         served = self.served.name if self.route is not None and self.served is not None else None
         return RouteOutcome(attempts=tuple(a.to_dict() for a in self.attempts), route=self.route, target=served)
 
-    # -- strategies ----------------------------------------------------------------------------
+    # -- one target --------------------------------------------------------------------------------
 
     def _with_attempts(self, error: GatewayError) -> GatewayError:
         error.attempts = tuple(a.to_dict() for a in self.attempts)
         return error
 
-    async def _in_order(self, request: ProviderRequest) -> _Opened:
-        last: _TargetFailed | None = None
-        for target in self.targets:
-            try:
-                return await self._chain(target, request)
-            except _TargetFailed as failed:
-                if failed.stop:
-                    raise
-                last = self._worse(last, failed)
-        assert last is not None
-        raise last
-
-    async def _hedged(self, request: ProviderRequest) -> _Opened:
-        """Start the next target whenever the running ones have produced no content for
-        `hedge_after` (or one failed); the first to reach content wins, the rest are cancelled."""
-        queue = list(self.targets)
-        running: dict[asyncio.Task[_Opened], Target] = {}
-        last: _TargetFailed | None = None
-
-        def launch() -> None:
-            target = queue.pop(0)
-            running[asyncio.ensure_future(self._chain(target, request))] = target
-
-        launch()
-        try:
-            while running:
-                done, _ = await asyncio.wait(running, timeout=self.hedge_after if queue else None,
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if not done:
-                    launch()  # the hedge: nothing yet from the running ones
-                    continue
-                winner: _Opened | None = None
-                for task in done:
-                    running.pop(task)
-                    exc = task.exception()
-                    if exc is None:
-                        if winner is None:
-                            winner = task.result()
-                        else:  # two at once: one answer only
-                            await self._discard(task.result())
-                        continue
-                    if not isinstance(exc, _TargetFailed):
-                        raise exc
-                    if exc.stop:
-                        raise exc
-                    last = self._worse(last, exc)
-                    if queue:
-                        launch()  # a failure frees its slot for the next target
-                if winner is not None:
-                    return winner
-            assert last is not None
-            raise last
-        finally:
-            for task in running:
-                task.cancel()
-            for task in running:  # each closes its upstream request as it unwinds
-                try:
-                    opened = await task
-                except BaseException:
-                    continue
-                await self._discard(opened)
-
-    async def _discard(self, opened: _Opened) -> None:
+    async def _discard(self, opened: Opened) -> None:
+        """A hedge that reached content too late: its attempt counts as cancelled, its upstream closed."""
         for attempt in reversed(self.attempts):
             if attempt.target == opened.target.name and attempt.outcome == "ok":
                 attempt.outcome = "cancelled"
                 break
         await _close(opened.upstream, opened.iterator)
 
-    @staticmethod
-    def _worse(last: _TargetFailed | None, failed: _TargetFailed) -> _TargetFailed:
-        """The failure to report when none served: a skipped target tells less than a real failure."""
-        if last is not None and isinstance(failed.error, CircuitOpen):
-            return last
-        return failed
-
-    async def _chain(self, target: Target, request: ProviderRequest) -> _Opened:
+    async def _chain(self, target: Target, *, request: ProviderRequest) -> Opened:
         """One target, retried with backoff while retrying can help."""
         router = self.router
         breaker = router.breakers[target.name]
         if not breaker.allow():
             self._record(Attempt(target=target.name, step=self.step, outcome="skipped", code="circuit_open"))
             retry_in = breaker.retry_in()
-            raise _TargetFailed(CircuitOpen(f"{target.name}: skipped while its circuit is open",
+            raise TargetFailed(CircuitOpen(f"{target.name}: skipped while its circuit is open",
                                             provider=target.provider, retry_after=f"{max(1, round(retry_in))}"),
                                 stop=False)
         loop = asyncio.get_running_loop()
@@ -419,19 +274,19 @@ class RouteSession(ProviderAdapter):
                 verdict = _verdict(exc)
                 if verdict == "stop":
                     breaker.release()
-                    raise _TargetFailed(exc, stop=True) from None
+                    raise TargetFailed(exc, stop=True) from None
                 breaker.failure()
                 if verdict != "retry" or tries >= self.max_retries or breaker.state == "open":
-                    raise _TargetFailed(exc, stop=False) from None
+                    raise TargetFailed(exc, stop=False) from None
                 tries += 1
                 delay = router.backoff(tries)
                 wait = retry_after_seconds(exc.retry_after)
                 if wait is not None:
                     if wait > router.policy.retry_after_max:
-                        raise _TargetFailed(exc, stop=False) from None  # a long wait: move on instead
+                        raise TargetFailed(exc, stop=False) from None  # a long wait: move on instead
                     delay = max(delay, wait)
                 if loop.time() + delay >= self.total_at:
-                    raise _TargetFailed(exc, stop=False) from None
+                    raise TargetFailed(exc, stop=False) from None
                 await asyncio.sleep(delay)
                 continue
             except BaseException:
@@ -440,7 +295,7 @@ class RouteSession(ProviderAdapter):
             breaker.success()
             return opened
 
-    async def _try(self, target: Target, request: ProviderRequest) -> _Opened:
+    async def _try(self, target: Target, request: ProviderRequest) -> Opened:
         """Open the target and read until its first content patch (or its end)."""
         attempt = Attempt(target=target.name, step=self.step)
         self.attempts.append(attempt)
@@ -469,7 +324,7 @@ class RouteSession(ProviderAdapter):
                         # served, with a failure to report after `start` (not the target's fault)
                         self._finish(attempt, started, "error",
                                      exc if isinstance(exc, GatewayError) else None)
-                        return _Opened(target, upstream, iterator, buffered, True, exc)
+                        return Opened(target, upstream, iterator, buffered, True, exc)
                     buffered.append(batch)
                     if _has_content(batch):
                         break
@@ -488,7 +343,7 @@ class RouteSession(ProviderAdapter):
             self._finish(attempt, started, "cancelled", None)
             raise
         self._finish(attempt, started, "ok", None)
-        return _Opened(target, upstream, iterator, buffered, ended)
+        return Opened(target, upstream, iterator, buffered, ended)
 
     def _finish(self, attempt: Attempt, started: float, outcome: Outcome, error: GatewayError | None) -> None:
         attempt.outcome = outcome
