@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import json
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
