@@ -67,6 +67,16 @@ def run_goals(run: dict) -> list[Goal]:
     return goals
 
 
+_BEHIND_MS = 5.0  # a path whose median token transit exceeds this did not keep pace with the upstream
+
+
+def _pace_note(name: str, target: dict) -> str:
+    """A warning when `target` fell behind the pace: its tokens then coalesce into fewer reads and
+    sends, so its gaps are not a steady state's and its CPU per event reads low."""
+    transit = target["transit_ms"]["p50"]
+    return f"; {name} FELL BEHIND the pace (token transit p50 {transit} ms)" if transit > _BEHIND_MS else ""
+
+
 def paced_goals(paced: dict) -> list[Goal]:
     """The goals bench/paced_bench.py measures: added inter-token gap and CPU per event under paced load."""
     floor, memory, redis = (paced["targets"][name] for name in ("floor", "memory_store", "redis_store"))
@@ -84,12 +94,14 @@ def paced_goals(paced: dict) -> list[Goal]:
         goals.append(Goal(f"paced load, {name}: added inter-token gap p99, gateway minus floor", added, limit, " ms",
                           f"gap p99 over the upstream's own: gateway {store['gap_added_ms']['p99']} ms, floor "
                           f"{floor['gap_added_ms']['p99']} ms; TTFT p50 gateway {store['ttft_ms']['p50']} ms, floor "
-                          f"{floor['ttft_ms']['p50']} ms; {shape}{extra}", budget=5 if name == "memory store" else None))
+                          f"{floor['ttft_ms']['p50']} ms; {shape}{extra}{_pace_note('gateway', store)}"
+                          f"{_pace_note('floor', floor)}", budget=5 if name == "memory store" else None))
     goals.append(Goal("paced load, CPU per event, gateway (memory store)", memory["cpu_us_per_event"], 35, " us",
                       f"Redis store {redis['cpu_us_per_event']} us (+ redis-server "
                       f"{redis.get('redis_server_cpu_us_per_event')} us), floor {floor['cpu_us_per_event']} us, "
                       f"gateway / floor {_ratio(memory['cpu_us_per_event'], floor['cpu_us_per_event'])}x; load "
-                      f"generator {share['load_generator']} of a core, pacer {share['pacer']}"))
+                      f"generator {share['load_generator']} of a core, pacer {share['pacer']}"
+                      f"{_pace_note('gateway', memory)}{_pace_note('floor', floor)}"))
     return goals
 
 

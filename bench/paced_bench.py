@@ -135,7 +135,7 @@ def summarize(runs: list[Tokens], cpu: float, extra_cpu: float | None) -> dict:
            "gap_added_ms": {"p50": _ms(gaps, 50), "p99": _ms(gaps, 99), "max": round(max(gaps, default=0) / 1e6, 3)},
            "transit_ms": {"p50": _ms(transit, 50), "p99": _ms(transit, 99)},
            "ttft_ms": {"p50": _ms(ttft, 50), "p99": _ms(ttft, 99)},
-           "cpu_us_per_event": round(cpu / events * 1e6, 2) if events else None}
+           "cpu_seconds": round(cpu, 2), "cpu_us_per_event": round(cpu / events * 1e6, 2) if events else None}
     if extra_cpu is not None:
         out["redis_server_cpu_us_per_event"] = round(extra_cpu / events * 1e6, 2) if events else None
     return out
