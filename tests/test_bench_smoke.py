@@ -140,9 +140,10 @@ def test_goals_prints_one_line_per_goal_from_one_run(tmp_path, paced_results):
     goals = json.loads(out.read_text())
     assert len(goals) == 8
     lines = done.stdout.splitlines()
-    assert lines[-1] == f"{sum(g['holds'] is True for g in goals)} of 8 goals met"
+    inconclusive = sum(bool(g["inconclusive"]) for g in goals)
+    assert lines[-1] == f"{sum(g['holds'] is True for g in goals)} of 8 goals met, {inconclusive} inconclusive"
     for goal in goals:  # each goal's line names it, with its figure (or n/a) and its limit
         line = next(line for line in lines if goal["name"] in line)
         assert f"goal <= {goal['limit']}" in line
-        assert line.split()[0] in {"met", "NOT", "no"}
+        assert line.split()[0] in {"met", "NOT", "no", "inconclusive"}
     assert any("redis-py reply parser: hiredis" in line for line in lines)
