@@ -44,8 +44,11 @@ migrate: $(VENV)/.installed-run  ## migrate the records database (FOUNDRY_DATABA
 openapi: $(VENV)/.installed-run  ## regenerate openapi/openapi.json from the app
 	$(BIN)/python scripts/export_openapi.py
 
-bench: $(VENV)/.installed-test  ## run the benchmarks in bench/ (the issue 12 goals, from one run)
-	$(BIN)/python bench/run.py --gate --facades
+BENCH_OUT ?= bench/results
+bench: $(VENV)/.installed-test  ## run the benchmarks in bench/; ends with one line per performance goal, from this run
+	mkdir -p $(BENCH_OUT)
+	$(BIN)/python bench/run.py --gate --facades --json $(BENCH_OUT)/run.json
+	$(BIN)/python bench/paced_bench.py --json $(BENCH_OUT)/paced.json
 	$(BIN)/python bench/open_bench.py
 	$(BIN)/python bench/transport_bench.py
 	$(BIN)/python bench/gate_bench.py
@@ -54,6 +57,7 @@ bench: $(VENV)/.installed-test  ## run the benchmarks in bench/ (the issue 12 go
 	$(BIN)/python bench/store_bench.py
 	$(BIN)/python bench/limiter_bench.py
 	$(BIN)/python bench/routing_bench.py
+	$(BIN)/python bench/goals.py $(BENCH_OUT)/run.json $(BENCH_OUT)/paced.json --json $(BENCH_OUT)/goals.json
 
 LITELLM_VENV ?= .venv-litellm
 $(LITELLM_VENV)/bin/litellm:  ## LiteLLM in a venv of its own: a comparison, never a dependency

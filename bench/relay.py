@@ -1,51 +1,43 @@
-"""The baseline: a bare parse-and-re-emit ASGI relay of the same upstream stream.
+"""The floor: a Starlette parse-and-re-emit relay of the same upstream stream, on aiohttp.
 
-It does the least any gateway must do per chunk: read the upstream SSE body through the same
-HTTP client (httpx2), split events, parse each JSON chunk with orjson, and re-emit the text as
-an SSE frame. No validation, no accumulation, no events model, no logging or metrics.
+It does the least any gateway built from well-kept libraries must do per chunk: read the
+upstream SSE body through aiohttp's client, split events, parse each JSON chunk with orjson, and
+re-emit the text as an SSE frame through Starlette's `StreamingResponse`. No validation, no
+accumulation, no events model, no logging or metrics, no middleware.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
-import httpx2
+import aiohttp
 import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, StreamingResponse
+from starlette.routing import Route
 
 UPSTREAM = os.environ.get("RELAY_UPSTREAM", "http://127.0.0.1:9101/v1")
-_client: httpx2.AsyncClient | None = None
 
 
-async def app(scope, receive, send):
-    global _client
-    if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                _client = httpx2.AsyncClient(timeout=60, limits=httpx2.Limits(max_connections=1000))
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await _client.aclose()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-    if scope["path"] == "/healthz":
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"ok"})
-        return
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
-    request = orjson.loads(body)
-    payload = {"model": request["model"].partition("/")[2], "messages": request["messages"], "stream": True}
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-store")]})
-    buf = b""
+@asynccontextmanager
+async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    # No pool cap: the paced bench holds hundreds of streams open at once, as the gateway does.
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     timeout=aiohttp.ClientTimeout(total=None, sock_read=60)) as session:
+        app.state.session = session
+        yield
+
+
+async def relay(session: aiohttp.ClientSession, payload: bytes) -> AsyncIterator[bytes]:
+    """The upstream's text deltas as `token` frames, then one `final` frame."""
     seq = 0
-    async with _client.stream("POST", f"{UPSTREAM}/chat/completions", json=payload) as response:
-        async for data in response.aiter_bytes():
+    buf = b""
+    async with session.post(f"{UPSTREAM}/chat/completions", data=payload,
+                            headers={"content-type": "application/json"}) as response:
+        async for data in response.content.iter_any():
             buf += data
             *frames, buf = buf.split(b"\n\n")
             out = []
@@ -59,6 +51,19 @@ async def app(scope, receive, send):
                         seq += 1
                         out.append(b"id: %d\nevent: token\ndata: %s\n\n" % (seq, orjson.dumps({"content": content})))
             if out:
-                await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
-    await send({"type": "http.response.body", "body": b"id: %d\nevent: final\ndata: {}\n\n" % (seq + 1),
-                "more_body": False})
+                yield b"".join(out)
+    yield b"id: %d\nevent: final\ndata: {}\n\n" % (seq + 1)
+
+
+async def stream(request: Request) -> StreamingResponse:
+    body = orjson.loads(await request.body())
+    payload = orjson.dumps({"model": body["model"].partition("/")[2], "messages": body["messages"], "stream": True})
+    return StreamingResponse(relay(request.app.state.session, payload), media_type="text/event-stream",
+                             headers={"cache-control": "no-store"})
+
+
+async def healthz(request: Request) -> PlainTextResponse:
+    return PlainTextResponse("ok")
+
+
+app = Starlette(routes=[Route("/v1/stream", stream, methods=["POST"]), Route("/healthz", healthz)], lifespan=lifespan)

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import REPO
 
 
@@ -21,7 +23,8 @@ def test_bench_runs_end_to_end_and_reports_every_number(tmp_path):
     assert {"direct_median", "gateway_added_median", "relay_added_median"} <= set(results["ttft_ms_c1"])
     assert {"relay", "gateway", "gateway_over_relay"} == set(results["cpu_ms_per_request"])
     assert results["events_per_second_c50"]["gateway"] > 0 and results["events_per_second_c50"]["relay"] > 0
-    assert {"per_open_stream", "per_retained_stream", "per_retained_stream_store_counted"} <= set(results["memory_kib"])
+    assert {"per_open_stream", "relay_per_open_stream", "per_retained_stream",
+            "per_retained_stream_store_counted"} <= set(results["memory_kib"])
     assert {"added_ttft_ms_c1", "request_cpu_ms_over_relay"} <= set(results["goals"])
 
 
@@ -88,3 +91,59 @@ def test_transport_bench_reports_each_client(tmp_path):
     ways = json.loads(out.read_text())["ways"]
     assert {"httpx2_default", "httpx2_on_h1", "prepared"} <= set(ways)  # `aiohttp` too when it is installed
     assert all(way["round_trip_median_us"] > 0 for way in ways.values())
+
+
+@pytest.fixture(scope="module")
+def paced_results(tmp_path_factory):
+    """One tiny run of bench/paced_bench.py: the pacer, the floor and both stores under paced load."""
+    import shutil
+
+    from tests.redis_support import unavailable
+
+    if shutil.which("redis-server") is None:
+        unavailable("bench/paced_bench.py starts its own redis-server: none on PATH")
+    out = tmp_path_factory.mktemp("paced") / "paced.json"
+    done = subprocess.run(
+        [sys.executable, "bench/paced_bench.py", "--streams", "6", "--tokens", "5", "--ramp", "0.05", "--rounds", "1",
+         "--json", str(out)],
+        cwd=REPO, check=False, timeout=300, capture_output=True,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_paced_bench_measures_every_token_of_each_target_and_shows_hiredis(paced_results):
+    results = json.loads(paced_results.read_text())
+    assert set(results["targets"]) == {"floor", "memory_store", "redis_store"}
+    for figures in results["targets"].values():
+        # every token of every stream came back with its upstream stamp: the gaps are real ones
+        assert figures["events"] == 6 * 5 and figures["streams_without_tokens"] == 0
+        assert {"p50", "p99", "max"} == set(figures["gap_added_ms"])
+        assert figures["ttft_ms"]["p50"] > 0 and figures["transit_ms"]["p50"] > 0
+    assert "redis_server_cpu_us_per_event" in results["targets"]["redis_store"]
+    assert results["hiredis"] == {"redis_utils_HIREDIS_AVAILABLE": True, "extension_mapped_in_gateway": True}
+    assert set(results["core_share"]) == {"load_generator", "pacer"}
+
+
+@pytest.mark.slow
+def test_goals_prints_one_line_per_goal_from_one_run(tmp_path, paced_results):
+    run = tmp_path / "run.json"
+    subprocess.run(
+        [sys.executable, "bench/run.py", "--streams", "4", "--chunks", "5", "--concurrency", "2", "--ttft-rounds", "2",
+         "--memory-streams", "4", "--rounds", "1", "--requests", "4", "--gate", "--json", str(run)],
+        cwd=REPO, check=True, timeout=300, capture_output=True,
+    )
+    out = tmp_path / "goals.json"
+    done = subprocess.run([sys.executable, "bench/goals.py", str(run), str(paced_results), "--json", str(out)],
+                          cwd=REPO, check=True, timeout=60, capture_output=True, text=True)
+    goals = json.loads(out.read_text())
+    assert len(goals) == 8
+    lines = done.stdout.splitlines()
+    inconclusive = sum(bool(g["inconclusive"]) for g in goals)
+    assert lines[-1] == f"{sum(g['holds'] is True for g in goals)} of 8 goals met, {inconclusive} inconclusive"
+    for goal in goals:  # each goal's line names it, with its figure (or n/a) and its limit
+        line = next(line for line in lines if goal["name"] in line)
+        assert f"goal <= {goal['limit']}" in line
+        assert line.split()[0] in {"met", "NOT", "no", "inconclusive"}
+    assert any("redis-py reply parser: hiredis" in line for line in lines)
