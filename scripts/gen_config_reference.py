@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT))
 from pydantic import AliasChoices, AliasPath, BaseModel, SecretStr, TypeAdapter  # noqa: E402
 from pydantic.fields import FieldInfo  # noqa: E402
 from pydantic_core import PydanticUndefined  # noqa: E402
+from pydantic_settings import BaseSettings  # noqa: E402
 
 from app.settings import Settings  # noqa: E402
 
@@ -194,6 +195,11 @@ def _rows(model: type[BaseModel], schema: Mapping[str, Any], defs: Mapping[str, 
             node = defs.get(_ref_name(prop["$ref"]), {}) if "$ref" in prop else prop
             yield from _rows(nested, node, defs, key_prefix=f"{key_prefix}{name}.", parent_env=envs[0],
                              delimiter=delimiter)
+            continue
+        if nested is not None and issubclass(nested, BaseSettings):
+            # A group that reads the environment itself, under its own env_prefix.
+            node = defs.get(_ref_name(prop["$ref"]), {}) if "$ref" in prop else prop
+            yield from _rows(nested, node, defs, key_prefix=f"{key_prefix}{name}.")
             continue
         default, long_default = _default(info)
         yield Row(key=f"{key_prefix}{name}", env=envs, type=_field_type(prop), default=default,

@@ -35,6 +35,12 @@ class _Group(BaseModel):
     url: SecretStr | None = None
 
 
+class _OwnGroup(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FOUNDRY_LOG_")
+
+    level: str = Field(default="info", description="Threshold.")
+
+
 class _Sample(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FOUNDRY_", env_nested_delimiter="__")
 
@@ -43,7 +49,7 @@ class _Sample(BaseSettings):
     records: _Group = Field(default_factory=_Group)
 
 
-def test_rows_follow_prefixes_aliases_groups_and_secrets() -> None:
+def test_rows_follow_prefixes_aliases_groups_and_secrets(monkeypatch) -> None:
     schema = _Sample.model_json_schema()
     rows = {row.key: row for row in _rows(_Sample, schema, schema.get("$defs", {}))}
     assert rows["plain"] == Row(key="plain", env=("FOUNDRY_PLAIN",), type="number, > 0, <= 10", default="`0.5`",
@@ -53,3 +59,23 @@ def test_rows_follow_prefixes_aliases_groups_and_secrets() -> None:
     assert rows["records.batch_size"].env == ("FOUNDRY_RECORDS__BATCH_SIZE",)
     assert rows["records.batch_size"].type == "integer, >= 1"
     assert rows["records.url"].secret
+    # the page names the variables that work
+    monkeypatch.setenv("FOUNDRY_RECORDS__BATCH_SIZE", "7")
+    monkeypatch.setenv("OTHER_KEY", "s3cret")
+    sample = _Sample()
+    assert sample.records.batch_size == 7 and sample.key is not None and sample.key.get_secret_value() == "s3cret"
+
+
+class _Grouped(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FOUNDRY_")
+
+    log: _OwnGroup = Field(default_factory=_OwnGroup)
+
+
+def test_a_group_that_reads_the_environment_itself_keeps_its_prefix(monkeypatch) -> None:
+    schema = _Grouped.model_json_schema()
+    rows = {row.key: row for row in _rows(_Grouped, schema, schema.get("$defs", {}))}
+    assert rows["log.level"].env == ("FOUNDRY_LOG_LEVEL",)
+    assert rows["log.level"].default == '`"info"`'
+    monkeypatch.setenv("FOUNDRY_LOG_LEVEL", "debug")  # the page names the variable that works
+    assert _Grouped().log.level == "debug"
