@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test lint install install-test openapi bench bench-litellm migrate clean
+.PHONY: run test lint install install-test openapi docs bench bench-litellm migrate clean
 
 run: $(VENV)/.installed-run  ## install and serve the gateway (mock provider by default) on $(HOST):$(PORT)
 	mkdir -p var  # the embedded records database, var/foundry.db (FOUNDRY_DATA_DIR)
@@ -44,6 +44,13 @@ migrate: $(VENV)/.installed-run  ## migrate the records database (FOUNDRY_DATABA
 openapi: $(VENV)/.installed-run  ## regenerate openapi/openapi.json from the app
 	$(BIN)/python scripts/export_openapi.py
 
+docs: $(VENV)/.installed-docs  ## build the documentation site into site/ (MkDocs, strict: a broken link fails)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # the variable silences the theme's end-of-life banner
+
+$(VENV)/.installed-docs: pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	@touch $@
+
 BENCH_OUT ?= bench/results
 bench: $(VENV)/.installed-test  ## run the benchmarks in bench/; ends with one line per performance goal, from this run
 	mkdir -p $(BENCH_OUT)
@@ -68,4 +75,4 @@ bench-litellm: $(VENV)/.installed-test $(LITELLM_VENV)/bin/litellm  ## optional:
 	$(BIN)/python bench/litellm_bench.py --litellm $(LITELLM_VENV)/bin/litellm
 
 clean:
-	rm -rf $(VENV) $(LITELLM_VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(LITELLM_VENV) .pytest_cache .hypothesis site
