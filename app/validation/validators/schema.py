@@ -90,8 +90,8 @@ def check_caller_schema(schema: Any) -> None:
     """Refuse (ValueError) a schema the gateway will not evaluate: too big or deep, a reference
     outside the schema (only `#...`), an `$id` (it would move references elsewhere), a pattern
     RE2 refuses, or not a valid JSON Schema. Iterative: a deep schema costs no recursion."""
+    seen: set[str] = set()  # the keywords met that matter together
     nodes = 0
-    patterns_and_unevaluated = [False, False]
     stack: list[tuple[Any, int]] = [(schema, 1)]
     while stack:
         node, depth = stack.pop()
@@ -102,24 +102,34 @@ def check_caller_schema(schema: Any) -> None:
             raise ValueError(f"schema is nested deeper than {MAX_SCHEMA_DEPTH} levels")
         if isinstance(node, dict):
             for key, value in node.items():
-                if isinstance(value, str):
-                    if key in _REFS and not value.startswith("#"):
-                        raise ValueError(f"{key} {value[:100]!r}: only local references (#/...) are allowed")
-                    if key == "$id" and not value.startswith("#"):
-                        raise ValueError(f"{key} is not allowed: references stay inside the schema")
-                    if key == "pattern":
-                        compile_pattern(value)
-                if key == "patternProperties" and isinstance(value, dict):
-                    patterns_and_unevaluated[0] = True
-                    for pattern in value:
-                        compile_pattern(pattern)
-                if key == "unevaluatedProperties":
-                    patterns_and_unevaluated[1] = True
+                _check_keyword(key, value, seen)
                 stack.append((value, depth + 1))
         elif isinstance(node, list):
             stack.extend((item, depth + 1) for item in node)
-    if all(patterns_and_unevaluated):
+    if {"patternProperties", "unevaluatedProperties"} <= seen:
         raise ValueError("unevaluatedProperties with patternProperties is not supported")
+    _check_whole(schema)
+
+
+def _check_keyword(key: str, value: Any, seen: set[str]) -> None:
+    """One keyword of a caller's schema: local references only, no `$id`, RE2 patterns."""
+    if isinstance(value, str):
+        if key in _REFS and not value.startswith("#"):
+            raise ValueError(f"{key} {value[:100]!r}: only local references (#/...) are allowed")
+        if key == "$id" and not value.startswith("#"):
+            raise ValueError(f"{key} is not allowed: references stay inside the schema")
+        if key == "pattern":
+            compile_pattern(value)
+    if key == "patternProperties" and isinstance(value, dict):
+        seen.add(key)
+        for pattern in value:
+            compile_pattern(pattern)
+    if key == "unevaluatedProperties":
+        seen.add(key)
+
+
+def _check_whole(schema: Any) -> None:
+    """The schema's size as JSON, and its validity as JSON Schema."""
     try:
         size = len(orjson.dumps(schema))
     except orjson.JSONEncodeError as exc:
