@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
 
 from app.main import create_app
