@@ -33,6 +33,7 @@ Request mapping decisions:
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -254,6 +255,11 @@ class GeminiAdapter(ProviderAdapter):
         # A bare host gets the Gemini API's version; a URL with a path is used as given
         # (".../v1beta", a proxy's prefix, Vertex AI's ".../locations/{l}/publishers/google").
         base = (base_url or GEMINI_BASE_URL).rstrip("/")
+        parsed = httpx2.URL(base)
+        if parsed.userinfo:  # sent as Basic auth, as httpx2 would; aiohttp refuses both in one request
+            credentials = f"{parsed.username}:{parsed.password}".encode()
+            self._headers["authorization"] = "Basic " + base64.b64encode(credentials).decode()
+            base = str(parsed.copy_with(userinfo=b"")).rstrip("/")
         self._base = base if urlsplit(base).path else f"{base}/v1beta"
         self._owns_client = owns_client
 
