@@ -148,3 +148,26 @@ async def test_credentials_in_the_base_url_are_sent_as_basic_auth() -> None:
     on_wire, through_send = upstream.received
     assert on_wire == through_send and b"\r\nauthorization: basic dxnlcjpwdw==\r\n" in on_wire.lower()
     assert b"user:pw" not in on_wire
+
+
+async def test_an_endless_error_body_is_read_only_in_part() -> None:
+    # An error answer whose body never ends: the adapter reads a bounded part and answers with it,
+    # rather than waiting out the read timeout holding whatever arrives.
+    async def endless(reader: Any, writer: Any) -> None:
+        writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
+                     b"transfer-encoding: chunked\r\n\r\n")
+        for _ in range(16):
+            writer.write(b"2000\r\n" + b"x" * 8192 + b"\r\n")
+        await writer.drain()
+        await reader.read()  # until the gateway lets go
+
+    upstream = RawUpstream(endless)
+    async with upstream.running(path="") as base:
+        config = ProviderConfig(gemini_api_key=SecretStr(KEY), gemini_base_url=base, read_timeout=30)
+        adapter: Any = build_gemini(config, {})["gemini"]
+        try:
+            with pytest.raises(GatewayError) as caught:
+                await run(adapter, "gemini-2.5-flash")
+        finally:
+            await adapter.aclose()
+    assert caught.value.status == 502 and caught.value.to_dict()["upstream_status"] == 500

@@ -34,6 +34,7 @@ __all__ = [
     "ProviderAdapter",
     "ProviderRequest",
     "SSEPatchStream",
+    "bounded_body",
     "StreamNormalizer",
     "ToolChoice",
     "drive",
@@ -208,14 +209,25 @@ async def sse_body(response: httpx2.Response, normalizer: StreamNormalizer, *, p
     `alt=sse` ignored) is an upstream error before the first event, with the body's start.
     """
     if response.headers.get("content-type", "").startswith("application/json"):
-        try:
-            with mid_stream_errors(provider):
-                text = (await response.aread())[:500].decode("utf-8", "replace")
-        finally:
-            await response.aclose()
+        with mid_stream_errors(provider):
+            text = (await bounded_body(response, 500)).decode("utf-8", "replace")
         raise UpstreamError(f"{provider}: expected an event stream, got JSON: {text}", provider=provider)
     chunks = response.aiter_bytes()  # decoded as the response says (gzip, br), each read as it arrives
     return SSEPatchStream(chunks, normalizer, close=response.aclose, provider=provider)
+
+
+async def bounded_body(response: httpx2.Response, limit: int = 65536) -> bytes:
+    """At most `limit` bytes of a body (an error answer), then the response closed: an upstream
+    read is always bounded (DESIGN.md section 4)."""
+    body = bytearray()
+    try:
+        async for part in response.aiter_bytes():
+            body += part
+            if len(body) >= limit:
+                break
+    finally:
+        await response.aclose()
+    return bytes(body[:limit])
 
 
 def incomplete(provider: str) -> UpstreamError:

@@ -49,7 +49,7 @@ from app.core.errors import (
     UpstreamError,
 )
 from app.core.messages import AdapterError, Message, ToolSpec, thaw
-from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
+from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, bounded_body, sse_body
 from app.providers.config import ProviderConfig
 from app.providers.errors import CONNECTION_ERRORS, status_error, transport_error
 from app.providers.gemini_stream import GeminiNormalizer
@@ -289,10 +289,7 @@ class GeminiAdapter(ProviderAdapter):
             response = await client.send(client.build_request("POST", url, content=body, headers=self._headers),
                                          stream=True, follow_redirects=False)
             if response.status_code >= 300:
-                try:
-                    payload = await response.aread()
-                finally:
-                    await response.aclose()
+                payload = await bounded_body(response)
                 raise error_answer(response.status_code, response.headers, payload, self.name)
         return await sse_body(response, GeminiNormalizer(provider=self.name), provider=self.name)
 
