@@ -2,11 +2,12 @@
 through the SDK down to the transport, the stream log and transcript. The transport is an
 `httpx2.MockTransport` answering a one-chunk stream at once, so no socket work is counted.
 
-Two ways in, each for the OpenAI Chat, Responses and Anthropic adapters:
-- `gateway_built`: clients the gateway builds from keys (the default), whose streamed request is
-  prepared once (app/providers/direct.py); the bench swaps only their transport for the mock;
-- `injected_sdk`: SDK clients passed to `create_app(clients=...)`, opened through the SDK's
-  `client.post` (its per-call option, URL and header machinery).
+Two ways in, each for the OpenAI Chat, Responses and Anthropic adapters, both on the one send
+path (the SDK's `client.post` with the raw-stream options: its per-call option, URL and header
+machinery):
+- `gateway_built`: clients the gateway builds from keys (the default, app/providers/http.py); the
+  bench swaps only their HTTP client for one on the mock transport;
+- `injected_sdk`: SDK clients passed to `create_app(clients=...)`.
 
 Usage: `python bench/open_bench.py [--requests 2000]`. Prints microseconds of CPU per open
 (median of 5 rounds).
@@ -79,8 +80,8 @@ async def main() -> None:
         return httpx2.AsyncClient(transport=httpx2.MockTransport(_answer))
 
     # The default: the gateway builds its clients from keys; only their transport is the mock.
-    for module in (openai_chat, anthropic_provider):
-        module.upstream_http_client = mock_client  # type: ignore[attr-defined]
+    openai_chat.openai_http_client = mock_client  # type: ignore[assignment]
+    anthropic_provider.anthropic_http_client = mock_client  # type: ignore[assignment]
     settings = Settings(log_level="warning", max_streams=1_000_000, openai_api_key="k",
                         openai_base_url="http://up.test/v1", anthropic_api_key="k",
                         anthropic_base_url="http://up.test")

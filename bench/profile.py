@@ -31,8 +31,7 @@ from bench.run import body, free_port, run_streams, server  # noqa: E402
 # First match wins: (layer, pattern on the innermost frame's file, as py-spy prints it:
 # `function (package/module.py:line)`).
 LAYERS = [
-    ("upstream transport (H1Transport, prepared request)", r"\(app/providers/(transport|direct)\.py"),
-    ("upstream transport (httpx2/httpcore2/h11)", r"\((httpx2|httpcore2|h11)/"),
+    ("upstream transport (httpx2/aiohttp/httpcore2/h11)", r"\((httpx2|httpx_aiohttp|aiohttp|httpcore2|h11)/"),
     ("SDK (openai/anthropic)", r"\((openai|anthropic)/"),
     ("SSE parsing", r"\(app/providers/(sse|base)\.py"),
     ("normalizer + accumulator", r"\(app/providers/\w+_stream\.py|\(app/core/(accumulator|patches)\.py"),

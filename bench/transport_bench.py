@@ -3,12 +3,11 @@ completion stream), its body read to the end, in a loop on uvloop; round trip me
 this process per request. The ways in, taking turns in each round:
 
 - `httpx2_default`: `httpx2.AsyncClient` on its own transport (httpcore2 + h11), as the SDKs ship;
-- `httpx2_on_h1`: the gateway's client (`upstream_http_client`: httpx2 on `H1Transport`, through
-  `client.send`), what injected-less Gemini and the SDKs' own `post` use;
-- `prepared`: the gateway's prepared request (`DirectPost` on the same client: straight to the
-  transport), what a gateway-built OpenAI/Anthropic client opens its streams with;
-- `aiohttp` (only when aiohttp is installed; it is not a dependency): aiohttp's own client with
-  its URL, headers and timeout built once, the bar `H1Transport` had to clear.
+- `sdk_aiohttp`: the OpenAI SDK's `DefaultAioHttpClient` (httpx2 on aiohttp, its `aiohttp` extra),
+  the client the gateway builds (app/providers/http.py), through `client.stream`;
+- `gateway_on_httpx2_default` / `gateway_on_sdk_aiohttp`: the adapters' one send path, the SDK's
+  `client.post(..., options=RAW_STREAM)`, on each of the two clients above;
+- `aiohttp`: aiohttp's own client with its URL, headers and timeout built once: the floor.
 
 Usage: `python bench/transport_bench.py [--requests 1000] [--rounds 3]`.
 """
@@ -22,16 +21,18 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import aiohttp
 import httpx2
 import openai
 import orjson
 import uvloop
+import yarl
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.providers.direct import openai_direct  # noqa: E402
-from app.providers.transport import upstream_http_client  # noqa: E402
+from app.providers.base import RAW_STREAM  # noqa: E402
+from app.providers.http import openai_http_client  # noqa: E402
 from bench.run import emit, free_port, server  # noqa: E402
 
 
@@ -47,46 +48,39 @@ async def main() -> dict:
     body = {"model": "chunks-1", "messages": [{"role": "user", "content": "bench"}], "stream": True}
     headers = {"content-type": "application/json", "authorization": "Bearer bench"}
     with server("bench.upstream:app", port):
-        ours = upstream_http_client(connect_timeout=5, read_timeout=60)
-        default = httpx2.AsyncClient(timeout=60)
-        sdk = openai.AsyncOpenAI(api_key="bench", base_url=base, http_client=ours, max_retries=0)
-        prepared = openai_direct(sdk, ours, "/chat/completions")
+        default = httpx2.AsyncClient(timeout=60, follow_redirects=False)
+        on_aiohttp = openai_http_client(connect_timeout=5, read_timeout=60)
+        sdks = {name: openai.AsyncOpenAI(api_key="bench", base_url=base, http_client=http, max_retries=0)
+                for name, http in (("httpx2_default", default), ("sdk_aiohttp", on_aiohttp))}
+        session = aiohttp.ClientSession()
+        target, timeout = yarl.URL(url), aiohttp.ClientTimeout(total=None, sock_read=60)
 
         async def through(client: httpx2.AsyncClient) -> None:
             async with client.stream("POST", url, content=orjson.dumps(body), headers=headers) as response:
-                async for _ in response.aiter_raw():
+                async for _ in response.aiter_bytes():
                     pass
 
-        async def on_the_wire() -> None:
-            response = await prepared(body)
-            async for _ in response.aiter_raw():
-                pass
-            await response.aclose()
+        async def gateway(sdk: openai.AsyncOpenAI) -> None:
+            response = await sdk.post("/chat/completions", body=body, cast_to=httpx2.Response, options=RAW_STREAM)
+            try:
+                async for _ in response.aiter_bytes():
+                    pass
+            finally:
+                await response.aclose()
+
+        async def aiohttp_alone() -> None:
+            async with session.post(target, data=orjson.dumps(body), headers=headers, timeout=timeout,
+                                    compress=False, allow_redirects=False) as response:
+                async for _ in response.content.iter_any():
+                    pass
 
         ways: dict[str, Callable[[], Awaitable[None]]] = {
             "httpx2_default": lambda: through(default),
-            "httpx2_on_h1": lambda: through(ours),
-            "prepared": on_the_wire,
+            "sdk_aiohttp": lambda: through(on_aiohttp),
+            "gateway_on_httpx2_default": lambda: gateway(sdks["httpx2_default"]),
+            "gateway_on_sdk_aiohttp": lambda: gateway(sdks["sdk_aiohttp"]),
+            "aiohttp": aiohttp_alone,
         }
-        closers = [ours.aclose, default.aclose]
-        try:
-            import aiohttp
-            import yarl
-        except ImportError:
-            pass
-        else:
-            session = aiohttp.ClientSession()
-            target, timeout = yarl.URL(url), aiohttp.ClientTimeout(total=None, sock_read=60)
-
-            async def aiohttp_alone() -> None:
-                async with session.post(target, data=orjson.dumps(body), headers=headers, timeout=timeout,
-                                        compress=False, allow_redirects=False) as response:
-                    async for _ in response.content.iter_any():
-                        pass
-
-            ways["aiohttp"] = aiohttp_alone
-            closers.append(session.close)
-
         times: dict[str, list[float]] = {name: [] for name in ways}
         cpu: dict[str, float] = dict.fromkeys(ways, 0.0)
         for way in ways.values():  # warm connections and code paths
@@ -100,15 +94,16 @@ async def main() -> dict:
                     await way()
                     times[name].append(time.perf_counter() - t0)
                 cpu[name] += time.process_time() - c0
-        for close in closers:
+        for close in (default.aclose, on_aiohttp.aclose, session.close):
             await close()
     total = args.requests * args.rounds
     results = {name: {"round_trip_median_us": round(statistics.median(times[name]) * 1e6, 1),
                       "cpu_us_per_request": round(cpu[name] / total * 1e6, 1)} for name in ways}
-    emit({"requests": total, "ways": results}, args.json)
+    floor = results["aiohttp"]["cpu_us_per_request"] or None
+    ratios = {name: round(way["cpu_us_per_request"] / floor, 2) if floor else None for name, way in results.items()}
+    emit({"requests": total, "ways": results, "cpu_over_aiohttp": ratios}, args.json)
     return results
 
 
 if __name__ == "__main__":
     uvloop.run(main())
-

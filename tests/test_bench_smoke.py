@@ -89,7 +89,8 @@ def test_transport_bench_reports_each_client(tmp_path):
     subprocess.run([sys.executable, "bench/transport_bench.py", "--requests", "5", "--rounds", "1", "--json", str(out)],
                    cwd=REPO, check=True, timeout=120, capture_output=True)
     ways = json.loads(out.read_text())["ways"]
-    assert {"httpx2_default", "httpx2_on_h1", "prepared"} <= set(ways)  # `aiohttp` too when it is installed
+    assert set(ways) == {"httpx2_default", "sdk_aiohttp", "gateway_on_httpx2_default", "gateway_on_sdk_aiohttp",
+                         "aiohttp"}
     assert all(way["round_trip_median_us"] > 0 for way in ways.values())
 
 

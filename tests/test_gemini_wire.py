@@ -1,18 +1,16 @@
-"""Gemini's streamed request on the wire (app/providers/gemini.py, app/providers/direct.py `_Wire`)
-against the client's own `send`.
+"""Gemini's streamed request on the wire (app/providers/gemini.py): one send path, `client.send`,
+for the client the gateway builds (httpx2 on aiohttp, app/providers/http.py) and the same client
+injected.
 
-A Gemini adapter on a client the gateway built writes its prepared request straight to
-`H1Transport`; the same client injected into a second adapter goes through `send`. On loopback
-servers that keep what they receive, both must send the same bytes for every model (method,
-path and query, headers in order and casing, body), map error answers to the same gateway error,
-follow a redirect, and leave proxies and URL credentials to the client.
+On loopback servers that keep what they receive, both send the same bytes for every model
+(method, path and query, headers, body), map error answers to the same gateway error, follow no
+redirect (the key would go with it), and send URL credentials as the client sends them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import httpx2
 import pytest
 from pydantic import SecretStr
 from starlette.applications import Starlette
@@ -25,10 +23,9 @@ from app.core.messages import Message
 from app.providers.base import ProviderRequest
 from app.providers.config import ProviderConfig
 from app.providers.gemini import GeminiAdapter, build_gemini
-from app.providers.transport import H1Transport
 from tests.support import recordings, serve
 from tests.test_transport import RawUpstream, writes
-from tests.upstream_fakes import FakeUpstream, sends_counted
+from tests.upstream_fakes import FakeUpstream
 
 KEY = "gm-wire-test-key-0000000000"
 TEXT = next(r for r in recordings("gemini") if r.name == "text")
@@ -80,21 +77,6 @@ async def test_the_wire_sends_the_clients_request_for_each_model() -> None:
         assert on_wire.count(KEY.encode()) == 1 and b"\r\nx-goog-api-key: " + KEY.encode() + b"\r\n" in on_wire
 
 
-async def test_the_wire_is_taken_not_the_clients_send(monkeypatch: pytest.MonkeyPatch) -> None:
-    sent_requests = sends_counted(monkeypatch)
-    upstream = recorder()
-    async with upstream.running(path="") as base:
-        wired, sent = adapters(base)
-        try:
-            await run(wired, "gemini-2.5-flash")
-            await run(wired, "gemini-2.5-pro")
-            assert sent_requests == [] and len(upstream.received) == 2  # on the wire
-            await run(sent, "gemini-2.5-flash")
-            assert len(sent_requests) == 1  # an injected client goes through `send`
-        finally:
-            await wired.aclose()
-
-
 _BAD_KEY = {"error": {"code": 400, "message": f"API key not valid: {KEY}", "status": "INVALID_ARGUMENT",
                       "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}]}}
 _QUOTA = {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED", "details": [
@@ -108,7 +90,7 @@ _QUOTA = {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUST
     (400, {"error": {"code": 400, "message": "bad field", "status": "INVALID_ARGUMENT"}}, {}, "upstream_bad_request"),
     (503, {"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}}, {}, "upstream_error"),
 ])
-async def test_an_error_answer_maps_as_through_send(status: int, body: dict[str, Any], headers: dict[str, str],
+async def test_an_error_answer_maps_the_same_for_built_and_injected(status: int, body: dict[str, Any], headers: dict[str, str],
                                                     code: str) -> None:
     fake = FakeUpstream("/v1beta/models/{target}", [(status, body, headers)] * 2)
     errors: list[GatewayError] = []
@@ -131,7 +113,7 @@ async def test_an_error_answer_maps_as_through_send(status: int, body: dict[str,
     assert [r.url for r in fake.requests] == [f"/v1beta/models/gemini-2.5-flash{STREAM}"] * 2
 
 
-async def test_a_redirect_answered_on_the_wire_is_followed_by_the_client() -> None:
+async def test_a_redirect_is_not_followed_even_on_the_same_origin() -> None:
     target = FakeUpstream("/v1beta/models/{target}", [TEXT.body])
     moved: list[str] = []
 
@@ -142,35 +124,19 @@ async def test_a_redirect_answered_on_the_wire_is_followed_by_the_client() -> No
     app = Starlette(routes=[Route("/old/models/{target}", redirect, methods=["POST"]),
                             Route(target.path, target.handle, methods=["POST"])])
     async with serve(app) as url:
-        wired, _ = adapters(f"{url}/old")
+        wired, sent = adapters(f"{url}/old")
         try:
-            await run(wired, "gemini-2.5-flash")
+            for adapter in (wired, sent):
+                with pytest.raises(GatewayError) as caught:
+                    await run(adapter, "gemini-2.5-flash")
+                assert caught.value.status == 502 and caught.value.code == "upstream_redirect"
         finally:
             await wired.aclose()
-    assert moved and set(moved) == {f"/old/models/gemini-2.5-flash{STREAM.split('?')[0]}"}
-    (followed,) = target.requests  # the body and the key went along (307 keeps the method and body)
-    assert followed.url == f"/v1beta/models/gemini-2.5-flash{STREAM}"
-    assert followed.body["contents"] == [{"role": "user", "parts": [{"text": "héllo ✓"}]}]
-    assert followed.headers["x-goog-api-key"] == KEY
+    assert moved == [f"/old/models/gemini-2.5-flash{STREAM.split('?')[0]}"] * 2
+    assert target.requests == []  # neither the body nor the key went along
 
 
-async def test_a_client_through_a_proxy_keeps_send() -> None:
-    # A client with a proxy for the URL (the proxy environment mounts one: upstream_http_client)
-    # goes through `send`, which reaches the proxy.
-    proxy = recorder()
-    async with proxy.running(path="") as proxy_url:
-        client = httpx2.AsyncClient(transport=H1Transport(), proxy=proxy_url, timeout=10)
-        adapter = GeminiAdapter(client, api_key=KEY, base_url="http://gemini.test", owns_client=True)
-        try:
-            await run(adapter, "gemini-2.5-flash")  # gemini.test is never resolved: only the proxy is reached
-        finally:
-            await adapter.aclose()
-    (forwarded,) = proxy.received
-    assert forwarded.startswith(b"POST http://gemini.test/v1beta/models/gemini-2.5-flash%s HTTP/1.1\r\n"
-                                % STREAM.encode())
-
-
-async def test_credentials_in_the_base_url_are_sent_as_the_client_sends_them() -> None:
+async def test_credentials_in_the_base_url_are_sent_as_basic_auth() -> None:
     upstream = recorder()
     async with upstream.running(path="") as base:
         wired, sent = adapters(base.replace("http://", "http://user:pw@"))
@@ -180,4 +146,28 @@ async def test_credentials_in_the_base_url_are_sent_as_the_client_sends_them() -
         finally:
             await wired.aclose()
     on_wire, through_send = upstream.received
-    assert on_wire == through_send and b"\r\nAuthorization: Basic dXNlcjpwdw==\r\n" in on_wire
+    assert on_wire == through_send and b"\r\nauthorization: basic dxnlcjpwdw==\r\n" in on_wire.lower()
+    assert b"user:pw" not in on_wire
+
+
+async def test_an_endless_error_body_is_read_only_in_part() -> None:
+    # An error answer whose body never ends: the adapter reads a bounded part and answers with it,
+    # rather than waiting out the read timeout holding whatever arrives.
+    async def endless(reader: Any, writer: Any) -> None:
+        writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
+                     b"transfer-encoding: chunked\r\n\r\n")
+        for _ in range(16):
+            writer.write(b"2000\r\n" + b"x" * 8192 + b"\r\n")
+        await writer.drain()
+        await reader.read()  # until the gateway lets go
+
+    upstream = RawUpstream(endless)
+    async with upstream.running(path="") as base:
+        config = ProviderConfig(gemini_api_key=SecretStr(KEY), gemini_base_url=base, read_timeout=30)
+        adapter: Any = build_gemini(config, {})["gemini"]
+        try:
+            with pytest.raises(GatewayError) as caught:
+                await run(adapter, "gemini-2.5-flash")
+        finally:
+            await adapter.aclose()
+    assert caught.value.status == 502 and caught.value.to_dict()["upstream_status"] == 500

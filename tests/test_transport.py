@@ -1,6 +1,7 @@
-"""The upstream transport (app/providers/transport.py, `H1Transport`), through the gateway's default
-clients: errors mapped by what happened (refused 502, silence 504 / final timeout, a hang-up
-mid-body a disconnect), connections reused, and a client that leaves closes the upstream.
+"""The upstream clients the gateway builds (app/providers/http.py: the SDKs' `DefaultAioHttpClient`,
+Gemini's httpx2 client on the same aiohttp transport), through the gateway: errors mapped by what
+happened (refused 502, silence 504 / final timeout, a hang-up mid-body a disconnect), connections
+reused, a client that leaves closes the upstream, and redirects never followed.
 
 The upstream here is a raw HTTP/1.1 server on loopback (asyncio streams), so each test decides
 exactly what the wire does: headers then silence, a chunked body cut mid-way, keep-alive.
@@ -15,11 +16,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
 
 from app.main import create_app
-from app.providers.transport import H1Transport, upstream_http_client
 from app.settings import CompatibleProvider, Settings
 from tests.support import parse_sse, serve
 
@@ -108,18 +107,6 @@ async def stream(upstream: RawUpstream, *, read_timeout: float = 10.0) -> list[t
     return parse_sse(response.content)
 
 
-def test_the_default_clients_are_on_the_gateways_transport() -> None:
-    # What the e2e tests of every provider exercise: create_app(settings) with no injected client.
-    from app.providers.registry import build_registry
-
-    config = settings("http://127.0.0.1:1/v1", gemini_api_key="k", anthropic_api_key="k").provider_config()
-    registry = build_registry(config)
-    for name in ("up", "anthropic", "gemini"):
-        adapter: Any = registry.get(name)
-        client = adapter._client if name == "gemini" else adapter._client._client
-        assert isinstance(client._transport, H1Transport), name
-
-
 async def test_a_stream_is_read_as_it_arrives_and_its_connection_reused() -> None:
     upstream = RawUpstream(whole_body)
     async with upstream.running() as base, serve(create_app(settings(base))) as url:
@@ -132,13 +119,81 @@ async def test_a_stream_is_read_as_it_arrives_and_its_connection_reused() -> Non
     assert upstream.requests == 3 and upstream.connections == 1  # keep-alive: one connection
 
 
-async def test_a_refused_connection_is_unavailable_not_a_timeout() -> None:
+# -- every provider's client the gateway builds, through the gateway --------------------------
+
+_KEY = "transport-test-key-0000000000"
+
+
+def provider_settings(provider: str, base: str, **kw: Any) -> tuple[Settings, str]:
+    """Settings serving only `provider` at `base` (a loopback origin), and a model of it."""
+    if provider == "openai":
+        return settings(f"{base}/v1", **kw), "up/m"
+    if provider == "anthropic":
+        return Settings(openai_api_key=None, upstream_max_retries=0, anthropic_api_key=_KEY, anthropic_base_url=base,
+                        **kw), "anthropic/claude-x"
+    return Settings(openai_api_key=None, upstream_max_retries=0, gemini_api_key=_KEY, gemini_base_url=base,
+                    **kw), "gemini/gemini-x"
+
+
+PROVIDERS = ["openai", "anthropic", "gemini"]
+
+
+async def post_stream(app_settings: Settings, model: str) -> httpx.Response:
+    async with serve(create_app(app_settings)) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+        return await client.post("/v1/stream", json={"model": model, "messages": HELLO})
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_refused_connection_is_unavailable_not_a_timeout(provider: str) -> None:
+    # aiohttp's refused connection (ClientConnectorError) reaches the SDKs as a ConnectTimeout
+    # (the transport's error map): mapped back by its cause in app/providers/errors.py.
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again: nobody listens there
-    async with upstream_http_client(connect_timeout=5, read_timeout=5) as client:
-        with pytest.raises(httpx2.ConnectError):
-            await client.post(f"http://127.0.0.1:{port}/v1/chat/completions", content=b"{}")
+    response = await post_stream(*provider_settings(provider, f"http://127.0.0.1:{port}"))
+    assert response.status_code == 502, response.text
+    assert response.json()["error"]["code"] == "upstream_unavailable"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_an_upstream_that_hangs_up_before_answering_is_unavailable_not_a_timeout(provider: str) -> None:
+    async def hangs_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+        raise ConnectionError
+
+    async with RawUpstream(hangs_up).running("") as base:
+        response = await post_stream(*provider_settings(provider, base))
+    assert response.status_code == 502, response.text
+    assert response.json()["error"]["code"] == "upstream_unavailable"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_redirect_is_not_followed_and_the_other_origin_receives_nothing(provider: str) -> None:
+    # DESIGN.md section 4: the request carries the gateway's credential (Authorization,
+    # x-api-key, x-goog-api-key); a redirect to another origin would hand it over.
+    elsewhere = RawUpstream(whole_body)
+    async with elsewhere.running("") as other:
+        upstream = RawUpstream(writes(b"HTTP/1.1 307 Temporary Redirect\r\nlocation: %s/steal\r\n"
+                                      b"content-length: 0\r\n\r\n" % other.encode()))
+        async with upstream.running("") as base:
+            response = await post_stream(*provider_settings(provider, base))
+    assert upstream.requests == 1 and elsewhere.requests == 0 and elsewhere.connections == 0
+    assert response.status_code == 502, response.text
+    error = response.json()["error"]
+    assert error["code"] == "upstream_redirect" and "307" in error["message"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_connections_are_reused_across_requests(provider: str) -> None:
+    upstream = RawUpstream(writes(b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n"
+                                  b"content-length: 2\r\n\r\n{}"))
+    async with upstream.running("") as base:
+        app_settings, model = provider_settings(provider, base)
+        async with serve(create_app(app_settings)) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+            for _ in range(3):
+                response = await client.post("/v1/stream", json={"model": model, "messages": HELLO})
+                assert response.status_code == 429, response.text
+    assert upstream.requests == 3 and upstream.connections == 1
 
 
 @contextlib.contextmanager
@@ -249,184 +304,25 @@ async def test_an_encoded_body_goes_through_httpx2_decoding() -> None:
     assert events[-1][2]["status"] == "ok" and events[-1][2]["message"]["content"] == "Hello"
 
 
-# -- the transport itself (app/providers/transport.py), on an httpx2 client as the adapters use it --
-
-async def _read(client: httpx2.AsyncClient, url: str, **kw: Any) -> tuple[int, bytes]:
-    async with client.stream("POST", url, content=kw.pop("content", b"{}"), **kw) as response:
-        return response.status_code, b"".join([part async for part in response.aiter_raw()])
-
-
-def _answer(body: bytes, *, extra: bytes = b"") -> Handler:
-    return writes(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n%s\r\n%s" % (len(body), extra, body))
-
-
-async def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
-    async def answers_then_hangs_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _answer(b"ok")(reader, writer)
-        writer.close()  # keep-alive was implied (HTTP/1.1), but the server lets the connection go
-        raise ConnectionError
-
-    upstream = RawUpstream(answers_then_hangs_up)
-    transport = H1Transport()
-    async with upstream.running() as base, httpx2.AsyncClient(transport=transport) as client:
-        for _ in range(3):
-            assert await _read(client, f"{base}/x") == (200, b"ok")
-            await asyncio.sleep(0.05)  # the server's FIN arrives while the connection is idle
-            assert all(not idle for idle in transport._idle.values())  # and it left the pool at once
-    assert upstream.requests == 3 and upstream.connections == 3
-
-
-async def test_connection_close_and_an_expired_keep_alive_each_take_a_new_connection() -> None:
-    closing = RawUpstream(_answer(b"bye", extra=b"connection: close\r\n"))
-    async with closing.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
-        for _ in range(2):
-            assert await _read(client, f"{base}/x") == (200, b"bye")
-    assert closing.connections == 2
-
-    kept = RawUpstream(_answer(b"hi"))
-    transport = H1Transport(limits=httpx2.Limits(max_connections=10, keepalive_expiry=0.05))
-    async with kept.running() as base, httpx2.AsyncClient(transport=transport) as client:
-        assert await _read(client, f"{base}/x") == (200, b"hi")
-        assert await _read(client, f"{base}/x") == (200, b"hi")  # at once: reused
-        await asyncio.sleep(0.2)  # past the keep-alive expiry: closed while idle, without more traffic
-        assert kept.ended == 1 and transport._idle[(b"http", "127.0.0.1", int(base.split(":")[2].split("/")[0]))] == []
-        assert await _read(client, f"{base}/x") == (200, b"hi")  # on a new connection
-    assert kept.requests == 3 and kept.connections == 2
-
-
-async def test_a_body_delimited_by_the_connections_end_is_whole_and_not_reused() -> None:
-    async def until_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\npart one, ")
-        await writer.drain()
-        await asyncio.sleep(0.02)
-        writer.write(b"part two")
-        writer.close()
-        raise ConnectionError
-
-    upstream = RawUpstream(until_close)
-    async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
-        assert await _read(client, f"{base}/x") == (200, b"part one, part two")
-        assert await _read(client, f"{base}/x") == (200, b"part one, part two")
-    assert upstream.connections == 2
-
-
-async def test_informational_answers_are_skipped_and_headers_kept_in_order() -> None:
-    upstream = RawUpstream(writes(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nx-a: 1\r\nx-a: 2\r\n"
-                                  b"content-length: 4\r\n\r\ndone"))
-    async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
-        async with client.stream("POST", f"{base}/x", content=b"{}") as response:
-            assert response.status_code == 201 and response.reason_phrase == "Created"
-            assert response.headers.get_list("x-a") == ["1", "2"]
-            assert await response.aread() == b"done"
-
-
-async def test_a_malformed_answer_is_a_protocol_error_and_the_connection_is_dropped() -> None:
-    upstream = RawUpstream(writes(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n"))
-    async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
-        for _ in range(2):
-            with pytest.raises(httpx2.RemoteProtocolError):
-                await _read(client, f"{base}/x")
-    assert upstream.connections == 2
-
-
-async def test_a_server_that_hangs_up_before_answering_is_a_protocol_error() -> None:
-    async def hangs_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.close()
-        raise ConnectionError
-
-    upstream = RawUpstream(hangs_up)
-    async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
-        with pytest.raises(httpx2.RemoteProtocolError, match="without sending a response"):
-            await _read(client, f"{base}/x")
-
-
-async def test_a_streamed_upload_is_sent_chunked_and_a_large_body_read_whole(monkeypatch) -> None:
-    from app.providers import transport
-
-    monkeypatch.setattr(transport, "_HIGH_WATER", 4096)  # a slow reader pauses reading from the upstream
-    received: list[bytes] = []
-    big = bytes(range(256)) * 20_000  # 5 MB
-
-    async def echo_size(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-        for start in range(0, len(big), 65536):
-            writer.write(_chunk(big[start:start + 65536]))
-            await writer.drain()
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
-
-    class Chunked(RawUpstream):
-        async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self.connections += 1
-            head = await reader.readuntil(b"\r\n\r\n")
-            assert b"transfer-encoding: chunked" in head.lower()
-            while True:
-                size = int((await reader.readuntil(b"\r\n")).strip(), 16)
-                data = await reader.readexactly(size + 2)
-                if not size:
-                    break
-                received.append(data[:-2])
-            self.requests += 1
-            await self.reply(reader, writer)
-            writer.close()
-
-    async def upload() -> AsyncIterator[bytes]:
-        for part in (b"one ", b"two ", b"three"):
-            yield part
-
-    async def read_slowly(client: httpx2.AsyncClient, url: str) -> bytes:
-        async with client.stream("POST", url, content=upload()) as response:
-            slow = b""
-            async for part in response.aiter_raw():
-                slow += part
-                await asyncio.sleep(0.001)  # a reader slower than the socket
-        return slow
-
-    upstream = Chunked(echo_size)
-    async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
-        slow = await asyncio.wait_for(read_slowly(client, f"{base}/x"), 30)  # a reading never resumed times out
-    assert b"".join(received) == b"one two three" and slow == big
-
-
-async def test_the_pool_limit_waits_then_times_out() -> None:
-    async def holds(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(_HEAD + _chunk(b"x"))
-        await writer.drain()
-        await reader.read()
-
-    transport = H1Transport(limits=httpx2.Limits(max_connections=1))
-    upstream = RawUpstream(holds)
-    async with upstream.running() as base, httpx2.AsyncClient(transport=transport, timeout=httpx2.Timeout(5, pool=0.2)) as client:
-        async with client.stream("POST", f"{base}/x", content=b"{}") as held:
-            assert held.status_code == 200
-            with pytest.raises(httpx2.PoolTimeout):
-                await _read(client, f"{base}/x")
-        # the held response closed: its slot is free again
-        async with client.stream("POST", f"{base}/x", content=b"{}") as again:
-            assert again.status_code == 200
-    assert upstream.connections == 2  # the first, closed mid-body, was not reused
-
-
-async def test_tls_upstreams_verify_the_certificate() -> None:
+async def test_tls_upstreams_verify_the_certificate(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The built clients verify against the trust store the environment names (trust_env), and
+    # refuse a certificate it does not hold.
     import ssl
 
     trustme = pytest.importorskip("trustme")
     ca = trustme.CA()
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
-    client_ctx = ssl.create_default_context()
-    ca.configure_trust(client_ctx)
-
-    async def serve_tls(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await RawUpstream(_answer(b"secret"))._serve(reader, writer)
-
-    server = await asyncio.start_server(serve_tls, "127.0.0.1", 0, ssl=server_ctx)
-    port = server.sockets[0].getsockname()[1]
+    upstream = RawUpstream(whole_body)
+    server = await asyncio.start_server(upstream._serve, "127.0.0.1", 0, ssl=server_ctx)
+    base = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     try:
-        async with httpx2.AsyncClient(transport=H1Transport(verify=client_ctx)) as client:
-            assert await _read(client, f"https://127.0.0.1:{port}/x") == (200, b"secret")
-        async with httpx2.AsyncClient(transport=H1Transport()) as client:  # the system's CAs: not trusted
-            with pytest.raises(httpx2.ConnectError):
-                await _read(client, f"https://127.0.0.1:{port}/x")
+        refused = await post_stream(*provider_settings("openai", base))
+        assert refused.status_code == 502 and refused.json()["error"]["code"] == "upstream_unavailable"
+        with ca.cert_pem.tempfile() as ca_file:
+            monkeypatch.setenv("SSL_CERT_FILE", ca_file)
+            trusted = await post_stream(*provider_settings("openai", base))
     finally:
         server.close()
+    assert trusted.status_code == 200, trusted.text
+    assert parse_sse(trusted.content)[-1][2]["message"]["content"] == "Hello"

@@ -1,34 +1,58 @@
-"""The upstream transport (app/providers/transport.py) at the edges of HTTP/1.1: bytes past the
-answer asked for, trailers, a head without end, an answer before the request was read, and the
-proxy environment. Loopback servers whose handlers write every byte (`RawUpstream`,
+"""The upstream clients the gateway builds (app/providers/http.py) at the edges of HTTP/1.1: bytes
+past the answer asked for, trailers, a head without end, an answer before the request was read,
+and the proxy environment. Loopback servers whose handlers write every byte (`RawUpstream`,
 tests/test_transport.py)."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
 import httpx2
 import pytest
 
 from app.main import create_app
-from app.providers.transport import upstream_http_client
-from tests.support import parse_sse, serve
-from tests.test_transport import HELLO, RawUpstream, _read, settings, whole_body, writes
+from app.providers.errors import CONNECTION_ERRORS, transport_error
+from app.providers.http import gemini_http_client
+from tests.support import serve
+from tests.test_transport import HELLO, PROVIDERS, RawUpstream, provider_settings, writes
+
+
+def upstream_http_client(*, connect_timeout: float, read_timeout: float) -> httpx2.AsyncClient:
+    return gemini_http_client(connect_timeout=connect_timeout, read_timeout=read_timeout)
+
+
+async def _read(client: httpx2.AsyncClient, url: str, **kw: Any) -> tuple[int, bytes]:
+    async with client.stream("POST", url, content=kw.pop("content", b"{}"), **kw) as response:
+        return response.status_code, b"".join([part async for part in response.aiter_raw()])
+
 
 _FIRST = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst"
 
 
-@pytest.mark.parametrize("extra", [
-    b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecond",  # a second answer nobody asked for
-    b"\x00\x01garbage\r\n",  # bytes that are no answer at all
-], ids=["second-response", "garbage"])
-async def test_bytes_after_a_complete_answer_are_not_its_body_and_retire_the_connection(extra: bytes) -> None:
-    upstream = RawUpstream(writes(_FIRST + extra))  # one write: the client parses both in one read
+async def test_bytes_after_a_complete_answer_are_not_its_body_and_retire_the_connection() -> None:
+    second = b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecond"  # a second answer nobody asked for
+    upstream = RawUpstream(writes(_FIRST + second))  # one write: the client parses both in one read
     async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
         for _ in range(2):
             assert await _read(client, f"{base}/x") == (200, b"first")  # the answer asked for, whole
     assert upstream.connections == 2  # a connection out of step with its answers is not reused
+
+
+async def test_garbage_after_a_complete_answer_is_an_upstream_failure_never_a_body() -> None:
+    # aiohttp parses what arrived in one read together: bytes that are no answer fail the
+    # exchange (its ClientResponseError, which the transport leaves unmapped); the gateway maps
+    # it as a connection failure (502), and the connection is not reused.
+    upstream = RawUpstream(writes(_FIRST + b"\x00\x01garbage\r\n"))
+    async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
+        for _ in range(2):
+            try:
+                assert await _read(client, f"{base}/x") == (200, b"first")
+            except CONNECTION_ERRORS as exc:
+                error = transport_error(exc, "p")
+                assert error.status == 502 and error.code == "upstream_unavailable"
+    assert upstream.connections == 2
 
 
 async def test_chunked_trailers_are_not_merged_into_the_headers() -> None:
@@ -44,9 +68,10 @@ async def test_chunked_trailers_are_not_merged_into_the_headers() -> None:
     assert upstream.connections == 1  # the trailer section ends the answer: the connection is reused
 
 
-async def test_a_response_head_past_100_kib_is_a_protocol_error() -> None:
+async def test_a_response_head_past_what_the_client_holds_is_an_upstream_error() -> None:
     # Headers are held in memory until they end: without a bound, an upstream (or a box in the
-    # way) sending endless headers grows the gateway without a timeout ever firing.
+    # way) sending endless headers grows the gateway without a timeout ever firing. aiohttp
+    # bounds each header line (8190 bytes); the gateway answers 502.
     async def endless_headers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\n")
         for n in range(128):  # 1 MiB of headers, in many reads
@@ -55,10 +80,11 @@ async def test_a_response_head_past_100_kib_is_a_protocol_error() -> None:
         writer.write(b"content-length: 2\r\n\r\nok")
         await writer.drain()
 
-    upstream = RawUpstream(endless_headers)
-    async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
-        with pytest.raises(httpx2.RemoteProtocolError, match="head"):
-            await _read(client, f"{base}/x")
+    for provider in PROVIDERS:
+        async with RawUpstream(endless_headers).running("") as base:
+            response = await _post(*provider_settings(provider, base))
+        assert response.status_code == 502, (provider, response.text)
+        assert response.json()["error"]["code"] == "upstream_unavailable"
 
 
 async def test_an_answer_before_the_request_was_taken_is_the_answer_and_retires_the_connection() -> None:
@@ -90,9 +116,10 @@ async def test_an_answer_before_the_request_was_taken_is_the_answer_and_retires_
     assert connections == 2
 
 
-async def test_the_proxy_environment_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Module docstring, point 4. An httpx2 client given `transport=` reads no proxy variables
-    # itself (httpx2 `_client.py`: `allow_env_proxies = trust_env and transport is None`).
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_the_proxy_environment_is_honoured(provider: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The built clients read HTTP(S)_PROXY / NO_PROXY (httpx2's `trust_env`, its proxy mounts):
+    # the request goes to the proxy in absolute form, the key with it (the proxy is the operator's).
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
@@ -108,14 +135,33 @@ async def test_the_proxy_environment_is_honoured(monkeypatch: pytest.MonkeyPatch
             await self.reply(reader, writer)
             writer.close()
 
-    proxy = Proxy(whole_body)
-    async with proxy.running() as proxy_url:
-        monkeypatch.setenv("HTTP_PROXY", proxy_url.removesuffix("/v1"))
+    proxy = Proxy(writes(b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n"
+                         b"retry-after: 7\r\ncontent-length: 2\r\n\r\n{}"))
+    async with proxy.running("") as proxy_url:
+        monkeypatch.setenv("HTTP_PROXY", proxy_url)
         monkeypatch.setenv("NO_PROXY", "127.0.0.1")  # the test's own client reaches the gateway directly
-        async with serve(create_app(settings("http://upstream.invalid/v1"))) as url:
+        app_settings, model = provider_settings(provider, "http://upstream.invalid")
+        async with serve(create_app(app_settings)) as url:
             async with httpx.AsyncClient(base_url=url, timeout=10) as client:
-                response = await client.post("/v1/stream", json={"model": "up/m", "messages": HELLO})
-    assert response.status_code == 200, response.text
-    final = parse_sse(response.content)[-1][2]
-    assert final["status"] == "ok" and final["message"]["content"] == "Hello", final
-    assert request_lines == [b"POST http://upstream.invalid/v1/chat/completions HTTP/1.1"]
+                response = await client.post("/v1/stream", json={"model": model, "messages": HELLO})
+    assert response.status_code == 429, response.text  # the proxy's answer: it was asked
+    assert response.headers["retry-after"] == "7"
+    assert len(request_lines) == 1 and request_lines[0].startswith(b"POST http://upstream.invalid/"), request_lines
+
+
+async def test_no_proxy_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same environment with the upstream's host in NO_PROXY: straight to the upstream.
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    upstream = RawUpstream(writes(b"HTTP/1.1 429 Too Many Requests\r\ncontent-length: 2\r\n\r\n{}"))
+    async with upstream.running("") as base:
+        monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.2:9")  # nothing listens there
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        response = await _post(*provider_settings("gemini", base))
+    assert response.status_code == 429 and upstream.requests == 1
+
+
+async def _post(app_settings: Any, model: str) -> httpx.Response:
+    async with serve(create_app(app_settings)) as url, httpx.AsyncClient(base_url=url, timeout=10) as client:
+        return await client.post("/v1/stream", json={"model": model, "messages": HELLO})

@@ -250,17 +250,3 @@ def closed_port_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}/v1"
-
-
-def sends_counted(monkeypatch: Any) -> list[httpx2.Request]:
-    """Every request `httpx2.AsyncClient.send` is given from now on (it still sends them): how a
-    test sees whether a request went through a client or straight onto its transport."""
-    sent: list[httpx2.Request] = []
-    original = httpx2.AsyncClient.send
-
-    async def counting(self: httpx2.AsyncClient, request: httpx2.Request, **kw: Any) -> httpx2.Response:
-        sent.append(request)
-        return await original(self, request, **kw)
-
-    monkeypatch.setattr(httpx2.AsyncClient, "send", counting)
-    return sent

@@ -33,9 +33,8 @@ from app.providers.anthropic_convert import (
 from app.providers.anthropic_stream import AnthropicNormalizer
 from app.providers.base import RAW_STREAM, ProviderAdapter, ProviderRequest, SSEPatchStream, sse_body
 from app.providers.config import ProviderConfig
-from app.providers.direct import DirectPost, anthropic_direct
-from app.providers.errors import status_error, transport_error
-from app.providers.transport import upstream_http_client
+from app.providers.errors import CONNECTION_ERRORS, status_error, transport_error
+from app.providers.http import anthropic_http_client, upstream_timeout
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -62,16 +61,12 @@ def anthropic_errors(provider: str = "anthropic") -> Iterator[None]:
         raise
     except ValueError as exc:  # the SDK refusing a call, e.g. a non-streaming max_tokens too large
         raise RequestError(f"{provider}: {exc}", code="invalid_request", provider=provider) from exc
-    except anthropic.APITimeoutError as exc:
-        raise transport_error(httpx2.TimeoutException(str(exc)), provider) from exc
-    except anthropic.APIConnectionError as exc:
-        raise transport_error(exc, provider) from exc
     except anthropic.APIStatusError as exc:
         raise _status_error(exc, provider) from exc
+    except CONNECTION_ERRORS as exc:  # the SDK's APIConnectionError / APITimeoutError, or the transport's
+        raise transport_error(exc, provider) from exc
     except anthropic.AnthropicError as exc:
         raise UpstreamError(f"{provider}: {type(exc).__name__}: {exc}", provider=provider) from exc
-    except httpx2.TransportError as exc:
-        raise transport_error(exc, provider) from exc
 
 
 def _status_error(exc: anthropic.APIStatusError, provider: str) -> UpstreamError:
@@ -86,11 +81,9 @@ def _status_error(exc: anthropic.APIStatusError, provider: str) -> UpstreamError
 class AnthropicAdapter(ProviderAdapter):
     """Messages API through an injected `AsyncAnthropic`; streams are read as raw bytes."""
 
-    def __init__(self, client: anthropic.AsyncAnthropic, *, name: str = "anthropic", owns_client: bool = False,
-                 direct: DirectPost | None = None) -> None:
+    def __init__(self, client: anthropic.AsyncAnthropic, *, name: str = "anthropic", owns_client: bool = False) -> None:
         self.name = name
         self._client = client
-        self._direct = direct
         self._owns_client = owns_client
 
     def ready(self) -> bool:
@@ -113,11 +106,7 @@ class AnthropicAdapter(ProviderAdapter):
             raise RequestError(f"{self.name}: {exc}", provider=self.name) from None
         body["stream"] = True
         with anthropic_errors(self.name):
-            if self._direct is not None:  # a client the gateway built: prepared once (providers/direct.py)
-                http = await self._direct(body)
-            else:
-                http = await self._client.post("/v1/messages", body=body, cast_to=httpx2.Response,
-                                               options=RAW_STREAM)
+            http = await self._client.post("/v1/messages", body=body, cast_to=httpx2.Response, options=RAW_STREAM)
         return await sse_body(http, AnthropicNormalizer(), provider=self.name)
 
 
@@ -131,14 +120,11 @@ def build_anthropic(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[
         return {"anthropic": AnthropicAdapter(client)}
     if config.anthropic_api_key is None:
         return {}
-    http = upstream_http_client(connect_timeout=config.connect_timeout,  # issue 12
-                                read_timeout=config.read_timeout, follow_redirects=True)
     client = anthropic.AsyncAnthropic(
         api_key=config.anthropic_api_key.get_secret_value(),
         base_url=config.anthropic_base_url,
         max_retries=config.max_retries,  # only before a response starts: no duplicate output
-        timeout=httpx2.Timeout(config.read_timeout, connect=config.connect_timeout),
-        http_client=http,
+        timeout=upstream_timeout(connect=config.connect_timeout, read=config.read_timeout),
+        http_client=anthropic_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout),
     )
-    return {"anthropic": AnthropicAdapter(client, owns_client=True,
-                                          direct=anthropic_direct(client, http, "/v1/messages"))}
+    return {"anthropic": AnthropicAdapter(client, owns_client=True)}

@@ -19,13 +19,13 @@ from typing import Any, Literal, Protocol
 import httpx2
 
 from app.core.accumulator import Accumulator
-from app.core.errors import GatewayError, UpstreamError, UpstreamTimeout
+from app.core.errors import GatewayError, UpstreamError
 from app.core.events import FinalEvent, ReasoningBlockEnd, StreamEvent
 from app.core.messages import AdapterError, Message, ToolSpec, assistant_message
 from app.core.patches import Patch
 from app.core.released import Released
+from app.providers.errors import CONNECTION_ERRORS, read_error
 from app.providers.sse import SSEDecoder, SSEEvent
-from app.providers.transport import H1Body
 
 __all__ = [
     "RAW_STREAM",
@@ -34,6 +34,7 @@ __all__ = [
     "ProviderAdapter",
     "ProviderRequest",
     "SSEPatchStream",
+    "bounded_body",
     "StreamNormalizer",
     "ToolChoice",
     "drive",
@@ -44,12 +45,14 @@ __all__ = [
     "sse_body",
 ]
 
-RAW_STREAM: Any = {"headers": {"X-Stainless-Raw-Response": "stream"}, "max_retries": 0}
+RAW_STREAM: Any = {"headers": {"X-Stainless-Raw-Response": "stream"}, "max_retries": 0, "follow_redirects": False}
 """`options=` for the official SDKs' documented `client.post(path, cast_to=httpx2.Response, ...)`:
 their own marker (`_constants.RAW_RESPONSE_HEADER`) for "hand me the response unread". The SDK
 keeps auth, base URL and typed errors; we skip its typed-params transform, which cost ~0.5 ms CPU
 per request here (bench/run.py), and parse the bytes once. `max_retries: 0`: streamed requests are
-retried by the routing layer (app/routing), which counts each attempt once and falls back."""
+retried by the routing layer (app/routing), which counts each attempt once and falls back.
+`follow_redirects: False`: the request carries the gateway's credential, which must not follow a
+redirect to another origin (DESIGN.md section 4), whatever the injected client's own setting."""
 
 ToolChoice = Literal["auto", "none", "required"] | str
 """`auto`, `none`, `required`, or the name of one tool the model must call."""
@@ -137,13 +140,8 @@ def mid_stream_errors(provider: str) -> Iterator[None]:
         yield
     except GatewayError:
         raise
-    except httpx2.TimeoutException as exc:
-        raise UpstreamTimeout(f"{provider}: read timed out mid-stream", provider=provider) from exc
-    except httpx2.TransportError as exc:
-        raise UpstreamError(
-            f"{provider}: connection lost mid-stream ({type(exc).__name__})",
-            code="upstream_disconnected", retryable=True, provider=provider,
-        ) from exc
+    except CONNECTION_ERRORS as exc:
+        raise read_error(exc, provider) from exc
 
 
 class SSEPatchStream:
@@ -211,17 +209,25 @@ async def sse_body(response: httpx2.Response, normalizer: StreamNormalizer, *, p
     `alt=sse` ignored) is an upstream error before the first event, with the body's start.
     """
     if response.headers.get("content-type", "").startswith("application/json"):
-        try:
-            with mid_stream_errors(provider):
-                text = (await response.aread())[:500].decode("utf-8", "replace")
-        finally:
-            await response.aclose()
+        with mid_stream_errors(provider):
+            text = (await bounded_body(response, 500)).decode("utf-8", "replace")
         raise UpstreamError(f"{provider}: expected an event stream, got JSON: {text}", provider=provider)
-    # On the gateway's transport, an unencoded body is read as it arrives, without httpx2's
-    # decoder and chunker layers (app/providers/transport.py, point 2).
-    body = response.stream
-    chunks = body if type(body) is H1Body and "content-encoding" not in response.headers else response.aiter_bytes()
+    chunks = response.aiter_bytes()  # decoded as the response says (gzip, br), each read as it arrives
     return SSEPatchStream(chunks, normalizer, close=response.aclose, provider=provider)
+
+
+async def bounded_body(response: httpx2.Response, limit: int = 65536) -> bytes:
+    """At most `limit` bytes of a body (an error answer), then the response closed: an upstream
+    read is always bounded (DESIGN.md section 4)."""
+    body = bytearray()
+    try:
+        async for part in response.aiter_bytes():
+            body += part
+            if len(body) >= limit:
+                break
+    finally:
+        await response.aclose()
+    return bytes(body[:limit])
 
 
 def incomplete(provider: str) -> UpstreamError:

@@ -2,13 +2,28 @@
 
 `status_error()` is the one HTTP-status ladder (an error answer before the body: DESIGN.md
 section 1); `stream_error()` the one mapping of an error reported inside a stream (it ends the
-stream with `final{status: "error"}`); `transport_error()` maps a connection failure or timeout.
-Each adapter only extracts the provider's own fields (message, type, retry hint) and calls these.
+stream with `final{status: "error"}`); `transport_error()` maps a connection failure or timeout
+before the body and `read_error()` one while reading it. Each adapter only extracts the
+provider's own fields (message, type, retry hint) and calls these.
+
+Connection failures arrive as the SDKs' `APIConnectionError` / `APITimeoutError` (which wrap
+httpx2's), httpx2's `TransportError`s (Gemini's client, and bodies read through any client), or
+aiohttp's `ClientError`s (the transport under every client the gateway builds, app/providers/http.py).
+That transport maps aiohttp's errors to httpx2's, but maps every `ClientConnectionError` without a
+closer match to `ConnectTimeout`: a refused connection (`ClientConnectorError`) or an upstream that
+hung up (`ServerDisconnectedError`) would read as a timeout (504). So a timeout here is decided by
+the root cause when it is aiohttp's (its `ServerTimeoutError` family, or asyncio's timeout), and by
+httpx2's or the SDK's class otherwise.
 """
 
 from __future__ import annotations
 
+import asyncio
+
+import aiohttp
+import anthropic
 import httpx2
+import openai
 
 from app.core.errors import (
     UpstreamBadRequest,
@@ -18,7 +33,15 @@ from app.core.errors import (
     UpstreamTimeout,
 )
 
-__all__ = ["retryable_status", "status_error", "stream_error", "transport_error"]
+__all__ = ["CONNECTION_ERRORS", "is_timeout", "read_error", "retryable_status", "status_error", "stream_error",
+           "transport_error"]
+
+CONNECTION_ERRORS: tuple[type[Exception], ...] = (
+    httpx2.TransportError, aiohttp.ClientError, openai.APIConnectionError, anthropic.APIConnectionError,
+)
+"""No answer, or an answer cut off: every library's word for it (the SDKs' timeouts subclass theirs)."""
+
+_TIMEOUTS: tuple[type[Exception], ...] = (httpx2.TimeoutException, openai.APITimeoutError, anthropic.APITimeoutError)
 
 # Error kinds providers report in a stream (OpenAI `type`/`code`, Anthropic `error.type`, Google
 # `status`) -> the gateway's code; any other kind is `upstream_error`.
@@ -58,6 +81,9 @@ def status_error(
                    upstream_code=upstream_code, upstream_type=upstream_type, request_id=request_id,
                    retry_after=retry_after if status == 429 else None)
 
+    if 300 <= status < 400:  # never followed: the request carries the gateway's credential (DESIGN.md section 4)
+        return error(UpstreamError, f"{provider}: the provider answered a redirect (HTTP {status}); redirects are "
+                     "not followed", code="upstream_redirect", retryable=False)
     if status in (401, 403) or credentials_refused:
         return error(UpstreamError, f"{provider}: the provider refused the gateway's credentials (HTTP {status})",
                      code="upstream_auth")
@@ -96,10 +122,42 @@ def stream_error(
     )
 
 
-def transport_error(exc: Exception, provider: str) -> UpstreamError:
-    """No answer: a timeout (504) or a connection failure (502, retryable)."""
-    if isinstance(exc, httpx2.TimeoutException):
+def _chain(exc: BaseException) -> list[BaseException]:
+    chain = [exc]
+    while chain[-1].__cause__ is not None and len(chain) < 16:
+        chain.append(chain[-1].__cause__)
+    return chain
+
+
+def _aiohttp_cause(exc: BaseException) -> aiohttp.ClientError | None:
+    return next((link for link in _chain(exc) if isinstance(link, aiohttp.ClientError)), None)
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """Whether a connection failure was a timeout: aiohttp's own error when it is behind it
+    (module docstring), else httpx2's, the SDK's or asyncio's class anywhere in the chain."""
+    cause = _aiohttp_cause(exc)
+    if cause is not None:
+        return isinstance(cause, aiohttp.ServerTimeoutError)
+    return any(isinstance(link, (*_TIMEOUTS, asyncio.TimeoutError)) for link in _chain(exc))
+
+
+def _cause_name(exc: BaseException) -> str:
+    cause = _aiohttp_cause(exc)
+    return type(cause if cause is not None else _chain(exc)[-1]).__name__
+
+
+def transport_error(exc: BaseException, provider: str) -> UpstreamError:
+    """No answer: a timeout (504) or a connection failure (502 `upstream_unavailable`, retryable)."""
+    if is_timeout(exc):
         return UpstreamTimeout(f"{provider}: the provider did not answer in time", provider=provider)
-    cause = exc.__cause__ or exc
-    return UpstreamError(f"{provider}: cannot reach the provider ({type(cause).__name__})",
+    return UpstreamError(f"{provider}: cannot reach the provider ({_cause_name(exc)})",
                          code="upstream_unavailable", retryable=True, provider=provider)
+
+
+def read_error(exc: BaseException, provider: str) -> UpstreamError:
+    """The body cut short: silence past the read timeout (504), or the connection lost (502)."""
+    if is_timeout(exc):
+        return UpstreamTimeout(f"{provider}: read timed out mid-stream", provider=provider)
+    return UpstreamError(f"{provider}: connection lost mid-stream ({_cause_name(exc)})",
+                         code="upstream_disconnected", retryable=True, provider=provider)

@@ -33,6 +33,7 @@ Request mapping decisions:
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -48,13 +49,12 @@ from app.core.errors import (
     UpstreamError,
 )
 from app.core.messages import AdapterError, Message, ToolSpec, thaw
-from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
+from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, bounded_body, sse_body
 from app.providers.config import ProviderConfig
-from app.providers.direct import _Wire
-from app.providers.errors import status_error, transport_error
+from app.providers.errors import CONNECTION_ERRORS, status_error, transport_error
 from app.providers.gemini_stream import GeminiNormalizer
+from app.providers.http import gemini_http_client
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools
-from app.providers.transport import upstream_http_client
 
 __all__ = [
     "GEMINI_BASE_URL",
@@ -68,8 +68,6 @@ __all__ = [
 
 GEMINI_BASE_URL = "https://generativelanguage.googleapis.com"
 _STREAM = "streamGenerateContent?alt=sse"
-_WIRES_KEPT = 64
-"""Models whose prepared request line is kept (model names come from callers: bounded)."""
 _RESERVED_OPTIONS = frozenset({"contents", "systemInstruction", "system_instruction", "tools"})
 _CHOICE_MODES = {"auto": "AUTO", "none": "NONE", "required": "ANY"}
 
@@ -202,7 +200,7 @@ def gemini_errors(provider: str = "gemini") -> Iterator[None]:
         raise
     except AdapterError as exc:
         raise RequestError(f"{provider}: {exc}", provider=provider) from exc
-    except httpx2.HTTPError as exc:
+    except CONNECTION_ERRORS as exc:
         raise transport_error(exc, provider) from exc
 
 
@@ -257,16 +255,13 @@ class GeminiAdapter(ProviderAdapter):
         # A bare host gets the Gemini API's version; a URL with a path is used as given
         # (".../v1beta", a proxy's prefix, Vertex AI's ".../locations/{l}/publishers/google").
         base = (base_url or GEMINI_BASE_URL).rstrip("/")
+        parsed = httpx2.URL(base)
+        if parsed.userinfo:  # sent as Basic auth, as httpx2 would; aiohttp refuses both in one request
+            credentials = f"{parsed.username}:{parsed.password}".encode()
+            self._headers["authorization"] = "Basic " + base64.b64encode(credentials).decode()
+            base = str(parsed.copy_with(userinfo=b"")).rstrip("/")
         self._base = base if urlsplit(base).path else f"{base}/v1beta"
         self._owns_client = owns_client
-        # A client the gateway built: the request as it would send it (its default headers, then
-        # ours; its Host), prepared once and written straight to its transport, one request line
-        # per model (app/providers/direct.py). An injected client, or one going through a proxy,
-        # keeps `send`.
-        self._wire = None
-        if owns_client:
-            self._wire = _Wire.of(client, client.build_request("POST", self._base, content=b"", headers=self._headers))
-        self._wires: dict[str, _Wire] = {}
 
     def ready(self) -> bool:
         return True  # built only with a key or an injected client (build_gemini)
@@ -281,33 +276,20 @@ class GeminiAdapter(ProviderAdapter):
             raise AdapterError(f"not a Gemini model name: {model!r}")
         return f"{self._base}/models/{quote(name, safe='-._~')}:{method}"
 
-    def _wire_to(self, model: str) -> _Wire | None:
-        """The prepared request for `model`'s stream; None: the client sends it."""
-        if self._wire is None:
-            return None
-        wire = self._wires.get(model)
-        if wire is None:
-            if len(self._wires) >= _WIRES_KEPT:
-                self._wires.clear()
-            wire = self._wires[model] = self._wire.to(httpx2.URL(self.url(model, _STREAM)))
-        return wire
-
     async def open_stream(self, request: ProviderRequest) -> PatchStream:
-        """Send the request; raise GatewayError for anything known before the body starts."""
+        """Send the request; raise GatewayError for anything known before the body starts.
+
+        One send path for every client, injected or built: `client.send(request, stream=True)`,
+        never following a redirect (the request carries the key: DESIGN.md section 4).
+        """
         with gemini_errors(self.name):
-            wire = self._wire_to(request.model)
-            url = None if wire is not None else self.url(request.model, _STREAM)  # the model's name checked first
+            url = self.url(request.model, _STREAM)  # the model's name checked first
             body = orjson.dumps(gemini_request(request, provider=self.name))
-            response = await wire.post(body) if wire is not None else None
-            if response is None:  # not on the wire, or a redirect the client follows as configured
-                client = self._client
-                response = await client.send(client.build_request(
-                    "POST", url or self.url(request.model, _STREAM), content=body, headers=self._headers), stream=True)
-            if response.status_code >= 400:
-                try:
-                    payload = await response.aread()
-                finally:
-                    await response.aclose()
+            client = self._client
+            response = await client.send(client.build_request("POST", url, content=body, headers=self._headers),
+                                         stream=True, follow_redirects=False)
+            if response.status_code >= 300:
+                payload = await bounded_body(response)
                 raise error_answer(response.status_code, response.headers, payload, self.name)
         return await sse_body(response, GeminiNormalizer(provider=self.name), provider=self.name)
 
@@ -326,8 +308,6 @@ def build_gemini(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
         return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url)}
     if not key:
         return {}
-    # Redirects followed, as for the SDK clients the gateway builds; app/routing retries,
-    # counting each attempt once.
-    client = upstream_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
-                                  retries=0, follow_redirects=True)
+    # app/routing retries, counting each attempt once; redirects are not followed (http.py).
+    client = gemini_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout)
     return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url, owns_client=True)}

@@ -26,8 +26,8 @@ from app.core.errors import (
 from app.core.messages import AdapterError, Message, ToolSpec
 from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
 from app.providers.config import ProviderConfig
-from app.providers.direct import DirectPost, openai_direct
-from app.providers.errors import status_error, transport_error
+from app.providers.errors import CONNECTION_ERRORS, status_error, transport_error
+from app.providers.http import openai_http_client, upstream_timeout
 from app.providers.openai_chat_convert import (
     messages_to_openai,
     normalize_tool_calls,
@@ -37,7 +37,6 @@ from app.providers.openai_chat_convert import (
     tool_specs_to_openai,
 )
 from app.providers.openai_chat_stream import ChatChunkNormalizer
-from app.providers.transport import upstream_http_client
 
 __all__ = [
     "OpenAIAdapter",
@@ -139,9 +138,7 @@ def map_upstream_error(exc: Exception, provider: str) -> GatewayError:
         code = exc.code if isinstance(exc.code, (str, int)) else None
         return status_error(exc.status_code, _upstream_message(exc), provider=provider, upstream_code=code,
                             retry_after=exc.response.headers.get("retry-after"))
-    if isinstance(exc, (openai.APITimeoutError, httpx2.TimeoutException)):
-        return transport_error(httpx2.TimeoutException(str(exc)), provider)
-    if isinstance(exc, (openai.APIConnectionError, httpx2.TransportError)):
+    if isinstance(exc, CONNECTION_ERRORS):
         return transport_error(exc, provider)
     return UpstreamError(f"{provider}: {type(exc).__name__}: {exc}", provider=provider)
 
@@ -155,12 +152,15 @@ def _upstream_message(exc: openai.APIStatusError) -> str:
     return f"HTTP {exc.status_code}"
 
 
+_UPSTREAM_ERRORS: tuple[type[Exception], ...] = (openai.OpenAIError, *CONNECTION_ERRORS)
+
+
 @contextlib.contextmanager
 def upstream_errors(provider: str) -> Iterator[None]:
     """Raise every SDK/transport failure of the enclosed call as a GatewayError."""
     try:
         yield
-    except (openai.OpenAIError, httpx2.HTTPError) as exc:
+    except _UPSTREAM_ERRORS as exc:
         raise map_upstream_error(exc, provider) from exc
 
 
@@ -184,11 +184,9 @@ class OpenAIAdapter(ProviderAdapter):
         include_usage: bool = True,
         max_tokens_field: str = "max_completion_tokens",
         owns_client: bool = False,
-        direct: DirectPost | None = None,
     ) -> None:
         self.name = name
         self._client = client
-        self._direct = direct
         self._include_usage = include_usage
         self._max_tokens_field = max_tokens_field
         self._owns_client = owns_client
@@ -240,38 +238,29 @@ class OpenAIAdapter(ProviderAdapter):
                                    max_tokens_field=self._max_tokens_field)
         except AdapterError as exc:
             raise RequestError(f"{self.name}: {exc}", provider=self.name) from None
-        # A client the gateway built: the SDK's request, prepared once (app/providers/direct.py).
-        # An injected one: through the SDK's documented `client.post(..., cast_to=httpx2.Response)`
-        # with the raw-stream header rather than `chat.completions.with_streaming_response`: the
-        # same request without the typed-params transform (~0.5 ms CPU per request here).
+        # Through the SDK's documented `client.post(..., cast_to=httpx2.Response)` with the
+        # raw-stream header rather than `chat.completions.with_streaming_response`: the same
+        # request without the typed-params transform (~0.5 ms CPU per request here).
         with upstream_errors(self.name):
-            if self._direct is not None:
-                http = await self._direct(params)
-            else:
-                http = await self._client.post(
-                    "/chat/completions", body=params, cast_to=httpx2.Response, options=RAW_STREAM
-                )
+            http = await self._client.post("/chat/completions", body=params, cast_to=httpx2.Response,
+                                           options=RAW_STREAM)
         return await sse_body(http, ChatChunkNormalizer(provider=self.name), provider=self.name)
 
 
 # -- configuration ------------------------------------------------------------------------
 
 
-def make_client(*, api_key: str, base_url: str, config: ProviderConfig,
-                path: str = "/chat/completions") -> tuple[openai.AsyncOpenAI, DirectPost]:
-    """An SDK client with the gateway's timeouts and retry budget (retries happen only before
-    the response starts, so they never duplicate output), on the aiohttp transport (issue 12),
-    and its streamed request to `path`, prepared once (app/providers/direct.py)."""
-    http = upstream_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
-                                follow_redirects=True)
-    client = openai.AsyncOpenAI(
+def make_client(*, api_key: str, base_url: str, config: ProviderConfig) -> openai.AsyncOpenAI:
+    """An SDK client on the SDK's aiohttp client (app/providers/http.py) with the gateway's
+    timeouts and retry budget (retries happen only before the response starts, so they never
+    duplicate output)."""
+    return openai.AsyncOpenAI(
         api_key=api_key,
         base_url=base_url,
         max_retries=config.max_retries,
-        timeout=httpx2.Timeout(config.read_timeout, connect=config.connect_timeout),
-        http_client=http,
+        timeout=upstream_timeout(connect=config.connect_timeout, read=config.read_timeout),
+        http_client=openai_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout),
     )
-    return client, openai_direct(client, http, path)
 
 
 def build_openai(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
@@ -287,9 +276,8 @@ def build_openai(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
     if client is not None:
         adapters["openai"] = OpenAIAdapter(client, name="openai")
     elif key:
-        client, direct = make_client(api_key=key, base_url=config.openai_base_url or OPENAI_BASE_URL,
-                                     config=config)
-        adapters["openai"] = OpenAIAdapter(client, name="openai", owns_client=True, direct=direct)
+        client = make_client(api_key=key, base_url=config.openai_base_url or OPENAI_BASE_URL, config=config)
+        adapters["openai"] = OpenAIAdapter(client, name="openai", owns_client=True)
     for provider in config.compatible:
         # Compatible servers know max_tokens; max_completion_tokens is OpenAI's newer name.
         options: dict[str, Any] = {"name": provider.name, "include_usage": provider.include_usage,
@@ -301,6 +289,6 @@ def build_openai(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
         key = provider.api_key() or ""
         if provider.api_key_env and not key:
             continue
-        client, direct = make_client(api_key=key or _NO_KEY, base_url=provider.base_url, config=config)
-        adapters[provider.name] = OpenAIAdapter(client, owns_client=True, direct=direct, **options)
+        client = make_client(api_key=key or _NO_KEY, base_url=provider.base_url, config=config)
+        adapters[provider.name] = OpenAIAdapter(client, owns_client=True, **options)
     return adapters

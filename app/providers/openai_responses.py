@@ -35,7 +35,6 @@ from app.core.errors import RequestError
 from app.core.messages import AdapterError, Message, ToolSpec, thaw
 from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
 from app.providers.config import ProviderConfig
-from app.providers.direct import DirectPost
 from app.providers.openai_chat import OPENAI_BASE_URL, make_client, upstream_errors
 from app.providers.openai_responses_stream import ResponsesNormalizer
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools
@@ -151,11 +150,9 @@ class OpenAIResponsesAdapter(ProviderAdapter):
     SDK and transport errors are mapped by `openai_chat.upstream_errors`: same SDK, same rules.
     """
 
-    def __init__(self, client: openai.AsyncOpenAI, *, name: str = PROVIDER, owns_client: bool = False,
-                 direct: DirectPost | None = None) -> None:
+    def __init__(self, client: openai.AsyncOpenAI, *, name: str = PROVIDER, owns_client: bool = False) -> None:
         self.name = name
         self._client = client
-        self._direct = direct
         self._owns_client = owns_client
 
     def ready(self) -> bool:
@@ -174,17 +171,12 @@ class OpenAIResponsesAdapter(ProviderAdapter):
     async def open_stream(self, request: ProviderRequest) -> PatchStream:
         """Send the request; raise GatewayError for anything known before the body starts.
 
-        As openai_chat does: the SDK's request prepared once for a client the gateway built
-        (app/providers/direct.py), else the SDK's `client.post` with the raw-stream header (no
-        typed-params transform, the body unread).
+        As openai_chat does: the SDK's `client.post` with the raw-stream header (no typed-params
+        transform, the body unread).
         """
         body = self._body(request)
         with upstream_errors(self.name):
-            if self._direct is not None:
-                http = await self._direct(body)
-            else:
-                http = await self._client.post("/responses", body=body, cast_to=httpx2.Response,
-                                               options=RAW_STREAM)
+            http = await self._client.post("/responses", body=body, cast_to=httpx2.Response, options=RAW_STREAM)
         return await sse_body(http, ResponsesNormalizer(provider=self.name), provider=self.name)
 
 
@@ -199,6 +191,6 @@ def build_openai_responses(config: ProviderConfig, clients: Mapping[str, Any]) -
         return {PROVIDER: OpenAIResponsesAdapter(client)}
     if config.openai_api_key is None or not config.openai_api_key.get_secret_value():
         return {}
-    client, direct = make_client(api_key=config.openai_api_key.get_secret_value(),
-                                 base_url=config.openai_base_url or OPENAI_BASE_URL, config=config, path="/responses")
-    return {PROVIDER: OpenAIResponsesAdapter(client, owns_client=True, direct=direct)}
+    client = make_client(api_key=config.openai_api_key.get_secret_value(),
+                         base_url=config.openai_base_url or OPENAI_BASE_URL, config=config)
+    return {PROVIDER: OpenAIResponsesAdapter(client, owns_client=True)}
