@@ -1,4 +1,5 @@
-"""CPU of `Gateway.open` per request, in process: model resolution, gate, the provider request
+"""CPU of opening a run per request, in process (`Gateway.start` until `RunHandle.opened()`, then
+the run cancelled): admission, the run's task, model resolution, gate, the provider request
 through the SDK down to the transport, the stream log and transcript. The transport is an
 `httpx2.MockTransport` answering a one-chunk stream at once, so no socket work is counted.
 
@@ -54,17 +55,22 @@ def _answer(request: httpx2.Request) -> httpx2.Response:
     return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
 
 
+async def open_once(gateway, spec: RunSpec) -> None:
+    handle = gateway.start(spec)
+    await handle.opened()
+    handle.cancel("client_gone")
+    await handle.task
+
+
 async def per_open(gateway, model: str, requests: int) -> float:
     spec = RunSpec(request=ProviderRequest(model=model, messages=(Message(role="user", content="hello there"),)))
     for _ in range(50):  # warm-up
-        run = await gateway.open(spec)
-        await run.upstream.aclose()
+        await open_once(gateway, spec)
     rounds = []
     for _ in range(5):
         c0 = time.process_time()
         for _ in range(requests // 5):
-            run = await gateway.open(spec)
-            await run.upstream.aclose()
+            await open_once(gateway, spec)
         rounds.append((time.process_time() - c0) / (requests // 5) * 1e6)
     return statistics.median(rounds)
 
