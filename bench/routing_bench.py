@@ -78,7 +78,6 @@ async def _routed(router: Router, model: str, request: ProviderRequest, n: int) 
         stream = await session.open_stream(request)
         async for _batch in stream:
             pass
-        session.close()
     return time.process_time() - start
 
 
