@@ -7,14 +7,16 @@ requests (`mock/simple` through /v1/generate) for the per-request cost (body par
 dependency resolution, routing). Reports the server process's CPU time (utime + stime) per
 event and per request, the median of `--rounds` rounds. Numbers only: no goals are asserted.
 
-Usage: `python bench/edge_bench.py [--root DIR] [--streams 40] [--tokens 200] [--requests 400]`
-(`--root` serves another checkout's `app`, e.g. the commit before a change, with this venv).
+Usage: `python bench/edge_bench.py [--root DIR ...] [--streams 40] [--tokens 200] [--requests 400]`
+(`--root` serves another checkout's `app` with this venv, e.g. `git archive` of the commit before a
+change; give several to compare them in interleaved rounds).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import sys
 from pathlib import Path
@@ -56,31 +58,40 @@ async def _requests(url: str, count: int, concurrency: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=ROOT)
+    parser.add_argument("--root", type=Path, action="append",
+                        help="a checkout whose `app` to serve (repeat to compare; default this one)")
     parser.add_argument("--streams", type=int, default=40)
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    results: dict[str, list[float]] = {"paced us/event": [], "unpaced us/event": [], "us/request": []}
-    with server("app.main:app", port, {"FOUNDRY_RECORDS": "off", "FOUNDRY_LOG_LEVEL": "warning"},
-                cwd=args.root) as proc:
-        asyncio.run(_streams(url, 4, 4, 20, 0))  # warm up: imports, first-request setup
-        asyncio.run(_requests(url, 20, 4))
-        for _ in range(args.rounds):
-            for name, work in (
-                ("paced us/event", lambda: _streams(url, args.streams, args.concurrency, args.tokens, 1)),
-                ("unpaced us/event", lambda: _streams(url, args.streams, args.concurrency, args.tokens, 0)),
-                ("us/request", lambda: _requests(url, args.requests, args.concurrency)),
-            ):
-                before = cpu_seconds(proc.pid)
-                count = asyncio.run(work())
-                results[name].append((cpu_seconds(proc.pid) - before) / count * 1e6)
-    for name, values in results.items():
-        print(f"{name:18} median {statistics.median(values):8.1f}   rounds {', '.join(f'{v:.1f}' for v in values)}")
+    roots: list[Path] = args.root or [ROOT]
+    env = {"FOUNDRY_RECORDS": "off", "FOUNDRY_LOG_LEVEL": "warning"}
+    workloads = {
+        "paced us/event": lambda url: _streams(url, args.streams, args.concurrency, args.tokens, 1),
+        "unpaced us/event": lambda url: _streams(url, args.streams, args.concurrency, args.tokens, 0),
+        "us/request": lambda url: _requests(url, args.requests, args.concurrency),
+    }
+    results = {(str(root), name): [] for root in roots for name in workloads}
+    with contextlib.ExitStack() as stack:
+        targets = []
+        for root in roots:
+            port = free_port()
+            proc = stack.enter_context(server("app.main:app", port, env, cwd=root))
+            url = f"http://127.0.0.1:{port}"
+            asyncio.run(_streams(url, 4, 4, 20, 0))  # warm up: imports, first-request setup
+            asyncio.run(_requests(url, 20, 4))
+            targets.append((str(root), url, proc))
+        for _ in range(args.rounds):  # interleaved: a neighbour's load on this machine hits every target alike
+            for name, work in workloads.items():
+                for root, url, proc in targets:
+                    before = cpu_seconds(proc.pid)
+                    count = asyncio.run(work(url))
+                    results[(root, name)].append((cpu_seconds(proc.pid) - before) / count * 1e6)
+    for (root, name), values in results.items():
+        print(f"{root:32} {name:18} median {statistics.median(values):8.1f}   "
+              f"rounds {', '.join(f'{v:.1f}' for v in values)}")
 
 
 if __name__ == "__main__":
