@@ -76,3 +76,7 @@ bench-litellm: $(VENV)/.installed-test $(LITELLM_VENV)/bin/litellm  ## optional:
 
 clean:
 	rm -rf $(VENV) $(LITELLM_VENV) .pytest_cache .hypothesis site
+
+.PHONY: floors
+floors:  ## install each direct dependency at its declared floor in a throwaway venv and smoke-test the app
+	$(PYTHON) scripts/check_floors.py

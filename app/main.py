@@ -11,7 +11,6 @@ from fastapi import FastAPI
 
 from app.accounting import KeyAccountant
 from app.api.compat import anthropic_routes, openai_routes
-from app.api.direct_routes import DirectRoutes
 from app.api.errors import install_error_handlers
 from app.api.middleware import RequestContextMiddleware
 from app.api.openapi import install_openapi
@@ -107,9 +106,7 @@ def create_app(
     install_playground(app)
     install_error_handlers(app)
     install_openapi(app)
-    app.state.direct_routes = direct = DirectRoutes()
-    app.add_middleware(RequestContextMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes,
-                       direct=direct)
+    app.add_middleware(RequestContextMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
     return app
 
 

@@ -131,7 +131,7 @@ async def test_health_readiness_and_metrics(client):
     assert "foundry_time_to_first_token_seconds_count" in text
     assert 'foundry_streams_finished_total{provider="mock",status="ok"} 1.0' in text
     assert "foundry_active_streams 0.0" in text
-    # The second request to a run route skips FastAPI's routing (app/api/direct_routes.py): same labels.
+    # A second request to each run route: the labels stay the route's.
     await client.post("/v1/stream", json=ASK)
     await client.post("/v1/generate", json={**ASK, "model": "nope/x"})
     text = (await client.get("/metrics")).text

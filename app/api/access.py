@@ -8,16 +8,11 @@ and starts its runs with `open_run`; nothing else is needed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import Depends, Request
-from fastapi.dependencies.models import Dependant
-from fastapi.encoders import jsonable_encoder
-from fastapi.routing import APIRoute, iter_route_contexts
-from fastapi.security import APIKeyHeader, HTTPBearer
-from starlette.routing import BaseRoute
+from fastapi import Depends, Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from app.accounting import KeyAccountant
 from app.api.middleware import RequestLog
@@ -26,23 +21,26 @@ from app.auth import Auth, Principal
 from app.auth.service import AccessDenied
 from app.pipeline import Gateway, RunHandle, RunSpec
 
-__all__ = ["AdminDep", "Authenticated", "PrincipalDep", "document_security", "not_found_unless_owner", "open_run",
-           "principal_of"]
+__all__ = ["AdminDep", "Authenticated", "PrincipalDep", "not_found_unless_owner", "open_run", "principal_of"]
 
-# The security schemes of the OpenAPI document. They are not `Security()` dependencies of
-# `principal_of`: FastAPI would run each as a dependency of its own on every request (~25-35 us of
-# CPU each here, deps.py), only to parse headers `principal_of` parses anyway (a malformed one is a
-# 401 with a reason rather than "missing"). `document_security` writes them into the document for
-# every route that authenticates, as FastAPI would have.
-_SCHEMES = {
-    "HTTPBearer": HTTPBearer(auto_error=False, description="Authorization: Bearer fgw-..."),
-    "APIKeyHeader": APIKeyHeader(name="x-api-key", auto_error=False, description="x-api-key: fgw-... (Anthropic clients)"),
-}
+# The security schemes: FastAPI puts them in the OpenAPI document for every route that depends on
+# `principal_of`. Neither refuses a request itself (auto_error=False): the gateway answers a
+# missing, malformed or unknown key with its own 401 and reason (app/auth/service.py).
+_bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer fgw-...")
+_api_key = APIKeyHeader(name="x-api-key", auto_error=False, description="x-api-key: fgw-... (Anthropic clients)")
 
 
-async def principal_of(request: Request) -> Principal:
+async def principal_of(
+    request: Request,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+    api_key: Annotated[str | None, Security(_api_key)],
+) -> Principal:
+    """The caller, from `Authorization: Bearer <key>` or `x-api-key: <key>`; 401 with a reason.
+
+    The raw Authorization header is checked rather than HTTPBearer's parse (`bearer`), which
+    reads a malformed header as none at all: the caller is told which of the two it sent."""
     auth: Auth = request.app.state.auth
-    principal = await auth.authenticate(request.headers.get("authorization"), request.headers.get("x-api-key"))
+    principal = await auth.authenticate(request.headers.get("authorization"), api_key)
     record = request.scope.get("state", {}).get("record")
     if isinstance(record, RequestLog):  # the log line names the key by id and name, never the key
         record.key_id = principal.owner or principal.kind
@@ -64,30 +62,6 @@ PrincipalDep = Annotated[Principal, Depends(principal_of)]
 AdminDep = Annotated[Principal, Depends(_admin)]
 Authenticated = Depends(principal_of)
 """For `APIRouter(dependencies=[Authenticated])`."""
-
-
-def document_security(doc: dict[str, Any], routes: Iterable[BaseRoute]) -> None:
-    """Declare the security schemes in an OpenAPI document, and on each operation of a route
-    that depends on `principal_of` (directly or through the admin dependency)."""
-    requirement: list[dict[str, list[str]]] = [{name: []} for name in _SCHEMES]
-    used = False
-    for context in iter_route_contexts(list(routes)):  # as get_openapi walks them (included routers too)
-        route: Any = context
-        if not (isinstance(context.original_route, APIRoute) and route.include_in_schema
-                and _authenticates(route.dependant)):
-            continue
-        for method in route.methods or ():
-            operation = doc.get("paths", {}).get(route.path_format, {}).get(method.lower())
-            if operation is not None:
-                operation["security"] = requirement
-                used = True
-    if used:
-        doc.setdefault("components", {})["securitySchemes"] = {
-            name: jsonable_encoder(scheme.model, by_alias=True, exclude_none=True) for name, scheme in _SCHEMES.items()}
-
-
-def _authenticates(dependant: Dependant) -> bool:
-    return any(d.call is principal_of or _authenticates(d) for d in dependant.dependencies)
 
 
 def not_found_unless_owner(principal: Principal, owner: str | None, error: Exception) -> None:

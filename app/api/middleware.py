@@ -16,7 +16,6 @@ import orjson
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.direct_routes import DirectRoutes
 from app.observability import Metrics, get_logger
 
 if TYPE_CHECKING:
@@ -62,13 +61,10 @@ _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int,
-                 direct: DirectRoutes | None = None) -> None:
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
-        self.direct = direct
-        """The run routes served without FastAPI's routing once it routed them (direct_routes.py)."""
         self.log = get_logger("foundry.http")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -97,9 +93,6 @@ class RequestContextMiddleware:
                     status = 413
                     return
                 receive = buffered
-                direct = self.direct
-                if direct is not None and scope["method"] == "POST" and await direct.serve(scope, receive, send_wrapper):
-                    return
             await self.app(scope, receive, send_wrapper)
         finally:
             structlog.contextvars.unbind_contextvars("request_id")

@@ -8,7 +8,6 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import TypeAdapter
 
-from app.api.access import document_security
 from app.api.schemas import EVENT_SCHEMAS
 
 __all__ = ["install_openapi"]
@@ -19,7 +18,6 @@ def install_openapi(app: FastAPI) -> None:
         if app.openapi_schema is not None:
             return app.openapi_schema
         doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-        document_security(doc, app.routes)
         _, defs = TypeAdapter.json_schemas(
             [(event, "serialization", TypeAdapter(schema)) for event, schema in EVENT_SCHEMAS.items()],
             ref_template="#/components/schemas/{model}",

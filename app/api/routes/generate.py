@@ -9,11 +9,10 @@ from starlette.responses import Response
 
 from app.api.access import Authenticated, PrincipalDep, open_run
 from app.api.convert import to_spec
-from app.api.deps import gateway_of, request_log
+from app.api.deps import GatewayDep, RecordDep
 from app.api.errors import require_json
 from app.api.readers import final_or_gone
 from app.api.responses import JSON, final_status_code
-from app.api.run_route import RunRoute
 from app.api.schemas import ErrorBody, FinalPayload, GenerateRequest, StreamAccepted
 
 router = APIRouter(tags=["generate"], dependencies=[Authenticated])
@@ -23,8 +22,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def generate(body: GenerateRequest, request: Request, principal: PrincipalDep) -> Response:
-    gateway, record = gateway_of(request), request_log(request)  # not dependencies: the hot path (deps.py)
+async def generate(body: GenerateRequest, request: Request, gateway: GatewayDep, record: RecordDep,
+                   principal: PrincipalDep) -> Response:
     record.model = body.model
     handle, limit_headers = await open_run(request, gateway, to_spec(body), principal, record)
     stream_id = handle.run.stream_id
@@ -49,5 +48,4 @@ router.add_api_route(
     },
     summary="Run to completion and answer the final payload as JSON",
     dependencies=[Depends(require_json)],
-    route_class_override=RunRoute,  # served without FastAPI's per-request dependency machinery (run_route.py)
 )

@@ -10,10 +10,9 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request
 
 from app.api.access import Authenticated, PrincipalDep, not_found_unless_owner, open_run
 from app.api.convert import to_spec
-from app.api.deps import GatewayDep, gateway_of, request_log
+from app.api.deps import GatewayDep, RecordDep
 from app.api.errors import require_json
 from app.api.responses import JSON
-from app.api.run_route import RunRoute
 from app.api.schemas import CancelResult, GenerateRequest
 from app.api.sse import SSEResponse
 from app.core.errors import RequestError
@@ -37,8 +36,8 @@ def json_errors(*codes: int) -> dict[int | str, dict[str, object]]:
     return {code: {"description": "Error", "content": {"application/json": {"schema": schema}}} for code in codes}
 
 
-async def stream(body: GenerateRequest, request: Request, principal: PrincipalDep) -> SSEResponse:
-    gateway, record = gateway_of(request), request_log(request)  # not dependencies: the hot path (deps.py)
+async def stream(body: GenerateRequest, request: Request, gateway: GatewayDep, record: RecordDep,
+                 principal: PrincipalDep) -> SSEResponse:
     record.model = body.model
     cancel = body.on_disconnect != "continue"
     handle, limit_headers = await open_run(request, gateway, replace(to_spec(body), held=cancel), principal, record)
@@ -57,7 +56,6 @@ router.add_api_route(
     responses={200: _SSE_DOC, **json_errors(400, 401, 403, 404, 413, 415, 422, 429, 502, 503, 504)},
     summary="Run and stream canonical events as SSE",
     dependencies=[Depends(require_json)],
-    route_class_override=RunRoute,  # the hot path, served without FastAPI's per-request dependency machinery
 )
 
 
