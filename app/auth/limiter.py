@@ -262,7 +262,7 @@ class RedisLimiter:
     async def ping(self) -> bool:
         try:
             return bool(await self.client.ping())
-        except Exception:  # noqa: BLE001 - any failure means "not reachable" to readiness
+        except Exception:  # any failure means "not reachable" to readiness
             return False
 
     async def aclose(self) -> None:

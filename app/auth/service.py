@@ -129,7 +129,7 @@ class Auth:
             return hit[1]
         try:
             policy = await self.keystore.by_hash(key_hash)
-        except Exception as exc:  # noqa: BLE001 - the database's failure, told as such
+        except Exception as exc:  # the database's failure, told as such
             raise AccessDenied(f"the key database is unavailable ({type(exc).__name__})",
                                code="auth_unavailable", status=503) from None
         if len(self._cache) >= _CACHE_MAX:
@@ -172,7 +172,7 @@ class Auth:
                     "concurrency": f"{key.max_concurrent} runs at once"}[denied.reason]
             raise AccessDenied(f"rate limit of API key {key.id}: {what}", code="rate_limited", status=429,
                                headers=denied.headers, retry_after=denied.retry_after, limit=denied.reason) from None
-        except Exception as exc:  # noqa: BLE001 - the counter store's failure: refuse fast, never unlimited
+        except Exception as exc:  # the counter store's failure: refuse fast, never unlimited
             raise AccessDenied(f"the rate-limit store is unavailable ({type(exc).__name__})",
                                code="limits_unavailable", status=503) from None
         self._on_outcome(key.name, "admitted")
@@ -228,7 +228,7 @@ class Auth:
                 await self.limiter.add_tokens(key.id, tokens)
             if key.budget_usd is not None and cost_usd:
                 await self.limiter.add_spend(key.id, month_of(datetime.now(UTC)), cost_usd)
-        except Exception as exc:  # noqa: BLE001 - the lease expires by itself; say so
+        except Exception as exc:  # the lease expires by itself; say so
             self.log.warning("limit_settle_failed", key_id=key.id, error=type(exc).__name__)
 
     async def settled(self) -> None:

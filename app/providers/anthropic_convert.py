@@ -85,13 +85,21 @@ def messages_to_anthropic(
         raise AdapterError(f"tool calls {sorted(pending)} have no tool result")
     if not turns:
         raise AdapterError("the conversation needs at least one user or assistant message")
-    for turn in turns:  # a lone text block reads best as the plain string the docs use
-        content = turn["content"]
-        if len(content) == 1 and content[0]["type"] == "text":
-            turn["content"] = content[0]["text"]
+    return _system(system), [_plain(turn) for turn in turns]
+
+
+def _plain(turn: dict[str, Any]) -> dict[str, Any]:
+    """A lone text block reads best as the plain string the docs use."""
+    content = turn["content"]
+    if len(content) == 1 and content[0]["type"] == "text":
+        turn["content"] = content[0]["text"]
+    return turn
+
+
+def _system(system: list[str]) -> str | list[dict[str, Any]] | None:
     if not system:
-        return None, turns
-    return (system[0] if len(system) == 1 else [{"type": "text", "text": s} for s in system]), turns
+        return None
+    return system[0] if len(system) == 1 else [{"type": "text", "text": s} for s in system]
 
 
 def _assistant_blocks(message: Message, provider: str) -> list[dict[str, Any]]:

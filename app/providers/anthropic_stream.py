@@ -287,13 +287,7 @@ class AnthropicNormalizer:
         if expected is None:
             return  # citations_delta and delta types added later are dropped (module docstring)
         if block is not None and block.kind != expected:
-            if delta.get(_DELTA_CONTENT[dtype]) and dtype != "signature_delta":
-                # Text, thinking or arguments with nowhere to go: the answer would be wrong.
-                raise UpstreamError(f"anthropic: {dtype} for a {block.kind} block", code="upstream_protocol_error",
-                                    provider="anthropic")
-            # A delta that carries none of the answer (a signature_delta on a text block, an
-            # empty delta): ignored and counted, never fatal (DESIGN.md section 4).
-            out.append(Ignored(what=f"anthropic:{dtype}_on_{block.kind}"))
+            out.append(_misplaced(dtype, delta, block.kind))
             return
         if dtype == "text_delta":
             out.append(TextDelta(key=key, text=delta.get("text", "")))
@@ -346,3 +340,13 @@ def stream_error(error: Any, request_id: Any = None) -> UpstreamError:
     kind = str(error.get("type") or "error")
     return shared_stream_error("anthropic", f"{kind}: {error.get('message') or 'error event in stream'}",
                                kind=kind, request_id=request_id if isinstance(request_id, str) else None)
+
+
+def _misplaced(dtype: str, delta: dict[str, Any], kind: str) -> Ignored:
+    """A delta aimed at a block of another kind: fatal when it carries text, thinking or arguments
+    with nowhere to go (the answer would be wrong); else (a signature_delta on a text block, an
+    empty delta) ignored and counted, never fatal (DESIGN.md section 4)."""
+    if delta.get(_DELTA_CONTENT[dtype]) and dtype != "signature_delta":
+        raise UpstreamError(f"anthropic: {dtype} for a {kind} block", code="upstream_protocol_error",
+                            provider="anthropic")
+    return Ignored(what=f"anthropic:{dtype}_on_{kind}")

@@ -156,15 +156,20 @@ class ResponsesNormalizer:
                 self._streamed_args.add(index)
                 escaped = orjson.dumps(data.get("delta", "")).decode()[1:-1]
                 out.append(ToolDelta(key=index, fragment=prefix + escaped))
-        elif kind == "response.output_item.added":
+        elif kind == "response.refusal.delta":
+            self._refused = True
+            out.append(TextDelta(key=index, text=data.get("delta", "")))
+        else:
+            self._lifecycle(kind, index, data, out)
+
+    def _lifecycle(self, kind: str, index: int, data: dict[str, Any], out: list[Patch]) -> None:
+        """The events around the deltas: items opening and closing, the response's start and end."""
+        if kind == "response.output_item.added":
             self._item_added(index, data.get("item") or {}, out)
         elif kind == "response.output_item.done":
             self._item_done(index, data.get("item") or {}, out)
         elif kind == "response.function_call_arguments.done":
             self._end_function_call(index, data.get("arguments"), out)
-        elif kind == "response.refusal.delta":
-            self._refused = True
-            out.append(TextDelta(key=index, text=data.get("delta", "")))
         elif kind == "response.created":
             response = data.get("response") or {}
             self._started = True

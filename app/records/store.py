@@ -165,7 +165,7 @@ class RecordStore:
             async with asyncio.timeout(1.0):
                 async with self.engine.connect() as conn:
                     await conn.execute(sa.text("SELECT 1"))
-        except Exception:  # noqa: BLE001 - any failure means "not reachable" to readiness
+        except Exception:  # any failure means "not reachable" to readiness
             return False
         return True
 

@@ -135,7 +135,7 @@ class RecordWriter:
             async with asyncio.timeout(max(self.write_timeout, 10.0)):
                 await self.store.migrate()
             self._migrated = True
-        except Exception as exc:  # noqa: BLE001 - a database that is down must not stop the gateway
+        except Exception as exc:  # a database that is down must not stop the gateway
             self.log.error("records_migration_failed", backend=self.store.backend, error=type(exc).__name__,
                            detail=str(exc)[:300])
 
@@ -155,7 +155,7 @@ class RecordWriter:
             try:
                 await self._write(batch)
                 failures = 0
-            except Exception as exc:  # noqa: BLE001 - counted and logged; the next batch tries again
+            except Exception as exc:  # counted and logged; the next batch tries again
                 failures += 1
                 self._drop(batch, "write_failed", exc)
             finally:
@@ -184,7 +184,7 @@ class RecordWriter:
         try:
             async with asyncio.timeout(max(self.write_timeout, 30.0)):
                 deleted = await self.store.prune(datetime.now(UTC) - self.retention)
-        except Exception as exc:  # noqa: BLE001 - retried at the next interval
+        except Exception as exc:  # retried at the next interval
             self.log.warning("records_prune_failed", error=type(exc).__name__)
             return
         if deleted:

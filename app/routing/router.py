@@ -318,7 +318,7 @@ class RouteSession(ProviderAdapter):
                     except StopAsyncIteration:
                         ended = True
                         break
-                    except Exception as exc:  # noqa: BLE001 - sorted just below
+                    except Exception as exc:  # sorted just below
                         if isinstance(exc, GatewayError) and _verdict(exc) != "stop":
                             raise
                         # served, with a failure to report after `start` (not the target's fault)

@@ -72,7 +72,7 @@ def database_errors() -> Iterator[None]:
     """A failing database is a 503 (retryable), never a 500 or a hang."""
     try:
         yield
-    except Exception as exc:  # noqa: BLE001 - the database's failure, told as such
+    except Exception as exc:  # the database's failure, told as such
         raise RecordsUnavailable(f"the records database is unavailable ({type(exc).__name__})") from None
 
 
