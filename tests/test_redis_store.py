@@ -7,7 +7,7 @@ import pytest
 import redis.asyncio as redis
 
 from app.core.events import AssistantMessage, FinalEvent, ReasoningEvent, StartEvent, TokenEvent, ToolCallEvent, Usage
-from app.streams.log import CANCELLED_BY_REQUEST, CursorAhead, ReplayUnavailable, StoreUnavailable
+from app.streams.errors import CANCELLED_BY_REQUEST, CursorAhead, ReplayUnavailable, StoreUnavailable
 from app.streams.redis import RedisStreamStore
 from tests.support import parse_sse
 

@@ -45,18 +45,10 @@ from redis.exceptions import RedisError, ResponseError
 from app.core.errors import ErrorData
 from app.core.events import STOP_REASON_FOR_STATUS, AssistantMessage, FinalEvent, Usage
 from app.core.released import Released
-from app.streams.log import (
-    CANCELLED_BY_REQUEST,
-    CancelOutcome,
-    CursorAhead,
-    MemoryStreamStore,
-    ReplayUnavailable,
-    StoreUnavailable,
-    StreamLog,
-    StreamRecord,
-    decode_frames,
-    encode_frame,
-)
+from app.streams.errors import CANCELLED_BY_REQUEST, CancelOutcome, CursorAhead, ReplayUnavailable, StoreUnavailable
+from app.streams.frames import decode_frames, encode_frame
+from app.streams.log import StreamLog, StreamRecord
+from app.streams.memory import MemoryStreamStore
 
 __all__ = ["RedisStreamStore", "StoreObserver"]
 
@@ -206,7 +198,7 @@ class RedisStreamStore(MemoryStreamStore):
                 pipe.set(self._lease_key(self.replica), "1", px=self._lease_ms)
                 await pipe.execute()
         except StoreUnavailable:
-            self._drop(info.stream_id)
+            self.discard(info.stream_id)
             raise
         log.sink = self._sink
         return log
