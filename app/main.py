@@ -28,7 +28,7 @@ from app.providers.registry import build_registry
 from app.recording import RunRecorder
 from app.records import RecordStore, RecordWriter
 from app.settings import Settings
-from app.streams.log import MemoryStreamStore, StreamStore
+from app.streams.memory import MemoryStreamStore, StreamStore
 
 __all__ = ["create_app"]
 
@@ -137,7 +137,7 @@ def _records(settings: Settings, metrics: Metrics) -> RecordWriter | None:
     )
 
 
-def build_store(settings: Settings, metrics: Metrics) -> MemoryStreamStore:
+def build_store(settings: Settings, metrics: Metrics) -> StreamStore:
     """The Redis store when FOUNDRY_REDIS_URL is set, else the in-process one."""
     limits: dict[str, Any] = {
         "ttl": settings.stream_ttl_seconds, "max_streams": settings.max_streams,

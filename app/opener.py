@@ -28,7 +28,7 @@ from app.routing.config import Deadlines
 from app.routing.router import RouteSession
 from app.run import Run, RunPlan
 from app.settings import Settings
-from app.streams.log import StreamStore
+from app.streams.memory import StreamStore
 from app.tools import ToolRegistry
 from app.validation import Gate, PassThroughGate, ValidatorSpec
 

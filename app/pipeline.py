@@ -35,7 +35,8 @@ from app.routing.router import Router, RouteSession
 from app.routing.targets import Attempt, Policy
 from app.run import CancelReason, Run
 from app.settings import Settings
-from app.streams.log import StreamLog, StreamStore
+from app.streams.log import StreamLog
+from app.streams.memory import StreamStore
 from app.tools import ToolRegistry, build_tools
 from app.validation import Gate, build_gate
 from app.validation.judge import JudgeBackend

@@ -46,7 +46,8 @@ from app.core.report import RunObserver, RunReport, notify
 from app.core.transcript import Transcript
 from app.observability import get_logger
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, response_events
-from app.streams.log import CANCELLED_BY_REQUEST, StreamLog
+from app.streams.errors import CANCELLED_BY_REQUEST
+from app.streams.log import StreamLog
 from app.tools import Execution, RunTools
 from app.validation import Gate
 

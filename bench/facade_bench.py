@@ -25,7 +25,7 @@ from app.api.compat.anthropic_response import MessageWriter  # noqa: E402
 from app.api.compat.openai_response import ChunkWriter  # noqa: E402
 from app.core.events import StartEvent, TokenEvent  # noqa: E402
 from app.core.released import Released  # noqa: E402
-from app.streams.log import encode_frame  # noqa: E402
+from app.streams.frames import encode_frame  # noqa: E402
 
 
 def per_event_us(events: list[TokenEvent], step: Any) -> float:

@@ -18,7 +18,8 @@ from app.core.patches import MessageDelta, MessageEnd, TextDelta
 from app.main import create_app
 from app.providers.mock import scenario_stream
 from app.settings import Settings
-from app.streams.log import BATCH_BYTES, MemoryStreamStore
+from app.streams.log import BATCH_BYTES
+from app.streams.memory import MemoryStreamStore
 from tests.fakes import FakeAdapter
 from tests.support import REPO, parse_sse, serve
 from tests.upstream_fakes import FakeUpstream

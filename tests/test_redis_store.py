@@ -7,7 +7,7 @@ import pytest
 import redis.asyncio as redis
 
 from app.core.events import AssistantMessage, FinalEvent, ReasoningEvent, StartEvent, TokenEvent, ToolCallEvent, Usage
-from app.streams.log import CANCELLED_BY_REQUEST, CursorAhead, ReplayUnavailable, StoreUnavailable
+from app.streams.errors import CANCELLED_BY_REQUEST, CursorAhead, ReplayUnavailable, StoreUnavailable
 from app.streams.redis import RedisStreamStore
 from tests.support import parse_sse
 
@@ -94,7 +94,7 @@ async def test_a_lost_owner_is_claimed_once_however_many_followers_notice(redis_
     log.append(TokenEvent(index=0, content="a"))
     log.append(ToolCallEvent(id="c1", name="add", index=0, args_fragment='{"a": 1}', is_final=True, arguments={"a": 1}))
     log.append(TokenEvent(index=1, content=" and b"))
-    await owner._flush({sid: _pending(log)})
+    await owner._owner.write({sid: _pending(log)})
     readers = [asyncio.create_task(read_all(await s.open(sid, 0))) for s in (f1, f2, f1, f2)]
     bodies = await asyncio.wait_for(asyncio.gather(*readers), 10)
     assert len(set(bodies)) == 1
@@ -124,9 +124,9 @@ async def test_a_cancel_of_a_stream_nobody_runs_any_more_ends_it_here_with_what_
     sid = log.info.stream_id
     log.append(StartEvent(stream_id=sid, model="m", provider="p"))
     log.append(TokenEvent(index=0, content="so far"))
-    await owner._flush({sid: _pending(log)})
+    await owner._owner.write({sid: _pending(log)})
     client = redis.from_url(redis_url)
-    await client.delete(owner._lease_key(owner.replica))  # the owner is gone
+    await client.delete(owner._link.lease_key(owner.replica))  # the owner is gone
     assert await other.cancel(sid) == "cancelled"
     events = parse_sse(await read_all(await other.open(sid, 0)))
     assert [e for _, e, _ in events] == ["start", "token", "final"]
@@ -153,9 +153,9 @@ async def test_an_unreachable_redis_refuses_new_streams_at_once():
 
 
 def _pending(log):
-    from app.streams.redis import _Pending
+    from app.streams.redis_owner import Pending
 
-    pending = _Pending(log)
+    pending = Pending(log)
     pending.entries.extend((seq, frame, False) for seq, frame in enumerate(log._frames, start=log.first_seq))
     return pending
 
@@ -163,7 +163,7 @@ def _pending(log):
 async def test_a_rewritten_batch_overlapping_stored_events_reads_once(redis_url):
     # A write that failed mid-way is retried merged with later frames: its entry overlaps the stored
     # ones. Readers still see every id once, in order.
-    from app.streams.redis import _Pending
+    from app.streams.redis_owner import Pending
 
     owner, reader = store(redis_url), store(redis_url)
     await owner.start()
@@ -177,8 +177,8 @@ async def test_a_rewritten_batch_overlapping_stored_events_reads_once(redis_url)
         for i in range(5, 7):
             log.append(TokenEvent(index=i, content=f"t{i}"))
         frames = list(log._frames)
-        await owner._flush({sid: _Pending(log, [(s, frames[s - 1], False) for s in range(3, 8)])})  # 3..7
-        log.sink = owner._sink
+        await owner._owner.write({sid: Pending(log, [(s, frames[s - 1], False) for s in range(3, 8)])})  # 3..7
+        log.sink = owner._owner.sink
         log.append(final())
         await owner.flush()
         events = parse_sse(await read_all(await reader.open(sid, 0)))

@@ -16,7 +16,9 @@ from app.core.events import (
     ToolResultEvent,
     Usage,
 )
-from app.streams.log import MemoryStreamStore, ReplayUnavailable, StoreFull, decode_frames, encode_frame, parse_cursor
+from app.streams.errors import ReplayUnavailable, StoreFull
+from app.streams.frames import decode_frames, encode_frame
+from app.streams.memory import MemoryStreamStore, parse_cursor
 from tests.support import parse_sse
 
 

@@ -27,7 +27,7 @@ from app.core.patches import (
 )
 from app.core.released import Released
 from app.core.transcript import Transcript
-from app.streams.log import encode_frame
+from app.streams.frames import encode_frame
 from app.tools import ToolRegistry
 from app.tools.calculator import CalculatorTool
 from app.validation import Blocked

@@ -9,7 +9,7 @@ from app.pipeline import Gateway, RunSpec
 from app.providers.base import ProviderRequest
 from app.providers.registry import build_registry
 from app.settings import Settings
-from app.streams.log import MemoryStreamStore
+from app.streams.memory import MemoryStreamStore
 from app.validation import ValidatorSpec, build_gate
 from tests.fakes import FakeAdapter
 from tests.support import parse_sse

@@ -1,16 +1,10 @@
 """Stream logs: one writer, any number of readers, replay from any retained sequence number.
 
-A log stores each event once, already encoded as its SSE frame, so fan-out costs no encoding
-per reader and a slow reader holds nothing: readers keep only a cursor into the shared log.
-Each log is bounded (events and bytes; the oldest frames go first) and the store is bounded
-(streams; finished ones expire after a TTL).
-
-`StreamStore` is the interface the API and the pipeline use (async: a store may be remote):
-`create` a log for a new run, `open` a reader (replay then follow), `transcript`, `cancel`.
-`MemoryStreamStore` is the in-process store (the embedded default); `RedisStreamStore`
-(app/streams/redis.py) shares streams between replicas. Either way the replica running a stream
-appends to its in-memory `StreamLog` and serves its own client from it; a store that persists
-elsewhere hooks `StreamLog.sink` and writes in the background, never on the live path.
+A log stores each event once, already encoded as its SSE frame (app/streams/frames.py), so fan-out
+costs no encoding per reader and a slow reader holds nothing: readers keep only a cursor into the
+shared log. Each log is bounded (events and bytes; the oldest frames go first); the bytes of all the
+logs of a store count against one `Budget`. A store that persists elsewhere hooks `StreamLog.sink`
+and writes in the background, never on the live path (app/streams/redis_owner.py).
 
 Cancellation: the run writing a log registers its `canceller`; `cancel()` (the API's cancel, on
 this replica or relayed from another) calls it, and the run's task ends where it waits with
@@ -22,18 +16,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-import uuid
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any
 
-import orjson
-
-from app.core import safejson
-from app.core.errors import ErrorData, GatewayError, RequestError
-from app.core.events import FinalEvent, ReasoningEvent, StreamEvent, TokenEvent, ToolCallEvent, ToolResultEvent
+from app.core.events import FinalEvent, StreamEvent
 from app.core.transcript import Transcript
+from app.streams.errors import ReplayUnavailable
+from app.streams.frames import encode_frame
 
 BATCH_BYTES = 64 * 1024
 """Most bytes a reader takes from the log per send (one frame at least)."""
@@ -41,94 +32,10 @@ _BATCH_FRAMES = 1024
 _NOBODY = 1 << 62
 """No reader holds the log: it keeps to its bounds."""
 
-__all__ = ["BATCH_BYTES", "CANCELLED_BY_REQUEST", "CancelOutcome", "CursorAhead", "MemoryStreamStore",
-           "ReplayUnavailable", "StoreFull", "StoreUnavailable", "StreamLog", "StreamRecord", "StreamStore",
-           "decode_frames", "encode_frame"]
-
-
-class ReplayUnavailable(GatewayError):
-    status = 410
-    code = "replay_unavailable"
-
-
-class StoreFull(GatewayError):
-    status = 503
-    code = "overloaded"
-    retryable = True
-
-
-class CursorAhead(GatewayError):
-    """A replay cursor past the stream's last event (the API answers 400 naming the field)."""
-
-    status = 400
-    code = "cursor_ahead"
-
-    def __init__(self, last_seq: int) -> None:
-        super().__init__(f"the cursor is past the stream's last event ({last_seq})")
-        self.last_seq = last_seq
-
-
-class StoreUnavailable(GatewayError):
-    """The stream store cannot take new streams (unreachable, or its write buffer is full)."""
-
-    status = 503
-    code = "store_unavailable"
-    retryable = True
-
-
-CANCELLED_BY_REQUEST: ErrorData = {"code": "cancelled", "retryable": False,
-                                   "message": "the run was cancelled through the API (POST /v1/stream/{id}/cancel)"}
-"""The error of the final of a run ended by `cancel()` (the API's cancel, on any replica)."""
-
-CancelOutcome = Literal["cancelled", "cancelling", "finished"]
-"""`cancelled`: the run ended here; `cancelling`: asked of the replica running it; `finished`:
-it had already ended (a no-op)."""
+__all__ = ["BATCH_BYTES", "Budget", "Sink", "StreamInfo", "StreamLog", "StreamRecord"]
 
 Sink = Callable[["StreamLog", int, bytes, bool], None]
 """Told of every appended frame (log, seq, frame, is_final): a persisting store's hook."""
-
-
-def encode_frame(seq: int, event: StreamEvent) -> bytes:
-    """One SSE frame: `id`, `event`, one compact JSON `data` line, blank line.
-
-    Text deltas, most of every stream, skip the payload dict: only the content goes through
-    JSON (the same bytes as `safejson.dumps(event.data())`; tests/test_stream_log.py)."""
-    kind = type(event)
-    if kind is TokenEvent:
-        return _TOKEN_FRAME % (seq, event.index, safejson.dumps(event.content))  # type: ignore[union-attr]
-    if kind is ReasoningEvent:
-        return _REASONING_FRAME % (seq, event.index, safejson.dumps(event.content))  # type: ignore[union-attr]
-    return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, event.type.encode(), safejson.dumps(event.data()))
-
-
-_TOKEN_FRAME = b'id: %d\nevent: token\ndata: {"index":%d,"content":%s}\n\n'
-_REASONING_FRAME = b'id: %d\nevent: reasoning\ndata: {"index":%d,"content":%s}\n\n'
-
-
-def decode_frames(data: bytes) -> list[StreamEvent]:
-    """The content events (token, reasoning, tool_call, tool_result) of frames made by
-    `encode_frame`, back as events; `start`, `final` and comments are skipped. For a store that
-    rebuilds what a stream released from its stored frames (app/core/released.py)."""
-    events: list[StreamEvent] = []
-    for frame in data.split(b"\n\n"):
-        lines = frame.split(b"\n")
-        if len(lines) != 3 or not lines[1].startswith(b"event: "):
-            continue
-        decode = _DECODE.get(lines[1][7:])
-        if decode is not None:
-            events.append(decode(orjson.loads(lines[2][6:])))
-    return events
-
-
-_DECODE: dict[bytes, Callable[[Any], StreamEvent]] = {
-    b"token": lambda d: TokenEvent(index=d["index"], content=d["content"]),
-    b"reasoning": lambda d: ReasoningEvent(index=d["index"], content=d["content"]),
-    b"tool_call": lambda d: ToolCallEvent(id=d["id"], name=d["name"], index=d["index"],
-                                          args_fragment=d["args_fragment"], is_final=d["is_final"],
-                                          arguments=d.get("arguments"), server=d.get("server", False)),
-    b"tool_result": lambda d: ToolResultEvent(tool_call_id=d["tool_call_id"], name=d["name"], content=d["content"],
-                                              is_error=d["is_error"]),
-}
 
 
 @dataclass(slots=True, kw_only=True)
@@ -348,6 +255,11 @@ class StreamLog:
             await self._changed()
         return self.final
 
+    def leave_budget(self) -> None:
+        """Stop counting against the store's byte budget: the store let this log go, while a
+        reader may still hold it."""
+        self._budget = None
+
     # -- cancellation -----------------------------------------------------------------------
 
     def cancel(self) -> bool:
@@ -384,176 +296,3 @@ class Budget:
         self.used += delta
         if self.used > self.limit:
             self.relieve()
-
-
-class StreamStore(Protocol):
-    name: str
-    """`memory` or `redis`: named by /readyz and the metrics."""
-
-    async def start(self) -> None: ...
-
-    async def aclose(self) -> None: ...
-
-    async def create(self, *, model: str, provider: str, owner: str | None = None,
-                     keep_events: bool = False, held: bool = False) -> StreamLog:
-        """A log for a new run on this replica, owned by the API key `owner` (None in open mode),
-        keeping its events beside its frames when a reader translates them (`keep_events`), held
-        for the reader that owns the run (`held`, `StreamLog.room`); StoreFull / StoreUnavailable
-        (503) when it cannot."""
-
-    def get(self, stream_id: str) -> StreamLog | None:
-        """The log of a stream held by this process (None elsewhere or unknown)."""
-
-    async def open(self, stream_id: str, after: int) -> AsyncIterator[bytes] | None:
-        """A reader: frames after `after`, then live ones until the final; None for an unknown id.
-        Raises ReplayUnavailable (410) when events after `after` are no longer retained, CursorAhead
-        when `after` is past the last event."""
-
-    async def transcript(self, stream_id: str) -> StreamRecord | None: ...
-
-    async def key_owner(self, stream_id: str) -> tuple[bool, str | None]:
-        """Whether the stream exists (here or on another replica) and the API key that owns it."""
-
-    async def cancel(self, stream_id: str) -> CancelOutcome | None:
-        """End a running stream wherever it runs; None for an unknown id."""
-
-    def sweep(self) -> int: ...
-
-    async def ping(self) -> bool: ...
-
-
-class MemoryStreamStore:
-    """Streams in this process; finished streams expire `ttl` seconds after their final event.
-
-    The bytes of all logs together are capped by `max_total_bytes`: past it the oldest finished
-    streams are evicted first (`on_evict("budget")`), and while running streams alone fill it,
-    new streams are refused (503, retryable)."""
-
-    name = "memory"
-
-    def __init__(self, *, ttl: float, max_streams: int, max_events: int, max_bytes: int,
-                 max_total_bytes: int | None = None, on_evict: Callable[[str], None] | None = None) -> None:
-        self._ttl = ttl
-        self._max_streams = max_streams
-        self._max_events = max_events
-        self._max_bytes = max_bytes
-        self._logs: OrderedDict[str, StreamLog] = OrderedDict()
-        self._budget = Budget(max_total_bytes if max_total_bytes is not None else 1 << 62, self._relieve)
-        self._on_evict = on_evict or (lambda reason: None)
-
-    @property
-    def total_bytes(self) -> int:
-        return self._budget.used
-
-    def __len__(self) -> int:
-        return len(self._logs)
-
-    async def ping(self) -> bool:
-        return True
-
-    async def key_owner(self, stream_id: str) -> tuple[bool, str | None]:
-        log = self.get(stream_id)
-        return (False, None) if log is None else (True, log.info.owner)
-
-    async def start(self) -> None:
-        pass
-
-    async def aclose(self) -> None:
-        pass
-
-    async def create(self, *, model: str, provider: str, owner: str | None = None,
-                     keep_events: bool = False, held: bool = False) -> StreamLog:
-        return self.create_local(model=model, provider=provider, owner=owner, keep_events=keep_events, held=held)
-
-    def create_local(self, *, model: str, provider: str, owner: str | None = None,
-                     keep_events: bool = False, held: bool = False) -> StreamLog:
-        if len(self._logs) >= self._max_streams:
-            self.sweep()
-        if len(self._logs) >= self._max_streams:
-            self._evict_oldest_finished("streams")
-        if len(self._logs) >= self._max_streams:
-            raise StoreFull("too many open streams; retry later")
-        self._relieve()
-        if self._budget.used >= self._budget.limit:
-            raise StoreFull("the stream store is full; retry later")
-        stream_id = "str_" + uuid.uuid4().hex
-        log = StreamLog(StreamInfo(stream_id=stream_id, model=model, provider=provider, owner=owner),
-                        max_events=self._max_events, max_bytes=self._max_bytes, budget=self._budget,
-                        keep_events=keep_events, held=held)
-        self._logs[stream_id] = log
-        return log
-
-    def get(self, stream_id: str) -> StreamLog | None:
-        log = self._logs.get(stream_id)
-        if log is not None and self._expired(log, time.monotonic()):
-            self._drop(stream_id)
-            return None
-        return log
-
-    async def open(self, stream_id: str, after: int) -> AsyncIterator[bytes] | None:
-        log = self.get(stream_id)
-        if log is None:
-            return None
-        if after > log.last_seq:  # no client can have seen an event that does not exist yet
-            raise CursorAhead(log.last_seq)
-        log.check_replay(after)
-        return log.follow(after)
-
-    async def transcript(self, stream_id: str) -> StreamRecord | None:
-        log = self.get(stream_id)
-        return _record_of(log) if log is not None else None
-
-    async def cancel(self, stream_id: str) -> CancelOutcome | None:
-        log = self.get(stream_id)
-        if log is None:
-            return None
-        return "cancelled" if log.cancel() else "finished"
-
-    def sweep(self) -> int:
-        now = time.monotonic()
-        expired = [sid for sid, log in self._logs.items() if self._expired(log, now)]
-        for sid in expired:
-            self._drop(sid)
-        return len(expired)
-
-    def _expired(self, log: StreamLog, now: float) -> bool:
-        return log.finished_at is not None and now - log.finished_at >= self._ttl
-
-    def _drop(self, stream_id: str) -> None:
-        log = self._logs.pop(stream_id)
-        self._budget.used -= log.size_bytes
-        log._budget = None  # a reader may still hold it: it no longer counts
-
-    def _evict_oldest_finished(self, reason: str) -> bool:
-        for sid, log in self._logs.items():
-            if log.finished:
-                self._drop(sid)
-                self._on_evict(reason)
-                return True
-        return False
-
-    def _relieve(self) -> None:
-        """Evict the oldest finished streams while the store is over its byte budget."""
-        while self._budget.used > self._budget.limit and self._evict_oldest_finished("budget"):
-            pass
-
-
-def _record_of(log: StreamLog) -> StreamRecord | None:
-    info = log.info
-    if info.transcript is None:
-        return None
-    return StreamRecord(stream_id=info.stream_id, model=info.model, provider=info.provider,
-                        created_at=info.created_at, transcript=dict(info.transcript.snapshot()))
-
-
-def parse_cursor(last_event_id: str | None, after: int | None) -> int:
-    """The replay cursor from `Last-Event-ID` (header) or `?after=N`; the header wins."""
-    if last_event_id is not None:
-        value = last_event_id.strip()
-        if not value.isdigit() or len(value) > 18:
-            raise RequestError(
-                f"Last-Event-ID must be a non-negative integer event id, got {last_event_id[:40]!r}",
-                code="invalid_last_event_id", field="Last-Event-ID",
-            )
-        return int(value)
-    return after or 0

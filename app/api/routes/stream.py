@@ -16,7 +16,8 @@ from app.api.responses import JSON
 from app.api.schemas import CancelResult, GenerateRequest
 from app.api.sse import SSEResponse
 from app.core.errors import RequestError
-from app.streams.log import CursorAhead, parse_cursor
+from app.streams.errors import CursorAhead
+from app.streams.memory import parse_cursor
 
 router = APIRouter(tags=["stream"], dependencies=[Authenticated])
 

@@ -1,0 +1,59 @@
+"""The SSE frame codec of the stream logs: an event to its frame, and frames back to content events.
+
+A log encodes each event once, for all its readers (app/streams/log.py); a store that rebuilds a
+stream from stored frames decodes them here (app/streams/redis_follower.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from app.core import safejson
+from app.core.events import ReasoningEvent, StreamEvent, TokenEvent, ToolCallEvent, ToolResultEvent
+
+__all__ = ["decode_frames", "encode_frame"]
+
+
+def encode_frame(seq: int, event: StreamEvent) -> bytes:
+    """One SSE frame: `id`, `event`, one compact JSON `data` line, blank line.
+
+    Text deltas, most of every stream, skip the payload dict: only the content goes through
+    JSON (the same bytes as `safejson.dumps(event.data())`; tests/test_stream_log.py)."""
+    kind = type(event)
+    if kind is TokenEvent:
+        return _TOKEN_FRAME % (seq, event.index, safejson.dumps(event.content))  # type: ignore[union-attr]
+    if kind is ReasoningEvent:
+        return _REASONING_FRAME % (seq, event.index, safejson.dumps(event.content))  # type: ignore[union-attr]
+    return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, event.type.encode(), safejson.dumps(event.data()))
+
+
+_TOKEN_FRAME = b'id: %d\nevent: token\ndata: {"index":%d,"content":%s}\n\n'
+_REASONING_FRAME = b'id: %d\nevent: reasoning\ndata: {"index":%d,"content":%s}\n\n'
+
+
+def decode_frames(data: bytes) -> list[StreamEvent]:
+    """The content events (token, reasoning, tool_call, tool_result) of frames made by
+    `encode_frame`, back as events; `start`, `final` and comments are skipped. For a store that
+    rebuilds what a stream released from its stored frames (app/core/released.py)."""
+    events: list[StreamEvent] = []
+    for frame in data.split(b"\n\n"):
+        lines = frame.split(b"\n")
+        if len(lines) != 3 or not lines[1].startswith(b"event: "):
+            continue
+        decode = _DECODE.get(lines[1][7:])
+        if decode is not None:
+            events.append(decode(orjson.loads(lines[2][6:])))
+    return events
+
+
+_DECODE: dict[bytes, Callable[[Any], StreamEvent]] = {
+    b"token": lambda d: TokenEvent(index=d["index"], content=d["content"]),
+    b"reasoning": lambda d: ReasoningEvent(index=d["index"], content=d["content"]),
+    b"tool_call": lambda d: ToolCallEvent(id=d["id"], name=d["name"], index=d["index"],
+                                          args_fragment=d["args_fragment"], is_final=d["is_final"],
+                                          arguments=d.get("arguments"), server=d.get("server", False)),
+    b"tool_result": lambda d: ToolResultEvent(tool_call_id=d["tool_call_id"], name=d["name"], content=d["content"],
+                                              is_error=d["is_error"]),
+}

@@ -1,0 +1,203 @@
+"""The stream store interface, and the in-process store behind it.
+
+`StreamStore` is what the API and the pipeline use (async: a store may be remote): `create` a
+log for a new run, `open` a reader (replay then follow), `transcript`, `cancel`.
+`MemoryStreamStore` is the in-process store (the embedded default); `RedisStreamStore`
+(app/streams/redis.py) shares streams between replicas and holds one of these for the streams its
+replica runs. Either way the replica running a stream serves its own client from memory.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
+
+from app.core.errors import RequestError
+from app.streams.errors import CancelOutcome, CursorAhead, StoreFull
+from app.streams.log import Budget, StreamInfo, StreamLog, StreamRecord
+
+__all__ = ["MemoryStreamStore", "StreamStore", "parse_cursor"]
+
+
+class StreamStore(Protocol):
+    name: str
+    """`memory` or `redis`: named by /readyz and the metrics."""
+
+    @property
+    def total_bytes(self) -> int:
+        """The bytes retained by the logs this process holds (the metrics' gauge)."""
+
+    def __len__(self) -> int:
+        """The streams this process holds."""
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    async def create(self, *, model: str, provider: str, owner: str | None = None,
+                     keep_events: bool = False, held: bool = False) -> StreamLog:
+        """A log for a new run on this replica, owned by the API key `owner` (None in open mode),
+        keeping its events beside its frames when a reader translates them (`keep_events`), held
+        for the reader that owns the run (`held`, `StreamLog.room`); StoreFull / StoreUnavailable
+        (503) when it cannot."""
+
+    def get(self, stream_id: str) -> StreamLog | None:
+        """The log of a stream held by this process (None elsewhere or unknown)."""
+
+    async def open(self, stream_id: str, after: int) -> AsyncIterator[bytes] | None:
+        """A reader: frames after `after`, then live ones until the final; None for an unknown id.
+        Raises ReplayUnavailable (410) when events after `after` are no longer retained, CursorAhead
+        when `after` is past the last event."""
+
+    async def transcript(self, stream_id: str) -> StreamRecord | None: ...
+
+    async def key_owner(self, stream_id: str) -> tuple[bool, str | None]:
+        """Whether the stream exists (here or on another replica) and the API key that owns it."""
+
+    async def cancel(self, stream_id: str) -> CancelOutcome | None:
+        """End a running stream wherever it runs; None for an unknown id."""
+
+    def sweep(self) -> int: ...
+
+    async def ping(self) -> bool: ...
+
+
+class MemoryStreamStore:
+    """Streams in this process; finished streams expire `ttl` seconds after their final event.
+
+    The bytes of all logs together are capped by `max_total_bytes`: past it the oldest finished
+    streams are evicted first (`on_evict("budget")`), and while running streams alone fill it,
+    new streams are refused (503, retryable)."""
+
+    name = "memory"
+
+    def __init__(self, *, ttl: float, max_streams: int, max_events: int, max_bytes: int,
+                 max_total_bytes: int | None = None, on_evict: Callable[[str], None] | None = None) -> None:
+        self._ttl = ttl
+        self._max_streams = max_streams
+        self._max_events = max_events
+        self._max_bytes = max_bytes
+        self._logs: OrderedDict[str, StreamLog] = OrderedDict()
+        self._budget = Budget(max_total_bytes if max_total_bytes is not None else 1 << 62, self._relieve)
+        self._on_evict = on_evict or (lambda reason: None)
+
+    @property
+    def total_bytes(self) -> int:
+        return self._budget.used
+
+    def __len__(self) -> int:
+        return len(self._logs)
+
+    async def ping(self) -> bool:
+        return True
+
+    async def key_owner(self, stream_id: str) -> tuple[bool, str | None]:
+        log = self.get(stream_id)
+        return (False, None) if log is None else (True, log.info.owner)
+
+    async def start(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+    async def create(self, *, model: str, provider: str, owner: str | None = None,
+                     keep_events: bool = False, held: bool = False) -> StreamLog:
+        return self.create_local(model=model, provider=provider, owner=owner, keep_events=keep_events, held=held)
+
+    def create_local(self, *, model: str, provider: str, owner: str | None = None,
+                     keep_events: bool = False, held: bool = False) -> StreamLog:
+        if len(self._logs) >= self._max_streams:
+            self.sweep()
+        if len(self._logs) >= self._max_streams:
+            self._evict_oldest_finished("streams")
+        if len(self._logs) >= self._max_streams:
+            raise StoreFull("too many open streams; retry later")
+        self._relieve()
+        if self._budget.used >= self._budget.limit:
+            raise StoreFull("the stream store is full; retry later")
+        stream_id = "str_" + uuid.uuid4().hex
+        log = StreamLog(StreamInfo(stream_id=stream_id, model=model, provider=provider, owner=owner),
+                        max_events=self._max_events, max_bytes=self._max_bytes, budget=self._budget,
+                        keep_events=keep_events, held=held)
+        self._logs[stream_id] = log
+        return log
+
+    def get(self, stream_id: str) -> StreamLog | None:
+        log = self._logs.get(stream_id)
+        if log is not None and self._expired(log, time.monotonic()):
+            self.discard(stream_id)
+            return None
+        return log
+
+    async def open(self, stream_id: str, after: int) -> AsyncIterator[bytes] | None:
+        log = self.get(stream_id)
+        if log is None:
+            return None
+        if after > log.last_seq:  # no client can have seen an event that does not exist yet
+            raise CursorAhead(log.last_seq)
+        log.check_replay(after)
+        return log.follow(after)
+
+    async def transcript(self, stream_id: str) -> StreamRecord | None:
+        log = self.get(stream_id)
+        return _record_of(log) if log is not None else None
+
+    async def cancel(self, stream_id: str) -> CancelOutcome | None:
+        log = self.get(stream_id)
+        if log is None:
+            return None
+        return "cancelled" if log.cancel() else "finished"
+
+    def sweep(self) -> int:
+        now = time.monotonic()
+        expired = [sid for sid, log in self._logs.items() if self._expired(log, now)]
+        for sid in expired:
+            self.discard(sid)
+        return len(expired)
+
+    def _expired(self, log: StreamLog, now: float) -> bool:
+        return log.finished_at is not None and now - log.finished_at >= self._ttl
+
+    def discard(self, stream_id: str) -> None:
+        """Forget a stream now (expired, evicted, or one whose creation failed further on)."""
+        log = self._logs.pop(stream_id)
+        self._budget.used -= log.size_bytes
+        log.leave_budget()
+
+    def _evict_oldest_finished(self, reason: str) -> bool:
+        for sid, log in self._logs.items():
+            if log.finished:
+                self.discard(sid)
+                self._on_evict(reason)
+                return True
+        return False
+
+    def _relieve(self) -> None:
+        """Evict the oldest finished streams while the store is over its byte budget."""
+        while self._budget.used > self._budget.limit and self._evict_oldest_finished("budget"):
+            pass
+
+
+def _record_of(log: StreamLog) -> StreamRecord | None:
+    info = log.info
+    if info.transcript is None:
+        return None
+    return StreamRecord(stream_id=info.stream_id, model=info.model, provider=info.provider,
+                        created_at=info.created_at, transcript=dict(info.transcript.snapshot()))
+
+
+def parse_cursor(last_event_id: str | None, after: int | None) -> int:
+    """The replay cursor from `Last-Event-ID` (header) or `?after=N`; the header wins."""
+    if last_event_id is not None:
+        value = last_event_id.strip()
+        if not value.isdigit() or len(value) > 18:
+            raise RequestError(
+                f"Last-Event-ID must be a non-negative integer event id, got {last_event_id[:40]!r}",
+                code="invalid_last_event_id", field="Last-Event-ID",
+            )
+        return int(value)
+    return after or 0

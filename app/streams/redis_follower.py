@@ -1,0 +1,188 @@
+"""The follower half of the Redis stream store: what any replica reads of a stream another runs.
+
+Replay with XRANGE/XREAD, then follow with XREAD BLOCK. A follower that sees nothing new checks the
+owner's lease; when it has expired (process killed, node lost) it claims the stream's end with one
+Lua script (`RedisLink.end`): the first claimer appends `final{error: replica_lost, retryable:
+true}`, everyone else reads it. Detection takes at most the lease plus one block interval
+(defaults: 10 s + 1 s). A cancel of a stream owned elsewhere is published to its owner, or, when
+nobody runs it any more, ends it here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+
+from app.core.errors import ErrorData
+from app.core.events import AssistantMessage
+from app.core.released import Released
+from app.streams.errors import CANCELLED_BY_REQUEST, CancelOutcome, CursorAhead, ReplayUnavailable
+from app.streams.frames import decode_frames
+from app.streams.log import StreamRecord
+from app.streams.redis_link import END, FIRST, FRAMES, REDIS_ERRORS, Keys, RedisLink, final_frame
+
+__all__ = ["RedisFollower"]
+
+_READ_COUNT = 1000
+_REPLICA_LOST: ErrorData = {"code": "replica_lost", "retryable": True,
+                            "message": "the replica running this stream stopped; retry the request"}
+_STORE_AWAY: ErrorData = {"code": "store_unavailable", "retryable": True,
+                          "message": "the stream store became unreachable; resume from the last event id later"}
+
+
+class RedisFollower:
+    """Reads, follows and cancels streams from Redis, for streams this replica does not run."""
+
+    def __init__(self, link: RedisLink) -> None:
+        self._link = link
+        self._redis = link.client
+
+    async def open(self, stream_id: str, after: int) -> AsyncIterator[bytes] | None:
+        keys = self._link.keys(stream_id)
+        async with self._link.answering("read"):
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.hget(keys.meta, "owner")
+            pipe.hget(keys.meta, "done")
+            pipe.xrange(keys.events, count=1)
+            pipe.xrevrange(keys.events, count=1)
+            owner, done, first, top = await pipe.execute()
+        if owner is None:
+            return None
+        last_seq = _seq(top[0][0]) if top else 0
+        if done is not None and after > last_seq:
+            # Only a finished stream: a running one's owner may be a write ahead of Redis.
+            raise CursorAhead(last_seq)
+        if first:
+            first_seq = int(first[0][1][FIRST])
+            if after + 1 < first_seq:
+                raise ReplayUnavailable(
+                    f"events {after + 1}..{first_seq - 1} of stream {stream_id} are no longer retained; "
+                    f"replay from {first_seq - 1} or later", first_available=first_seq)
+        return self._follow(stream_id, keys, after)
+
+    async def _follow(self, stream_id: str, keys: Keys, after: int) -> AsyncIterator[bytes]:
+        """Replay then follow from Redis until the final (or the stream expires)."""
+        cursor = after
+        failing_since: float | None = None
+        while True:
+            try:
+                reply = await self._redis.xread({keys.events: f"{cursor}-0"}, count=_READ_COUNT,
+                                                block=self._link.block_ms)
+                if not reply:
+                    if await self._idle(stream_id, keys):
+                        return
+                    continue
+                failing_since = None
+            except REDIS_ERRORS:
+                self._link.observe("read", 0.0, True)
+                now = time.monotonic()
+                failing_since = failing_since or now
+                if now - failing_since < self._link.lease_ms / 1000:
+                    await asyncio.sleep(min(0.5, self._link.timeout))
+                    continue
+                # Redis stays away: end this reader honestly rather than hang.
+                yield final_frame(cursor + 1, "", "", _STORE_AWAY, "error")
+                return
+            frames, cursor, done = _frames_after(reply[0][1], cursor)
+            if frames:
+                yield b"".join(frames)
+            if done:
+                return
+
+    async def _idle(self, stream_id: str, keys: Keys) -> bool:
+        """Nothing new for a block interval: True when the stream ended (or expired) without
+        more to read; claims the end when its owner's lease is gone."""
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hmget(keys.meta, "done", "owner", "model", "provider")
+        done, owner, model, provider = (await pipe.execute())[0]
+        if done is not None or owner is None:
+            return True  # ended (our cursor is at or past its final) or expired
+        if await self._redis.exists(self._link.lease_key(owner.decode())):
+            return False
+        message = await self._released(keys, provider.decode())
+        await self._link.end(stream_id, model.decode(), provider.decode(), _REPLICA_LOST, status="error",
+                             message=message)
+        return False  # the next read returns the final (ours or another claimer's)
+
+    async def _released(self, keys: Keys, provider: str) -> AssistantMessage:
+        """What a stream whose owner is gone released, rebuilt from its stored (retained) events:
+        the message of the final that ends it, so its readers keep an honest partial answer."""
+        entries = await self._redis.xrange(keys.events)
+        if not entries:
+            return AssistantMessage()
+        try:
+            frames, _, _ = _frames_after(entries, int(entries[0][1][FIRST]) - 1)
+        except ReplayUnavailable:  # a hole in the stored events: no message rather than a wrong one
+            return AssistantMessage()
+        return Released.of(decode_frames(b"".join(frames)), provider=provider).message()
+
+    async def key_owner(self, stream_id: str) -> tuple[bool, str | None]:
+        async with self._link.answering("read"):
+            model, key = await self._redis.hmget(self._link.keys(stream_id).meta, "model", "key")
+        return model is not None, key.decode() if key is not None else None
+
+    async def transcript(self, stream_id: str) -> StreamRecord | None:
+        keys = self._link.keys(stream_id)
+        async with self._link.answering("read"):
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.hmget(keys.meta, "model", "provider", "created_at")
+            pipe.get(keys.transcript)
+            (model, provider, created_at), snapshot = await pipe.execute()
+        if model is None or snapshot is None:
+            return None
+        return StreamRecord(stream_id=stream_id, model=model.decode(), provider=provider.decode(),
+                            created_at=float(created_at), transcript=orjson.loads(snapshot))
+
+    async def cancel(self, stream_id: str) -> CancelOutcome | None:
+        """Ask the owner to cancel (through its channel); end it here when nobody runs it any more."""
+        keys = self._link.keys(stream_id)
+        async with self._link.answering("cancel"):
+            done, owner, model, provider = await self._redis.hmget(keys.meta, "done", "owner", "model",
+                                                                   "provider")
+            if owner is None:
+                return None
+            if done is not None:
+                return "finished"
+            heard = await self._redis.publish(self._link.cancel_channel(owner.decode()), stream_id)
+            if heard or await self._redis.exists(self._link.lease_key(owner.decode())):
+                return "cancelling"
+            # Nobody runs it any more: end it here, once, with what it released.
+            message = await self._released(keys, provider.decode())
+            claimed = await self._link.end(stream_id, model.decode(), provider.decode(), CANCELLED_BY_REQUEST,
+                                           status="cancelled", message=message)
+            return "cancelled" if claimed > 0 else "finished"
+
+
+def _skip_frames(data: bytes, n: int) -> bytes:
+    """Drop the first `n` SSE frames (each ends with a blank line; JSON data holds no raw newline)."""
+    pos = 0
+    for _ in range(n):
+        pos = data.index(b"\n\n", pos) + 2
+    return data[pos:]
+
+
+def _frames_after(entries: list[tuple[bytes, dict[bytes, bytes]]], cursor: int) -> tuple[list[bytes], int, bool]:
+    """The frames of stream entries numbered after `cursor` (an entry that overlaps what was read,
+    a retried write, is cut), the new cursor, and whether the final was among them."""
+    frames: list[bytes] = []
+    for entry_id, fields in entries:
+        last, first = _seq(entry_id), int(fields[FIRST])
+        if last <= cursor:
+            continue
+        if first > cursor + 1:
+            raise ReplayUnavailable("reader fell behind the stream's retention window")
+        data = fields[FRAMES]
+        if first <= cursor:  # the entry starts before our cursor: skip what was delivered
+            data = _skip_frames(data, cursor - first + 1)
+        frames.append(data)
+        cursor = last
+        if END in fields:
+            return frames, cursor, True
+    return frames, cursor, False
+
+
+def _seq(entry_id: bytes) -> int:
+    return int(entry_id.split(b"-", 1)[0])

@@ -1,0 +1,169 @@
+"""What both halves of the Redis stream store share: one client, the key layout, timed
+operations, and the end of a stream written once.
+
+The owner half (app/streams/redis_owner.py) and the follower half (app/streams/redis_follower.py)
+meet only here, so the key names, timeouts and error mapping are written once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import redis.asyncio as redis
+import structlog
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from app.core.errors import ErrorData
+from app.core.events import STOP_REASON_FOR_STATUS, AssistantMessage, FinalEvent, Usage
+from app.streams.errors import StoreUnavailable
+from app.streams.frames import encode_frame
+
+__all__ = ["END", "FIRST", "FRAMES", "REDIS_ERRORS", "Keys", "RedisLink", "StoreObserver", "final_frame"]
+
+StoreObserver = Callable[[str, str, float, bool], None]
+"""(store, operation, seconds, failed): the metrics hook."""
+
+FRAMES, FIRST, END = b"f", b"s", b"e"
+"""The fields of a stream entry: its frames, the id of its first event, and the mark of the final."""
+REDIS_ERRORS = (RedisError, OSError, TimeoutError)
+"""What a Redis that cannot answer raises."""
+
+_log = structlog.get_logger("foundry.streams")
+
+# The end of a stream whose owner is gone, written once: the first caller appends the final
+# (numbered after the last stored event) and marks the stream done; later callers change nothing.
+_CLAIM = """
+if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
+if redis.call('HGET', KEYS[2], 'done') then return 0 end
+local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local seq = 1
+if #top > 0 then seq = tonumber(string.match(top[1][1], '^(%d+)')) + 1 end
+redis.call('XADD', KEYS[1], seq .. '-0', 'f', 'id: ' .. seq .. '\\n' .. ARGV[1], 's', seq, 'e', '1')
+redis.call('HSET', KEYS[2], 'done', '1', 'status', ARGV[3], 'claimed', ARGV[4])
+for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[2]) end
+return seq
+"""
+
+
+class Keys:
+    """The keys of one stream (in braces, so a stream's keys share a cluster slot)."""
+
+    __slots__ = ("events", "meta", "transcript")
+
+    def __init__(self, prefix: str, stream_id: str) -> None:
+        base = f"{prefix}:{{{stream_id}}}"
+        self.events, self.meta, self.transcript = f"{base}:events", f"{base}:meta", f"{base}:transcript"
+
+
+class RedisLink:
+    """One client (one connection pool) per process and this replica's identity in Redis."""
+
+    name = "redis"
+
+    def __init__(self, url: str, *, ttl: float, lease_seconds: float, timeout: float, prefix: str,
+                 observer: StoreObserver | None) -> None:
+        self.replica = "rep_" + uuid.uuid4().hex[:16]
+        self.observer = observer
+        self.prefix = prefix
+        self.ttl_s = max(1, int(ttl + 0.999))
+        self.lease_ms = max(100, int(lease_seconds * 1000))
+        self.block_ms = max(50, min(1000, self.lease_ms // 4))
+        self.timeout = timeout
+        # Short socket timeouts and no retry loop, so an unreachable Redis fails a request at once
+        # instead of hanging it.
+        self.client = redis.from_url(
+            url, socket_timeout=max(timeout, self.block_ms / 1000 + timeout), socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0), health_check_interval=0,
+        )
+        self._claim = self.client.register_script(_CLAIM)
+
+    def keys(self, stream_id: str) -> Keys:
+        return Keys(self.prefix, stream_id)
+
+    def lease_key(self, replica: str) -> str:
+        return f"{self.prefix}:lease:{replica}"
+
+    def cancel_channel(self, replica: str) -> str:
+        return f"{self.prefix}:cancel:{replica}"
+
+    async def ping(self) -> bool:
+        try:
+            async with self.timed("ping"):
+                return bool(await self.client.ping())
+        except REDIS_ERRORS:
+            return False
+
+    async def aclose(self) -> None:
+        """Give up this replica's lease (its streams' followers claim them at once), close the client."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self.client.delete(self.lease_key(self.replica))
+        except REDIS_ERRORS:
+            pass
+        await self.client.aclose()
+
+    async def end(self, stream_id: str, model: str, provider: str, error: ErrorData, *, status: str,
+                  message: AssistantMessage | None = None) -> int:
+        """Append a final for a stream whose writer cannot, once: its id, 0 when it had ended, -1 unknown."""
+        keys = self.keys(stream_id)
+        body = final_frame(0, model, provider, error, status, message).split(b"\n", 1)[1]
+        async with self.timed("claim"):
+            return int(await self._claim(keys=[keys.events, keys.meta, keys.transcript],
+                                         args=[body, self.ttl_s, status, self.replica]))
+
+    def observe(self, op: str, seconds: float, failed: bool, error: BaseException | None = None) -> None:
+        if self.observer is not None:
+            self.observer(self.name, op, seconds, failed)
+        if error is not None:  # the class only: a message could carry the URL (and its password)
+            _log.warning("store_error", store=self.name, op=op, error=type(error).__name__,
+                         seconds=round(seconds, 4))
+
+    def timed(self, op: str) -> Timed:
+        return Timed(self, op)
+
+    @contextlib.asynccontextmanager
+    async def answering(self, op: str) -> AsyncIterator[None]:
+        """A store operation a request waits on: timed, and a Redis that cannot answer is
+        StoreUnavailable (503, retryable) for the caller, never a hang or a 500."""
+        try:
+            async with self.timed(op):
+                yield
+        except REDIS_ERRORS:
+            raise StoreUnavailable("the redis stream store is unreachable; retry later") from None
+
+
+class Timed:
+    """Times one store operation (bounded by the store's timeout) and reports it to the observer."""
+
+    __slots__ = ("link", "op", "started", "timeout")
+
+    def __init__(self, link: RedisLink, op: str) -> None:
+        self.link, self.op = link, op
+
+    async def __aenter__(self) -> None:
+        self.started = time.perf_counter()
+        self.timeout = asyncio.timeout(self.link.timeout * 2)
+        await self.timeout.__aenter__()
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            await self.timeout.__aexit__(exc_type, exc, tb)
+        finally:
+            self.link.observe(self.op, time.perf_counter() - self.started, exc_type is not None, exc)
+
+
+def final_frame(seq: int, model: str, provider: str, error: ErrorData, status: str,
+                message: AssistantMessage | None = None) -> bytes:
+    """A final written for a stream whose owner cannot: the provider's usage report never reached
+    the writer, so the output counts are unknown (null), not 0."""
+    final = FinalEvent(status=status, message=message or AssistantMessage(),  # type: ignore[arg-type]
+                       usage=Usage(output_unknown=True), stop_reason=STOP_REASON_FOR_STATUS[status], model=model,
+                       provider=provider, error=error)
+    return encode_frame(seq, final)

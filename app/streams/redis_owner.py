@@ -1,0 +1,251 @@
+"""The owner half of the Redis stream store: what the replica running a stream writes.
+
+The owner keeps its streams in memory (a `MemoryStreamStore`) and serves its own clients from
+there; every appended frame is also handed to one background writer per process, which appends to
+Redis in order, many streams per pipelined round trip (no Redis round trip per event on the live
+path). The writer's buffer is bounded (`FOUNDRY_REDIS_MAX_PENDING_BYTES`): past it a stream stops
+being persisted and, once Redis answers again, gets an honest `final{error: store_unavailable}`
+for its followers. The owner also renews this replica's lease and listens for cancels of its
+streams sent by other replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import orjson
+from redis.exceptions import ResponseError
+
+from app.core.errors import ErrorData
+from app.streams.errors import StoreUnavailable
+from app.streams.log import StreamLog
+from app.streams.memory import MemoryStreamStore
+from app.streams.redis_link import END, FIRST, FRAMES, REDIS_ERRORS, RedisLink
+
+__all__ = ["Pending", "RedisOwner"]
+
+_RUNNING_GRACE = 3600  # seconds a running stream's keys outlive its last write (orphans expire)
+_SNAPSHOT_EVERY = 1.0  # seconds between transcript snapshots of a running stream
+_STORE_LOST: ErrorData = {"code": "store_unavailable", "retryable": True,
+                          "message": "the stream store lost events of this stream while it was unreachable"}
+
+
+@dataclass(slots=True)
+class Pending:
+    """The frames of one stream not yet written: (seq, frame, is_final) in order."""
+
+    log: StreamLog
+    entries: list[tuple[int, bytes, bool]] = field(default_factory=list)
+
+
+class RedisOwner:
+    """Creates this replica's streams and writes them to Redis behind the live path."""
+
+    def __init__(self, link: RedisLink, local: MemoryStreamStore, *, max_pending_bytes: int) -> None:
+        self._link = link
+        self._local = local
+        self._redis = link.client
+        self._max_pending = max_pending_bytes
+        self._pending: dict[str, Pending] = {}
+        self._pending_bytes = 0
+        self._broken: dict[str, StreamLog] = {}
+        self._snapshots: dict[str, float] = {}
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+        self._writing = False
+        self._wrote = asyncio.Event()  # set after each write attempt (for flush())
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._tasks = [loop.create_task(self._write_loop(), name="redis-store-writer"),
+                       loop.create_task(self._lease_loop(), name="redis-store-lease"),
+                       loop.create_task(self._cancel_loop(), name="redis-store-cancels")]
+
+    async def aclose(self) -> None:
+        """Flush what is buffered (briefly) and stop the background tasks."""
+        self._closing = True
+        self._wake.set()
+        if not self._tasks:
+            return
+        try:
+            await asyncio.wait_for(self.flush(), timeout=max(2.0, self._link.timeout * 2))
+        except TimeoutError:
+            pass
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def flush(self) -> None:
+        """Wait until every frame appended so far is written (tests, shutdown)."""
+        while self._pending or self._broken or self._writing:
+            self._wrote.clear()
+            await self._wrote.wait()
+
+    # -- streams ------------------------------------------------------------------------------
+
+    async def create(self, *, model: str, provider: str, owner: str | None, keep_events: bool,
+                     held: bool) -> StreamLog:
+        """A log in memory, its meta and this replica's lease in Redis, and the sink that persists it."""
+        if self._pending_bytes > self._max_pending // 2:
+            raise StoreUnavailable("the redis stream store is not keeping up; retry later")
+        log = self._local.create_local(model=model, provider=provider, owner=owner, keep_events=keep_events,
+                                       held=held)
+        info = log.info
+        keys = self._link.keys(info.stream_id)
+        try:
+            async with self._link.answering("create"):
+                pipe = self._redis.pipeline(transaction=False)
+                meta = {"model": model, "provider": provider, "owner": self._link.replica,
+                        "created_at": repr(info.created_at)}
+                if owner is not None:
+                    meta["key"] = owner  # the API key that started it ("owner" is the replica)
+                pipe.hset(keys.meta, mapping=meta)
+                pipe.expire(keys.meta, self._link.ttl_s + _RUNNING_GRACE)
+                pipe.set(self._link.lease_key(self._link.replica), "1", px=self._link.lease_ms)
+                await pipe.execute()
+        except StoreUnavailable:
+            self._local.discard(info.stream_id)
+            raise
+        log.sink = self.sink
+        return log
+
+    def sink(self, log: StreamLog, seq: int, frame: bytes, final: bool) -> None:
+        """Every frame the owner appends (synchronous, on the live path: a list append)."""
+        stream_id = log.info.stream_id
+        if stream_id in self._broken:
+            return
+        if self._pending_bytes + len(frame) > self._max_pending and not final:
+            # Redis is away too long: stop persisting this stream rather than buffer without bound.
+            dropped = self._pending.pop(stream_id, None)
+            if dropped is not None:
+                self._pending_bytes -= sum(len(f) for _, f, _ in dropped.entries)
+            self._broken[stream_id] = log
+            self._link.observe("buffer_full", 0.0, True)
+            return
+        pending = self._pending.get(stream_id)
+        if pending is None:
+            pending = self._pending[stream_id] = Pending(log)
+        pending.entries.append((seq, frame, final))
+        self._pending_bytes += len(frame)
+        if not self._wake.is_set():
+            self._wake.set()
+
+    # -- the writer ---------------------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending or self._broken:
+                batch, self._pending = self._pending, {}
+                self._pending_bytes = 0
+                self._writing = True
+                try:
+                    async with self._link.timed("write"):
+                        await self.write(batch)
+                    await self._end_broken()
+                except REDIS_ERRORS:
+                    self._keep_for_retry(batch)
+                    if self._closing:
+                        self._pending.clear()
+                        self._broken.clear()
+                        return
+                    await asyncio.sleep(min(1.0, self._link.timeout))
+                finally:
+                    self._writing = False
+                    self._wrote.set()
+
+    def _keep_for_retry(self, batch: dict[str, Pending]) -> None:
+        """A failed write's batch goes back in front of what was appended meanwhile, in order."""
+        for stream_id, later in self._pending.items():
+            if stream_id in batch:
+                batch[stream_id].entries.extend(later.entries)
+            else:
+                batch[stream_id] = later
+        self._pending = {sid: p for sid, p in batch.items() if sid not in self._broken}
+        self._pending_bytes = sum(len(f) for p in self._pending.values() for _, f, _ in p.entries)
+
+    async def write(self, batch: dict[str, Pending]) -> None:
+        """Write one batch of streams' frames in one pipelined round trip."""
+        pipe = self._redis.pipeline(transaction=False)
+        now = time.monotonic()
+        ttl_s = self._link.ttl_s
+        for stream_id, pending in batch.items():
+            keys = self._link.keys(stream_id)
+            log, entries = pending.log, pending.entries
+            ended = entries[-1][2]
+            snapshot = self._snapshot(log, now, force=ended)
+            if snapshot is not None:  # before the final: a reader that saw the final finds the transcript
+                pipe.set(keys.transcript, snapshot, ex=ttl_s + (0 if ended else _RUNNING_GRACE))
+            # One entry for the batch (one command, whatever the number of events), holding only
+            # what the memory log still retains; the stream is trimmed to the same range.
+            first = log.first_seq
+            kept = [(seq, frame) for seq, frame, _ in entries if seq >= first]
+            if kept:
+                fields = {FRAMES: b"".join(f for _, f in kept), FIRST: kept[0][0]}
+                if ended:
+                    fields[END] = b"1"
+                pipe.xadd(keys.events, fields, id=f"{kept[-1][0]}-0", minid=f"{first}-0", approximate=False)
+            if ended:
+                assert log.final is not None
+                pipe.hset(keys.meta, mapping={"done": "1", "status": log.final.status})
+                for key in (keys.events, keys.meta, keys.transcript):
+                    pipe.expire(key, ttl_s)
+                self._snapshots.pop(stream_id, None)
+            else:
+                pipe.expire(keys.events, ttl_s + _RUNNING_GRACE)
+        results = await pipe.execute(raise_on_error=False)
+        for result in results:
+            if isinstance(result, ResponseError) and "equal or smaller" not in str(result):
+                # A stream claimed by another replica (our lease lapsed) refuses our late entries.
+                self._link.observe("write_refused", 0.0, True)
+
+    def _snapshot(self, log: StreamLog, now: float, *, force: bool) -> bytes | None:
+        transcript = log.info.transcript
+        if transcript is None:
+            return None
+        stream_id = log.info.stream_id
+        if not force and now - self._snapshots.get(stream_id, 0.0) < _SNAPSHOT_EVERY:
+            return None
+        self._snapshots[stream_id] = now
+        return orjson.dumps(transcript.snapshot())
+
+    async def _end_broken(self) -> None:
+        """Streams whose persistence was given up: an honest end for their followers."""
+        for stream_id, log in list(self._broken.items()):
+            await self._link.end(stream_id, log.info.model, log.info.provider, _STORE_LOST, status="error")
+            del self._broken[stream_id]
+            self._snapshots.pop(stream_id, None)
+
+    # -- lease and cancels --------------------------------------------------------------------
+
+    async def _lease_loop(self) -> None:
+        key = self._link.lease_key(self._link.replica)
+        while True:
+            try:
+                async with self._link.timed("lease"):
+                    await self._redis.set(key, "1", px=self._link.lease_ms)
+            except REDIS_ERRORS:
+                pass
+            await asyncio.sleep(self._link.lease_ms / 3000)
+
+    async def _cancel_loop(self) -> None:
+        channel = self._link.cancel_channel(self._link.replica)
+        while True:
+            try:
+                async with self._redis.pubsub() as pubsub:
+                    await pubsub.subscribe(channel)
+                    while True:
+                        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                        if message is not None and message.get("type") == "message":
+                            log = self._local.get(message["data"].decode())
+                            if log is not None:
+                                log.cancel()
+            except REDIS_ERRORS:
+                await asyncio.sleep(min(1.0, self._link.timeout))
