@@ -25,7 +25,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.run import ROOT, cpu_seconds, free_port, server  # noqa: E402
+from bench.run import ROOT, cpu_seconds, free_port, server
 
 
 async def _streams(url: str, streams: int, concurrency: int, tokens: int, delay_ms: int) -> int:

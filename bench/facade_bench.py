@@ -21,11 +21,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.api.compat.anthropic_response import MessageWriter  # noqa: E402
-from app.api.compat.openai_response import ChunkWriter  # noqa: E402
-from app.core.events import StartEvent, TokenEvent  # noqa: E402
-from app.core.released import Released  # noqa: E402
-from app.streams.frames import encode_frame  # noqa: E402
+from app.api.compat.anthropic_response import MessageWriter
+from app.api.compat.openai_response import ChunkWriter
+from app.core.events import StartEvent, TokenEvent
+from app.core.released import Released
+from app.streams.frames import encode_frame
 
 
 def per_event_us(events: list[TokenEvent], step: Any) -> float:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.core.events import TokenEvent  # noqa: E402
-from app.validation import ValidatorSpec, build_gate  # noqa: E402
+from app.core.events import TokenEvent
+from app.validation import ValidatorSpec, build_gate
 
 _WORDS = (
     "the gateway holds each token until its sentence passed every validator and then releases it whole "

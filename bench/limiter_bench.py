@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.auth import Auth, MemoryLimiter, RedisLimiter  # noqa: E402
-from app.auth.keystore import KeyStore  # noqa: E402
-from app.auth.policy import KeyFields  # noqa: E402
-from app.records import RecordStore  # noqa: E402
-from bench.run import emit, free_port  # noqa: E402
+from app.auth import Auth, MemoryLimiter, RedisLimiter
+from app.auth.keystore import KeyStore
+from app.auth.policy import KeyFields
+from app.records import RecordStore
+from bench.run import emit, free_port
 
 LIMITS = KeyFields(name="bench", models=["mock/*"], rpm=10_000_000, tpm=10_000_000_000, max_concurrent=100_000)
 

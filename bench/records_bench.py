@@ -24,7 +24,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.run import body, cpu_seconds, emit, free_port, run_streams, server  # noqa: E402
+from bench.run import body, cpu_seconds, emit, free_port, run_streams, server
 
 
 def _counted(metrics: str, name: str) -> float:

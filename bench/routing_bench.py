@@ -25,13 +25,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.core.messages import Message  # noqa: E402
-from app.core.patches import MessageDelta, MessageEnd, MessageStart, Patch, TextDelta  # noqa: E402
-from app.providers.base import ProviderRequest  # noqa: E402
-from app.providers.registry import ProviderRegistry  # noqa: E402
-from app.routing.config import RouteConfig  # noqa: E402
-from app.routing.router import Router  # noqa: E402
-from app.routing.targets import Policy  # noqa: E402
+from app.core.messages import Message
+from app.core.patches import MessageDelta, MessageEnd, MessageStart, Patch, TextDelta
+from app.providers.base import ProviderRequest
+from app.providers.registry import ProviderRegistry
+from app.routing.config import RouteConfig
+from app.routing.router import Router
+from app.routing.targets import Policy
 
 
 class _Stream:

@@ -31,4 +31,4 @@ def install_openapi(app: FastAPI) -> None:
         app.openapi_schema = doc
         return doc
 
-    setattr(app, "openapi", openapi)  # (FastAPI's documented override; mypy: method-assign)
+    setattr(app, "openapi", openapi)  # noqa: B010 (FastAPI's documented override; mypy: method-assign)

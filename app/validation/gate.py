@@ -171,7 +171,7 @@ class ValidationGate:
                     continue
                 text = lane.turn_text()  # the lambda below is awaited within this iteration
                 ctx = lane.final_context(self._tool_calls)
-                await run_checks(lane.members, "final", lambda v: v.check_final(text, ctx), self._observer)
+                await run_checks(lane.members, "final", lambda v: v.check_final(text, ctx), self._observer)  # noqa: B023
             out = self._release()
             self._held.clear()  # fragments of calls that never completed: never validated, never sent
             return out
