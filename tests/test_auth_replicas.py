@@ -23,7 +23,7 @@ from tests.support import REPO
 
 
 def _spawn(port: int, env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
-    log = open(log_path, "wb")  # noqa: SIM115 - closed with the process
+    log = open(log_path, "wb")  # closed with the process
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port",
                              str(port), "--no-access-log"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     return proc, log
