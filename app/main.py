@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from app import VERSION
 from app.accounting import KeyAccountant
 from app.api.compat import anthropic_routes, openai_routes
 from app.api.direct_routes import DirectRoutes
@@ -28,12 +29,12 @@ from app.providers.base import ProviderAdapter
 from app.providers.registry import build_registry
 from app.recording import RunRecorder
 from app.records import RecordStore, RecordWriter
-from app.settings import Settings
+from app.routing.router import RouteConfigError
+from app.settings import Settings, load_settings, setting_error
+from app.startup import log_startup
 from app.streams.log import MemoryStreamStore, StreamStore
 
 __all__ = ["create_app"]
-
-VERSION = "0.1.0"
 
 app: FastAPI  # built on first access (module __getattr__ below)
 
@@ -46,15 +47,19 @@ def create_app(
 ) -> FastAPI:
     """Build the gateway. `clients` injects provider SDK clients by provider name (tests pass
     fakes, operators pass configured clients); `adapters` injects whole provider adapters;
-    `observers` get each run's `RunReport` when it ends (app/core/report.py)."""
-    settings = settings or Settings()
+    `observers` get each run's `RunReport` when it ends (app/core/report.py). A configuration
+    that cannot serve raises `ConfigError` (app/settings.py), one line per mistake."""
+    settings = settings or load_settings()
     secrets.remember(*settings.secret_values())
     configure_logging(settings.log_level, settings.log_json)
     metrics = Metrics()
     store = build_store(settings, metrics)
     metrics.store_bytes.set_function(lambda: store.total_bytes)
-    gateway = Gateway(settings=settings, registry=build_registry(settings.provider_config(), clients, adapters),
-                      store=store, metrics=metrics, observers=observers)
+    try:
+        gateway = Gateway(settings=settings, registry=build_registry(settings.provider_config(), clients, adapters),
+                          store=store, metrics=metrics, observers=observers)
+    except RouteConfigError as exc:
+        raise setting_error("routes", str(exc)) from None
     records = _records(settings, metrics)
     if records is not None:
         gateway.add_observer(RunRecorder(records, content=settings.record_content))
@@ -64,6 +69,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log_startup(settings, gateway.registry.names, auth.mode)
         await store.start()
         sweeper = asyncio.create_task(_sweep(store, settings.stream_ttl_seconds))
         restore = drain_on_stop_signal(lambda: gateway.end_runs(settings.shutdown_grace_seconds))
