@@ -21,6 +21,8 @@ import redis.asyncio as aioredis
 from tests.auth_support import ADMIN, SIMPLE, bearer, free_port, redis_url  # noqa: F401 - fixture
 from tests.support import REPO
 
+pytestmark = pytest.mark.slow  # starts processes (make test runs the slow tests after the rest)
+
 
 def _spawn(port: int, env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
     log = open(log_path, "wb")  # noqa: SIM115 - closed with the process
