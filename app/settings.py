@@ -96,18 +96,24 @@ class Settings(BaseSettings):
     upstream_max_retries: int = Field(
         default=1, ge=0, le=10, description="SDK retries before a response starts (connection errors, 429, 5xx)."
     )
-    openai_api_key: SecretStr | None = Field(default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key"))
-    openai_base_url: str | None = Field(default=None, validation_alias=AliasChoices("OPENAI_BASE_URL", "openai_base_url"))
+    openai_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key"),
+        description="OpenAI's key: serves `openai/*` and `openai-responses/*` (unset: not served).")
+    openai_base_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("OPENAI_BASE_URL", "openai_base_url"),
+        description="OpenAI's API base URL (default https://api.openai.com/v1).")
     anthropic_api_key: SecretStr | None = Field(
-        default=None, validation_alias=AliasChoices("ANTHROPIC_API_KEY", "anthropic_api_key")
-    )
+        default=None, validation_alias=AliasChoices("ANTHROPIC_API_KEY", "anthropic_api_key"),
+        description="Anthropic's key: serves `anthropic/*` (unset: not served).")
     anthropic_base_url: str | None = Field(
-        default=None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL", "anthropic_base_url")
-    )
+        default=None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL", "anthropic_base_url"),
+        description="Anthropic's API base URL (default https://api.anthropic.com).")
     gemini_api_key: SecretStr | None = Field(
-        default=None, validation_alias=AliasChoices("GEMINI_API_KEY", "GOOGLE_API_KEY", "gemini_api_key")
-    )
-    gemini_base_url: str | None = Field(default=None, validation_alias=AliasChoices("GEMINI_BASE_URL", "gemini_base_url"))
+        default=None, validation_alias=AliasChoices("GEMINI_API_KEY", "GOOGLE_API_KEY", "gemini_api_key"),
+        description="Google's Gemini API key (GEMINI_API_KEY or GOOGLE_API_KEY): serves `gemini/*` (unset: not served).")
+    gemini_base_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("GEMINI_BASE_URL", "gemini_base_url"),
+        description="The Gemini API's base URL (default https://generativelanguage.googleapis.com).")
     provider_options_allow: dict[str, list[str]] = Field(
         default_factory=dict,
         description="provider_options keys callers may pass, per provider name (JSON object in "
@@ -400,7 +406,7 @@ providers, routes, tools, validators, keys, prices, aliases, provider_options_al
 
 STRUCTURED = ("providers", "routes", "tools", "validators", "keys", "prices", "aliases", "provider_options_allow")
 
-_OTHER_VARIABLES = frozenset({"FOUNDRY_CONFIG"})  # read outside Settings
+_OTHER_VARIABLES = frozenset({"FOUNDRY_CONFIG", "FOUNDRY_CHROMIUM"})  # read outside Settings (the browser tests: Chromium)
 
 
 class ConfigError(Exception):
