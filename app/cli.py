@@ -134,7 +134,7 @@ async def _records_command(command: str) -> int:
     try:
         await store.migrate()
         if command == "migrate":
-            print(f"records database {settings.records_url_masked()} ({store.backend}) at the latest revision")
+            print(f"records database {settings.records_url_masked()} ({store.backend}) migrated to the latest revision")
         elif settings.record_retention_days <= 0:
             print("FOUNDRY_RECORD_RETENTION_DAYS is 0: records are kept forever, nothing pruned")
         else:
