@@ -1,4 +1,4 @@
-"""The application factory. `app` is what uvicorn serves: `uvicorn app.main:app`."""
+"""The application factory: `app` for `uvicorn app.main:app`; `foundry-gateway serve` builds its own."""
 
 from __future__ import annotations
 
