@@ -63,13 +63,14 @@ def provider_statuses(settings: Settings, injected: frozenset[str] = frozenset()
 def stream_store_label(settings: Settings) -> str:
     if settings.redis_url is None:
         return "memory (this process only; set FOUNDRY_REDIS_URL to share streams between replicas)"
-    from sqlalchemy.engine import make_url  # the same masking as the database URL
+    from sqlalchemy.engine import make_url  # parses any URL; the whole URL is a remembered secret (scrubbed)
 
     url = settings.redis_url.get_secret_value()
     try:
-        return "redis " + make_url(url).render_as_string(hide_password=True)
-    except Exception:  # a URL SQLAlchemy does not parse (redis+cluster://...): say only the scheme
-        return "redis " + url.partition("://")[0] + "://" + _MASK
+        parsed = make_url(url)
+    except Exception:  # not a URL SQLAlchemy reads: say only the scheme
+        return "redis " + url.partition("://")[0]
+    return f"{parsed.drivername}://{parsed.host}:{parsed.port or 6379}/{parsed.database or 0}"
 
 
 def describe_settings(settings: Settings) -> dict[str, Any]:
