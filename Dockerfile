@@ -1,12 +1,15 @@
-# Foundry Gateway: slim Python, non-root, installed into a virtualenv as `make install` does.
-FROM python:3.12-slim
+# Foundry Gateway: slim Python, non-root, installed from the lock (requirements/lock.txt) as `make install` does.
+FROM python:3.12.8-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PATH=/opt/venv/bin:$PATH
 RUN python -m venv /opt/venv && useradd --create-home --uid 10001 foundry
 WORKDIR /srv/foundry
+# The locked dependencies first (a layer that changes only with the lock), then the project alone.
+COPY requirements/lock.txt requirements/lock.txt
+RUN pip install --quiet --require-hashes -r requirements/lock.txt
 COPY pyproject.toml README.md ./
 COPY app ./app
-RUN pip install --quiet --upgrade pip && pip install --quiet .
+RUN pip install --quiet --no-deps .
 
 RUN mkdir -p var && chown foundry var   # the embedded records database (var/foundry.db) when no FOUNDRY_DATABASE_URL
 
@@ -14,8 +17,8 @@ USER foundry
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=3s --start-period=5s --retries=3 \
   CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2).status == 200 else 1)"
-# SIGTERM drains (README "Reliability"): FOUNDRY_SHUTDOWN_GRACE_SECONDS (5) for running streams, up to
-# 2 s for the cut ones to write their final, then uvicorn closes connections within 10 s. The
-# orchestrator's stop grace must exceed the sum (compose: stop_grace_period 20s).
+# SIGTERM drains (app/lifecycle.py): running streams get FOUNDRY_SHUTDOWN_GRACE_SECONDS, the cut ones
+# 2 s for their finals, then the server closes within 5 s. Set FOUNDRY_STOP_GRACE_SECONDS to the
+# orchestrator's stop grace and the drain grace is fitted into it (compose does).
 STOPSIGNAL SIGTERM
-CMD ["uvicorn", "app.main:app", "--host", "0.0.0.0", "--port", "8000", "--no-access-log", "--timeout-graceful-shutdown", "10"]
+CMD ["foundry-gateway", "serve", "--host", "0.0.0.0", "--port", "8000"]

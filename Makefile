@@ -7,16 +7,26 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: run test lint install install-test openapi docs bench bench-litellm migrate clean
+LOCK   := requirements/lock.txt
+UV     ?= uv==0.13.9
+
+.PHONY: run test test-fast test-slow lint install install-test lock openapi docs bench bench-litellm migrate clean
 
 run: $(VENV)/.installed-run  ## install and serve the gateway (mock provider by default) on $(HOST):$(PORT)
 	mkdir -p var  # the embedded records database, var/foundry.db (FOUNDRY_DATA_DIR)
-	$(BIN)/uvicorn app.main:app --host $(HOST) --port $(PORT) --no-access-log --timeout-graceful-shutdown 10
+	$(BIN)/foundry-gateway serve --host $(HOST) --port $(PORT)
 
-test: $(VENV)/.installed-test  ## install the test dependencies; lint, type-check, then run the whole suite
+test: $(VENV)/.installed-test  ## install the test dependencies; lint, type-check, then the fast tests, then the slow ones
 	$(BIN)/ruff check app tests bench scripts
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m slow
+
+test-fast: $(VENV)/.installed-test  ## the tests not marked slow (no benchmarks, no multi-process topologies)
+	$(BIN)/python -m pytest -m "not slow"
+
+test-slow: $(VENV)/.installed-test  ## the benchmark smoke tests and the multi-process topology tests
+	$(BIN)/python -m pytest -m slow
 
 lint: $(VENV)/.installed-test  ## ruff (lint + import order) and mypy only
 	$(BIN)/ruff check app tests bench scripts
@@ -30,16 +40,26 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed-run: pyproject.toml | $(VENV)/bin/python
-	$(BIN)/python -m pip install --quiet -e .
+# Installs come from the lock (exact versions, hashes checked), then the project itself without
+# resolving again. The lock holds the runtime, test and docs dependencies (one file, one resolution).
+$(VENV)/.installed-run: pyproject.toml $(LOCK) | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+$(VENV)/.installed-test: pyproject.toml $(LOCK) | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps -e '.[test]'
 	@touch $@ $(VENV)/.installed-run
 
+lock: | $(VENV)/bin/python  ## re-resolve pyproject.toml's dependencies (runtime, test, docs) into requirements/lock.txt
+	$(BIN)/python -m pip install --quiet '$(UV)'
+	mkdir -p requirements
+	$(BIN)/uv pip compile pyproject.toml --extra test --extra docs --universal --python-version 3.11 --generate-hashes \
+	  --no-header --annotation-style line --quiet -o $(LOCK)
+
 migrate: $(VENV)/.installed-run  ## migrate the records database (FOUNDRY_DATABASE_URL, default var/foundry.db)
-	$(BIN)/python -m app.records migrate
+	$(BIN)/foundry-gateway migrate
 
 openapi: $(VENV)/.installed-run  ## regenerate openapi/openapi.json from the app
 	$(BIN)/python scripts/export_openapi.py
@@ -47,8 +67,9 @@ openapi: $(VENV)/.installed-run  ## regenerate openapi/openapi.json from the app
 docs: $(VENV)/.installed-docs  ## build the documentation site into site/ (MkDocs, strict: a broken link fails)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # the variable silences the theme's end-of-life banner
 
-$(VENV)/.installed-docs: pyproject.toml | $(VENV)/bin/python
-	$(BIN)/python -m pip install --quiet -e '.[docs]'
+$(VENV)/.installed-docs: pyproject.toml $(LOCK) | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps -e '.[docs]'
 	@touch $@
 
 BENCH_OUT ?= bench/results

@@ -17,7 +17,18 @@ from types import FrameType
 
 from app.core.errors import GatewayError
 
-__all__ = ["Admission", "Overloaded", "ShuttingDown", "drain_on_stop_signal"]
+__all__ = ["FINALS_SECONDS", "SERVER_CLOSE_SECONDS", "Admission", "Overloaded", "ShuttingDown", "drain_budget",
+           "drain_on_stop_signal"]
+
+FINALS_SECONDS = 2.0
+"""After the grace, the cut streams get up to this long to write their finals (app/pipeline.py)."""
+SERVER_CLOSE_SECONDS = 5.0
+"""Then uvicorn's graceful shutdown closes the connections left within this (`foundry-gateway serve`)."""
+
+
+def drain_budget(stop_grace: float) -> float:
+    """The drain grace that fits in an orchestrator's stop grace (SIGTERM to SIGKILL), one second spare."""
+    return stop_grace - FINALS_SECONDS - SERVER_CLOSE_SECONDS - 1.0
 
 class Overloaded(GatewayError):
     status = 503

@@ -1,14 +1,16 @@
-"""The application factory. `app` is what uvicorn serves: `uvicorn app.main:app`."""
+"""The application factory: `app` for `uvicorn app.main:app`; `foundry-gateway serve` builds its own."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from fastapi import FastAPI
 
+from app import VERSION
 from app.accounting import KeyAccountant
 from app.api.compat import anthropic_routes, openai_routes
 from app.api.errors import install_error_handlers
@@ -27,12 +29,12 @@ from app.providers.base import ProviderAdapter
 from app.providers.registry import build_registry
 from app.recording import RunRecorder
 from app.records import RecordStore, RecordWriter
-from app.settings import Settings
+from app.routing.router import RouteConfigError
+from app.settings import Settings, load_settings, setting_error
+from app.startup import log_startup
 from app.streams.memory import MemoryStreamStore, StreamStore
 
 __all__ = ["create_app"]
-
-VERSION = "0.1.0"
 
 app: FastAPI  # built on first access (module __getattr__ below)
 
@@ -45,15 +47,19 @@ def create_app(
 ) -> FastAPI:
     """Build the gateway. `clients` injects provider SDK clients by provider name (tests pass
     fakes, operators pass configured clients); `adapters` injects whole provider adapters;
-    `observers` get each run's `RunReport` when it ends (app/core/report.py)."""
-    settings = settings or Settings()
+    `observers` get each run's `RunReport` when it ends (app/core/report.py). A configuration
+    that cannot serve raises `ConfigError` (app/settings.py), one line per mistake."""
+    settings = settings or load_settings()
     secrets.remember(*settings.secret_values())
     configure_logging(settings.log_level, settings.log_json)
     metrics = Metrics()
     store = build_store(settings, metrics)
     metrics.store_bytes.set_function(lambda: store.total_bytes)
-    gateway = Gateway(settings=settings, registry=build_registry(settings.provider_config(), clients, adapters),
-                      store=store, metrics=metrics, observers=observers)
+    try:
+        gateway = Gateway(settings=settings, registry=build_registry(settings.provider_config(), clients, adapters),
+                          store=store, metrics=metrics, observers=observers)
+    except RouteConfigError as exc:
+        raise setting_error("routes", str(exc)) from None
     records = _records(settings, metrics)
     if records is not None:
         gateway.add_observer(RunRecorder(records, content=settings.record_content))
@@ -61,8 +67,40 @@ def create_app(
     accountant = KeyAccountant(auth, metrics)  # each run's own observer, given when it starts (app/api/access.py)
     gateway.add_observer(metrics.observe_run)
 
+    app = FastAPI(
+        title="Foundry Gateway",
+        version=VERSION,
+        description="One canonical SSE event stream for every LLM provider, with in-process chunk validation.",
+        lifespan=_lifespan(settings, gateway, auth, records),
+        docs_url=None,  # Swagger UI loads from a CDN (blank offline); the document is /openapi.json
+        redoc_url=None,
+    )
+    app.state.gateway = gateway
+    app.state.settings = settings
+    app.state.records = records
+    app.state.auth = auth
+    app.state.accountant = accountant
+    # Most-used first: FastAPI matches included routers one after another (each router checked
+    # costs ~10-20 us of CPU per request here), so the routes that open runs come first.
+    for router in (stream.router, openai_routes.router, anthropic_routes.router, generate.router, health.router,
+                   transcript.router, runs.router, usage.router, admin_keys.router):
+        app.include_router(router)
+    install_playground(app)
+    install_error_handlers(app)
+    install_openapi(app)
+    app.add_middleware(RequestContextMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
+    return app
+
+
+def _lifespan(settings: Settings, gateway: Gateway, auth: Auth,
+              records: RecordWriter | None) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start-up and shutdown: the stores, the sweeper, the drain on SIGTERM; runs end before their
+    stores close."""
+    store = gateway.store
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log_startup(settings, gateway.registry.names, auth.mode)
         await store.start()
         sweeper = asyncio.create_task(_sweep(store, settings.stream_ttl_seconds))
         restore = drain_on_stop_signal(lambda: gateway.end_runs(settings.shutdown_grace_seconds))
@@ -85,29 +123,7 @@ def create_app(
             if records is not None:
                 await records.aclose()  # after the runs: their records are written, then the engine goes
 
-    app = FastAPI(
-        title="Foundry Gateway",
-        version=VERSION,
-        description="One canonical SSE event stream for every LLM provider, with in-process chunk validation.",
-        lifespan=lifespan,
-        docs_url=None,  # Swagger UI loads from a CDN (blank offline); the document is /openapi.json
-        redoc_url=None,
-    )
-    app.state.gateway = gateway
-    app.state.settings = settings
-    app.state.records = records
-    app.state.auth = auth
-    app.state.accountant = accountant
-    # Most-used first: FastAPI matches included routers one after another (each router checked
-    # costs ~10-20 us of CPU per request here), so the routes that open runs come first.
-    for router in (stream.router, openai_routes.router, anthropic_routes.router, generate.router, health.router,
-                   transcript.router, runs.router, usage.router, admin_keys.router):
-        app.include_router(router)
-    install_playground(app)
-    install_error_handlers(app)
-    install_openapi(app)
-    app.add_middleware(RequestContextMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
-    return app
+    return lifespan
 
 
 def _auth(settings: Settings, records: RecordWriter | None, metrics: Metrics) -> Auth:

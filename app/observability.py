@@ -2,11 +2,15 @@
 
 Metrics live in a registry per app instance, so several apps (tests) never collide.
 Logs never carry message content or secrets: only ids, model, status, timings and token counts.
+One log pipeline: structlog's lines and the standard library's (uvicorn, SQLAlchemy, Alembic)
+all leave through one handler and structlog's `ProcessorFormatter`, so every line gets the same
+shape and the same scrubbing of secrets (`logging_config()` is also uvicorn's `log_config`).
 """
 
 from __future__ import annotations
 
 import logging
+import logging.config
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -29,20 +33,52 @@ _CHECK_BUCKETS = (0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.
 _DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
-def configure_logging(level: str = "info", json: bool = True) -> None:
-    """Configure structlog once for the process (called by create_app, never at import)."""
-    renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
+def json_by_default() -> bool:
+    """JSON lines unless stdout is a terminal (a person reading): files and collectors get JSON."""
+    return not sys.stdout.isatty()
+
+
+def logging_config(level: str = "info", json: bool | None = None) -> dict[str, Any]:
+    """The `logging.config.dictConfig` of the process: root, uvicorn's, SQLAlchemy's and Alembic's
+    loggers into one stdout handler whose formatter renders and scrubs like structlog's own lines."""
+    json = json_by_default() if json is None else json
+    renderer: Any = (structlog.processors.JSONRenderer() if json
+                     else structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty()))
+    formatter = {
+        "()": structlog.stdlib.ProcessorFormatter,
+        "foreign_pre_chain": [structlog.stdlib.add_logger_name, *_shared_processors()],
+        "processors": [structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                       structlog.processors.format_exc_info, renderer, _scrub_line],
+    }
+    upper = level.upper()
+    quiet = "WARNING" if upper in ("DEBUG", "INFO") else upper  # the libraries' info lines are SQL and migrations
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"foundry": formatter},
+        "handlers": {"foundry": {"class": "logging.StreamHandler", "formatter": "foundry", "stream": "ext://sys.stdout"}},
+        "root": {"handlers": ["foundry"], "level": upper},
+        "loggers": {
+            **{name: {"handlers": [], "level": upper, "propagate": True}
+               for name in ("uvicorn", "uvicorn.error", "uvicorn.access")},
+            **{name: {"handlers": [], "level": quiet, "propagate": True} for name in ("sqlalchemy", "alembic")},
+        },
+    }
+
+
+def _shared_processors() -> list[Any]:
+    return [structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True)]
+
+
+def configure_logging(level: str = "info", json: bool | None = None) -> None:
+    """Configure structlog and the standard library's logging for the process (called by
+    create_app and the command line, never at import)."""
+    logging.config.dictConfig(logging_config(level, json))
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-            _scrub_line,
-        ],
+        processors=[structlog.contextvars.merge_contextvars, *_shared_processors(),
+                    structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stdout),
+        logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=False,
     )
 

@@ -1,35 +1,49 @@
 """Gateway configuration: environment variables, then an optional TOML file, then defaults.
 
 Gateway settings use the `FOUNDRY_` prefix (`FOUNDRY_STREAM_TTL_SECONDS=60`); provider
-credentials use the providers' own names (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, ...).
-`FOUNDRY_CONFIG=/path/gateway.toml` names a TOML file with the same keys (lower case, no prefix);
-the environment wins over the file. Secrets are `SecretStr`: never printed, logged or echoed.
+credentials use the providers' own names (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, ...). An empty
+variable is an unset one (compose passes `KEY: ""` for a variable it was not given).
+`FOUNDRY_CONFIG=/path/gateway.toml` names a TOML file (deploy/foundry.example.toml): structured
+settings as tables, scalars at the top or in their group's table (`[http]`, `[streams]`, ...,
+`GROUPS`); the environment wins over the file. Secrets are `SecretStr`: never printed or logged.
+`load_settings()` turns every mistake into a `ConfigError` whose lines each name the variable
+or TOML key and the reason (the command line prints them and exits with status 2).
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import re
+import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsError as PydanticSettingsError
+from sqlalchemy.engine import make_url
 
 from app.auth.policy import MODEL_PATTERN_RE, ConfiguredKey, Price, known_validators
 from app.core.errors import RequestError
+from app.lifecycle import drain_budget
 from app.providers.config import CompatibleProvider, ProviderConfig
 from app.routing.config import RouteConfig, route_cycle
 from app.tools.config import ToolConfig, default_tools
 from app.validation import ValidatorSpec, check_specs
 
-__all__ = ["CompatibleProvider", "Settings"]  # CompatibleProvider: app/providers/config.py
+__all__ = ["GROUPS", "STRUCTURED", "CompatibleProvider", "ConfigError", "Settings", "config_schema", "env_name", "load_settings",
+           "setting_error",
+           "unknown_variables"]  # CompatibleProvider: app/providers/config.py
 
 _SECRET_NAME = re.compile(r"(API_KEY|_KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FOUNDRY_", extra="forbid", populate_by_name=True)
+    model_config = SettingsConfigDict(env_prefix="FOUNDRY_", extra="forbid", populate_by_name=True,
+                                      env_ignore_empty=True)
 
     # HTTP edge
     max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest accepted request body.")
@@ -42,6 +56,11 @@ class Settings(BaseSettings):
         description="On SIGTERM, running streams get this long to finish (readyz 503, new runs refused); then "
                     "they end with a final of error.code `shutdown` (retryable), and the server stops.",
     )
+    stop_grace_seconds: float | None = Field(
+        default=None, gt=0, le=3600,
+        description="The orchestrator's stop grace (SIGTERM to SIGKILL; compose's stop_grace_period). When set, "
+                    "the drain is fitted into it: shutdown_grace_seconds defaults to it less the time for the "
+                    "cut streams' finals and the server's close (8 s), and a larger one is refused.")
     aliases: dict[str, str] = Field(default_factory=dict, description="Model aliases: alias -> provider/model.")
 
     # Stream log
@@ -72,23 +91,29 @@ class Settings(BaseSettings):
     )
 
     # Upstream
-    connect_timeout: float = Field(default=10.0, gt=0)
+    connect_timeout: float = Field(default=10.0, gt=0, description="Longest wait for an upstream connection.")
     read_timeout: float = Field(default=120.0, gt=0, description="Longest silence from an upstream mid-stream.")
     upstream_max_retries: int = Field(
         default=1, ge=0, le=10, description="SDK retries before a response starts (connection errors, 429, 5xx)."
     )
-    openai_api_key: SecretStr | None = Field(default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key"))
-    openai_base_url: str | None = Field(default=None, validation_alias=AliasChoices("OPENAI_BASE_URL", "openai_base_url"))
+    openai_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key"),
+        description="OpenAI's key: serves `openai/*` and `openai-responses/*` (unset: not served).")
+    openai_base_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("OPENAI_BASE_URL", "openai_base_url"),
+        description="OpenAI's API base URL (default https://api.openai.com/v1).")
     anthropic_api_key: SecretStr | None = Field(
-        default=None, validation_alias=AliasChoices("ANTHROPIC_API_KEY", "anthropic_api_key")
-    )
+        default=None, validation_alias=AliasChoices("ANTHROPIC_API_KEY", "anthropic_api_key"),
+        description="Anthropic's key: serves `anthropic/*` (unset: not served).")
     anthropic_base_url: str | None = Field(
-        default=None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL", "anthropic_base_url")
-    )
+        default=None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL", "anthropic_base_url"),
+        description="Anthropic's API base URL (default https://api.anthropic.com).")
     gemini_api_key: SecretStr | None = Field(
-        default=None, validation_alias=AliasChoices("GEMINI_API_KEY", "GOOGLE_API_KEY", "gemini_api_key")
-    )
-    gemini_base_url: str | None = Field(default=None, validation_alias=AliasChoices("GEMINI_BASE_URL", "gemini_base_url"))
+        default=None, validation_alias=AliasChoices("GEMINI_API_KEY", "GOOGLE_API_KEY", "gemini_api_key"),
+        description="Google's Gemini API key (GEMINI_API_KEY or GOOGLE_API_KEY): serves `gemini/*` (unset: not served).")
+    gemini_base_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("GEMINI_BASE_URL", "gemini_base_url"),
+        description="The Gemini API's base URL (default https://generativelanguage.googleapis.com).")
     provider_options_allow: dict[str, list[str]] = Field(
         default_factory=dict,
         description="provider_options keys callers may pass, per provider name (JSON object in "
@@ -137,13 +162,18 @@ class Settings(BaseSettings):
         description="Most provider calls one run may make when the gateway runs tools: the default and the cap "
                     "of the request's max_steps.",
     )
-    tool_max_output_chars: int = Field(default=100_000, ge=100, description="A tool's output is cut past this.")
+    tool_max_output_chars: int = Field(
+        default=100_000, ge=100,
+        description="A gateway-run tool's output is cut past this many characters before the model sees it "
+                    "(a runaway tool cannot fill the context or the stream).")
     transcript_max_chars: int = Field(
-        default=1_000_000, ge=1_000, description="Text kept per stream transcript (answers, thinking, tool I/O)."
-    )
+        default=1_000_000, ge=1_000,
+        description="Characters kept per stream transcript (answers, thinking, tool input and output); past "
+                    "it the transcript says it was cut (GET /v1/stream/{id}/transcript, run records).")
     transcript_max_items: int = Field(
-        default=2_000, ge=10, description="Records (tool calls, messages) kept per stream transcript."
-    )
+        default=2_000, ge=10,
+        description="Entries (messages, tool calls, tool results) kept per stream transcript; past it the "
+                    "transcript says it was cut.")
 
     # Run records (app/records): one durable record and transcript per run, in SQL
     records: bool = Field(
@@ -183,16 +213,20 @@ class Settings(BaseSettings):
         default=None, description="When set, /metrics needs `Authorization: Bearer <token>`.")
 
     # Logging
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_json: bool = Field(default=True, description="JSON log lines (false: human-readable console).")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="Least severe level logged (the gateway's, uvicorn's and the libraries' lines).")
+    log_json: bool | None = Field(
+        default=None, description="JSON log lines (false: human-readable, coloured on a terminal only). "
+                                  "Unset: JSON unless stdout is a terminal.")
 
-    @field_validator("database_url", "openai_api_key", "openai_base_url", "anthropic_api_key", "anthropic_base_url",
-                     "gemini_api_key", "gemini_base_url", "admin_key", "redis_url", "metrics_token",
-                     mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _empty_is_unset(cls, value: Any) -> Any:
-        # docker compose passes `KEY: ""` for an unset variable: that is "not configured".
-        return None if value == "" else value
+    def _empty_is_unset(cls, values: Any) -> Any:
+        # docker compose passes `KEY: ""` for a variable it was not given: that is "not configured",
+        # for every setting (the environment's empties are dropped by env_ignore_empty already).
+        if isinstance(values, dict):
+            return {k: v for k, v in values.items() if v != ""}
+        return values
 
     @field_validator("validators")
     @classmethod
@@ -241,15 +275,19 @@ class Settings(BaseSettings):
         """Every configured secret: provider keys (settings and the compatible providers' env
         variables) and FOUNDRY_* variables named like secrets; scrubbed from errors and logs."""
         values = [s.get_secret_value() for s in (self.openai_api_key, self.anthropic_api_key, self.gemini_api_key,
-                                                 self.admin_key, self.metrics_token, self.redis_url)
+                                                 self.admin_key, self.metrics_token, self.redis_url, self.database_url)
                   if s is not None]
         values += [key for p in self.providers if (key := p.api_key())]
         values += [v for k, v in os.environ.items() if _SECRET_NAME.search(k)]
-        if self.redis_url is not None:
-            password = urlsplit(self.redis_url.get_secret_value()).password
+        for url in (self.redis_url, self.database_url):
+            password = urlsplit(url.get_secret_value()).password if url is not None else None
             if password:
                 values.append(password)
         return values
+
+    def records_url_masked(self) -> str:
+        """The records database URL with its password hidden (for logs and `config check`)."""
+        return make_url(self.records_url()).render_as_string(hide_password=True)
     def provider_config(self) -> ProviderConfig:
         """What the provider modules need (they never see Settings)."""
         return ProviderConfig(
@@ -276,6 +314,21 @@ class Settings(BaseSettings):
             if not re.match(MODEL_PATTERN_RE, model):
                 raise ValueError(f"{model!r} is not a model or pattern")
         return prices
+
+    @model_validator(mode="after")
+    def _drain_fits_the_stop_grace(self) -> Settings:
+        if self.stop_grace_seconds is None:
+            return self
+        budget = drain_budget(self.stop_grace_seconds)
+        if "shutdown_grace_seconds" not in self.model_fields_set:
+            if budget < 0:
+                raise ValueError(f"FOUNDRY_STOP_GRACE_SECONDS: {self.stop_grace_seconds:g} s leaves no time to drain "
+                                 f"(at least {drain_budget(0) * -1:g} s)")
+            self.shutdown_grace_seconds = budget
+        elif self.shutdown_grace_seconds > budget:
+            raise ValueError(f"FOUNDRY_SHUTDOWN_GRACE_SECONDS: {self.shutdown_grace_seconds:g} s does not fit in "
+                             f"FOUNDRY_STOP_GRACE_SECONDS {self.stop_grace_seconds:g} s (at most {max(budget, 0):g})")
+        return self
 
     @model_validator(mode="after")
     def _auth_required_has_keys(self) -> Settings:
@@ -326,5 +379,165 @@ class Settings(BaseSettings):
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         path = os.environ.get("FOUNDRY_CONFIG")
         if path:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+            sources.append(InitSettingsSource(settings_cls, init_kwargs=read_config_file(Path(path))))
         return tuple(sources)
+
+
+GROUPS: dict[str, tuple[str, ...]] = {
+    "http": ("max_body_bytes", "ping_seconds", "send_timeout_seconds", "shutdown_grace_seconds", "stop_grace_seconds",
+             "max_active_runs"),
+    "streams": ("stream_ttl_seconds", "max_stream_events", "max_stream_bytes", "max_streams", "max_store_bytes",
+                "redis_url", "redis_timeout_seconds", "redis_lease_seconds", "redis_max_pending_bytes"),
+    "upstream": ("connect_timeout", "read_timeout", "upstream_max_retries", "openai_api_key", "openai_base_url",
+                 "anthropic_api_key", "anthropic_base_url", "gemini_api_key", "gemini_base_url"),
+    "routing": ("retry_backoff_seconds", "retry_backoff_max_seconds", "retry_after_max_seconds",
+                "first_token_timeout", "total_timeout", "max_first_token_timeout", "max_idle_timeout",
+                "max_total_timeout", "breaker_failures", "breaker_cooldown_seconds"),
+    "validation": ("default_chunking",),
+    "tool_runs": ("max_steps", "tool_max_output_chars", "transcript_max_chars", "transcript_max_items"),
+    "run_records": ("records", "database_url", "data_dir", "record_content", "record_retention_days",
+                    "records_queue_size", "records_batch_size", "records_linger", "records_write_timeout"),
+    "access": ("auth", "admin_key", "key_cache_seconds", "concurrency_lease_seconds", "metrics_token"),
+    "logging": ("log_level", "log_json"),
+}
+"""The TOML file's tables for scalar settings, by the part of the gateway that owns them (a scalar
+may also stand at the top of the file). The structured settings are tables of their own:
+providers, routes, tools, validators, keys, prices, aliases, provider_options_allow."""
+
+STRUCTURED = ("providers", "routes", "tools", "validators", "keys", "prices", "aliases", "provider_options_allow")
+
+_OTHER_VARIABLES = frozenset({"FOUNDRY_CONFIG", "FOUNDRY_CHROMIUM"})  # read outside Settings (the browser tests: Chromium)
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; each of `lines` names a variable or TOML key and why.
+
+    Raised by `load_settings` (and so by `create_app`); the command line prints the lines and exits
+    with status 2, so an operator reads one line per mistake instead of a traceback."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
+def env_name(field: str) -> str:
+    """The environment variable of a setting (the provider keys keep the providers' own names)."""
+    alias = Settings.model_fields[field].validation_alias
+    if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
+        return alias.choices[0]
+    return f"FOUNDRY_{field.upper()}"
+
+
+def _group_of(field: str) -> str | None:
+    return next((group for group, fields in GROUPS.items() if field in fields), None)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The TOML file's settings, flat (group tables opened); ConfigError when missing or malformed."""
+    try:
+        with path.open("rb") as file:
+            document = tomllib.load(file)
+    except FileNotFoundError:
+        raise ConfigError([f"FOUNDRY_CONFIG: {path} does not exist"]) from None
+    except OSError as exc:
+        raise ConfigError([f"FOUNDRY_CONFIG: {path} cannot be read: {exc.strerror}"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+    flat: dict[str, Any] = {}
+    errors: list[str] = []
+    for key, value in document.items():
+        if key in GROUPS and isinstance(value, dict):
+            for name, inner in value.items():
+                if name in GROUPS[key]:
+                    flat[name] = inner
+                else:
+                    errors.append(f"{path}: [{key}] {name}: {_unknown(name, Settings.model_fields)}")
+        elif key in Settings.model_fields:
+            flat[key] = value
+        else:
+            errors.append(f"{path}: {key}: {_unknown(key, [*Settings.model_fields, *GROUPS])}")
+    if errors:
+        raise ConfigError(errors)
+    return flat
+
+
+def _unknown(name: str, known: Any) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return "unknown setting" + (f" (did you mean {close[0]}?)" if close else "")
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """A warning for each FOUNDRY_* variable that no setting reads, with the closest known name."""
+    environ = os.environ if environ is None else environ
+    known = {env_name(field) for field in Settings.model_fields if env_name(field).startswith("FOUNDRY_")}
+    known |= _OTHER_VARIABLES
+    warnings = []
+    for name in sorted(environ):
+        if name.startswith("FOUNDRY_") and name not in known and not name.startswith("FOUNDRY_TEST_"):
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            warnings.append(f"{name}: no such setting, ignored" + (f" (did you mean {close[0]}?)" if close else ""))
+    return warnings
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment and FOUNDRY_CONFIG, or a ConfigError naming each mistake."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError([_error_line(error) for error in exc.errors()]) from None
+    except PydanticSettingsError as exc:
+        raise ConfigError([_parse_error_line(exc)]) from None
+
+
+def _where(field: str) -> str:
+    """Where a setting's value came from: its variable when set, else the config file's key."""
+    variable = env_name(field)
+    if os.environ.get(variable) or field not in Settings.model_fields:
+        return variable
+    alias = Settings.model_fields[field].validation_alias
+    if isinstance(alias, AliasChoices) and any(os.environ.get(str(a)) for a in alias.choices):
+        return next(str(a) for a in alias.choices if os.environ.get(str(a)))
+    path = os.environ.get("FOUNDRY_CONFIG")
+    if path:
+        group = _group_of(field)
+        return f"{path}: " + (f"[{group}] {field}" if group else field)
+    return variable
+
+
+def _error_line(error: Any) -> str:
+    loc = [str(part) for part in error["loc"]]
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if not loc:  # a check across settings: its message names them
+        return message
+    field = loc[0] if loc[0] in Settings.model_fields else next(
+        (f for f, info in Settings.model_fields.items()
+         if isinstance(info.validation_alias, AliasChoices) and loc[0] in info.validation_alias.choices), loc[0])
+    inner = ".".join(loc[1:])
+    where = _where(field)
+    if message.startswith(f"{field}.") and where.endswith(f": {field}"):  # the message names the key itself
+        return f"{where.removesuffix(field)}{message}"
+    return f"{where}: " + (f"{inner}: " if inner else "") + message
+
+
+def _parse_error_line(exc: PydanticSettingsError) -> str:
+    # pydantic-settings: 'error parsing value for field "aliases" from source "EnvSettingsSource"'
+    match = re.search(r'field "([^"]+)"', str(exc))
+    field = match.group(1) if match else "?"
+    cause = exc.__cause__
+    reason = f"not valid JSON: {cause}" if isinstance(cause, json.JSONDecodeError) else f"cannot be parsed: {cause}"
+    return f"{_where(field)}: {reason}"
+
+
+def config_schema() -> dict[str, Any]:
+    """The JSON schema of the configuration, each setting with its variable and TOML table."""
+    schema = Settings.model_json_schema(by_alias=False)
+    for field, prop in schema.get("properties", {}).items():
+        prop["x-env"] = env_name(field)
+        group = _group_of(field)
+        prop["x-toml"] = f"[{group}] {field}" if group else (f"[{field}]" if field in STRUCTURED else field)
+    return schema
+
+
+def setting_error(field: str, message: str) -> ConfigError:
+    """A ConfigError for a setting found wrong after loading (a route naming no served provider)."""
+    return ConfigError([f"{_where(field)}: {message}"])

@@ -8,6 +8,8 @@ import pytest
 
 from tests.support import REPO
 
+pytestmark = pytest.mark.slow  # runs the benchmarks (make test runs the slow tests after the rest)
+
 
 def test_bench_runs_end_to_end_and_reports_every_number(tmp_path):
     out = tmp_path / "bench.json"

@@ -1,4 +1,4 @@
-"""Graceful drain (issue 16): a real uvicorn process, started as the Dockerfile starts it, gets
+"""Graceful drain: a real gateway process, started as the Dockerfile starts it (`foundry-gateway serve`), gets
 SIGTERM with a stream in flight. /readyz turns 503 and new runs are refused at once; a stream
 that finishes within FOUNDRY_SHUTDOWN_GRACE_SECONDS ends normally; one still running after it
 ends with `final{status: "error", error.code: "shutdown", retryable: true}`, its upstream request
@@ -16,9 +16,12 @@ import sys
 from collections.abc import AsyncIterator
 
 import httpx
+import pytest
 
 from tests.support import REPO, parse_sse, serve
 from tests.upstream_fakes import Fault, FaultServer
+
+pytestmark = pytest.mark.slow  # starts processes (make test runs the slow tests after the rest)
 
 GUARD = 30.0
 HELLO = [{"role": "user", "content": "Hello"}]
@@ -35,15 +38,14 @@ async def gateway_process(upstream: str, grace: float) -> AsyncIterator[tuple[as
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("FOUNDRY_")}
     env.update(FOUNDRY_PROVIDERS=json.dumps([{"name": "up", "base_url": f"{upstream}/v1"}]),
-               FOUNDRY_SHUTDOWN_GRACE_SECONDS=str(grace), FOUNDRY_LOG_LEVEL="warning")
+               FOUNDRY_SHUTDOWN_GRACE_SECONDS=str(grace), FOUNDRY_LOG_LEVEL="info")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
-        "--no-access-log", "--timeout-graceful-shutdown", "5", cwd=REPO, env=env,
-        stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL)
+        sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(port), cwd=REPO, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     try:
-        assert proc.stderr is not None
-        async with asyncio.timeout(GUARD):  # wait for uvicorn to say it listens
-            while b"Uvicorn running on" not in (line := await proc.stderr.readline()):
+        assert proc.stdout is not None
+        async with asyncio.timeout(GUARD):  # wait for uvicorn to say it listens (a log line on stdout)
+            while b"Uvicorn running on" not in (line := await proc.stdout.readline()):
                 assert line, "the gateway process exited before it listened"
         yield proc, f"http://127.0.0.1:{port}"
     finally:

@@ -47,8 +47,9 @@ RANK = {
     "lifecycle": 1,
     "routing": 2, "accounting": 2, "recording": 2,
     "run": 3, "opener": 3, "pipeline": 3, "settings": 3,
-    "api": 4,
+    "api": 4, "startup": 4,
     "main": 5,
+    "cli": 6,
 }
 
 

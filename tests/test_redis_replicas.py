@@ -10,6 +10,8 @@ import pytest
 from tests.redis_support import Replica
 from tests.support import parse_sse
 
+pytestmark = pytest.mark.slow  # starts processes (make test runs the slow tests after the rest)
+
 
 def ask(model="mock/lorem-30", delay_ms=20, **extra):
     return {"model": model, "messages": [{"role": "user", "content": "hi"}],

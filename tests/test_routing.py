@@ -19,7 +19,7 @@ from app.routing.errors import DeadlineExceeded
 from app.routing.router import RouteConfigError, Router, retry_after_seconds
 from app.routing.stream import RoutedStream
 from app.routing.targets import Policy
-from app.settings import Settings
+from app.settings import ConfigError, Settings
 from tests.fakes import FakeAdapter
 
 
@@ -40,7 +40,7 @@ def test_bad_routes_are_refused_when_settings_load(routes: dict, message: str) -
 
 
 def test_a_route_to_an_unknown_provider_is_refused_when_the_app_starts() -> None:
-    with pytest.raises(RouteConfigError, match=r"routes\.smart\.targets\.1\.model: unknown provider 'nope'"):
+    with pytest.raises(ConfigError, match=r"routes\.smart\.targets\.1\.model: unknown provider 'nope'"):
         create_app(Settings(routes={"smart": {"targets": ["mock/a", "nope/b"]}}))
 
 

@@ -1,0 +1,227 @@
+"""`foundry-gateway` (also `python -m app`): serve, migrate, prune, keys, config.
+
+One entry point for operators, so the Makefile, the Dockerfile and compose start the server the
+same way (uvicorn with the gateway's log configuration and drain timings) and a configuration
+mistake is one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+
+from app import VERSION
+from app.settings import GROUPS, STRUCTURED, ConfigError, Settings, config_schema, load_settings, unknown_variables
+
+__all__ = ["main"]
+
+CONFIG_ERROR = 2  # argparse's status for a bad command line, and ours for a bad configuration
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; the exit status (0 ok, 1 failed, 2 bad command line or configuration)."""
+    args = _parser().parse_args(argv)
+    command: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return command(args)
+    except ConfigError as exc:
+        for line in exc.lines:
+            print(f"foundry-gateway: configuration error: {line}", file=sys.stderr)
+        return CONFIG_ERROR
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="foundry-gateway", description="Foundry Gateway: one canonical SSE event stream for every LLM provider.",
+        epilog="Configuration: FOUNDRY_* environment variables and the TOML file named by FOUNDRY_CONFIG "
+               "(deploy/foundry.example.toml). `foundry-gateway COMMAND --help` for each command.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
+    commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="serve the gateway (uvicorn)", description=(
+        "Serve the gateway under uvicorn with the gateway's log configuration. SIGTERM drains: readiness "
+        "turns 503, new runs are refused, running streams get FOUNDRY_SHUTDOWN_GRACE_SECONDS to finish."))
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; "
+                                                           "0.0.0.0 in a container)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.set_defaults(run=_serve)
+
+    migrate = commands.add_parser("migrate", help="migrate the records database to the latest revision",
+                                  description="Bring the records database (FOUNDRY_DATABASE_URL, or the SQLite "
+                                              "file under FOUNDRY_DATA_DIR) to the latest schema revision.")
+    migrate.set_defaults(run=lambda args: asyncio.run(_records_command("migrate")))
+    prune = commands.add_parser("prune", help="delete run records past the retention now",
+                                description="Delete the run records older than FOUNDRY_RECORD_RETENTION_DAYS.")
+    prune.set_defaults(run=lambda args: asyncio.run(_records_command("prune")))
+
+    keys = commands.add_parser("keys", help="create, list or revoke gateway keys in the records database",
+                               description="Manage the keys kept in the records database, for an operator "
+                                           "without the admin key at hand (the same store as /v1/admin/keys).")
+    key_commands = keys.add_subparsers(title="key commands", required=True, metavar="KEY_COMMAND")
+    create = key_commands.add_parser("create", help="create a key (printed once)",
+                                     description="Create a key; the key itself is printed once, never again.")
+    create.add_argument("name", help="who holds the key (team, app); shown in logs and metrics")
+    create.add_argument("--models", nargs="+", metavar="PATTERN",
+                        help="allowed models: provider/model, patterns such as openai/*, aliases (default: every model)")
+    create.add_argument("--rpm", type=int, help="requests per minute")
+    create.add_argument("--tpm", type=int, help="tokens per minute")
+    create.add_argument("--max-concurrent", type=int, help="runs in progress at once")
+    create.add_argument("--budget-usd", type=float, help="spend per calendar month (UTC)")
+    create.add_argument("--expires-at", help="ISO 8601 instant after which the key is refused")
+    create.set_defaults(run=lambda args: asyncio.run(_keys(args)))
+    listing = key_commands.add_parser("list", help="list keys (ids, names, policies; never the keys)",
+                                      description="List the keys: id, name, state and policy as JSON lines.")
+    listing.set_defaults(run=lambda args: asyncio.run(_keys(args)))
+    revoke = key_commands.add_parser("revoke", help="revoke a key by id", description="Revoke a key by id "
+                                     "(its runs and usage keep naming it).")
+    revoke.add_argument("key_id", help="the key's id (from `keys list` or `keys create`)")
+    revoke.set_defaults(run=lambda args: asyncio.run(_keys(args)))
+    for name, parser_ in (("create", create), ("list", listing), ("revoke", revoke)):
+        parser_.set_defaults(key_command=name)
+
+    config = commands.add_parser("config", help="check the configuration or print its schema",
+                                 description="Check the configuration, or print its JSON schema.")
+    config_commands = config.add_subparsers(title="config commands", required=True, metavar="CONFIG_COMMAND")
+    check = config_commands.add_parser("check", help="print the effective configuration (secrets masked) and "
+                                                     "which providers are served",
+                                       description="Print the effective configuration with secrets masked, and "
+                                                   "for every provider `served` or `not served: <why>`. Exit "
+                                                   "status 2 with one line per mistake when it cannot serve.")
+    check.set_defaults(run=_config_check)
+    schema = config_commands.add_parser("schema", help="print the JSON schema of the configuration",
+                                        description="The JSON schema of the configuration: every setting with "
+                                                    "its description, default, variable (x-env) and TOML key (x-toml).")
+    schema.set_defaults(run=lambda args: _print_json(config_schema()))
+    return parser
+
+
+def _print_json(value: object) -> int:
+    print(json.dumps(value, indent=2, sort_keys=False))
+    return 0
+
+
+def _warn_unknown() -> None:
+    for warning in unknown_variables():
+        print(f"foundry-gateway: warning: {warning}", file=sys.stderr)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.lifecycle import SERVER_CLOSE_SECONDS
+    from app.main import create_app
+    from app.observability import logging_config
+
+    _warn_unknown()
+    settings = load_settings()
+    app = create_app(settings)  # a ConfigError here (a route naming no served provider) is exit 2 too
+    uvicorn.run(app, host=args.host, port=args.port, log_config=logging_config(settings.log_level, settings.log_json),
+                access_log=False,  # the gateway logs one line per request itself
+                timeout_graceful_shutdown=int(SERVER_CLOSE_SECONDS), proxy_headers=True)
+    return 0
+
+
+async def _records_command(command: str) -> int:
+    from app.records.store import RecordStore
+
+    _warn_unknown()
+    settings = load_settings()
+    store = RecordStore(settings.records_url())
+    try:
+        await store.migrate()
+        if command == "migrate":
+            print(f"records database {settings.records_url_masked()} ({store.backend}) migrated to the latest revision")
+        elif settings.record_retention_days <= 0:
+            print("FOUNDRY_RECORD_RETENTION_DAYS is 0: records are kept forever, nothing pruned")
+        else:
+            cutoff = datetime.now(UTC) - timedelta(days=settings.record_retention_days)
+            print(f"deleted {await store.prune(cutoff)} records created before {cutoff.isoformat()}")
+    finally:
+        await store.aclose()
+    return 0
+
+
+async def _keys(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from app.auth.keystore import KeyStore
+    from app.auth.policy import KeyFields
+    from app.records.store import RecordStore
+
+    _warn_unknown()
+    settings = load_settings()
+    if not settings.records:
+        raise ConfigError(["FOUNDRY_RECORDS: off, so there is no database to keep keys in (use [[keys]] in "
+                           "the config file)"])
+    store = RecordStore(settings.records_url())
+    keystore = KeyStore(store.engine)
+    try:
+        await store.migrate()
+        if args.key_command == "create":
+            given = {"name": args.name, "models": args.models, "rpm": args.rpm, "tpm": args.tpm,
+                     "max_concurrent": args.max_concurrent, "budget_usd": args.budget_usd,
+                     "expires_at": args.expires_at}
+            try:
+                fields = KeyFields.model_validate({k: v for k, v in given.items() if v is not None})
+            except ValidationError as exc:
+                for error in exc.errors():
+                    print(f"foundry-gateway: keys create: {'.'.join(map(str, error['loc']))}: {error['msg']}",
+                          file=sys.stderr)
+                return CONFIG_ERROR
+            row, key = await keystore.create(fields)
+            print(json.dumps({"id": row.policy.id, "name": fields.name, "key": key}))
+            print("Store the key now: it is shown this once and never again.", file=sys.stderr)
+        elif args.key_command == "list":
+            for row in await keystore.list():
+                print(json.dumps({"id": row.policy.id, "name": row.policy.name,
+                                  "state": "revoked" if row.revoked_at else "active",
+                                  "created_at": row.created_at.isoformat(),
+                                  "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None}))
+        elif not await keystore.revoke(args.key_id):
+            print(f"foundry-gateway: keys revoke: no active key {args.key_id!r}", file=sys.stderr)
+            return 1
+        else:
+            print(f"revoked {args.key_id}")
+    finally:
+        await store.aclose()
+    return 0
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    from app.startup import describe_settings, provider_statuses, stream_store_label
+
+    _warn_unknown()
+    settings = load_settings()
+    _check_routes(settings)
+    shown = describe_settings(settings)
+    for group, fields in GROUPS.items():
+        print(f"[{group}]")
+        for field in fields:
+            print(f"{field} = {json.dumps(shown[field])}")
+        print()
+    for field in STRUCTURED:
+        print(f"{field} = {json.dumps(shown[field])}")
+    print()
+    print("[served]")
+    for status in provider_statuses(settings):
+        print(status.line())
+    print(f"stream store: {stream_store_label(settings)}")
+    print(f"records: {settings.records_url_masked() if settings.records else 'off'}")
+    print(f"auth: {settings.auth}" + (" (keys required)" if settings.admin_key or settings.keys else ""))
+    return 0
+
+
+def _check_routes(settings: Settings) -> None:
+    """Routes whose targets name no served provider: the same check the server makes at start."""
+    from app.providers.registry import build_registry
+    from app.routing.router import RouteConfigError, check_routes
+    from app.settings import setting_error
+
+    try:
+        check_routes(settings.routes, build_registry(settings.provider_config()))
+    except RouteConfigError as exc:
+        raise setting_error("routes", str(exc)) from None

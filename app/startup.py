@@ -1,0 +1,115 @@
+"""What the gateway serves, said once at start and by `foundry-gateway config check`.
+
+An operator must see at a glance which providers are served and why one is not (a key that is
+not set), where streams and records live (credentials masked) and whether keys are required,
+rather than learn it from "unknown provider" answers later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import SecretStr
+
+from app.observability import get_logger
+from app.settings import Settings, env_name, unknown_variables
+
+__all__ = ["ProviderStatus", "describe_settings", "log_startup", "provider_statuses", "stream_store_label"]
+
+_MASK = "********"
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class ProviderStatus:
+    name: str
+    served: bool
+    why: str
+
+    def line(self) -> str:
+        return f"{self.name}: served ({self.why})" if self.served else f"{self.name}: not served: {self.why}"
+
+
+def _key(secret: SecretStr | None) -> bool:
+    return secret is not None and bool(secret.get_secret_value())
+
+
+def provider_statuses(settings: Settings, injected: frozenset[str] = frozenset()) -> list[ProviderStatus]:
+    """Every provider the configuration names, served or not and why (`injected`: clients or
+    adapters handed to create_app, served whatever the keys)."""
+    def status(name: str, key: bool, variable: str) -> ProviderStatus:
+        if name in injected:
+            return ProviderStatus(name=name, served=True, why="injected client")
+        if key:
+            return ProviderStatus(name=name, served=True, why=f"{variable} set")
+        return ProviderStatus(name=name, served=False, why=f"{variable} is not set")
+
+    openai_key = _key(settings.openai_api_key)
+    statuses = [
+        ProviderStatus(name="mock", served=True, why="embedded"),
+        status("openai", openai_key, env_name("openai_api_key")),
+        status("openai-responses", openai_key, env_name("openai_api_key")),
+        status("anthropic", _key(settings.anthropic_api_key), env_name("anthropic_api_key")),
+        status("gemini", _key(settings.gemini_api_key), env_name("gemini_api_key")),
+    ]
+    for provider in settings.providers:
+        if provider.api_key_env is None:
+            statuses.append(ProviderStatus(name=provider.name, served=True, why=f"{provider.base_url}, no key needed"))
+        else:
+            statuses.append(status(provider.name, bool(provider.api_key()), provider.api_key_env))
+    return statuses
+
+
+def stream_store_label(settings: Settings) -> str:
+    if settings.redis_url is None:
+        return "memory (this process only; set FOUNDRY_REDIS_URL to share streams between replicas)"
+    from sqlalchemy.engine import make_url  # parses any URL; the whole URL is a remembered secret (scrubbed)
+
+    url = settings.redis_url.get_secret_value()
+    try:
+        parsed = make_url(url)
+    except Exception:  # not a URL SQLAlchemy reads: say only the scheme
+        return "redis " + url.partition("://")[0]
+    return f"{parsed.drivername}://{parsed.host}:{parsed.port or 6379}/{parsed.database or 0}"
+
+
+def describe_settings(settings: Settings) -> dict[str, Any]:
+    """The effective configuration as JSON-ready values, every secret masked."""
+    shown: dict[str, Any] = {}
+    for name, value in settings.model_dump(mode="python").items():
+        if isinstance(value, SecretStr):
+            shown[name] = _MASK if value.get_secret_value() else None
+        else:
+            shown[name] = value
+    if settings.database_url is not None:
+        shown["database_url"] = settings.records_url_masked()
+    return _json_ready(shown)
+
+
+def _json_ready(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, SecretStr):
+        return _MASK
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if hasattr(value, "model_dump"):
+        return _json_ready(value.model_dump(mode="json"))
+    return str(value)
+
+
+def log_startup(settings: Settings, served: list[str], auth_mode: str) -> None:
+    """One line per provider, then the stream store, the records database and the auth mode."""
+    log = get_logger("foundry.startup")
+    for warning in unknown_variables():
+        log.warning("unknown_setting", message=warning)
+    statuses = provider_statuses(settings, injected=frozenset(served) - {"mock"})
+    for status in statuses:
+        log.info("provider", provider=status.name, served=status.served, why=status.why)
+    for name in sorted(set(served) - {s.name for s in statuses}):  # adapters injected under names of their own
+        log.info("provider", provider=name, served=True, why="injected adapter")
+    log.info("stream_store", store=stream_store_label(settings))
+    log.info("records", database=settings.records_url_masked() if settings.records else "off (FOUNDRY_RECORDS=off)")
+    log.info("auth", mode=auth_mode, required=settings.auth == "required")

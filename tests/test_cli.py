@@ -1,0 +1,169 @@
+"""`foundry-gateway` (app/cli.py) and configuration that fails loudly: every mistake is one line
+naming the variable or TOML key, exit status 2; empty variables are unset ones; an unknown
+FOUNDRY_* variable is a warning naming the closest setting; deploy/foundry.example.toml loads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from app.settings import STRUCTURED, Settings, load_settings
+from tests.support import REPO
+
+EXAMPLE = REPO / "deploy" / "foundry.example.toml"
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No FOUNDRY_* or provider key from the machine leaks into these checks."""
+    for name in list(os.environ):
+        if name.startswith("FOUNDRY_") or name.endswith("_API_KEY"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FOUNDRY_DATA_DIR", str(tmp_path))
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        status = main(list(argv))
+    except SystemExit as exc:  # argparse: --help and usage errors
+        status = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_an_empty_variable_is_an_unset_one_for_every_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compose passes `KEY: ""` for every variable it was not given (FOUNDRY_PRICES= crashed the replicas)."""
+    for field in Settings.model_fields:
+        monkeypatch.setenv(f"FOUNDRY_{field.upper()}", "")
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.setenv(name, "")
+    assert load_settings().model_dump() == Settings().model_dump()
+
+
+@pytest.mark.parametrize(("env", "names", "reason"), [
+    ({"FOUNDRY_ALIASES": "{bad"}, "FOUNDRY_ALIASES", "not valid JSON"),
+    ({"FOUNDRY_CONFIG": "/nonexistent.toml"}, "FOUNDRY_CONFIG", "does not exist"),
+    ({"FOUNDRY_MAX_STEPS": "many"}, "FOUNDRY_MAX_STEPS", "valid integer"),
+    ({"FOUNDRY_AUTH": "required"}, "FOUNDRY_AUTH=required", "FOUNDRY_ADMIN_KEY"),
+    ({"FOUNDRY_ROUTES": '{"r": {"targets": ["nowhere/x"]}}'}, "routes.r.targets.0.model", "unknown provider"),
+    ({"FOUNDRY_STOP_GRACE_SECONDS": "20", "FOUNDRY_SHUTDOWN_GRACE_SECONDS": "19"}, "FOUNDRY_SHUTDOWN_GRACE_SECONDS",
+     "does not fit"),
+])
+@pytest.mark.parametrize("command", [("config", "check"), ("serve",)])
+def test_each_mistake_is_one_line_and_exit_status_2(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, env: dict[str, str], names: str,
+        reason: str, command: tuple[str, ...]) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    status, out, err = run(capsys, *command)
+    assert status == 2 and out == ""
+    [line] = err.splitlines()
+    assert line.startswith("foundry-gateway: configuration error: ") and names in line and reason in line
+    assert "Traceback" not in err
+
+
+def test_a_toml_mistake_names_the_file_the_table_and_the_key(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text('[http]\nmax_body_bytes = 12\n\n[streams]\nstream_ttl = 5\n')
+    monkeypatch.setenv("FOUNDRY_CONFIG", str(config))
+    status, _, err = run(capsys, "config", "check")
+    assert status == 2
+    assert err.splitlines() == [
+        f"foundry-gateway: configuration error: {config}: [streams] stream_ttl: unknown setting "
+        "(did you mean stream_ttl_seconds?)"]
+    config.write_text('[http]\nmax_body_bytes = 12\n')
+    status, _, err = run(capsys, "config", "check")
+    assert status == 2 and f"{config}: [http] max_body_bytes: Input should be greater than or equal to 1024" in err
+    config.write_text('[http\n')
+    status, _, err = run(capsys, "config", "check")
+    assert status == 2 and len(err.splitlines()) == 1 and "not valid TOML" in err
+
+
+def test_an_unknown_variable_is_a_warning_naming_the_closest_setting(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FOUNDRY_MAX_BODYBYTES", "10")
+    status, _, err = run(capsys, "config", "check")
+    assert status == 0
+    assert "warning: FOUNDRY_MAX_BODYBYTES: no such setting, ignored (did you mean FOUNDRY_MAX_BODY_BYTES?)" in err
+
+
+def test_config_check_masks_secrets_and_says_why_a_provider_is_not_served(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    key, password = "sk-proj-0123456789abcdefABCDEF", "db-pass-0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    monkeypatch.setenv("FOUNDRY_DATABASE_URL", f"postgresql+asyncpg://foundry:{password}@db:5432/foundry")
+    monkeypatch.setenv("FOUNDRY_ADMIN_KEY", "admin-0123456789abcdef")
+    monkeypatch.setenv("FOUNDRY_PROVIDERS", json.dumps([{"name": "groq", "base_url": "https://api.groq.com/openai/v1",
+                                                          "api_key_env": "GROQ_API_KEY"}]))
+    monkeypatch.delenv("GROQ_API_KEY", raising=False)
+    status, out, _ = run(capsys, "config", "check")
+    assert status == 0
+    assert "openai: served (OPENAI_API_KEY set)" in out and "groq: not served: GROQ_API_KEY is not set" in out
+    assert "mock: served (embedded)" in out and "postgresql+asyncpg://foundry:***@db:5432/foundry" in out
+    assert key not in out and password not in out and "admin-0123456789abcdef" not in out
+    assert 'admin_key = "********"' in out
+
+
+def test_config_schema_describes_every_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "config", "schema")
+    schema = json.loads(out)
+    assert status == 0 and set(schema["properties"]) == set(Settings.model_fields)
+    for name, prop in schema["properties"].items():
+        assert prop.get("description"), f"{name} has no description"
+        assert prop["x-env"] and prop["x-toml"]
+    assert schema["properties"]["transcript_max_items"]["x-toml"] == "[tool_runs] transcript_max_items"
+    assert schema["properties"]["openai_api_key"]["x-env"] == "OPENAI_API_KEY"
+
+
+def test_the_example_config_file_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FOUNDRY_CONFIG", str(EXAMPLE))
+    settings = load_settings()
+    assert settings.aliases == {"fast": "mock/simple"} and [p.name for p in settings.providers] == ["local", "groq"]
+    assert settings.routes["default"].targets[1].model == "mock/echo" and settings.keys[0].name == "team-a"
+    assert settings.max_steps == 8 and settings.default_chunking == "sentence"
+    text = EXAMPLE.read_text()
+    for field in STRUCTURED:  # every structured setting has an example
+        assert f"[{field}" in text or f"[[{field}]]" in text, field
+
+
+def test_keys_create_list_revoke_through_the_key_store(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = run(capsys, "keys", "create", "team-cli", "--models", "mock/*", "--rpm", "60")
+    assert status == 0 and "shown this once" in err
+    created = json.loads(out)
+    assert created["key"].startswith("fgw-") and created["name"] == "team-cli"
+    status, out, _ = run(capsys, "keys", "list")
+    [listed] = [json.loads(line) for line in out.splitlines()]
+    assert status == 0 and listed["id"] == created["id"] and listed["state"] == "active"
+    assert created["key"] not in out
+    assert run(capsys, "keys", "revoke", created["id"])[0] == 0
+    assert json.loads(run(capsys, "keys", "list")[1])["state"] == "revoked"
+    assert run(capsys, "keys", "revoke", created["id"])[0] == 1
+    assert run(capsys, "keys", "create", "bad name!")[0] == 2
+
+
+def test_migrate_and_prune(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(capsys, "migrate")
+    assert status == 0 and "latest revision" in out
+    status, out, _ = run(capsys, "prune")
+    assert status == 0 and "deleted 0 records" in out
+
+
+@pytest.mark.parametrize("argv", [[], ["serve"], ["migrate"], ["prune"], ["keys"], ["keys", "create"], ["keys", "list"],
+                                  ["keys", "revoke"], ["config"], ["config", "check"], ["config", "schema"]])
+def test_help_on_every_command(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    status, out, _ = run(capsys, *argv, "--help")
+    assert status == 0 and out.startswith("usage: foundry-gateway")
+
+
+def test_the_console_script_and_python_dash_m_app() -> None:
+    script = Path(sys.executable).parent / "foundry-gateway"
+    for argv in ([str(script)], [sys.executable, "-m", "app"]):
+        done = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert done.returncode == 0 and done.stdout.startswith("foundry-gateway "), done.stderr
