@@ -13,9 +13,12 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from app import VERSION
-from app.settings import GROUPS, STRUCTURED, ConfigError, Settings, config_schema, load_settings, unknown_variables
+from app.config_file import GROUPS, STRUCTURED, ConfigError
+from app.config_load import config_schema, load_settings, unknown_variables
+from app.settings import Settings
 
 __all__ = ["main"]
 
@@ -58,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
                                 description="Delete the run records older than FOUNDRY_RECORD_RETENTION_DAYS.")
     prune.set_defaults(run=lambda args: asyncio.run(_records_command("prune")))
 
+    _add_keys(commands)
+    _add_config(commands)
+    return parser
+
+
+def _add_keys(commands: Any) -> None:
+    """`keys create|list|revoke`."""
     keys = commands.add_parser("keys", help="create, list or revoke gateway keys in the records database",
                                description="Manage the keys kept in the records database, for an operator "
                                            "without the admin key at hand (the same store as /v1/admin/keys).")
@@ -83,6 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     for name, parser_ in (("create", create), ("list", listing), ("revoke", revoke)):
         parser_.set_defaults(key_command=name)
 
+
+def _add_config(commands: Any) -> None:
+    """`config check|schema`."""
     config = commands.add_parser("config", help="check the configuration or print its schema",
                                  description="Check the configuration, or print its JSON schema.")
     config_commands = config.add_subparsers(title="config commands", required=True, metavar="CONFIG_COMMAND")
@@ -96,7 +109,6 @@ def _parser() -> argparse.ArgumentParser:
                                         description="The JSON schema of the configuration: every setting with "
                                                     "its description, default, variable (x-env) and TOML key (x-toml).")
     schema.set_defaults(run=lambda args: _print_json(config_schema()))
-    return parser
 
 
 def _print_json(value: object) -> int:
@@ -217,9 +229,9 @@ def _config_check(args: argparse.Namespace) -> int:
 
 def _check_routes(settings: Settings) -> None:
     """Routes whose targets name no served provider: the same check the server makes at start."""
+    from app.config_load import setting_error
     from app.providers.registry import build_registry
     from app.routing.router import RouteConfigError, check_routes
-    from app.settings import setting_error
 
     try:
         check_routes(settings.routes, build_registry(settings.provider_config()))

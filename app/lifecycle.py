@@ -90,41 +90,46 @@ def drain_on_stop_signal(drain: Callable[[], Awaitable[object]]) -> Callable[[],
     """
     if threading.current_thread() is not threading.main_thread():
         return lambda: None  # signals are the main thread's
-    loop = asyncio.get_running_loop()
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    tasks: list[asyncio.Task[None]] = []
+    return _StopSignals(drain).restore
 
-    def pass_on(sig: int) -> None:
-        before = previous[signal.Signals(sig)]
+
+class _StopSignals:
+    """The handlers `drain_on_stop_signal` installs, and what they replaced."""
+
+    def __init__(self, drain: Callable[[], Awaitable[object]]) -> None:
+        self.drain = drain
+        self.loop = asyncio.get_running_loop()
+        self.previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        self.tasks: list[asyncio.Task[None]] = []
+        for sig in self.previous:
+            signal.signal(sig, self.handler)
+
+    def handler(self, sig: int, frame: FrameType | None) -> None:
+        self.loop.call_soon_threadsafe(self.start, sig)
+
+    def start(self, sig: int) -> None:
+        if self.tasks:  # already draining: stop now
+            self.pass_on(sig)
+            return
+        self.tasks.append(self.loop.create_task(self.drain_then_pass_on(sig), name="drain"))
+
+    async def drain_then_pass_on(self, sig: int) -> None:
+        try:
+            await self.drain()
+        finally:
+            self.pass_on(sig)
+
+    def pass_on(self, sig: int) -> None:
+        before = self.previous[signal.Signals(sig)]
         if callable(before):
             before(sig, None)
         else:  # nobody else listens: the default action, after the drain
             signal.signal(sig, signal.SIG_DFL)
             signal.raise_signal(sig)
 
-    async def drain_then_pass_on(sig: int) -> None:
-        try:
-            await drain()
-        finally:
-            pass_on(sig)
-
-    def start(sig: int) -> None:
-        if tasks:  # already draining: stop now
-            pass_on(sig)
-            return
-        tasks.append(loop.create_task(drain_then_pass_on(sig), name="drain"))
-
-    def handler(sig: int, frame: FrameType | None) -> None:
-        loop.call_soon_threadsafe(start, sig)
-
-    for sig in previous:
-        signal.signal(sig, handler)
-
-    def restore() -> None:
-        for sig, before in previous.items():
-            if signal.getsignal(sig) is handler:
+    def restore(self) -> None:
+        for sig, before in self.previous.items():
+            if signal.getsignal(sig) == self.handler:
                 signal.signal(sig, before)
-        for task in tasks:
+        for task in self.tasks:
             task.cancel()
-
-    return restore

@@ -20,6 +20,7 @@ from app.api.routes import admin_keys, generate, health, runs, stream, transcrip
 from app.api.routes.web import install_playground
 from app.auth import Auth, build_limiter
 from app.auth.keystore import KeyStore
+from app.config_load import load_settings, setting_error
 from app.core import secrets
 from app.core.report import RunObserver
 from app.lifecycle import drain_on_stop_signal
@@ -30,7 +31,7 @@ from app.providers.registry import build_registry
 from app.recording import RunRecorder
 from app.records import RecordStore, RecordWriter
 from app.routing.router import RouteConfigError
-from app.settings import Settings, load_settings, setting_error
+from app.settings import Settings
 from app.startup import log_startup
 from app.streams.memory import MemoryStreamStore, StreamStore
 

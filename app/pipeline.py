@@ -26,7 +26,7 @@ from dataclasses import replace
 
 from app.core.errors import GatewayError
 from app.core.report import RunObserver
-from app.lifecycle import Admission, ShuttingDown
+from app.lifecycle import FINALS_SECONDS, Admission, ShuttingDown
 from app.observability import Metrics, get_logger
 from app.opener import GateFactory, RunOpener, RunSpec
 from app.providers.base import PatchStream, ProviderRequest
@@ -42,9 +42,6 @@ from app.validation import Gate, build_gate
 from app.validation.judge import JudgeBackend
 
 __all__ = ["ClientGone", "Gate", "Gateway", "Run", "RunHandle", "RunObserver", "RunSpec"]
-
-_CUT_WAIT = 2.0
-"""After the grace, how long cut runs get to write their final and close their upstreams."""
 
 
 class ClientGone(GatewayError):
@@ -219,7 +216,7 @@ class Gateway:
         cut = len(self.runs)
         for handle in list(self.runs):
             handle.cancel("shutdown")
-        await admission.until_idle(loop.time() + _CUT_WAIT)
+        await admission.until_idle(loop.time() + FINALS_SECONDS)  # cut runs write their finals
         self.log.info("drained", cut_runs=cut)
         return cut
 

@@ -5,29 +5,25 @@ credentials use the providers' own names (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`,
 variable is an unset one (compose passes `KEY: ""` for a variable it was not given).
 `FOUNDRY_CONFIG=/path/gateway.toml` names a TOML file (deploy/foundry.example.toml): structured
 settings as tables, scalars at the top or in their group's table (`[http]`, `[streams]`, ...,
-`GROUPS`); the environment wins over the file. Secrets are `SecretStr`: never printed or logged.
-`load_settings()` turns every mistake into a `ConfigError` whose lines each name the variable
-or TOML key and the reason (the command line prints them and exits with status 2).
+`GROUPS` in app/config_file.py); the environment wins over the file. Secrets are `SecretStr`: never printed or logged.
+`load_settings()` (app/config_load.py) turns every mistake into a `ConfigError` whose lines each
+name the variable or TOML key and the reason (the command line prints them and exits with status 2).
 """
 
 from __future__ import annotations
 
-import difflib
-import json
 import os
 import re
-import tomllib
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
-from pydantic_settings import SettingsError as PydanticSettingsError
 from sqlalchemy.engine import make_url
 
 from app.auth.policy import MODEL_PATTERN_RE, ConfiguredKey, Price, known_validators
+from app.config_file import read_config_file
 from app.core.errors import RequestError
 from app.lifecycle import drain_budget
 from app.providers.config import CompatibleProvider, ProviderConfig
@@ -35,9 +31,7 @@ from app.routing.config import RouteConfig, route_cycle
 from app.tools.config import ToolConfig, default_tools
 from app.validation import ValidatorSpec, check_specs
 
-__all__ = ["GROUPS", "STRUCTURED", "CompatibleProvider", "ConfigError", "Settings", "config_schema", "env_name", "load_settings",
-           "setting_error",
-           "unknown_variables"]  # CompatibleProvider: app/providers/config.py
+__all__ = ["CompatibleProvider", "Settings"]  # CompatibleProvider: app/providers/config.py
 
 _SECRET_NAME = re.compile(r"(API_KEY|_KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
 
@@ -379,165 +373,5 @@ class Settings(BaseSettings):
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         path = os.environ.get("FOUNDRY_CONFIG")
         if path:
-            sources.append(InitSettingsSource(settings_cls, init_kwargs=read_config_file(Path(path))))
+            sources.append(InitSettingsSource(settings_cls, init_kwargs=read_config_file(Path(path), settings_cls.model_fields)))
         return tuple(sources)
-
-
-GROUPS: dict[str, tuple[str, ...]] = {
-    "http": ("max_body_bytes", "ping_seconds", "send_timeout_seconds", "shutdown_grace_seconds", "stop_grace_seconds",
-             "max_active_runs"),
-    "streams": ("stream_ttl_seconds", "max_stream_events", "max_stream_bytes", "max_streams", "max_store_bytes",
-                "redis_url", "redis_timeout_seconds", "redis_lease_seconds", "redis_max_pending_bytes"),
-    "upstream": ("connect_timeout", "read_timeout", "upstream_max_retries", "openai_api_key", "openai_base_url",
-                 "anthropic_api_key", "anthropic_base_url", "gemini_api_key", "gemini_base_url"),
-    "routing": ("retry_backoff_seconds", "retry_backoff_max_seconds", "retry_after_max_seconds",
-                "first_token_timeout", "total_timeout", "max_first_token_timeout", "max_idle_timeout",
-                "max_total_timeout", "breaker_failures", "breaker_cooldown_seconds"),
-    "validation": ("default_chunking",),
-    "tool_runs": ("max_steps", "tool_max_output_chars", "transcript_max_chars", "transcript_max_items"),
-    "run_records": ("records", "database_url", "data_dir", "record_content", "record_retention_days",
-                    "records_queue_size", "records_batch_size", "records_linger", "records_write_timeout"),
-    "access": ("auth", "admin_key", "key_cache_seconds", "concurrency_lease_seconds", "metrics_token"),
-    "logging": ("log_level", "log_json"),
-}
-"""The TOML file's tables for scalar settings, by the part of the gateway that owns them (a scalar
-may also stand at the top of the file). The structured settings are tables of their own:
-providers, routes, tools, validators, keys, prices, aliases, provider_options_allow."""
-
-STRUCTURED = ("providers", "routes", "tools", "validators", "keys", "prices", "aliases", "provider_options_allow")
-
-_OTHER_VARIABLES = frozenset({"FOUNDRY_CONFIG", "FOUNDRY_CHROMIUM"})  # read outside Settings (the browser tests: Chromium)
-
-
-class ConfigError(Exception):
-    """The configuration cannot be used; each of `lines` names a variable or TOML key and why.
-
-    Raised by `load_settings` (and so by `create_app`); the command line prints the lines and exits
-    with status 2, so an operator reads one line per mistake instead of a traceback."""
-
-    def __init__(self, lines: list[str]) -> None:
-        super().__init__("; ".join(lines))
-        self.lines = lines
-
-
-def env_name(field: str) -> str:
-    """The environment variable of a setting (the provider keys keep the providers' own names)."""
-    alias = Settings.model_fields[field].validation_alias
-    if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
-        return alias.choices[0]
-    return f"FOUNDRY_{field.upper()}"
-
-
-def _group_of(field: str) -> str | None:
-    return next((group for group, fields in GROUPS.items() if field in fields), None)
-
-
-def read_config_file(path: Path) -> dict[str, Any]:
-    """The TOML file's settings, flat (group tables opened); ConfigError when missing or malformed."""
-    try:
-        with path.open("rb") as file:
-            document = tomllib.load(file)
-    except FileNotFoundError:
-        raise ConfigError([f"FOUNDRY_CONFIG: {path} does not exist"]) from None
-    except OSError as exc:
-        raise ConfigError([f"FOUNDRY_CONFIG: {path} cannot be read: {exc.strerror}"]) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
-    flat: dict[str, Any] = {}
-    errors: list[str] = []
-    for key, value in document.items():
-        if key in GROUPS and isinstance(value, dict):
-            for name, inner in value.items():
-                if name in GROUPS[key]:
-                    flat[name] = inner
-                else:
-                    errors.append(f"{path}: [{key}] {name}: {_unknown(name, Settings.model_fields)}")
-        elif key in Settings.model_fields:
-            flat[key] = value
-        else:
-            errors.append(f"{path}: {key}: {_unknown(key, [*Settings.model_fields, *GROUPS])}")
-    if errors:
-        raise ConfigError(errors)
-    return flat
-
-
-def _unknown(name: str, known: Any) -> str:
-    close = difflib.get_close_matches(name, list(known), n=1)
-    return "unknown setting" + (f" (did you mean {close[0]}?)" if close else "")
-
-
-def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
-    """A warning for each FOUNDRY_* variable that no setting reads, with the closest known name."""
-    environ = os.environ if environ is None else environ
-    known = {env_name(field) for field in Settings.model_fields if env_name(field).startswith("FOUNDRY_")}
-    known |= _OTHER_VARIABLES
-    warnings = []
-    for name in sorted(environ):
-        if name.startswith("FOUNDRY_") and name not in known and not name.startswith("FOUNDRY_TEST_"):
-            close = difflib.get_close_matches(name, sorted(known), n=1)
-            warnings.append(f"{name}: no such setting, ignored" + (f" (did you mean {close[0]}?)" if close else ""))
-    return warnings
-
-
-def load_settings(**overrides: Any) -> Settings:
-    """Settings from the environment and FOUNDRY_CONFIG, or a ConfigError naming each mistake."""
-    try:
-        return Settings(**overrides)
-    except ValidationError as exc:
-        raise ConfigError([_error_line(error) for error in exc.errors()]) from None
-    except PydanticSettingsError as exc:
-        raise ConfigError([_parse_error_line(exc)]) from None
-
-
-def _where(field: str) -> str:
-    """Where a setting's value came from: its variable when set, else the config file's key."""
-    variable = env_name(field)
-    if os.environ.get(variable) or field not in Settings.model_fields:
-        return variable
-    alias = Settings.model_fields[field].validation_alias
-    if isinstance(alias, AliasChoices) and any(os.environ.get(str(a)) for a in alias.choices):
-        return next(str(a) for a in alias.choices if os.environ.get(str(a)))
-    path = os.environ.get("FOUNDRY_CONFIG")
-    if path:
-        group = _group_of(field)
-        return f"{path}: " + (f"[{group}] {field}" if group else field)
-    return variable
-
-
-def _error_line(error: Any) -> str:
-    loc = [str(part) for part in error["loc"]]
-    message = str(error["msg"]).removeprefix("Value error, ")
-    if not loc:  # a check across settings: its message names them
-        return message
-    field = loc[0] if loc[0] in Settings.model_fields else next(
-        (f for f, info in Settings.model_fields.items()
-         if isinstance(info.validation_alias, AliasChoices) and loc[0] in info.validation_alias.choices), loc[0])
-    inner = ".".join(loc[1:])
-    where = _where(field)
-    if message.startswith(f"{field}.") and where.endswith(f": {field}"):  # the message names the key itself
-        return f"{where.removesuffix(field)}{message}"
-    return f"{where}: " + (f"{inner}: " if inner else "") + message
-
-
-def _parse_error_line(exc: PydanticSettingsError) -> str:
-    # pydantic-settings: 'error parsing value for field "aliases" from source "EnvSettingsSource"'
-    match = re.search(r'field "([^"]+)"', str(exc))
-    field = match.group(1) if match else "?"
-    cause = exc.__cause__
-    reason = f"not valid JSON: {cause}" if isinstance(cause, json.JSONDecodeError) else f"cannot be parsed: {cause}"
-    return f"{_where(field)}: {reason}"
-
-
-def config_schema() -> dict[str, Any]:
-    """The JSON schema of the configuration, each setting with its variable and TOML table."""
-    schema = Settings.model_json_schema(by_alias=False)
-    for field, prop in schema.get("properties", {}).items():
-        prop["x-env"] = env_name(field)
-        group = _group_of(field)
-        prop["x-toml"] = f"[{group}] {field}" if group else (f"[{field}]" if field in STRUCTURED else field)
-    return schema
-
-
-def setting_error(field: str, message: str) -> ConfigError:
-    """A ConfigError for a setting found wrong after loading (a route naming no served provider)."""
-    return ConfigError([f"{_where(field)}: {message}"])

@@ -12,8 +12,9 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from app.config_load import env_name, unknown_variables
 from app.observability import get_logger
-from app.settings import Settings, env_name, unknown_variables
+from app.settings import Settings
 
 __all__ = ["ProviderStatus", "describe_settings", "log_startup", "provider_statuses", "stream_store_label"]
 

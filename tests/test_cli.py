@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from app.settings import STRUCTURED, Settings, load_settings
+from app.config_file import STRUCTURED
+from app.config_load import load_settings
+from app.settings import Settings
 from tests.support import REPO
 
 EXAMPLE = REPO / "deploy" / "foundry.example.toml"

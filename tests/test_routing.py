@@ -11,15 +11,16 @@ from collections.abc import AsyncIterator
 import pytest
 from pydantic import ValidationError
 
+from app.config_file import ConfigError
 from app.core.patches import Patch, TextDelta
 from app.main import create_app
 from app.providers.registry import ProviderRegistry
 from app.routing.breaker import Breaker
 from app.routing.errors import DeadlineExceeded
-from app.routing.router import RouteConfigError, Router, retry_after_seconds
+from app.routing.router import Router, retry_after_seconds
 from app.routing.stream import RoutedStream
 from app.routing.targets import Policy
-from app.settings import ConfigError, Settings
+from app.settings import Settings
 from tests.fakes import FakeAdapter
 
 
