@@ -88,7 +88,8 @@ class Settings(BaseSettings):
     connect_timeout: float = Field(default=10.0, gt=0, description="Longest wait for an upstream connection.")
     read_timeout: float = Field(default=120.0, gt=0, description="Longest silence from an upstream mid-stream.")
     upstream_max_retries: int = Field(
-        default=1, ge=0, le=10, description="Retries of one routing target before its response starts (connection errors, 429, 5xx), by the router; the SDKs themselves never retry a streamed call."
+        default=1, ge=0, le=10, description="Retries of one routing target before its response starts (connection "
+                                            "errors, 429, 5xx), by the router; the SDKs never retry a streamed call."
     )
     openai_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key"),
