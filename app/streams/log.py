@@ -19,12 +19,14 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from app.core.events import FinalEvent, StreamEvent
 from app.core.transcript import Transcript
 from app.streams.errors import ReplayUnavailable
 from app.streams.frames import encode_frame
+
+_T = TypeVar("_T")
 
 BATCH_BYTES = 64 * 1024
 """Most bytes a reader takes from the log per send (one frame at least)."""
@@ -191,11 +193,24 @@ class StreamLog:
                 break
         return b"".join(batch), start + len(batch) - 1
 
-    async def follow(self, after: int, *, hold: bool = False) -> AsyncIterator[bytes]:
+    def follow(self, after: int, *, hold: bool = False) -> AsyncIterator[bytes]:
         """Replay from `after`, then follow live until the final event. A reader holds one batch
         (about BATCH_BYTES) at a time, never a copy of the whole replay: a reader that stops
         reading stalls on its send with that much, until the send watchdog drops it. The reader
         that owns the run `hold`s its place: nothing it has not taken is dropped (`room`)."""
+        return self._read(after, hold, lambda cursor: self._batch(cursor, BATCH_BYTES))
+
+    def follow_events(self, after: int = 0, *, hold: bool = False) -> AsyncIterator[list[StreamEvent]]:
+        """Like `follow`, the events themselves, in batches (a log made with `keep_events`)."""
+        events = self._events
+        if events is None:
+            raise RuntimeError("this log keeps frames only")
+        return self._read(after, hold, lambda cursor: (
+            list(itertools.islice(events, cursor + 1 - self._first_seq, None)), self.last_seq))
+
+    async def _read(self, after: int, hold: bool, take: Callable[[int], tuple[_T, int]]) -> AsyncIterator[_T]:
+        """What `take(cursor)` gives (a batch, and the last id in it) for each new stretch of the
+        log after `after`, until the final event."""
         self.check_replay(after)
         cursor = after
         if hold:
@@ -205,34 +220,7 @@ class StreamLog:
                 if cursor < self.last_seq:
                     if cursor + 1 < self._first_seq:  # this reader fell behind the retention window
                         raise ReplayUnavailable("reader fell behind the stream's retention window")
-                    chunk, cursor = self._batch(cursor, BATCH_BYTES)
-                    if hold:
-                        self._took(cursor)
-                    yield chunk
-                    continue
-                if self.final is not None:
-                    return
-                await self._changed()
-        finally:
-            if hold:
-                self._let_go()
-
-    async def follow_events(self, after: int = 0, *, hold: bool = False) -> AsyncIterator[list[StreamEvent]]:
-        """Like `follow`, the events themselves, in batches (a log made with `keep_events`)."""
-        events = self._events
-        if events is None:
-            raise RuntimeError("this log keeps frames only")
-        self.check_replay(after)
-        cursor = after
-        if hold:
-            self._took(cursor)
-        try:
-            while True:
-                if cursor < self.last_seq:
-                    if cursor + 1 < self._first_seq:
-                        raise ReplayUnavailable("reader fell behind the stream's retention window")
-                    batch = list(itertools.islice(events, cursor + 1 - self._first_seq, None))
-                    cursor = self.last_seq
+                    batch, cursor = take(cursor)
                     if hold:
                         self._took(cursor)
                     yield batch
