@@ -189,14 +189,14 @@ class Run:
     async def _pump(self) -> None:
         """One provider response: upstream -> accumulator -> gate -> log. `start` and the first
         batch reach the log before the first wait, so a reader takes them in one send. A lagging
-        reader that holds the log pauses the run here (flow control, app/streams/log.py)."""
+        reader that holds the log pauses the run here (flow control, `StreamLog.room`)."""
         admit, emit, log = self.gate.admit_all, self._emit, self.log
         async with contextlib.aclosing(response_events(self.upstream, self.accumulator)) as batches:
             async for events in batches:
                 released = await admit(events)
                 if released:
                     emit(released)
-                    if log.over_bounds:  # the reader that owns the run lags: wait for it, not the upstream
+                    if log.lagging:  # the reader that owns the run lags: wait for it, not the upstream
                         await log.room()
 
     def _emit(self, events: list[StreamEvent]) -> None:

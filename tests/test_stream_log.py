@@ -18,6 +18,7 @@ from app.core.events import (
 )
 from app.streams.errors import ReplayUnavailable, StoreFull
 from app.streams.frames import decode_frames, encode_frame
+from app.streams.log import WINDOW
 from app.streams.memory import MemoryStreamStore, parse_cursor
 from tests.support import parse_sse
 
@@ -131,26 +132,28 @@ def test_content_frames_decode_back_to_their_events_start_and_final_are_skipped(
     assert decode_frames(frames) == content
 
 
-async def test_a_held_log_keeps_what_its_reader_has_not_taken_and_makes_the_writer_wait() -> None:
-    log = store(max_events=4).create_local(model="m", provider="p", held=True)
+@pytest.mark.parametrize("max_events, ahead", [(1000, WINDOW + 1), (4, 5)])
+async def test_a_held_log_keeps_what_its_reader_has_not_taken_and_makes_the_writer_wait(max_events, ahead) -> None:
+    log = store(max_events=max_events).create_local(model="m", provider="p", held=True)
     written: list[int] = []
 
     async def writer() -> None:
-        for i in range(20):
+        for i in range(100):
             log.append(TokenEvent(index=i, content=f"t{i} "))
             written.append(i)
-            if log.over_bounds:
+            if log.lagging:
                 await log.room()  # as the run does after each released batch
         log.append(final())
 
     writing = asyncio.ensure_future(writer())
     await asyncio.sleep(0)
-    assert len(written) == 5 and len(log) == 5  # past its bounds by one batch, the writer waits
+    # No reader yet: the writer ran a window ahead (or to the log's bounds), then waits; nothing dropped.
+    assert len(written) == ahead and len(log) == ahead
     raw = b"".join([chunk async for chunk in log.follow(0, hold=True)])
     await writing
     events = parse_sse(raw)
-    assert [i for i, _, _ in events] == list(range(1, 22))  # nothing lost to the reader that holds
-    assert len(log) <= 4  # and once it let go, the log keeps to its bounds
+    assert [i for i, _, _ in events] == list(range(1, 102))  # nothing lost to the reader that holds
+    assert len(log) <= max_events  # and once it let go, the log keeps to its bounds
 
 
 async def test_a_log_nobody_holds_drops_its_oldest_frames_and_a_late_reader_gets_410() -> None:

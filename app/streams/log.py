@@ -33,6 +33,10 @@ BATCH_BYTES = 64 * 1024
 _BATCH_FRAMES = 1024
 _NOBODY = 1 << 62
 """No reader holds the log: it keeps to its bounds."""
+WINDOW = 32
+"""Events a run may write ahead of the reader that holds its log before it waits for that reader.
+Enough for the reader to take whole batches while it keeps up (its send buffers behind it), small
+enough that a stalled reader pins a few kilobytes, not a whole answer."""
 
 __all__ = ["BATCH_BYTES", "Budget", "Sink", "StreamInfo", "StreamLog", "StreamRecord"]
 
@@ -141,11 +145,18 @@ class StreamLog:
         """More retained than the log's bounds: only while its holding reader lags behind."""
         return len(self._frames) > self._max_events or self._bytes > self._max_bytes
 
+    @property
+    def lagging(self) -> bool:
+        """The holding reader is more than `WINDOW` events behind, or what it has not taken keeps
+        the log over its bounds: the writer waits (`room`)."""
+        return self._held != _NOBODY and (self.last_seq - self._held > WINDOW or self.over_bounds)
+
     async def room(self) -> None:
-        """Until the holding reader has caught up to within the log's bounds (or let go): the
-        writer's flow control, so a reader that owns its run never loses a frame and a slow one
-        slows the run (and its upstream) instead of growing the log."""
-        while self.over_bounds and self._held != _NOBODY:
+        """Until the holding reader is back within `WINDOW` events and the log within its bounds
+        (or it let go): the writer's flow control, as a socket's buffer is to a sender. A reader
+        that owns its run never loses a frame, and one that stops reading pauses the run and its
+        upstream read, holding no more than a window, instead of filling the log to its bounds."""
+        while self.lagging:
             if self._room is None:
                 self._room = asyncio.Event()
             await self._room.wait()
