@@ -28,15 +28,9 @@ T = TypeVar("T")
 async def opened(request: Request, handle: RunHandle) -> Run:
     """The run once its log exists, or the error that answers the request (a 4xx/5xx)."""
     opening = handle.opening
-    if not opening.done():
-        gone = asyncio.ensure_future(disconnected(request.receive))
-        try:
-            await asyncio.wait((opening, gone), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-        if not opening.done():
-            handle.cancel("client_gone")
-            await asyncio.wait((opening,))
+    if not await _done_or_gone(request, opening):
+        handle.cancel("client_gone")
+        await asyncio.wait((opening,))
     return opening.result()
 
 
@@ -61,14 +55,20 @@ async def events_or_gone(request: Request, handle: RunHandle) -> list[StreamEven
 
 async def _or_gone(request: Request, handle: RunHandle, reading: Coroutine[Any, Any, T], *, cancel: bool) -> T | None:
     result = asyncio.ensure_future(reading)
-    gone = asyncio.ensure_future(disconnected(request.receive))
-    try:
-        await asyncio.wait((result, gone), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-    if result.done():
+    if await _done_or_gone(request, result):
         return result.result()
     result.cancel()
     if cancel:
         handle.cancel("client_gone")
     return None
+
+
+async def _done_or_gone(request: Request, waiting: asyncio.Future[Any]) -> bool:
+    """Until `waiting` is done or the client has gone; whether it is done."""
+    if not waiting.done():
+        gone = asyncio.ensure_future(disconnected(request.receive))
+        try:
+            await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+    return waiting.done()
