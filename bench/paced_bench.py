@@ -32,18 +32,17 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.loadgen import Connection, split_url  # noqa: E402
-from bench.run import body, cpu_seconds, emit, free_port, server  # noqa: E402
+from bench.run import body, cpu_seconds, emit, free_port, process, server  # noqa: E402
 from bench.store_bench import redis_server  # noqa: E402
 
 
@@ -70,26 +69,9 @@ class Tokens:
                 self.arrivals.append(now)
 
 
-@contextmanager
 def pacer(port: int):
-    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "pacer.py"), "--port", str(port)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"the pacer did not start: {proc.stderr.read().decode()[-2000:]}")
-            time.sleep(0.1)
-        yield proc
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    """The paced upstream (bench/pacer.py) in a process of its own, once it answers."""
+    return process([sys.executable, str(ROOT / "bench" / "pacer.py"), "--port", str(port)], port, what="the pacer")
 
 
 async def paced(url: str, streams: int, tokens: int, ramp: float) -> list[Tokens]:

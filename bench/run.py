@@ -70,7 +70,6 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-@contextmanager
 def server(target: str, port: int, env: dict[str, str] | None = None, *, cwd: Path = ROOT,
            python: str = sys.executable):
     """`target` under uvicorn, run from `cwd` by `python`, once it answers /healthz."""
@@ -78,10 +77,18 @@ def server(target: str, port: int, env: dict[str, str] | None = None, *, cwd: Pa
     # connection closed by the server just as the client reuses it fails the run (ReadError)
     cmd = [python, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port),
            "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "60"]
+    # a loaded 2-core machine takes a while to import the app
+    return process(cmd, port, what=target, cwd=cwd, env=env, start_seconds=90)
+
+
+@contextmanager
+def process(cmd: list[str], port: int, *, what: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
+            start_seconds: float = 60):
+    """`cmd` in a process of its own, once it answers /healthz on `port`; stopped on exit."""
     proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **(env or {})},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 90  # a loaded 2-core machine takes a while to import the app
+        deadline = time.monotonic() + start_seconds
         while True:
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
@@ -90,7 +97,7 @@ def server(target: str, port: int, env: dict[str, str] | None = None, *, cwd: Pa
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()  # reading the stderr of a live process would wait forever
-                raise RuntimeError(f"{target} did not start: {proc.stderr.read().decode()[-2000:]}")
+                raise RuntimeError(f"{what} did not start: {proc.stderr.read().decode()[-2000:]}")
             time.sleep(0.1)
         yield proc
     finally:
