@@ -304,7 +304,7 @@ class Run:
         message = progress.final_message or self.released.message()
         stop_reason = (progress.stop_reason or acc.stop_reason) if status == "ok" else STOP_REASON_FOR_STATUS[status]
         usage = self._usage()
-        if status != "ok" and not progress.counted and not acc.completed:
+        if status != "ok" and not progress.counted and not acc.completed and not acc.output_reported:
             usage.output_unknown = True  # the provider never said how much it produced
         if self.plan.price is not None:
             usage.cost_usd = self.plan.price.cost(usage)

@@ -48,6 +48,16 @@ class FakeUpstream:
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": json.dumps({"error": error}).encode()})
             return
+        if model.startswith("instream-"):  # an error chunk (OpenRouter's shape) before any output
+            status = int(model.removeprefix("instream-"))
+            error = {"code": status, "message": f"upstream says {status} in the stream"}
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/event-stream")]})
+            chunk = {"id": "c", "model": "m", "error": error,
+                     "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+            await send({"type": "http.response.body",
+                        "body": b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n"})
+            return
         if model == "no-headers":
             await until_disconnect(receive)
             return
@@ -106,6 +116,8 @@ async def test_every_recording_end_to_end(upstream: tuple[FakeUpstream, str]) ->
             assert final["message"]["content"] == text
             assert final["status"] == ("error" if exp["errors"] else "ok"), name
             assert final["usage"]["input_tokens"] == (exp["usage"] or {}).get("prompt_tokens", 0), name
+            if exp["usage"]:  # whatever the provider reported, even on the chunk carrying its error
+                assert final["usage"]["output_tokens"] == exp["usage"]["completion_tokens"], name
             calls = [(d["id"], d["name"], d["arguments"]) for _, e, d in events if e == "tool_call" and d["is_final"]]
             assert calls == [(c["id"], c["name"], json.loads(c["arguments"])) for c in exp["tool_calls"]], name
             assert final["message"]["tool_calls"] == [
@@ -155,6 +167,36 @@ async def test_errors_before_the_first_event_are_http_errors(
         assert error["message"] == "fake: upstream says 400"
     if status == 429:
         assert response.headers["retry-after"] == "7"
+
+
+@pytest.mark.parametrize("path", ["/v1/stream", "/v1/generate", "/v1/chat/completions", "/v1/messages"])
+@pytest.mark.parametrize(("upstream_status", "status", "retryable"), [(400, 400, False), (429, 429, True),
+                                                                      (503, 502, True)])
+async def test_an_in_stream_error_before_any_output_keeps_the_provider_class(
+    upstream: tuple[FakeUpstream, str], path: str, upstream_status: int, status: int, retryable: bool
+) -> None:
+    _, url = upstream
+    body = {"model": f"fake/instream-{upstream_status}", "messages": HELLO, "max_tokens": 100}
+    async with serve(create_app(gateway_settings(url))) as gateway, httpx.AsyncClient(base_url=gateway) as client:
+        response = await client.post(path, json=body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert f"upstream says {upstream_status} in the stream" in error["message"]
+    if path in ("/v1/stream", "/v1/generate"):
+        assert error["retryable"] is retryable and error["upstream_status"] == upstream_status
+    if status == 429:
+        assert response.headers["retry-after"] == "1"
+
+
+async def test_the_openrouter_recording_keeps_its_usage_through_the_api(upstream: tuple[FakeUpstream, str]) -> None:
+    _, url = upstream
+    body = {"model": "fake/openrouter-error-midstream", "messages": HELLO}
+    async with serve(create_app(gateway_settings(url))) as gateway, httpx.AsyncClient(base_url=gateway) as client:
+        final = _check_canonical(parse_sse((await client.post("/v1/stream", json=body)).content))
+        answer = (await client.post("/v1/generate", json=body)).json()
+    for usage in (final["usage"], answer["usage"]):
+        assert usage["input_tokens"] == 43 and usage["output_tokens"] == 10 and usage["total_tokens"] == 53
+    assert final["status"] == "error" and final["error"]["upstream_status"] == 400
 
 
 async def test_upstream_silence_before_headers_is_a_504(upstream: tuple[FakeUpstream, str]) -> None:

@@ -163,6 +163,11 @@ class Accumulator:
         self._tool_index = previous._tool_index
 
     @property
+    def output_reported(self) -> bool:
+        """The provider reported its output count (even on a response that then failed)."""
+        return self._usage.output_tokens is not None
+
+    @property
     def usage(self) -> Usage:
         u = self._usage
         usage = Usage(

@@ -57,6 +57,10 @@ _RETRYABLE_KINDS = frozenset({
 })
 
 
+_KIND_STATUS = {"invalid_request_error": 400, "rate_limit_error": 429}
+"""Kinds that name an HTTP class when the provider sends no status (OpenAI's and Anthropic's types)."""
+
+
 def retryable_status(status: int | None) -> bool:
     return status is not None and (status in (408, 429) or status >= 500)
 
@@ -111,9 +115,21 @@ def stream_error(
     kind: str | None = None,
     upstream_code: str | int | None = None,
     request_id: str | None = None,
+    retry_after: str | None = None,
 ) -> UpstreamError:
     """An error the provider reported inside its stream. `kind` is its error type; retryable
-    when the status or the kind says so (overload, rate limit, server error, timeout)."""
+    when the status or the kind says so (overload, rate limit, server error, timeout).
+
+    With an HTTP status (OpenRouter and compatible servers put one in the error object) it keeps
+    the provider's class, as an error answer with that status would (`status_error`): before any
+    output 400 answers 400 (the caller's fault, not retryable), 429 answers 429 with Retry-After
+    (the provider's hint, else 1 s), 5xx answers 502. A 400-class kind without a status
+    (`invalid_request_error`) is a 400 too, `rate_limit_error` a 429."""
+    if status is None:
+        status = _KIND_STATUS.get(kind or "")
+    if status is not None and 400 <= status <= 599 and status not in (401, 403):
+        return status_error(status, message, provider=provider, upstream_code=upstream_code, upstream_type=kind,
+                            request_id=request_id, retry_after=(retry_after or "1") if status == 429 else None)
     retryable = retryable_status(status) or kind in _RETRYABLE_KINDS or upstream_code in _RETRYABLE_KINDS
     return UpstreamError(
         f"{provider}: {message}", code=_KIND_CODES.get(kind or "", "upstream_error"), retryable=retryable,

@@ -177,8 +177,10 @@ class ResponsesNormalizer:
         elif kind in ("response.completed", "response.incomplete"):
             self._finish_response(data.get("response") or {}, out)
         elif kind == "response.failed":
-            error = (data.get("response") or {}).get("error") or {"message": "response failed"}
-            self._failure = stream_error(error, self._provider)
+            response = data.get("response") or {}
+            if response.get("usage"):  # what the provider counted before it failed is billed
+                out.append(MessageDelta(usage=responses_usage(response.get("usage"))))
+            self._failure = stream_error(response.get("error") or {"message": "response failed"}, self._provider)
         elif kind == "error":
             self._failure = stream_error(data, self._provider)
         # Other events (in_progress, content_part.*, *.done echoes, tool progress) add nothing.

@@ -319,8 +319,9 @@ class RouteSession(ProviderAdapter):
                         ended = True
                         break
                     except Exception as exc:  # sorted just below
-                        if isinstance(exc, GatewayError) and _verdict(exc) != "stop":
-                            raise
+                        if isinstance(exc, GatewayError) and (_verdict(exc) != "stop"
+                                                              or isinstance(exc, UpstreamBadRequest)):
+                            raise  # the provider refused the request before any output: its 400 answers
                         # served, with a failure to report after `start` (not the target's fault)
                         self._finish(attempt, started, "error",
                                      exc if isinstance(exc, GatewayError) else None)
