@@ -91,7 +91,7 @@ async def test_unreachable_redis_refuses_with_503() -> None:
         assert (await client.get("/readyz")).json()["limits"] == "unreachable"
         limited = (await make_key(client, rpm=10))["key"]
         response = await client.post("/v1/generate", json=SIMPLE, headers=bearer(limited))
-        assert response.status_code == 503 and response.json()["error"]["code"] == "limits_unavailable"
+        assert response.status_code == 503 and response.json()["error"]["code"] == "store_unavailable"
         # A key with no limits needs no counters, but FOUNDRY_REDIS_URL also holds the shared stream
         # store (issue 13): with Redis away no run can start, and the refusal names the store.
         unlimited = (await make_key(client, name="team-free"))["key"]

@@ -20,7 +20,7 @@ from typing import Any, Literal, cast
 import sqlalchemy as sa
 
 from app.auth.keys import hash_key, looks_like_key
-from app.auth.keystore import KeyStore
+from app.auth.keystore import KeyStore, KeysUnavailable
 from app.auth.limiter import Admission, Denied, Limiter, Limits
 from app.auth.policy import ConfiguredKey, KeyPolicy, Principal, model_allowed
 from app.core.errors import ErrorData, GatewayError
@@ -37,7 +37,7 @@ class AccessDenied(GatewayError):
 
     def __init__(self, message: str, *, code: str, status: int, headers: Mapping[str, str] | None = None,
                  field: str | None = None, retry_after: int | None = None, **extra: Any) -> None:
-        super().__init__(message, code=code, status=status, retryable=status == 429, field=field,
+        super().__init__(message, code=code, status=status, retryable=status in (429, 503), field=field,
                          retry_after=str(retry_after) if retry_after is not None else None)
         self.headers = dict(headers or {})
         self.extra = extra
@@ -45,6 +45,12 @@ class AccessDenied(GatewayError):
 
     def to_dict(self) -> ErrorData:
         return cast(ErrorData, {**super().to_dict(), **self.extra})
+
+
+def store_unavailable(exc: BaseException) -> AccessDenied:
+    """The counter store (Redis) cannot answer: the same 503 the stream store gives, retryable."""
+    return AccessDenied(f"the store is unreachable ({type(exc).__name__}); retry later", code="store_unavailable",
+                        status=503)
 
 
 def unauthorized(message: str, code: str = "invalid_api_key") -> AccessDenied:
@@ -129,9 +135,10 @@ class Auth:
             return hit[1]
         try:
             policy = await self.keystore.by_hash(key_hash)
+        except KeysUnavailable:
+            raise
         except Exception as exc:  # the database's failure, told as such
-            raise AccessDenied(f"the key database is unavailable ({type(exc).__name__})",
-                               code="auth_unavailable", status=503) from None
+            raise KeysUnavailable.of(exc) from None
         if len(self._cache) >= _CACHE_MAX:
             self._cache.clear()
         self._cache[key_hash] = (now + self.cache_seconds, policy)
@@ -159,7 +166,12 @@ class Auth:
             raise AccessDenied(f"API key {key.id} may not use model {model!r}", code="model_not_allowed",
                                status=403, field="model")
         if key.budget_usd is not None:
-            await self._check_budget(key)
+            try:
+                await self._check_budget(key)
+            except (AccessDenied, KeysUnavailable):
+                raise
+            except Exception as exc:  # the counter store's failure, as the rate limits tell it
+                raise store_unavailable(exc) from None
         limits = Limits(rpm=key.rpm, tpm=key.tpm, max_concurrent=key.max_concurrent)
         if not limits.any:
             self._on_outcome(key.name, "admitted")
@@ -173,8 +185,7 @@ class Auth:
             raise AccessDenied(f"rate limit of API key {key.id}: {what}", code="rate_limited", status=429,
                                headers=denied.headers, retry_after=denied.retry_after, limit=denied.reason) from None
         except Exception as exc:  # the counter store's failure: refuse fast, never unlimited
-            raise AccessDenied(f"the rate-limit store is unavailable ({type(exc).__name__})",
-                               code="limits_unavailable", status=503) from None
+            raise store_unavailable(exc) from None
         self._on_outcome(key.name, "admitted")
         return Ticket(key=key, slot=admission.slot, headers=admission.headers)
 
@@ -199,8 +210,11 @@ class Auth:
         start = datetime(now.year, now.month, 1, tzinfo=UTC)
         query = sa.select(sa.func.coalesce(sa.func.sum(runs.c.cost_usd), 0.0)).where(
             runs.c.owner == key_id, runs.c.created_at >= start)
-        async with self.keystore.engine.connect() as conn:
-            return float((await conn.execute(query)).scalar_one())
+        try:
+            async with self.keystore.engine.connect() as conn:
+                return float((await conn.execute(query)).scalar_one())
+        except Exception as exc:  # the records database is the key database
+            raise KeysUnavailable.of(exc) from None
 
     # -- when the run ends ----------------------------------------------------------------------
 

@@ -23,27 +23,33 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz", summary="Readiness: configuration loaded, store reachable, providers listed, not draining "
                                "or saturated; circuit breaker states")
 async def readyz(gateway: GatewayDep, request: Request) -> Response:
+    admission = gateway.admission
+    draining, saturated = admission.draining, admission.saturated  # as the request found them
     store_ok = await gateway.store.ping()
     providers = gateway.registry.readiness()
-    admission = gateway.admission
     auth = request.app.state.auth
     limiter_ok = await auth.limiter.ping()
-    ready = (store_ok and limiter_ok and any(providers.values()) and not admission.draining
-             and not admission.saturated)
-    status = "draining" if admission.draining else "saturated" if admission.saturated else "ready" if ready else "not_ready"
+    records = await _records_state(request)
+    # Keys required and kept in the records database: no key can be checked while it is down.
+    keys_ok = not (auth.mode == "keys" and auth.keystore is not None and records == "unreachable")
+    ready = store_ok and limiter_ok and keys_ok and any(providers.values()) and not draining and not saturated
+    status = "draining" if draining else "saturated" if saturated else "ready" if ready else "not_ready"
     body = {"status": status, "store": store_ok, "store_backend": gateway.store.name, "providers": providers,
-            "records": await _records_state(request), "auth": auth.mode,
+            "records": records, "auth": auth.mode, "keys": "ok" if keys_ok else "unreachable",
             "limits": auth.limiter.backend if limiter_ok else "unreachable",
             "active_runs": len(admission.active), "max_active_runs": admission.max_active,
             "circuits": gateway.router.readiness()}
     if not store_ok:
         body["reason"] = f"the {gateway.store.name} stream store is unreachable"
+    elif not keys_ok:
+        body["reason"] = "the key database (the records database) is unreachable"
     return JSON(body, status_code=200 if ready else 503)
 
 
 async def _records_state(request: Request) -> str:
-    """The records database: `ok`, `unreachable` or `off`. Reported, not required: runs never wait on it
-    (records are queued, then dropped and counted), so a database outage must not take replicas out."""
+    """The records database: `ok`, `unreachable` or `off`. Reported, not required for runs (records are
+    queued, then dropped and counted), but required when it holds the keys every request is checked
+    against (`keys`)."""
     writer = request.app.state.records
     if writer is None:
         return "off"
