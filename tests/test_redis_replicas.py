@@ -211,6 +211,10 @@ async def test_bounds_and_expiry_across_replicas(redis_url):
             r = await c.post(f"{a.url}/v1/stream", json=ask("mock/lorem-40", 0))
             sid = r.headers["x-stream-id"]
             assert ids(parse_sse(r.content)) == list(range(1, 43))
+            # A's client has its whole answer from memory; A's writer persists it to Redis behind
+            # (issue 25: asking B about retention before that raced). Following the last event on B
+            # returns once the final is in Redis: from then on B's answers are the stored ones.
+            assert ids(parse_sse((await c.get(f"{b.url}/v1/stream/{sid}?after=41")).content)) == [42]
             gone = await c.get(f"{b.url}/v1/stream/{sid}?after=0")
             assert gone.status_code == 410 and gone.json()["error"]["code"] == "replay_unavailable"
             kept = parse_sse((await c.get(f"{b.url}/v1/stream/{sid}?after=26")).content)

@@ -85,6 +85,31 @@ async def test_redis_copy_is_bounded_like_the_memory_log_and_expires_after_the_t
         await b.aclose()
 
 
+async def test_a_follower_trimmed_past_ends_with_one_honest_final_never_a_cut_body(redis_url):
+    # The flaky replica test's cause (issue 25): a reader on another replica opened before the
+    # owner's writer reached Redis, and the first write kept only the retained window. It raised
+    # mid-body (the HTTP response cut: "incomplete chunked read"); it ends with a final instead.
+    a, b = store(redis_url, max_events=16), store(redis_url)
+    await a.start()
+    try:
+        log = await a.create(model="m", provider="p")
+        sid = log.info.stream_id
+        frames = await b.open(sid, 0)  # nothing in Redis yet: it follows from the start
+        for i in range(100):
+            log.append(TokenEvent(index=i, content="x"))
+        log.append(final())
+        await a.flush()
+        events = parse_sse(await asyncio.wait_for(read_all(frames), 10))
+        assert [e for _, e, _ in events] == ["final"]
+        error = events[0][2]["error"]
+        assert error["code"] == "replay_unavailable" and error["first_available"] == log.first_seq
+        with pytest.raises(ReplayUnavailable):  # opened now, it is the 410 before any byte
+            await b.open(sid, 0)
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
 async def test_a_lost_owner_is_claimed_once_however_many_followers_notice(redis_url):
     owner, f1, f2 = store(redis_url), store(redis_url), store(redis_url)
     log = await owner.create(model="m", provider="p")  # never started: no lease renewal (a dead process)

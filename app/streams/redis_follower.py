@@ -86,7 +86,14 @@ class RedisFollower:
                 # Redis stays away: end this reader honestly rather than hang.
                 yield final_frame(cursor + 1, "", "", _STORE_AWAY, "error")
                 return
-            frames, cursor, done = _frames_after(reply[0][1], cursor)
+            try:
+                frames, cursor, done = _frames_after(reply[0][1], cursor)
+            except ReplayUnavailable as exc:
+                # The owner's writer trimmed past this reader (it opened before the events reached
+                # Redis, or it lags behind the retention window): the body ends with one honest
+                # final saying where a replay can start, never cut short.
+                yield final_frame(cursor + 1, "", "", exc.to_dict(), "error")
+                return
             if frames:
                 yield b"".join(frames)
             if done:
@@ -173,7 +180,8 @@ def _frames_after(entries: list[tuple[bytes, dict[bytes, bytes]]], cursor: int) 
         if last <= cursor:
             continue
         if first > cursor + 1:
-            raise ReplayUnavailable("reader fell behind the stream's retention window")
+            raise ReplayUnavailable(f"events {cursor + 1}..{first - 1} are no longer retained; replay from "
+                                    f"{first - 1} or later", first_available=first)
         data = fields[FRAMES]
         if first <= cursor:  # the entry starts before our cursor: skip what was delivered
             data = _skip_frames(data, cursor - first + 1)
