@@ -28,11 +28,12 @@ from app.observability import Metrics, configure_logging, get_logger
 from app.pipeline import Gateway
 from app.providers.base import ProviderAdapter
 from app.providers.registry import build_registry
-from app.recording import RunRecorder
+from app.recording import RunRecorder, claimed_record
 from app.records import RecordStore, RecordWriter
 from app.routing.router import RouteConfigError
 from app.settings import Settings
 from app.startup import log_startup
+from app.streams.errors import ClaimedRun, ClaimHook
 from app.streams.memory import MemoryStreamStore, StreamStore
 
 __all__ = ["create_app"]
@@ -65,6 +66,7 @@ def create_app(
     if records is not None:
         gateway.add_observer(RunRecorder(records, content=settings.record_content))
     auth = _auth(settings, records, metrics)
+    store.on_claim = _claims(settings, records, auth)
     accountant = KeyAccountant(auth, metrics)  # each run's own observer, given when it starts (app/api/access.py)
     gateway.add_observer(metrics.observe_run)
 
@@ -125,6 +127,20 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth,
                 await records.aclose()  # after the runs: their records are written, then the engine goes
 
     return lifespan
+
+
+def _claims(settings: Settings, records: RecordWriter | None, auth: Auth) -> ClaimHook:
+    """A run this replica ended for a dead one (app/streams/redis_follower.py): whoever writes the
+    final writes the record (exactly once: the store keeps the first record of a run id), and the
+    key's concurrency slot is freed now rather than when its lease expires."""
+
+    async def claimed(run: ClaimedRun) -> None:
+        if records is not None:
+            records.submit(claimed_record(run, content=settings.record_content))
+        if run.owner is not None and run.tags.slot is not None:
+            await auth.limiter.release(run.owner, run.tags.slot)
+
+    return claimed
 
 
 def _auth(settings: Settings, records: RecordWriter | None, metrics: Metrics) -> Auth:

@@ -28,6 +28,7 @@ from app.routing.config import Deadlines
 from app.routing.router import RouteSession
 from app.run import Run, RunPlan
 from app.settings import Settings
+from app.streams.errors import RunTags
 from app.streams.memory import StreamStore
 from app.tools import ToolRegistry
 from app.validation import Gate, PassThroughGate, ValidatorSpec
@@ -52,6 +53,8 @@ class RunSpec:
     """Most provider calls when the gateway runs tools; None: the operator's `max_steps`."""
     owner: str | None = None
     """The API key id that starts the run: its stream, transcript and record belong to that key."""
+    slot: str | None = None
+    """The key's concurrency slot the run holds (app/auth): a replica that claims the run frees it."""
     policy_validators: Sequence[ValidatorSpec] = ()
     """The key's validators: applied like the operator's, on top of them."""
     timeouts: Deadlines | None = None
@@ -114,7 +117,8 @@ class RunOpener:
         model = served.name if session.route is not None else spec.model
         try:
             log = await self.store.create(model=model, provider=served.provider, owner=spec.owner,
-                                          keep_events=spec.keep_events, held=spec.held)
+                                          keep_events=spec.keep_events, held=spec.held,
+                                          run=RunTags(request_id=request_id, slot=spec.slot))
         except BaseException:
             await upstream.aclose()  # no stream, no run: nothing stays open
             raise

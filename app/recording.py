@@ -10,12 +10,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from app.core.events import STOP_REASON_FOR_STATUS, Usage
 from app.core.report import RunReport
 from app.core.transcript import Transcript
 from app.records import RecordWriter, RunRecord, validation_without_content, without_content
+from app.streams.errors import ClaimedRun
 from app.streams.log import StreamLog
 
-__all__ = ["RunRecorder", "live_transcript", "run_record", "transcript_document"]
+__all__ = ["RunRecorder", "claimed_record", "live_transcript", "run_record", "transcript_document"]
 
 
 def transcript_document(stream_id: str, model: str, provider: str, created_at: float,
@@ -62,6 +64,34 @@ def run_record(report: RunReport, *, content: bool) -> RunRecord:
         duration_ms=round(report.duration * 1000, 3),
         content_recorded=content,
         cost_usd=report.usage.cost_usd,
+        transcript=transcript,
+    )
+
+
+def claimed_record(run: ClaimedRun, *, content: bool) -> RunRecord:
+    """The record of a run another replica ended for its lost owner (`replica_lost`), as far as the
+    shared store had it: the transcript's last snapshot, the usage of the steps that ended (the
+    output of the last one unknown, null)."""
+    now = datetime.now(UTC)
+    snapshot = run.transcript
+    transcript: dict[str, Any] | None = None
+    if snapshot is not None:
+        transcript = {"stream_id": run.stream_id, "model": run.model, "provider": run.provider,
+                      "created_at": run.created_at, **snapshot, "content_recorded": True}
+        if not content:
+            transcript = without_content(transcript)
+            transcript["content_recorded"] = False
+    seen = (snapshot or {}).get("usage") or {}
+    usage = Usage(input_tokens=seen.get("input_tokens") or 0, cache_read_tokens=seen.get("cache_read_tokens") or 0,
+                  cache_write_tokens=seen.get("cache_write_tokens") or 0,
+                  reasoning_tokens=seen.get("reasoning_tokens") or 0, output_unknown=True)
+    created = datetime.fromtimestamp(run.created_at, UTC) if run.created_at else now
+    return RunRecord(
+        stream_id=run.stream_id, request_id=run.tags.request_id, owner=run.owner, created_at=created,
+        finished_at=now, model=run.model, served_model=None, provider=run.provider, status=run.status,
+        stop_reason=STOP_REASON_FOR_STATUS[run.status], error_code=run.error["code"], usage=usage,
+        steps=int((snapshot or {}).get("steps") or 1), tools_run=0, validation=None, ttft_ms=None,
+        duration_ms=round(max(0.0, (now - created).total_seconds()) * 1000, 3), content_recorded=content,
         transcript=transcript,
     )
 

@@ -59,6 +59,23 @@ async def test_migrations_from_an_empty_database(database_url: str) -> None:
         await store.aclose()
 
 
+async def test_a_run_is_recorded_once_whoever_writes_it_again(database_url: str) -> None:
+    # A replica that claimed a lost owner's run records it; the owner, back, records it too: the
+    # first record stays, the second is no error and does not fail the batch it travels in.
+    store = RecordStore(database_url)
+    try:
+        await store.migrate()
+        claimed = record("str_lost", created_at=utc(2026, 1, 1), status="error", transcript={"status": "error"})
+        await store.insert([claimed])
+        late = record("str_lost", created_at=utc(2026, 1, 1), transcript={"status": "ok"})
+        await store.insert([late, record("str_other", created_at=utc(2026, 1, 2))])
+        assert (await store.get("str_lost")).status == "error"
+        assert await store.transcript("str_lost") == {"status": "error"}
+        assert (await store.get("str_other")) is not None
+    finally:
+        await store.aclose()
+
+
 def test_migrate_and_prune_command_line(tmp_path: Path) -> None:
     """`python -m app.records migrate` (what `make migrate` runs) and `prune`, from the installed package."""
     env = {**os.environ, "FOUNDRY_DATA_DIR": str(tmp_path / "var"), "FOUNDRY_RECORD_RETENTION_DAYS": "7"}

@@ -7,8 +7,11 @@ import asyncio
 import httpx
 import pytest
 
+from tests.records_support import postgres, postgres_url  # noqa: F401
 from tests.redis_support import Replica
 from tests.support import parse_sse
+
+ADMIN = "admin-secret-for-replica-tests-0123"
 
 pytestmark = pytest.mark.slow  # starts processes (make test runs the slow tests after the rest)
 
@@ -28,8 +31,8 @@ def pair(redis_url):
         b.stop()
 
 
-async def start_background(client: httpx.AsyncClient, url: str, body: dict) -> str:
-    r = await client.post(f"{url}/v1/generate", json={**body, "stream": True})
+async def start_background(client: httpx.AsyncClient, url: str, body: dict, **headers: str) -> str:
+    r = await client.post(f"{url}/v1/generate", json={**body, "stream": True}, headers=headers)
     assert r.status_code == 202, r.text
     return r.json()["stream_id"]
 
@@ -133,6 +136,47 @@ async def test_owner_sigkilled_while_b_follows_ends_with_one_replica_lost_final(
         released = "".join(d["content"] for _, e, d in events if e == "token")
         assert released and final["message"]["content"] == released  # the partial answer, as delivered
         assert parse_sse((await c.get(f"{b.url}/v1/stream/{sid}")).content) == events  # written once
+
+
+async def test_owner_sigkilled_the_claimer_records_the_run_bills_it_and_frees_its_slot(redis_url, postgres_url):  # noqa: F811
+    env = {"FOUNDRY_DATABASE_URL": postgres_url, "FOUNDRY_ADMIN_KEY": ADMIN, "FOUNDRY_RECORDS_LINGER": "0"}
+    a, b = Replica(redis_url, **env).start(), Replica(redis_url, **env).start()
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    try:
+        async with httpx.AsyncClient(timeout=30) as c:
+            made = await c.post(f"{b.url}/v1/admin/keys", json={"name": "team-lost", "max_concurrent": 1}, headers=admin)
+            assert made.status_code == 201, made.text
+            key = {"Authorization": f"Bearer {made.json()['key']}"}
+            sid = await start_background(c, a.url, ask("mock/lorem-2000", 30), **key)
+            async with c.stream("GET", f"{b.url}/v1/stream/{sid}", headers=key) as r:
+                chunks = r.aiter_bytes()
+                raw = await read_until(chunks, 4)
+                a.kill()
+                async for chunk in chunks:
+                    raw += chunk
+            final = parse_sse(raw)[-1][2]
+            assert final["status"] == "error" and final["error"]["code"] == "replica_lost"
+            # The key's one concurrency slot, held by the dead replica's run, is free again at once
+            # (its lease would have kept it FOUNDRY_CONCURRENCY_LEASE_SECONDS, 600 s).
+            again = await c.post(f"{b.url}/v1/generate", json=ask("mock/simple", 0), headers=key)
+            assert again.status_code == 200, again.text
+            run = await c.get(f"{b.url}/v1/runs/{sid}", headers=key)
+            for _ in range(100):  # the record is written behind the claim (the writer's queue)
+                if run.status_code == 200:
+                    break
+                await asyncio.sleep(0.1)
+                run = await c.get(f"{b.url}/v1/runs/{sid}", headers=key)
+            assert run.status_code == 200, run.text
+            record = run.json()
+            assert record["status"] == "error" and record["error_code"] == "replica_lost"
+            assert record["usage"]["output_tokens"] is None  # the provider's report never came: unknown
+            transcript = (await c.get(f"{b.url}/v1/stream/{sid}/transcript", headers=key)).json()
+            assert transcript["status"] == "error"  # as far as Redis had it, no longer "running"
+            usage = (await c.get(f"{b.url}/v1/usage", headers=key)).json()
+            assert usage["total"]["errors"] == 1  # billed to its key: the lost run is in the usage
+    finally:
+        a.stop()
+        b.stop()
 
 
 async def test_both_replicas_restarted_then_replay(redis_url):

@@ -79,7 +79,8 @@ async def open_run(request: Request, gateway: Gateway, spec: RunSpec, principal:
     auth: Auth = request.app.state.auth
     ticket = await auth.admit(principal, spec.model, gateway.settings.aliases.get(spec.model, ""))
     if principal.key is not None:
-        spec = replace(spec, owner=principal.key.id, policy_validators=principal.key.validators)
+        spec = replace(spec, owner=principal.key.id, policy_validators=principal.key.validators,
+                       slot=ticket.slot if ticket is not None else None)
     record.model = spec.model
     accountant: KeyAccountant = request.app.state.accountant
     try:

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -103,7 +104,7 @@ class RecordStore:
         await upgrade(self.engine)
 
     async def insert(self, records: Sequence[RunRecord]) -> None:
-        """One batch in one transaction: `execute(insert(table), rows)`, which SQLAlchemy 2 sends as
+        """One batch in one transaction, idempotent by run id: `execute(insert(table), rows)`, which SQLAlchemy 2 sends as
         multi-row INSERTs ("insertmanyvalues") from one cached compiled statement. Measured here, a
         200-row `insert().values(rows)` costs ~100 ms of event-loop CPU to compile each time; this ~12 ms."""
         if not records:
@@ -111,9 +112,16 @@ class RecordStore:
         transcripts = [{"run_id": r.stream_id, "transcript": r.transcript} for r in records
                        if r.transcript is not None]
         async with self.engine.begin() as conn:
-            await conn.execute(sa.insert(runs), [r.row() for r in records])
+            await conn.execute(self._insert_new(runs), [r.row() for r in records])
             if transcripts:
-                await conn.execute(sa.insert(run_transcripts), transcripts)
+                await conn.execute(self._insert_new(run_transcripts), transcripts)
+
+    def _insert_new(self, table: sa.Table) -> sa.Insert:
+        """An INSERT that keeps the row already there (the same run id): a run is recorded exactly
+        once, by whoever wrote its final first (a slow owner back after another replica claimed its
+        run cannot double it, nor fail the batch it is in)."""
+        dialect = postgresql if self.backend == "postgresql" else sqlite
+        return dialect.insert(table).on_conflict_do_nothing()
 
     async def get(self, run_id: str) -> RunRecord | None:
         async with self.engine.connect() as conn:

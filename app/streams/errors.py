@@ -4,12 +4,14 @@ Every store raises the same errors (memory or Redis), so the API maps them once.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from app.core.errors import ErrorData, GatewayError
 
-__all__ = ["CANCELLED_BY_REQUEST", "CancelOutcome", "CursorAhead", "ReplayUnavailable", "StoreFull",
-           "StoreUnavailable"]
+__all__ = ["CANCELLED_BY_REQUEST", "CancelOutcome", "ClaimHook", "ClaimedRun", "CursorAhead", "ReplayUnavailable", "RunTags",
+           "StoreFull", "StoreUnavailable"]
 
 
 class ReplayUnavailable(GatewayError):
@@ -49,3 +51,34 @@ CANCELLED_BY_REQUEST: ErrorData = {"code": "cancelled", "retryable": False,
 CancelOutcome = Literal["cancelled", "cancelling", "finished"]
 """`cancelled`: the run ended here; `cancelling`: asked of the replica running it; `finished`:
 it had already ended (a no-op)."""
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class RunTags:
+    """What a shared store keeps beside a stream so that another replica can end and record its
+    run when the replica running it dies: the request, and the key's concurrency slot to free."""
+
+    request_id: str | None = None
+    slot: str | None = None
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class ClaimedRun:
+    """A run this replica ended for a replica that cannot (its lease lapsed, or a cancel nobody
+    else could serve): as far as the store has it, for its run record and its key's slot."""
+
+    stream_id: str
+    model: str
+    provider: str
+    owner: str | None
+    """The API key that started it."""
+    tags: RunTags
+    created_at: float
+    status: str
+    error: ErrorData
+    transcript: dict[str, Any] | None
+    """The last transcript snapshot the owner wrote (None if it wrote none), ended as claimed."""
+
+
+ClaimHook = Callable[[ClaimedRun], Awaitable[None]]
+"""Told of each run this replica ended for another (app/main.py: its run record, its key's slot)."""

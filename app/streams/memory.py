@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from app.core.errors import RequestError
-from app.streams.errors import CancelOutcome, CursorAhead, StoreFull
+from app.streams.errors import CancelOutcome, ClaimHook, CursorAhead, RunTags, StoreFull
 from app.streams.log import Budget, StreamInfo, StreamLog, StreamRecord
 
 __all__ = ["MemoryStreamStore", "StreamStore", "parse_cursor"]
@@ -25,6 +25,8 @@ __all__ = ["MemoryStreamStore", "StreamStore", "parse_cursor"]
 class StreamStore(Protocol):
     name: str
     """`memory` or `redis`: named by /readyz and the metrics."""
+    on_claim: ClaimHook | None
+    """Told of each run this replica ends for a replica that died (a shared store only)."""
 
     @property
     def total_bytes(self) -> int:
@@ -38,11 +40,12 @@ class StreamStore(Protocol):
     async def aclose(self) -> None: ...
 
     async def create(self, *, model: str, provider: str, owner: str | None = None,
-                     keep_events: bool = False, held: bool = False) -> StreamLog:
+                     keep_events: bool = False, held: bool = False, run: RunTags | None = None) -> StreamLog:
         """A log for a new run on this replica, owned by the API key `owner` (None in open mode),
         keeping its events beside its frames when a reader translates them (`keep_events`), held
         for the reader that owns the run (`held`, `StreamLog.room`); StoreFull / StoreUnavailable
-        (503) when it cannot."""
+        (503) when it cannot. `run` is what another replica needs to end and record the run if
+        this one dies (a shared store keeps it)."""
 
     def get(self, stream_id: str) -> StreamLog | None:
         """The log of a stream held by this process (None elsewhere or unknown)."""
@@ -73,6 +76,7 @@ class MemoryStreamStore:
     new streams are refused (503, retryable)."""
 
     name = "memory"
+    on_claim: ClaimHook | None = None  # one process: no other replica's runs to end
 
     def __init__(self, *, ttl: float, max_streams: int, max_events: int, max_bytes: int,
                  max_total_bytes: int | None = None, on_evict: Callable[[str], None] | None = None) -> None:
@@ -105,7 +109,7 @@ class MemoryStreamStore:
         pass
 
     async def create(self, *, model: str, provider: str, owner: str | None = None,
-                     keep_events: bool = False, held: bool = False) -> StreamLog:
+                     keep_events: bool = False, held: bool = False, run: RunTags | None = None) -> StreamLog:
         return self.create_local(model=model, provider=provider, owner=owner, keep_events=keep_events, held=held)
 
     def create_local(self, *, model: str, provider: str, owner: str | None = None,

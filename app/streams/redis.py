@@ -13,7 +13,9 @@ Keys (`{id}` is the stream id, in braces so a stream's keys share a cluster slot
                            our last event id), `e` marks the entry ending with the final. Trimmed
                            like the memory log (MINID: what memory no longer retains goes),
                            expired `stream_ttl_seconds` after the final.
-  foundry:{id}:meta        hash: model, provider, created_at, owner, and done/status at the end.
+  foundry:{id}:meta        hash: model, provider, created_at, owner (the replica), key, request and
+                           slot (for the run's record and its key's slot if the owner dies), and
+                           done/status at the end.
   foundry:{id}:transcript  the transcript snapshot as JSON (at most once a second, and at the end).
   foundry:lease:<replica>  the owner's lease, renewed every lease/3, expiring after the lease.
   foundry:cancel:<replica> the pub/sub channel a replica listens on for cancels of its streams.
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-from app.streams.errors import CancelOutcome
+from app.streams.errors import CancelOutcome, ClaimHook, RunTags
 from app.streams.log import StreamLog, StreamRecord
 from app.streams.memory import MemoryStreamStore
 from app.streams.redis_follower import RedisFollower
@@ -95,10 +97,18 @@ class RedisStreamStore:
 
     # -- streams: this replica's from memory, the others' from Redis --------------------------
 
+    @property
+    def on_claim(self) -> ClaimHook | None:
+        return self._link.on_claim
+
+    @on_claim.setter
+    def on_claim(self, hook: ClaimHook | None) -> None:
+        self._link.on_claim = hook
+
     async def create(self, *, model: str, provider: str, owner: str | None = None,
-                     keep_events: bool = False, held: bool = False) -> StreamLog:
+                     keep_events: bool = False, held: bool = False, run: RunTags | None = None) -> StreamLog:
         return await self._owner.create(model=model, provider=provider, owner=owner, keep_events=keep_events,
-                                        held=held)
+                                        held=held, run=run)
 
     def get(self, stream_id: str) -> StreamLog | None:
         return self._local.get(stream_id)

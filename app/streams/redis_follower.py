@@ -15,11 +15,19 @@ import time
 from collections.abc import AsyncIterator
 
 import orjson
+import structlog
 
 from app.core.errors import ErrorData
-from app.core.events import AssistantMessage
+from app.core.events import STOP_REASON_FOR_STATUS, AssistantMessage
 from app.core.released import Released
-from app.streams.errors import CANCELLED_BY_REQUEST, CancelOutcome, CursorAhead, ReplayUnavailable
+from app.streams.errors import (
+    CANCELLED_BY_REQUEST,
+    CancelOutcome,
+    ClaimedRun,
+    CursorAhead,
+    ReplayUnavailable,
+    RunTags,
+)
 from app.streams.frames import decode_frames
 from app.streams.log import StreamRecord
 from app.streams.redis_link import END, FIRST, FRAMES, REDIS_ERRORS, Keys, RedisLink, final_frame
@@ -27,6 +35,7 @@ from app.streams.redis_link import END, FIRST, FRAMES, REDIS_ERRORS, Keys, Redis
 __all__ = ["RedisFollower"]
 
 _READ_COUNT = 1000
+_log = structlog.get_logger("foundry.streams")
 _REPLICA_LOST: ErrorData = {"code": "replica_lost", "retryable": True,
                             "message": "the replica running this stream stopped; retry the request"}
 _STORE_AWAY: ErrorData = {"code": "store_unavailable", "retryable": True,
@@ -110,9 +119,37 @@ class RedisFollower:
         if await self._redis.exists(self._link.lease_key(owner.decode())):
             return False
         message = await self._released(keys, provider.decode())
-        await self._link.end(stream_id, model.decode(), provider.decode(), _REPLICA_LOST, status="error",
-                             message=message)
+        if await self._link.end(stream_id, model.decode(), provider.decode(), _REPLICA_LOST, status="error",
+                                message=message) > 0:
+            await self._claimed(stream_id, keys, "error", _REPLICA_LOST)
         return False  # the next read returns the final (ours or another claimer's)
+
+    async def _claimed(self, stream_id: str, keys: Keys, status: str, error: ErrorData) -> None:
+        """This replica wrote the final of a run whose owner cannot: it ends the stored transcript
+        as claimed and tells the hook (the run's record, its key's slot). Once: only the claimer."""
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.hmget(keys.meta, "model", "provider", "key", "created_at", "request", "slot")
+            pipe.get(keys.transcript)
+            (model, provider, key, created_at, request, slot), snapshot = await pipe.execute()
+            transcript = orjson.loads(snapshot) if snapshot is not None else None
+            if transcript is not None:
+                usage = transcript.get("usage") or {}
+                usage["output_tokens"] = usage["total_tokens"] = None  # the last step's report never came
+                transcript.update(status=status, stop_reason=STOP_REASON_FOR_STATUS[status], usage=usage)
+                await self._redis.set(keys.transcript, orjson.dumps(transcript), ex=self._link.ttl_s)
+        except REDIS_ERRORS:
+            return  # the final is written; the record waits for nobody (a store away: nothing to read)
+        hook = self._link.on_claim
+        if hook is None or model is None:
+            return
+        run = ClaimedRun(stream_id=stream_id, model=model.decode(), provider=provider.decode(),
+                         owner=_text(key), tags=RunTags(request_id=_text(request), slot=_text(slot)),
+                         created_at=float(created_at or 0.0), status=status, error=error, transcript=transcript)
+        try:
+            await hook(run)
+        except Exception as exc:  # a record or a slot that cannot be settled must not break the readers
+            _log.warning("claim_hook_failed", stream_id=stream_id, error=type(exc).__name__)
 
     async def _released(self, keys: Keys, provider: str) -> AssistantMessage:
         """What a stream whose owner is gone released, rebuilt from its stored (retained) events:
@@ -160,7 +197,13 @@ class RedisFollower:
             message = await self._released(keys, provider.decode())
             claimed = await self._link.end(stream_id, model.decode(), provider.decode(), CANCELLED_BY_REQUEST,
                                            status="cancelled", message=message)
-            return "cancelled" if claimed > 0 else "finished"
+        if claimed > 0:
+            await self._claimed(stream_id, keys, "cancelled", CANCELLED_BY_REQUEST)
+        return "cancelled" if claimed > 0 else "finished"
+
+
+def _text(value: bytes | None) -> str | None:
+    return value.decode() if value is not None else None
 
 
 def _skip_frames(data: bytes, n: int) -> bytes:

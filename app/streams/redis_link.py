@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 
 from app.core.errors import ErrorData
 from app.core.events import STOP_REASON_FOR_STATUS, AssistantMessage, FinalEvent, Usage
-from app.streams.errors import StoreUnavailable
+from app.streams.errors import ClaimHook, StoreUnavailable
 from app.streams.frames import encode_frame
 
 __all__ = ["END", "FIRST", "FRAMES", "REDIS_ERRORS", "Keys", "RedisLink", "StoreObserver", "final_frame"]
@@ -83,6 +83,8 @@ class RedisLink:
             retry=Retry(NoBackoff(), 0), health_check_interval=0,
         )
         self._claim = self.client.register_script(_CLAIM)
+        self.on_claim: ClaimHook | None = None
+        """Told of each run this replica ends for a lost owner (its record, its key's slot)."""
 
     def keys(self, stream_id: str) -> Keys:
         return Keys(self.prefix, stream_id)

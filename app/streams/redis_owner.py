@@ -19,7 +19,7 @@ import orjson
 from redis.exceptions import ResponseError
 
 from app.core.errors import ErrorData
-from app.streams.errors import StoreUnavailable
+from app.streams.errors import RunTags, StoreUnavailable
 from app.streams.log import StreamLog
 from app.streams.memory import MemoryStreamStore
 from app.streams.redis_link import END, FIRST, FRAMES, REDIS_ERRORS, RedisLink
@@ -90,7 +90,7 @@ class RedisOwner:
     # -- streams ------------------------------------------------------------------------------
 
     async def create(self, *, model: str, provider: str, owner: str | None, keep_events: bool,
-                     held: bool) -> StreamLog:
+                     held: bool, run: RunTags | None = None) -> StreamLog:
         """A log in memory, its meta and this replica's lease in Redis, and the sink that persists it."""
         if self._pending_bytes > self._max_pending // 2:
             raise StoreUnavailable("the redis stream store is not keeping up; retry later")
@@ -105,6 +105,10 @@ class RedisOwner:
                         "created_at": repr(info.created_at)}
                 if owner is not None:
                     meta["key"] = owner  # the API key that started it ("owner" is the replica)
+                if run is not None and run.request_id is not None:
+                    meta["request"] = run.request_id
+                if run is not None and run.slot is not None:
+                    meta["slot"] = run.slot  # the key's concurrency slot: a claimer frees it
                 pipe.hset(keys.meta, mapping=meta)
                 pipe.expire(keys.meta, self._link.ttl_s + _RUNNING_GRACE)
                 pipe.set(self._link.lease_key(self._link.replica), "1", px=self._link.lease_ms)
