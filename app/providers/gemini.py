@@ -50,7 +50,7 @@ from app.core.errors import (
 )
 from app.core.messages import AdapterError, Message, ToolSpec, thaw
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, bounded_body, sse_body
-from app.providers.config import ProviderConfig
+from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, status_error, transport_error
 from app.providers.gemini_stream import GeminiNormalizer
 from app.providers.http import gemini_http_client
@@ -246,9 +246,11 @@ class GeminiAdapter(ProviderAdapter):
         base_url: str | None = None,
         name: str = "gemini",
         owns_client: bool = False,
+        limits: ReadLimits = DEFAULT_LIMITS,
     ) -> None:
         self.name = name
         self._client = client
+        self._limits = limits
         self._headers = {"content-type": "application/json"}
         if api_key:
             self._headers["x-goog-api-key"] = api_key
@@ -289,9 +291,9 @@ class GeminiAdapter(ProviderAdapter):
             response = await client.send(client.build_request("POST", url, content=body, headers=self._headers),
                                          stream=True, follow_redirects=False)
             if response.status_code >= 300:
-                payload = await bounded_body(response)
+                payload = await bounded_body(response, self._limits.max_body_bytes)
                 raise error_answer(response.status_code, response.headers, payload, self.name)
-        return await sse_body(response, GeminiNormalizer(provider=self.name), provider=self.name)
+        return await sse_body(response, GeminiNormalizer(provider=self.name), provider=self.name, limits=self._limits)
 
 
 # -- registry builder -------------------------------------------------------------------------
@@ -305,9 +307,11 @@ def build_gemini(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
     if client is not None:
         if not isinstance(client, httpx2.AsyncClient):
             raise TypeError(f"clients['gemini'] must be an httpx2.AsyncClient, got {type(client).__name__}")
-        return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url)}
+        return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url, limits=config.limits)}
     if not key:
         return {}
     # app/routing retries, counting each attempt once; redirects are not followed (http.py).
-    client = gemini_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout)
-    return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url, owns_client=True)}
+    client = gemini_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
+                                max_body_bytes=config.limits.max_body_bytes)
+    return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url, owns_client=True,
+                                    limits=config.limits)}
