@@ -180,3 +180,31 @@ async def test_an_upstream_retry_after_is_passed_on_only_as_sane_seconds(value: 
     assert response.status_code == 429
     assert response.headers.get("retry-after") == expected
     assert json.dumps(response.json()).count("9999999999") == 0
+
+
+# -- lone surrogates from a provider ---------------------------------------------------------
+
+_TEXT_RECORDINGS = {"anthropic": ("redacted-thinking", b'"type":"text_delta","text":"'), "gemini": ("text", b'"text": "'),
+                    "openai-chat": ("text-include-usage", b'"content":"'),
+                    "openai-responses": ("text", b'"delta":"')}
+
+
+@pytest.mark.parametrize("provider", sorted(_TEXT_RECORDINGS))
+def test_lone_surrogates_from_a_provider_become_replacement_characters(provider: str) -> None:
+    """`\\udfff` in one text delta, and a pair split across the next two (`\\ud83d` | `\\ude00`):
+    three U+FFFD in an `ok` answer, the rest of the text as recorded."""
+    from tests.support import final_of, recordings, run_bytes
+    from tests.test_resplit_conformance import NORMALIZERS
+
+    name, field_start = _TEXT_RECORDINGS[provider]
+    (rec,) = [r for r in recordings(provider) if r.name == name]
+    original = final_of(run_bytes([rec.body], NORMALIZERS[provider](), provider=provider)[0])
+    parts = rec.body.split(field_start)
+    nonempty = [i for i in range(1, len(parts)) if not parts[i].startswith(b'"')][:3]
+    assert len(nonempty) == 3
+    for i, escape in zip(nonempty, (rb"\udfff", rb"\ud83d", rb"\ude00"), strict=True):
+        parts[i] = escape + parts[i]
+    final = final_of(run_bytes([field_start.join(parts)], NORMALIZERS[provider](), provider=provider)[0])
+    assert final.status == "ok", final.error
+    assert final.message.content.count("\ufffd") == 3
+    assert final.message.content.replace("\ufffd", "") == original.message.content

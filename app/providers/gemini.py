@@ -43,6 +43,7 @@ from urllib.parse import quote, urlsplit
 import httpx2
 import orjson
 
+from app.core import safejson
 from app.core.errors import (
     GatewayError,
     RequestError,
@@ -124,7 +125,7 @@ def _model_parts(message: Message, provider: str) -> list[dict[str, Any]]:
 
 def _tool_response(content: str) -> dict[str, Any]:
     try:
-        value = orjson.loads(content)
+        value = safejson.loads(content)
     except orjson.JSONDecodeError:
         value = None
     return value if isinstance(value, dict) else {"output": content}
@@ -208,7 +209,7 @@ def error_answer(status: int, headers: Mapping[str, str], body: bytes, provider:
     """An HTTP error answer (DESIGN.md section 1): 400 with the upstream message, bad key (Gemini
     says 400 API_KEY_INVALID) / 401 / 403 -> 502, 404, 429 with Retry-After, 5xx -> 502."""
     try:
-        error = orjson.loads(body).get("error") or {}
+        error = safejson.loads(body).get("error") or {}
     except (orjson.JSONDecodeError, AttributeError):
         error = {}
     if not isinstance(error, dict):
