@@ -28,7 +28,7 @@ from app.core.errors import RequestError
 from app.lifecycle import drain_budget
 from app.providers.config import CompatibleProvider, ProviderConfig, ReadLimits
 from app.routing.config import RouteConfig, route_cycle
-from app.tools.config import ToolConfig, default_tools
+from app.tools.config import HttpToolConfig, ToolConfig, default_tools
 from app.validation import ValidatorSpec, check_specs
 
 __all__ = ["CompatibleProvider", "Settings"]  # CompatibleProvider: app/providers/config.py
@@ -279,6 +279,7 @@ class Settings(BaseSettings):
                                                  self.admin_key, self.metrics_token, self.redis_url, self.database_url)
                   if s is not None]
         values += [key for p in self.providers if (key := p.api_key())]
+        values += [v.get_secret_value() for t in self.tools if isinstance(t, HttpToolConfig) for v in t.headers.values()]
         values += [v for k, v in os.environ.items() if _SECRET_NAME.search(k)]
         for url in (self.redis_url, self.database_url):
             password = urlsplit(url.get_secret_value()).password if url is not None else None
