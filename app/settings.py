@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     # HTTP edge
     max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest accepted request body.")
     ping_seconds: float = Field(default=5.0, gt=0, description="SSE keep-alive comment after this much silence.")
+    request_timeout_seconds: float = Field(
+        default=30.0, gt=0, le=3600, description="Longest a request's head and body may take to arrive (from the "
+                                                 "connection or the request's first byte); then 408 and closed. "
+                                                 "Applied by `foundry-gateway serve`.")
     send_timeout_seconds: float = Field(
         default=30.0, gt=0, description="An SSE reader whose send is stuck this long (it stopped reading) is dropped."
     )
