@@ -10,6 +10,7 @@ from app.core.events import AssistantMessage, FinalEvent, ReasoningBlock, StartE
 from app.main import create_app
 from app.settings import Settings
 from app.streams.errors import ReplayUnavailable
+from app.streams.log import CUT_MARKER
 from app.streams.memory import MemoryStreamStore
 from tests.support import parse_sse, serve
 
@@ -30,20 +31,21 @@ async def test_a_final_past_the_cap_is_kept_cut_with_a_marker(text: str) -> None
     frame = log.append(big_final(text))
     assert len(frame) <= 4096 and log.size_bytes <= 4096
     kept = log.final
-    assert kept is not None and kept.truncated and kept.data()["truncated"] is True
-    assert text.startswith(kept.message.content) and len(kept.message.content.encode()) > 1500
+    assert kept is not None and kept.message.content.endswith(CUT_MARKER)
+    shown = kept.message.content.removesuffix(CUT_MARKER)
+    assert text.startswith(shown) and len(shown.encode()) > 1500
     assert kept.message.reasoning == () and kept.usage.output_tokens == 7 and kept.status == "ok"
     with pytest.raises(ReplayUnavailable):  # what was dropped for it: 410
         log.check_replay(0)
     (_, kind, data), = parse_sse(log.frames_after(log.last_seq - 1))
-    assert kind == "final" and data["truncated"] is True
+    assert kind == "final" and data["message"]["content"].endswith(CUT_MARKER)
 
 
 async def test_a_final_within_the_cap_is_kept_whole() -> None:
     log = await MemoryStreamStore(ttl=60, max_streams=10, max_events=1000, max_bytes=1 << 20).create(
         model="m", provider="p")
     log.append(big_final("w" * 20_000))
-    assert log.final is not None and not log.final.truncated and "truncated" not in log.final.data()
+    assert log.final is not None and log.final.message.content == "w" * 20_000
 
 
 async def test_one_keys_big_runs_evict_its_own_streams_first() -> None:
@@ -73,8 +75,8 @@ async def test_replay_of_a_capped_stream_over_http_is_410_then_the_cut_final() -
         live = parse_sse(response.content)
         last = live[-1][0]
         assert [e for _, e, _ in live].count("token") == 3000
-        assert live[-1][1] == "final" and live[-1][2]["truncated"] is True
+        assert live[-1][1] == "final" and live[-1][2]["message"]["content"].endswith(CUT_MARKER)
         gone = await client.get(f"/v1/stream/{stream_id}", params={"after": 0})
         tail = parse_sse((await client.get(f"/v1/stream/{stream_id}", params={"after": last - 1})).content)
     assert gone.status_code == 410
-    assert [(e, d.get("truncated")) for _, e, d in tail] == [("final", True)]
+    assert [(e, d["message"]["content"].endswith(CUT_MARKER)) for _, e, d in tail] == [("final", True)]

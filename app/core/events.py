@@ -164,9 +164,6 @@ class FinalPayload(TypedDict):
         description="Every upstream attempt before the first content (retries, fallbacks, hedges).")]]
     route: NotRequired[Annotated[str, Field(description="The route the request named.")]]
     target: NotRequired[Annotated[str, Field(description="The route's target that served (`provider/model`).")]]
-    truncated: NotRequired[Annotated[bool, Field(
-        description="Present (true) when this final passed the stream's byte cap (FOUNDRY_MAX_STREAM_BYTES) and was "
-                    "kept cut: the message's text shortened, its reasoning and `messages` left out.")]]
 
 
 class _ErrorPart(TypedDict, total=False):
@@ -372,8 +369,6 @@ class FinalEvent:
     route: str | None = None
     target: str | None = None
     """For a route: its name and the target that served."""
-    truncated: bool = False
-    """Cut to fit the stream's byte cap (app/streams/log.py)."""
 
     def data(self) -> FinalPayload:
         error: _ErrorPart = {"error": self.error} if self.error is not None else {}
@@ -398,8 +393,6 @@ class FinalEvent:
             out["route"] = self.route
         if self.target is not None:
             out["target"] = self.target
-        if self.truncated:
-            out["truncated"] = True
         return out
 
 

@@ -39,7 +39,10 @@ WINDOW = 32
 Enough for the reader to take whole batches while it keeps up (its send buffers behind it), small
 enough that a stalled reader pins a few kilobytes, not a whole answer."""
 
-__all__ = ["BATCH_BYTES", "Budget", "Sink", "StreamInfo", "StreamLog", "StreamRecord", "fitted_final"]
+__all__ = ["BATCH_BYTES", "CUT_MARKER", "Budget", "Sink", "StreamInfo", "StreamLog", "StreamRecord", "fitted_final"]
+
+CUT_MARKER = "… [truncated: this final passed the stream's byte cap]"
+"""Ends the text of a final kept cut (`fitted_final`)."""
 
 Sink = Callable[["StreamLog", int, bytes, bool], None]
 """Told of every appended frame (log, seq, frame, is_final): a persisting store's hook."""
@@ -273,16 +276,16 @@ class StreamLog:
 
 
 def fitted_final(final: FinalEvent, seq: int, limit: int) -> tuple[FinalEvent, bytes]:
-    """A final whose frame passed a log's byte cap, cut to fit it (`truncated: true`): reasoning
-    and the run's added messages left out, the text shortened on a character boundary. What no
-    cut can shrink (status, usage, error, tool calls) is kept whole."""
-    slim = dataclasses.replace(final, message=AssistantMessage(tool_calls=final.message.tool_calls), messages=(),
-                               truncated=True)
+    """A final whose frame passed a log's byte cap, cut to fit it: reasoning and the run's added
+    messages left out, the text shortened on a character boundary and ended by `CUT_MARKER`. What
+    no cut can shrink (status, usage, error, tool calls) is kept whole."""
+    slim = dataclasses.replace(final, message=AssistantMessage(content=CUT_MARKER,
+                                                               tool_calls=final.message.tool_calls), messages=())
     frame = encode_frame(seq, slim)
     text = final.message.content.encode("utf-8", "surrogatepass")
     room = limit - len(frame)
     while room > 0 and text:  # JSON escapes can make the text longer on the wire: shrink until it fits
-        content = text[:room].decode("utf-8", "ignore")
+        content = text[:room].decode("utf-8", "ignore") + CUT_MARKER
         fitted = dataclasses.replace(slim, message=dataclasses.replace(slim.message, content=content))
         candidate = encode_frame(seq, fitted)
         if len(candidate) <= limit:
