@@ -123,9 +123,9 @@ class SSEDecoder:
         if len(raw) > self._max_line:
             raise SSELimitExceeded(f"an event-stream line passed {self._max_line} bytes")
         if raw[:5] == b"data:":  # as in feed(): the value decoded once, no copies of the whole line
-            value = raw[6:] if raw[5:6] == b" " else raw[5:]
-            self._grow(len(value))
-            self._data.append(value.decode("utf-8", "replace"))
+            data = raw[6:] if raw[5:6] == b" " else raw[5:]
+            self._grow(len(data))
+            self._data.append(data.decode("utf-8", "replace"))
             return
         line = raw.decode("utf-8", "replace")
         if line[0] == ":":
