@@ -124,6 +124,7 @@ def _warn_unknown() -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from app.api.deadline import deadline_protocol
     from app.lifecycle import SERVER_CLOSE_SECONDS
     from app.main import create_app
     from app.observability import logging_config
@@ -133,7 +134,8 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings)  # a ConfigError here (a route naming no served provider) is exit 2 too
     uvicorn.run(app, host=args.host, port=args.port, log_config=logging_config(settings.log_level, settings.log_json),
                 access_log=False,  # the gateway logs one line per request itself
-                timeout_graceful_shutdown=int(SERVER_CLOSE_SECONDS), proxy_headers=True)
+                timeout_graceful_shutdown=int(SERVER_CLOSE_SECONDS), proxy_headers=True,
+                http=deadline_protocol(settings.request_timeout_seconds))
     return 0
 
 

@@ -17,11 +17,12 @@ __all__ = ["GROUPS", "STRUCTURED", "ConfigError", "group_of", "read_config_file"
 
 
 GROUPS: dict[str, tuple[str, ...]] = {
-    "http": ("max_body_bytes", "ping_seconds", "send_timeout_seconds", "shutdown_grace_seconds", "stop_grace_seconds",
-             "max_active_runs"),
+    "http": ("max_body_bytes", "ping_seconds", "request_timeout_seconds", "send_timeout_seconds",
+             "shutdown_grace_seconds", "stop_grace_seconds", "max_active_runs"),
     "streams": ("stream_ttl_seconds", "max_stream_events", "max_stream_bytes", "max_streams", "max_store_bytes",
                 "redis_url", "redis_timeout_seconds", "redis_lease_seconds", "redis_max_pending_bytes"),
-    "upstream": ("connect_timeout", "read_timeout", "upstream_max_retries", "openai_api_key", "openai_base_url",
+    "upstream": ("connect_timeout", "read_timeout", "upstream_max_retries", "upstream_max_body_bytes",
+                 "upstream_max_event_bytes", "openai_api_key", "openai_base_url",
                  "anthropic_api_key", "anthropic_base_url", "gemini_api_key", "gemini_base_url"),
     "routing": ("retry_backoff_seconds", "retry_backoff_max_seconds", "retry_after_max_seconds",
                 "first_token_timeout", "total_timeout", "max_first_token_timeout", "max_idle_timeout",

@@ -26,9 +26,9 @@ from app.auth.policy import MODEL_PATTERN_RE, ConfiguredKey, Price, known_valida
 from app.config_file import read_config_file
 from app.core.errors import RequestError
 from app.lifecycle import drain_budget
-from app.providers.config import CompatibleProvider, ProviderConfig
+from app.providers.config import CompatibleProvider, ProviderConfig, ReadLimits
 from app.routing.config import RouteConfig, route_cycle
-from app.tools.config import ToolConfig, default_tools
+from app.tools.config import HttpToolConfig, ToolConfig, default_tools
 from app.validation import ValidatorSpec, check_specs
 
 __all__ = ["CompatibleProvider", "Settings"]  # CompatibleProvider: app/providers/config.py
@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     # HTTP edge
     max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest accepted request body.")
     ping_seconds: float = Field(default=5.0, gt=0, description="SSE keep-alive comment after this much silence.")
+    request_timeout_seconds: float = Field(
+        default=30.0, gt=0, le=3600, description="Longest a request's head and body may take to arrive (from the "
+                                                 "connection or the request's first byte); then 408 and closed. "
+                                                 "Applied by `foundry-gateway serve`.")
     send_timeout_seconds: float = Field(
         default=30.0, gt=0, description="An SSE reader whose send is stuck this long (it stopped reading) is dropped."
     )
@@ -91,6 +95,12 @@ class Settings(BaseSettings):
         default=1, ge=0, le=10, description="Retries of one routing target before its response starts (connection "
                                             "errors, 429, 5xx), by the router; the SDKs never retry a streamed call."
     )
+    upstream_max_body_bytes: int = Field(
+        default=1 << 20, ge=1024, le=1 << 30, description="Most bytes of an upstream error answer (or a JSON answer "
+                                                          "where an event stream was asked) read, after decompression.")
+    upstream_max_event_bytes: int = Field(
+        default=1 << 20, ge=1024, le=1 << 30, description="Longest upstream SSE line, and most data in one upstream "
+                                                          "SSE event; past it the run ends `upstream_protocol_error`.")
     openai_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key"),
         description="OpenAI's key: serves `openai/*` and `openai-responses/*` (unset: not served).")
@@ -273,6 +283,7 @@ class Settings(BaseSettings):
                                                  self.admin_key, self.metrics_token, self.redis_url, self.database_url)
                   if s is not None]
         values += [key for p in self.providers if (key := p.api_key())]
+        values += [v.get_secret_value() for t in self.tools if isinstance(t, HttpToolConfig) for v in t.headers.values()]
         values += [v for k, v in os.environ.items() if _SECRET_NAME.search(k)]
         for url in (self.redis_url, self.database_url):
             password = urlsplit(url.get_secret_value()).password if url is not None else None
@@ -291,6 +302,7 @@ class Settings(BaseSettings):
             anthropic_api_key=self.anthropic_api_key, anthropic_base_url=self.anthropic_base_url,
             gemini_api_key=self.gemini_api_key, gemini_base_url=self.gemini_base_url,
             compatible=tuple(self.providers), aliases=dict(self.aliases),
+            limits=ReadLimits(max_body_bytes=self.upstream_max_body_bytes, max_event_bytes=self.upstream_max_event_bytes),
         )
 
     @field_validator("keys")

@@ -21,7 +21,7 @@ from starlette.routing import Route
 from app.core.errors import GatewayError
 from app.core.messages import Message
 from app.providers.base import ProviderRequest
-from app.providers.config import ProviderConfig
+from app.providers.config import ProviderConfig, ReadLimits
 from app.providers.gemini import GeminiAdapter, build_gemini
 from tests.support import recordings, serve
 from tests.test_transport import RawUpstream, writes
@@ -151,8 +151,9 @@ async def test_credentials_in_the_base_url_are_sent_as_basic_auth() -> None:
 
 
 async def test_an_endless_error_body_is_read_only_in_part() -> None:
-    # An error answer whose body never ends: the adapter reads a bounded part and answers with it,
-    # rather than waiting out the read timeout holding whatever arrives.
+    # An error answer whose body never ends: the adapter reads a bounded part (the cap, here 64 KiB
+    # of the 128 KiB sent) and answers with it, rather than waiting out the read timeout holding
+    # whatever arrives.
     async def endless(reader: Any, writer: Any) -> None:
         writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
                      b"transfer-encoding: chunked\r\n\r\n")
@@ -163,7 +164,8 @@ async def test_an_endless_error_body_is_read_only_in_part() -> None:
 
     upstream = RawUpstream(endless)
     async with upstream.running(path="") as base:
-        config = ProviderConfig(gemini_api_key=SecretStr(KEY), gemini_base_url=base, read_timeout=30)
+        config = ProviderConfig(gemini_api_key=SecretStr(KEY), gemini_base_url=base, read_timeout=30,
+                                limits=ReadLimits(max_body_bytes=1 << 16))
         adapter: Any = build_gemini(config, {})["gemini"]
         try:
             with pytest.raises(GatewayError) as caught:

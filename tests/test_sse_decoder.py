@@ -75,3 +75,43 @@ def test_blank_line_without_data_dispatches_nothing_and_resets_event_name():
 
 def test_invalid_utf8_is_replaced_not_fatal():
     assert decode([b"data: \xff\xfe\n\n"]) == [SSEEvent("message", "\ufffd\ufffd")]
+
+
+def test_empty_reads_between_a_cr_and_its_lf_change_nothing():
+    assert decode([b"data: a\r", b"", b"\n", b"data: b\r\n\r\n"]) == [SSEEvent("message", "a\nb")]
+
+
+@pytest.mark.parametrize("step", [1, 7, 4096])
+def test_a_line_past_the_cap_raises_however_it_is_split(step):
+    from app.providers.sse import SSELimitExceeded
+    body = b"data: " + b"x" * 200 + b"\n\n"
+    d = SSEDecoder(max_line_bytes=100, max_event_bytes=1000)
+    with pytest.raises(SSELimitExceeded):
+        for i in range(0, len(body), step):
+            d.feed(body[i:i + step])
+
+
+def test_an_event_past_the_cap_raises_though_each_line_is_within_it():
+    from app.providers.sse import SSELimitExceeded
+    d = SSEDecoder(max_line_bytes=100, max_event_bytes=250)
+    assert d.feed(b"data: " + b"y" * 90 + b"\n" + b"data: " + b"y" * 90 + b"\n") == []
+    with pytest.raises(SSELimitExceeded):
+        d.feed(b"data: " + b"y" * 90 + b"\n")
+
+
+def test_lines_and_events_at_the_cap_pass():
+    d = SSEDecoder(max_line_bytes=100, max_event_bytes=100)
+    body = b"data:" + b"z" * 95 + b"\n\n"
+    assert decode([body]) == [SSEEvent("message", "z" * 95)]
+    assert [e for i in range(0, len(body), 3) for e in d.feed(body[i:i + 3])] == [SSEEvent("message", "z" * 95)]
+
+
+def test_a_line_that_never_ends_is_buffered_in_linear_time():
+    """16 MiB in 16 KiB reads without a line end: the decoder searches only each new read. The
+    old one re-joined the whole buffer per read (~8 GiB copied here); counted by the bytes the
+    decoder searched, not by a clock."""
+    d = SSEDecoder(max_line_bytes=32 << 20)
+    chunk = b"x" * 16384
+    for _ in range(1024):
+        assert d.feed(chunk) == []
+    assert d.flush() == []  # a field name with no colon: ignored

@@ -92,3 +92,39 @@ async def test_the_mock_scenario_runs_the_builtin_calculator_for_real():
     assert [e for _, e, _ in events] == ["start", "token", "tool_call", "tool_call", "tool_result", "token", "final"]
     assert 'foundry_tool_executions_total{outcome="ok",tool="calculator"} 1.0' in metrics
     assert events[-1][2]["steps"] == 2 and events[-1][2]["message"]["content"] == "Sum is 4"
+
+
+async def test_an_http_tool_quoting_its_header_secret_back_has_it_redacted_everywhere(tmp_path):
+    """The endpoint echoes the request's headers (and, for the second call, fails quoting them):
+    the configured header value reaches no `tool_result`, transcript or run record."""
+    secret = "tool-header-secret-0123456789"
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, PlainTextResponse
+    from starlette.routing import Route
+
+    async def echo(request: Request):
+        body = await request.json()
+        if body["tool_call_id"] == "c2":
+            return PlainTextResponse(f"denied for token {request.headers['x-tool-token']}", status_code=500)
+        return JSONResponse({"seen": dict(request.headers)})
+
+    adapter = StepAdapter(calls_step(("c1", "echo", {}), ("c2", "echo", {})), answer_step("done"))
+    async with serve(Starlette(routes=[Route("/echo", echo, methods=["POST"])])) as tool_url:
+        config = HttpToolConfig(name="echo", url=f"{tool_url}/echo", timeout=5, headers={"x-tool-token": secret})
+        settings = Settings(tools=[config], data_dir=str(tmp_path))
+        async with serve(create_app(settings, adapters={"fake": adapter})) as url, httpx.AsyncClient(base_url=url) as c:
+            r = await c.post("/v1/stream", json=ASK)
+            stream_id = r.headers["x-stream-id"]
+            transcript = (await c.get(f"/v1/stream/{stream_id}/transcript")).text
+    # that gateway shut down (its records written); a new one on the same database serves them
+    async with serve(create_app(settings, adapters={"fake": adapter})) as url, httpx.AsyncClient(base_url=url) as c:
+        record = await c.get(f"/v1/runs/{stream_id}")
+        stored = await c.get(f"/v1/stream/{stream_id}/transcript")
+    assert stored.status_code == 200 and "[redacted]" in stored.text
+    results = [d for _, e, d in parse_sse(r.content) if e == "tool_result"]
+    assert len(results) == 2 and results[1]["is_error"]
+    assert "[redacted]" in results[0]["content"] and "[redacted]" in results[1]["content"]
+    assert record.status_code == 200
+    for text in (r.text, transcript, record.text, stored.text, str(adapter.requests[1].messages)):
+        assert secret not in text

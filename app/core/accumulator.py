@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from app.core import safejson
 from app.core.errors import UpstreamError
 from app.core.events import (
     ReasoningBlockEnd,
@@ -274,7 +275,7 @@ class Accumulator:
         else:
             raw = "".join(record.fragments)
             try:
-                arguments = orjson.loads(raw) if raw.strip() else {}
+                arguments = safejson.loads(raw) if raw.strip() else {}
             except orjson.JSONDecodeError as exc:
                 raise UpstreamError(
                     f"tool call {record.id} ({record.name}) arguments are not valid JSON: {exc}",

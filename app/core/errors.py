@@ -9,6 +9,10 @@
      |    +-- UpstreamNotFound      unknown model upstream (404)
      +-- UpstreamBlocked            the provider refused the content (final status "blocked")
 
+Upstream text (the message and details of an `UpstreamError` or `UpstreamBlocked`) is cut to
+`UPSTREAM_TEXT_BYTES` of UTF-8 on a character boundary, with a marker, after the secrets are
+scrubbed: a provider's 5 MiB error message reaches no caller, record or log line whole.
+
 Raised before the first event, a GatewayError becomes the HTTP status and JSON body of
 DESIGN.md section 1; raised after it, it becomes `final{status: "error"}` with `error` set to
 its `info()`. `status` is the HTTP status of the first case only: the run never reads it (the
@@ -39,7 +43,11 @@ __all__ = [
     "UpstreamNotFound",
     "UpstreamRateLimited",
     "UpstreamTimeout",
+    "UPSTREAM_TEXT_BYTES",
+    "clip_text",
 ]
+
+UPSTREAM_TEXT_BYTES = 1024
 
 FinalStatus = Literal["ok", "blocked", "error", "cancelled"]
 
@@ -191,7 +199,42 @@ class RequestError(GatewayError):
     code = "invalid_request"
 
 
-class UpstreamError(GatewayError):
+def clip_text(text: str, limit: int = UPSTREAM_TEXT_BYTES) -> str:
+    """`text` in at most `limit` bytes of UTF-8 (whole characters), then a marker if it was cut."""
+    if len(text) * 4 <= limit:
+        return text
+    encoded = text.encode("utf-8", "surrogatepass")
+    if len(encoded) <= limit:
+        return text
+    return encoded[:limit].decode("utf-8", "ignore") + _CUT
+
+
+_CUT = "… [truncated]"
+_SCRUB_WINDOW = 4 * UPSTREAM_TEXT_BYTES
+"""Upstream text is cut to this many characters before the (regex) scrub and to the limit after it:
+scrubbing a huge text costs nothing, and a key straddling the final cut is already redacted."""
+_DETAILS = ("upstream_type", "upstream_code", "request_id", "reason", "block_reason", "retry_after")
+
+
+class _UpstreamText(GatewayError):
+    """A GatewayError whose text comes from the provider: clipped (module docstring)."""
+
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        for name in _DETAILS:
+            if isinstance(value := kwargs.get(name), str):
+                kwargs[name] = value[:_SCRUB_WINDOW]
+        super().__init__(message[:_SCRUB_WINDOW], **kwargs)
+        clipped = clip_text(self.message)
+        if len(message) > _SCRUB_WINDOW and not clipped.endswith(_CUT):
+            clipped += _CUT
+        self.message = clipped
+        self.args = (clipped,)
+        for name in _DETAILS:
+            if isinstance(value := getattr(self, name), str):
+                setattr(self, name, clip_text(value))
+
+
+class UpstreamError(_UpstreamText):
     status = 502
     code = "upstream_error"
 
@@ -218,7 +261,7 @@ class UpstreamNotFound(UpstreamError):
     code = "model_not_found"
 
 
-class UpstreamBlocked(GatewayError):
+class UpstreamBlocked(_UpstreamText):
     """The provider refused the prompt or the output (e.g. Gemini promptFeedback.blockReason)."""
 
     status = 400

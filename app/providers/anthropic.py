@@ -32,7 +32,7 @@ from app.providers.anthropic_convert import (
 )
 from app.providers.anthropic_stream import AnthropicNormalizer
 from app.providers.base import RAW_STREAM, ProviderAdapter, ProviderRequest, SSEPatchStream, sse_body
-from app.providers.config import ProviderConfig
+from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, status_error, transport_error
 from app.providers.http import anthropic_http_client, upstream_timeout
 
@@ -81,10 +81,12 @@ def _status_error(exc: anthropic.APIStatusError, provider: str) -> UpstreamError
 class AnthropicAdapter(ProviderAdapter):
     """Messages API through an injected `AsyncAnthropic`; streams are read as raw bytes."""
 
-    def __init__(self, client: anthropic.AsyncAnthropic, *, name: str = "anthropic", owns_client: bool = False) -> None:
+    def __init__(self, client: anthropic.AsyncAnthropic, *, name: str = "anthropic", owns_client: bool = False,
+                 limits: ReadLimits = DEFAULT_LIMITS) -> None:
         self.name = name
         self._client = client
         self._owns_client = owns_client
+        self._limits = limits
 
     def ready(self) -> bool:
         return True  # built only when a key or a client is configured (build_anthropic)
@@ -107,7 +109,7 @@ class AnthropicAdapter(ProviderAdapter):
         body["stream"] = True
         with anthropic_errors(self.name):
             http = await self._client.post("/v1/messages", body=body, cast_to=httpx2.Response, options=RAW_STREAM)
-        return await sse_body(http, AnthropicNormalizer(), provider=self.name)
+        return await sse_body(http, AnthropicNormalizer(), provider=self.name, limits=self._limits)
 
 
 # -- registry builder -------------------------------------------------------------------------
@@ -117,7 +119,7 @@ def build_anthropic(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[
     """`anthropic` from an injected client, else from ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL."""
     client = clients.get("anthropic")
     if client is not None:
-        return {"anthropic": AnthropicAdapter(client)}
+        return {"anthropic": AnthropicAdapter(client, limits=config.limits)}
     if config.anthropic_api_key is None:
         return {}
     client = anthropic.AsyncAnthropic(
@@ -125,6 +127,7 @@ def build_anthropic(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[
         base_url=config.anthropic_base_url,
         max_retries=config.max_retries,  # only before a response starts: no duplicate output
         timeout=upstream_timeout(connect=config.connect_timeout, read=config.read_timeout),
-        http_client=anthropic_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout),
+        http_client=anthropic_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
+                                          max_body_bytes=config.limits.max_body_bytes),
     )
-    return {"anthropic": AnthropicAdapter(client, owns_client=True)}
+    return {"anthropic": AnthropicAdapter(client, owns_client=True, limits=config.limits)}

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import orjson
 
+from app.core import safejson
 from app.core.errors import UpstreamError
 from app.core.events import StopReason
 from app.core.patches import (
@@ -188,7 +189,7 @@ class AnthropicNormalizer:
         if event.event == "ping" or self._done:
             return
         try:
-            data = orjson.loads(event.data)
+            data = safejson.loads(event.data)
         except orjson.JSONDecodeError:
             raise UpstreamError(
                 f"anthropic: undecodable stream event {event.event!r}", code="upstream_protocol_error",

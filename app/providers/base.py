@@ -24,8 +24,9 @@ from app.core.events import FinalEvent, ReasoningBlockEnd, StreamEvent
 from app.core.messages import AdapterError, Message, ToolSpec, assistant_message
 from app.core.patches import Patch
 from app.core.released import Released
+from app.providers.config import DEFAULT_LIMITS, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, read_error
-from app.providers.sse import SSEDecoder, SSEEvent
+from app.providers.sse import SSEDecoder, SSEEvent, SSELimitExceeded
 
 __all__ = [
     "RAW_STREAM",
@@ -145,9 +146,10 @@ def mid_stream_errors(provider: str) -> Iterator[None]:
 
 
 class SSEPatchStream:
-    """An SSE body, parsed once: bytes -> SSEDecoder -> normalizer -> patch batches."""
+    """An SSE body, parsed once: bytes -> SSEDecoder -> normalizer -> patch batches. A line or an
+    event past `limits.max_event_bytes` ends it with `upstream_protocol_error`."""
 
-    __slots__ = ("_chunks", "_normalizer", "_close", "_provider", "_closed")
+    __slots__ = ("_chunks", "_normalizer", "_close", "_provider", "_closed", "_limits")
 
     def __init__(
         self,
@@ -156,7 +158,9 @@ class SSEPatchStream:
         *,
         close: Callable[[], Awaitable[None]],
         provider: str,
+        limits: ReadLimits = DEFAULT_LIMITS,
     ) -> None:
+        self._limits = limits
         self._chunks = chunks
         self._normalizer = normalizer
         self._close = close
@@ -164,10 +168,10 @@ class SSEPatchStream:
         self._closed = False
 
     async def __aiter__(self) -> AsyncIterator[list[Patch]]:
-        decoder = SSEDecoder()
+        decoder = SSEDecoder(max_line_bytes=self._limits.max_event_bytes, max_event_bytes=self._limits.max_event_bytes)
         feed = self._normalizer.feed
         try:
-            with mid_stream_errors(self._provider):
+            with mid_stream_errors(self._provider), _decoding_limits(self._provider):
                 async for chunk in self._chunks:
                     events = decoder.feed(chunk)
                     if events:
@@ -202,18 +206,28 @@ class SSEPatchStream:
                 await self._close()
 
 
-async def sse_body(response: httpx2.Response, normalizer: StreamNormalizer, *, provider: str) -> SSEPatchStream:
+@contextlib.contextmanager
+def _decoding_limits(provider: str) -> Iterator[None]:
+    try:
+        yield
+    except SSELimitExceeded as exc:
+        raise UpstreamError(f"{provider}: {exc}", code="upstream_protocol_error", provider=provider) from None
+
+
+async def sse_body(response: httpx2.Response, normalizer: StreamNormalizer, *, provider: str,
+                   limits: ReadLimits = DEFAULT_LIMITS) -> SSEPatchStream:
     """An open streaming response as patches.
 
     A JSON body where an event stream was asked for (a proxy that dropped `stream`, Gemini's
-    `alt=sse` ignored) is an upstream error before the first event, with the body's start.
+    `alt=sse` ignored) is an upstream error before the first event, with the body's start (read
+    no further than that).
     """
     if response.headers.get("content-type", "").startswith("application/json"):
         with mid_stream_errors(provider):
             text = (await bounded_body(response, 500)).decode("utf-8", "replace")
         raise UpstreamError(f"{provider}: expected an event stream, got JSON: {text}", provider=provider)
-    chunks = response.aiter_bytes()  # decoded as the response says (gzip, br), each read as it arrives
-    return SSEPatchStream(chunks, normalizer, close=response.aclose, provider=provider)
+    chunks = response.aiter_bytes()  # decoded as the response says (gzip, br), in pieces of at most 1 MiB
+    return SSEPatchStream(chunks, normalizer, close=response.aclose, provider=provider, limits=limits)
 
 
 async def bounded_body(response: httpx2.Response, limit: int = 65536) -> bytes:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-__all__ = ["PROVIDER_NAME_RE", "CompatibleProvider", "ProviderConfig"]
+__all__ = ["DEFAULT_LIMITS", "PROVIDER_NAME_RE", "CompatibleProvider", "ProviderConfig", "ReadLimits"]
 
 PROVIDER_NAME_RE = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
 
@@ -36,6 +36,19 @@ class CompatibleProvider(BaseModel):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReadLimits:
+    """How much of an upstream answer the gateway reads (DESIGN.md section 4: every read bounded)."""
+
+    max_body_bytes: int = 1 << 20
+    """An error answer's body (or a JSON one where an event stream was asked), after decompression."""
+    max_event_bytes: int = 1 << 20
+    """One SSE line, and one SSE event's data."""
+
+
+DEFAULT_LIMITS = ReadLimits()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProviderConfig:
     connect_timeout: float = 10.0
     read_timeout: float = 120.0
@@ -51,3 +64,4 @@ class ProviderConfig:
     compatible: tuple[CompatibleProvider, ...] = ()
     aliases: Mapping[str, str] = field(default_factory=dict)
     """Model aliases: alias -> provider/model."""
+    limits: ReadLimits = field(default_factory=ReadLimits)

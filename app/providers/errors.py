@@ -19,6 +19,8 @@ httpx2's or the SDK's class otherwise.
 from __future__ import annotations
 
 import asyncio
+import email.utils
+import time
 
 import aiohttp
 import anthropic
@@ -33,8 +35,10 @@ from app.core.errors import (
     UpstreamTimeout,
 )
 
-__all__ = ["CONNECTION_ERRORS", "is_timeout", "read_error", "retryable_status", "status_error", "stream_error",
-           "transport_error"]
+__all__ = ["CONNECTION_ERRORS", "RETRY_AFTER_MAX", "is_timeout", "read_error", "retryable_status", "sane_retry_after",
+           "status_error", "stream_error", "transport_error"]
+
+RETRY_AFTER_MAX = 3600
 
 CONNECTION_ERRORS: tuple[type[Exception], ...] = (
     httpx2.TransportError, aiohttp.ClientError, openai.APIConnectionError, anthropic.APIConnectionError,
@@ -65,6 +69,28 @@ def retryable_status(status: int | None) -> bool:
     return status is not None and (status in (408, 429) or status >= 500)
 
 
+def sane_retry_after(value: str | None) -> str | None:
+    """An upstream `Retry-After` as the gateway passes it on: whole seconds (RFC 9110 section
+    10.2.3: delay-seconds, or an HTTP-date made relative), clamped to 1..RETRY_AFTER_MAX; None
+    for anything else (`nan`, `-5`, `1e309`, `2.5`, a value carrying other text)."""
+    if value is None:
+        return None
+    text = value.strip(" ")
+    if text.isascii() and text.isdigit():
+        seconds = RETRY_AFTER_MAX if len(text) > 6 else int(text)
+    elif 20 <= len(text) <= 40 and text.isprintable():
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = round(min(when.timestamp() - time.time(), RETRY_AFTER_MAX))
+    else:
+        return None
+    return str(min(max(seconds, 1), RETRY_AFTER_MAX))
+
+
 def status_error(
     status: int,
     detail: str,
@@ -83,7 +109,7 @@ def status_error(
               retryable: bool | None = None) -> UpstreamError:
         return cls(message, code=code, retryable=retryable, provider=provider, upstream_status=status,
                    upstream_code=upstream_code, upstream_type=upstream_type, request_id=request_id,
-                   retry_after=retry_after if status == 429 else None)
+                   retry_after=sane_retry_after(retry_after) if status == 429 else None)
 
     if 300 <= status < 400:  # never followed: the request carries the gateway's credential (DESIGN.md section 4)
         return error(UpstreamError, f"{provider}: the provider answered a redirect (HTTP {status}); redirects are "

@@ -43,6 +43,7 @@ from urllib.parse import quote, urlsplit
 import httpx2
 import orjson
 
+from app.core import safejson
 from app.core.errors import (
     GatewayError,
     RequestError,
@@ -50,7 +51,7 @@ from app.core.errors import (
 )
 from app.core.messages import AdapterError, Message, ToolSpec, thaw
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, bounded_body, sse_body
-from app.providers.config import ProviderConfig
+from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, status_error, transport_error
 from app.providers.gemini_stream import GeminiNormalizer
 from app.providers.http import gemini_http_client
@@ -124,7 +125,7 @@ def _model_parts(message: Message, provider: str) -> list[dict[str, Any]]:
 
 def _tool_response(content: str) -> dict[str, Any]:
     try:
-        value = orjson.loads(content)
+        value = safejson.loads(content)
     except orjson.JSONDecodeError:
         value = None
     return value if isinstance(value, dict) else {"output": content}
@@ -208,7 +209,7 @@ def error_answer(status: int, headers: Mapping[str, str], body: bytes, provider:
     """An HTTP error answer (DESIGN.md section 1): 400 with the upstream message, bad key (Gemini
     says 400 API_KEY_INVALID) / 401 / 403 -> 502, 404, 429 with Retry-After, 5xx -> 502."""
     try:
-        error = orjson.loads(body).get("error") or {}
+        error = safejson.loads(body).get("error") or {}
     except (orjson.JSONDecodeError, AttributeError):
         error = {}
     if not isinstance(error, dict):
@@ -246,9 +247,11 @@ class GeminiAdapter(ProviderAdapter):
         base_url: str | None = None,
         name: str = "gemini",
         owns_client: bool = False,
+        limits: ReadLimits = DEFAULT_LIMITS,
     ) -> None:
         self.name = name
         self._client = client
+        self._limits = limits
         self._headers = {"content-type": "application/json"}
         if api_key:
             self._headers["x-goog-api-key"] = api_key
@@ -289,9 +292,9 @@ class GeminiAdapter(ProviderAdapter):
             response = await client.send(client.build_request("POST", url, content=body, headers=self._headers),
                                          stream=True, follow_redirects=False)
             if response.status_code >= 300:
-                payload = await bounded_body(response)
+                payload = await bounded_body(response, self._limits.max_body_bytes)
                 raise error_answer(response.status_code, response.headers, payload, self.name)
-        return await sse_body(response, GeminiNormalizer(provider=self.name), provider=self.name)
+        return await sse_body(response, GeminiNormalizer(provider=self.name), provider=self.name, limits=self._limits)
 
 
 # -- registry builder -------------------------------------------------------------------------
@@ -305,9 +308,11 @@ def build_gemini(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
     if client is not None:
         if not isinstance(client, httpx2.AsyncClient):
             raise TypeError(f"clients['gemini'] must be an httpx2.AsyncClient, got {type(client).__name__}")
-        return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url)}
+        return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url, limits=config.limits)}
     if not key:
         return {}
     # app/routing retries, counting each attempt once; redirects are not followed (http.py).
-    client = gemini_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout)
-    return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url, owns_client=True)}
+    client = gemini_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
+                                max_body_bytes=config.limits.max_body_bytes)
+    return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url, owns_client=True,
+                                    limits=config.limits)}

@@ -37,6 +37,7 @@ from typing import Any
 
 import orjson
 
+from app.core import safejson
 from app.core.errors import GatewayError, UpstreamBlocked, UpstreamError
 from app.core.events import StopReason
 from app.core.patches import (
@@ -157,7 +158,7 @@ class GeminiNormalizer:
         if self._failure is not None:
             return
         try:
-            self._chunk(orjson.loads(event.data), out)
+            self._chunk(safejson.loads(event.data), out)
         except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:  # not JSON, or not the shape
             self._fail(f"malformed chunk ({exc}): {event.data[:200]!r}")
 

@@ -12,18 +12,28 @@ about 1.8x the CPU per request and about 2.5x the round trip of the path on `Def
 not close, so aiohttp. The numbers, and plain aiohttp as the floor, are in the bench's output.
 
 Each client: the gateway's connect and read timeouts, a bounded pool, the proxy environment
-honoured (`trust_env`: HTTP(S)_PROXY / NO_PROXY through httpx2's mounts), and redirects never
-followed: a provider's credential must not go to another origin, so a 3xx is an upstream error.
+honoured (`trust_env`: HTTP(S)_PROXY / NO_PROXY through httpx2's mounts), redirects never
+followed (a provider's credential must not go to another origin, so a 3xx is an upstream error),
+and every answer that is not a 2xx read only up to `max_body_bytes` after decompression
+(`BoundedAnswers`): the SDKs read an error answer whole before raising their typed error, and a
+gzip body of 300 KB can inflate to 300 MiB. httpx2 inflates in pieces of at most 1 MiB, so the
+bound holds for memory too.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import anthropic
 import httpx2
 import openai
 from httpx_aiohttp.httpx2 import Httpx2AiohttpClient
 
-__all__ = ["UPSTREAM_LIMITS", "anthropic_http_client", "gemini_http_client", "openai_http_client", "upstream_timeout"]
+__all__ = ["UPSTREAM_LIMITS", "BoundedAnswers", "anthropic_http_client", "bounded_answer", "gemini_http_client",
+           "openai_http_client", "upstream_timeout"]
+
+MAX_BODY_BYTES = 1 << 20
+_FRAMING = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 
 UPSTREAM_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=30.0)
 """The SDKs' own default pool size; idle connections kept 30 s (providers keep theirs ~60 s+)."""
@@ -34,27 +44,73 @@ def upstream_timeout(*, connect: float, read: float) -> httpx2.Timeout:
     return httpx2.Timeout(read, connect=connect)
 
 
-def openai_http_client(*, connect_timeout: float, read_timeout: float) -> httpx2.AsyncClient:
-    """The OpenAI SDK's aiohttp client with the gateway's timeouts, pool and redirect rule."""
-    client: httpx2.AsyncClient = openai.DefaultAioHttpClient(
-        timeout=upstream_timeout(connect=connect_timeout, read=read_timeout), limits=UPSTREAM_LIMITS,
-        follow_redirects=False, trust_env=True,
-    )
-    return client
+async def bounded_answer(response: httpx2.Response, limit: int) -> httpx2.Response:
+    """The same answer with at most `limit` bytes of its decoded body, already read (the rest is
+    never read: the response is closed)."""
+    body = bytearray()
+    try:
+        async for part in response.aiter_bytes():
+            body += part
+            if len(body) >= limit:
+                break
+    finally:
+        await response.aclose()
+    content = bytes(body[:limit])
+    headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _FRAMING]
+    headers.append(("content-length", str(len(content))))
+    return httpx2.Response(response.status_code, headers=headers, stream=httpx2.ByteStream(content),
+                           request=response.request, extensions=response.extensions)
 
 
-def anthropic_http_client(*, connect_timeout: float, read_timeout: float) -> httpx2.AsyncClient:
-    """The Anthropic SDK's aiohttp client with the gateway's timeouts, pool and redirect rule."""
-    client: httpx2.AsyncClient = anthropic.DefaultAioHttpClient(
-        timeout=upstream_timeout(connect=connect_timeout, read=read_timeout), limits=UPSTREAM_LIMITS,
-        follow_redirects=False, trust_env=True,
-    )
-    return client
+class BoundedAnswers(httpx2.AsyncClient):
+    """`send` (the one method every client path ends in) reads a non-2xx answer, and any answer
+    the caller did not ask to stream, only up to `max_body_bytes`: what an SDK then reads to
+    build its error is that much. A streamed 2xx is left to its reader (the SSE decoder's caps)."""
+
+    def __init__(self, *, max_body_bytes: int = MAX_BODY_BYTES, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_body_bytes = max_body_bytes
+
+    async def send(self, request: httpx2.Request, *, stream: bool = False, **kwargs: Any) -> httpx2.Response:
+        response = await super().send(request, stream=True, **kwargs)
+        if stream and response.status_code < 300:
+            return response
+        bounded = await bounded_answer(response, self.max_body_bytes)
+        if not stream:
+            await bounded.aread()
+        return bounded
 
 
-def gemini_http_client(*, connect_timeout: float, read_timeout: float) -> httpx2.AsyncClient:
+class _OpenAIClient(BoundedAnswers, openai.DefaultAioHttpClient):
+    pass
+
+
+class _AnthropicClient(BoundedAnswers, anthropic.DefaultAioHttpClient):
+    pass
+
+
+class _GeminiClient(BoundedAnswers, Httpx2AiohttpClient):
+    pass
+
+
+def _options(connect_timeout: float, read_timeout: float, max_body_bytes: int) -> dict[str, Any]:
+    return {"timeout": upstream_timeout(connect=connect_timeout, read=read_timeout), "limits": UPSTREAM_LIMITS,
+            "follow_redirects": False, "trust_env": True, "max_body_bytes": max_body_bytes}
+
+
+def openai_http_client(*, connect_timeout: float, read_timeout: float,
+                       max_body_bytes: int = MAX_BODY_BYTES) -> httpx2.AsyncClient:
+    """The OpenAI SDK's aiohttp client with the gateway's timeouts, pool, redirect rule and read bound."""
+    return _OpenAIClient(**_options(connect_timeout, read_timeout, max_body_bytes))
+
+
+def anthropic_http_client(*, connect_timeout: float, read_timeout: float,
+                          max_body_bytes: int = MAX_BODY_BYTES) -> httpx2.AsyncClient:
+    """The Anthropic SDK's aiohttp client with the gateway's timeouts, pool, redirect rule and read bound."""
+    return _AnthropicClient(**_options(connect_timeout, read_timeout, max_body_bytes))
+
+
+def gemini_http_client(*, connect_timeout: float, read_timeout: float,
+                       max_body_bytes: int = MAX_BODY_BYTES) -> httpx2.AsyncClient:
     """An httpx2 client on aiohttp (the transport under the SDKs' `DefaultAioHttpClient`)."""
-    return Httpx2AiohttpClient(
-        timeout=upstream_timeout(connect=connect_timeout, read=read_timeout), limits=UPSTREAM_LIMITS,
-        follow_redirects=False, trust_env=True,
-    )
+    return _GeminiClient(**_options(connect_timeout, read_timeout, max_body_bytes))

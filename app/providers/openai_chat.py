@@ -25,7 +25,7 @@ from app.core.errors import (
 )
 from app.core.messages import AdapterError, Message, ToolSpec
 from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
-from app.providers.config import ProviderConfig
+from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, status_error, transport_error
 from app.providers.http import openai_http_client, upstream_timeout
 from app.providers.openai_chat_convert import (
@@ -184,12 +184,14 @@ class OpenAIAdapter(ProviderAdapter):
         include_usage: bool = True,
         max_tokens_field: str = "max_completion_tokens",
         owns_client: bool = False,
+        limits: ReadLimits = DEFAULT_LIMITS,
     ) -> None:
         self.name = name
         self._client = client
         self._include_usage = include_usage
         self._max_tokens_field = max_tokens_field
         self._owns_client = owns_client
+        self._limits = limits
 
     def ready(self) -> bool:
         return True  # built only when credentials are configured (build_openai)
@@ -244,7 +246,8 @@ class OpenAIAdapter(ProviderAdapter):
         with upstream_errors(self.name):
             http = await self._client.post("/chat/completions", body=params, cast_to=httpx2.Response,
                                            options=RAW_STREAM)
-        return await sse_body(http, ChatChunkNormalizer(provider=self.name), provider=self.name)
+        return await sse_body(http, ChatChunkNormalizer(provider=self.name), provider=self.name,
+                              limits=self._limits)
 
 
 # -- configuration ------------------------------------------------------------------------
@@ -259,7 +262,8 @@ def make_client(*, api_key: str, base_url: str, config: ProviderConfig) -> opena
         base_url=base_url,
         max_retries=config.max_retries,
         timeout=upstream_timeout(connect=config.connect_timeout, read=config.read_timeout),
-        http_client=openai_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout),
+        http_client=openai_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
+                                       max_body_bytes=config.limits.max_body_bytes),
     )
 
 
@@ -274,14 +278,14 @@ def build_openai(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
     client = clients.get("openai")
     key = config.openai_api_key.get_secret_value() if config.openai_api_key else ""
     if client is not None:
-        adapters["openai"] = OpenAIAdapter(client, name="openai")
+        adapters["openai"] = OpenAIAdapter(client, name="openai", limits=config.limits)
     elif key:
         client = make_client(api_key=key, base_url=config.openai_base_url or OPENAI_BASE_URL, config=config)
-        adapters["openai"] = OpenAIAdapter(client, name="openai", owns_client=True)
+        adapters["openai"] = OpenAIAdapter(client, name="openai", owns_client=True, limits=config.limits)
     for provider in config.compatible:
         # Compatible servers know max_tokens; max_completion_tokens is OpenAI's newer name.
         options: dict[str, Any] = {"name": provider.name, "include_usage": provider.include_usage,
-                                   "max_tokens_field": "max_tokens"}
+                                   "max_tokens_field": "max_tokens", "limits": config.limits}
         client = clients.get(provider.name)
         if client is not None:
             adapters[provider.name] = OpenAIAdapter(client, **options)

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from app.core import safejson
 from app.core.messages import AdapterError, Message, ToolCall, ToolSpec, thaw
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools, first_error
 
@@ -159,7 +160,7 @@ def _parse_arguments(raw: Any, j: int) -> Mapping[str, Any]:
         return {}
     if isinstance(raw, str):
         try:
-            raw = orjson.loads(raw)
+            raw = safejson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise AdapterError(f"tool_calls[{j}].function.arguments is not valid JSON: {exc}") from None
     if not isinstance(raw, Mapping):

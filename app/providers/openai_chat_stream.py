@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from app.core import safejson
 from app.core.errors import UpstreamError
 from app.core.events import StopReason
 from app.core.patches import (
@@ -251,7 +252,7 @@ class ChatChunkNormalizer:
 
     def _loads(self, data: str, *, lenient: bool = False) -> Any:
         try:
-            return orjson.loads(data)
+            return safejson.loads(data)
         except orjson.JSONDecodeError:
             if lenient:
                 return data

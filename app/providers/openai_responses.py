@@ -34,7 +34,7 @@ import orjson
 from app.core.errors import RequestError
 from app.core.messages import AdapterError, Message, ToolSpec, thaw
 from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
-from app.providers.config import ProviderConfig
+from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.openai_chat import OPENAI_BASE_URL, make_client, upstream_errors
 from app.providers.openai_responses_stream import ResponsesNormalizer
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools
@@ -150,10 +150,12 @@ class OpenAIResponsesAdapter(ProviderAdapter):
     SDK and transport errors are mapped by `openai_chat.upstream_errors`: same SDK, same rules.
     """
 
-    def __init__(self, client: openai.AsyncOpenAI, *, name: str = PROVIDER, owns_client: bool = False) -> None:
+    def __init__(self, client: openai.AsyncOpenAI, *, name: str = PROVIDER, owns_client: bool = False,
+                 limits: ReadLimits = DEFAULT_LIMITS) -> None:
         self.name = name
         self._client = client
         self._owns_client = owns_client
+        self._limits = limits
 
     def ready(self) -> bool:
         return True  # built only when credentials are configured (build_openai_responses)
@@ -177,7 +179,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         body = self._body(request)
         with upstream_errors(self.name):
             http = await self._client.post("/responses", body=body, cast_to=httpx2.Response, options=RAW_STREAM)
-        return await sse_body(http, ResponsesNormalizer(provider=self.name), provider=self.name)
+        return await sse_body(http, ResponsesNormalizer(provider=self.name), provider=self.name, limits=self._limits)
 
 
 # -- registry builder -------------------------------------------------------------------------
@@ -188,9 +190,9 @@ def build_openai_responses(config: ProviderConfig, clients: Mapping[str, Any]) -
     OPENAI_API_KEY / OPENAI_BASE_URL (with a client of its own, closed with the adapter)."""
     client = clients.get(PROVIDER) or clients.get("openai")
     if client is not None:
-        return {PROVIDER: OpenAIResponsesAdapter(client)}
+        return {PROVIDER: OpenAIResponsesAdapter(client, limits=config.limits)}
     if config.openai_api_key is None or not config.openai_api_key.get_secret_value():
         return {}
     client = make_client(api_key=config.openai_api_key.get_secret_value(),
                          base_url=config.openai_base_url or OPENAI_BASE_URL, config=config)
-    return {PROVIDER: OpenAIResponsesAdapter(client, owns_client=True)}
+    return {PROVIDER: OpenAIResponsesAdapter(client, owns_client=True, limits=config.limits)}

@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from app.core import safejson
 from app.core.errors import UpstreamError
 from app.core.events import StopReason
 from app.core.patches import (
@@ -128,7 +129,7 @@ class ResponsesNormalizer:
         if self._terminal or self._failure is not None:
             return
         try:
-            data = orjson.loads(event.data)
+            data = safejson.loads(event.data)
             self._event(data.get("type") or event.event, data, out)
         except (AttributeError, TypeError, ValueError) as exc:  # not JSON, or a field of the wrong type
             self._fail(f"malformed {event.event!r} event ({exc}): {event.data[:200]!r}")

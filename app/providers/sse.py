@@ -1,20 +1,31 @@
 """The one incremental SSE byte parser every provider shares.
 
 Bytes may be split anywhere, inside a line or inside a UTF-8 character: the same bytes give
-the same events. Lines end in LF, CRLF or a lone CR (a CR at the end of a chunk is held until
-the next chunk says whether an LF follows). UTF-8 is decoded per whole line. Field handling
+the same events. Lines end in LF, CRLF or a lone CR (a CR ends its line at once; an LF that
+starts the next chunk is then skipped). UTF-8 is decoded per whole line. Field handling
 follows the WHATWG event-stream interpretation: a blank line dispatches, `:` lines are
-comments, `data` lines join with LF, unknown fields are ignored. Two divergences, on purpose:
+comments, `data` lines join with LF, unknown fields are ignored. Three divergences, on purpose:
 1. `flush()` at the end of the body dispatches a last event that lacks its blank line
    (several servers omit it); the provider's own completion check still catches truncation.
 2. Undecodable bytes are replaced (U+FFFD), never fatal: the JSON parse reports them.
+3. Bounded: a line longer than `max_line_bytes`, or an event whose data passes
+   `max_event_bytes`, raises `SSELimitExceeded` (an upstream read is always bounded, DESIGN.md
+   section 4). Only the chunk just read is searched for a line end and the unfinished line is
+   kept in a `bytearray`, so a line that never ends costs time linear in its length.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["SSEDecoder", "SSEEvent"]
+__all__ = ["MAX_EVENT_BYTES", "SSEDecoder", "SSEEvent", "SSELimitExceeded"]
+
+MAX_EVENT_BYTES = 1 << 20
+"""The default cap on one line and on one event's data (FOUNDRY_UPSTREAM_MAX_EVENT_BYTES)."""
+
+
+class SSELimitExceeded(ValueError):
+    """A line or an event past the decoder's cap."""
 
 
 class SSEEvent(NamedTuple):
@@ -26,25 +37,43 @@ class SSEEvent(NamedTuple):
 
 
 class SSEDecoder:
-    __slots__ = ("_buf", "_event", "_data", "_id", "comments")
+    __slots__ = ("_buf", "_cr", "_event", "_data", "_size", "_id", "comments", "_max_line", "_max_event")
 
-    def __init__(self) -> None:
-        self._buf = b""
+    def __init__(self, *, max_line_bytes: int = MAX_EVENT_BYTES, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._buf = bytearray()
+        """The unfinished line (no line end in it)."""
+        self._cr = False
+        """The last chunk ended in CR: an LF starting the next one belongs to it."""
         self._event = ""
         self._data: list[str] = []
+        self._size = 0
+        """Bytes of `data` lines in the current event."""
         self._id: str | None = None
         self.comments = 0
+        self._max_line = max_line_bytes
+        self._max_event = max_event_bytes
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume bytes; return the events completed by them."""
-        buf = self._buf + chunk if self._buf else chunk
-        tail = b""
-        if b"\r" in buf:
-            if buf.endswith(b"\r"):
-                buf, tail = buf[:-1], b"\r"
-            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        lines = buf.split(b"\n")
-        self._buf = lines.pop() + tail
+        if not chunk:
+            return []
+        if self._cr:
+            self._cr = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        if b"\r" in chunk:
+            self._cr = chunk.endswith(b"\r")
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = chunk.split(b"\n")
+        rest = lines.pop()
+        if not lines:  # no line ended in this chunk
+            self._hold(rest)
+            return []
+        if self._buf:
+            lines[0] = bytes(self._buf + lines[0])
+            self._buf = bytearray()
+        if rest:
+            self._hold(rest)
         out: list[SSEEvent] = []
         data = self._data
         for line in lines:
@@ -52,9 +81,11 @@ class SSEDecoder:
                 if data:
                     out.append(SSEEvent(self._event or "message", "\n".join(data), self._id))
                     self._data = data = []
+                    self._size = 0
                 self._event = ""
             elif line[:5] == b"data:":  # the common case, without the general field machine
                 value = line[6:] if line[5:6] == b" " else line[5:]
+                self._grow(len(value))
                 data.append(value.decode("utf-8", "replace"))
             else:
                 self._line(line, out)
@@ -64,17 +95,37 @@ class SSEDecoder:
         """End of body: the last unterminated line and event, if any."""
         out: list[SSEEvent] = []
         if self._buf:
-            rest, self._buf = self._buf.rstrip(b"\r"), b""
+            rest, self._buf = bytes(self._buf), bytearray()
             self._line(rest, out)
         self._line(b"", out)
         return out
+
+    def _hold(self, part: bytes) -> None:
+        self._buf += part
+        if len(self._buf) > self._max_line:
+            size = len(self._buf)
+            self._buf = bytearray()
+            raise SSELimitExceeded(f"an event-stream line passed {self._max_line} bytes ({size} so far)")
+
+    def _grow(self, size: int) -> None:
+        self._size += size
+        if self._size > self._max_event or size > self._max_line:
+            raise SSELimitExceeded(f"an event's data passed {self._max_event} bytes")
 
     def _line(self, raw: bytes, out: list[SSEEvent]) -> None:
         if not raw:
             if self._data:
                 out.append(SSEEvent(self._event or "message", "\n".join(self._data), self._id))
                 self._data = []
+                self._size = 0
             self._event = ""
+            return
+        if len(raw) > self._max_line:
+            raise SSELimitExceeded(f"an event-stream line passed {self._max_line} bytes")
+        if raw[:5] == b"data:":  # as in feed(): the value decoded once, no copies of the whole line
+            data = raw[6:] if raw[5:6] == b" " else raw[5:]
+            self._grow(len(data))
+            self._data.append(data.decode("utf-8", "replace"))
             return
         line = raw.decode("utf-8", "replace")
         if line[0] == ":":
@@ -84,6 +135,7 @@ class SSEDecoder:
         if sep and value[:1] == " ":
             value = value[1:]
         if name == "data":
+            self._grow(len(value))
             self._data.append(value)
         elif name == "event":
             self._event = value

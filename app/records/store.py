@@ -182,9 +182,13 @@ class RecordStore:
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    # WAL: readers (the read API) never block the writer; a busy database waits a little, not fails.
+    # A rollback journal (TRUNCATE), not WAL: WAL keeps its index in a `-shm` file mapped into the
+    # process, and a fault on that file (cut short, its disk full) is a SIGBUS that kills every
+    # stream; with the journal every fault is an I/O error, counted and dropped by the writer
+    # (docs/records.md). Readers and the writer then take turns: a busy database waits, not fails.
+    # A database left in WAL mode by an older version is switched back here.
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA journal_mode=TRUNCATE")
     cursor.execute("PRAGMA busy_timeout=5000")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()

@@ -14,6 +14,7 @@ this replica or relayed from another) calls it, and the run's task ends where it
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 from collections import deque
@@ -21,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from app.core.events import FinalEvent, StreamEvent
+from app.core.events import AssistantMessage, FinalEvent, StreamEvent
 from app.core.transcript import Transcript
 from app.streams.errors import ReplayUnavailable
 from app.streams.frames import encode_frame
@@ -38,7 +39,10 @@ WINDOW = 32
 Enough for the reader to take whole batches while it keeps up (its send buffers behind it), small
 enough that a stalled reader pins a few kilobytes, not a whole answer."""
 
-__all__ = ["BATCH_BYTES", "Budget", "Sink", "StreamInfo", "StreamLog", "StreamRecord"]
+__all__ = ["BATCH_BYTES", "CUT_MARKER", "Budget", "Sink", "StreamInfo", "StreamLog", "StreamRecord", "fitted_final"]
+
+CUT_MARKER = "… [truncated: this final passed the stream's byte cap]"
+"""Ends the text of a final kept cut (`fitted_final`)."""
 
 Sink = Callable[["StreamLog", int, bytes, bool], None]
 """Told of every appended frame (log, seq, frame, is_final): a persisting store's hook."""
@@ -110,6 +114,8 @@ class StreamLog:
         if self.final is not None:
             raise RuntimeError("stream already ended with its final event")
         frame = encode_frame(self._next_seq, event)
+        if len(frame) > self._max_bytes and isinstance(event, FinalEvent):
+            event, frame = fitted_final(event, self._next_seq, self._max_bytes)
         self._next_seq += 1
         self._frames.append(frame)
         events = self._events
@@ -117,7 +123,7 @@ class StreamLog:
             events.append(event)
         self._bytes += len(frame)
         if self._budget is not None:
-            self._budget.grow(len(frame))
+            self._budget.grow(len(frame), self.info.owner)
         while len(self._frames) > 1 and self._first_seq <= self._held and self.over_bounds:
             self._evict_oldest()
         final = isinstance(event, FinalEvent)
@@ -269,6 +275,25 @@ class StreamLog:
         return self.canceller()
 
 
+def fitted_final(final: FinalEvent, seq: int, limit: int) -> tuple[FinalEvent, bytes]:
+    """A final whose frame passed a log's byte cap, cut to fit it: reasoning and the run's added
+    messages left out, the text shortened on a character boundary and ended by `CUT_MARKER`. What
+    no cut can shrink (status, usage, error, tool calls) is kept whole."""
+    slim = dataclasses.replace(final, message=AssistantMessage(content=CUT_MARKER,
+                                                               tool_calls=final.message.tool_calls), messages=())
+    frame = encode_frame(seq, slim)
+    text = final.message.content.encode("utf-8", "surrogatepass")
+    room = limit - len(frame)
+    while room > 0 and text:  # JSON escapes can make the text longer on the wire: shrink until it fits
+        content = text[:room].decode("utf-8", "ignore") + CUT_MARKER
+        fitted = dataclasses.replace(slim, message=dataclasses.replace(slim.message, content=content))
+        candidate = encode_frame(seq, fitted)
+        if len(candidate) <= limit:
+            return fitted, candidate
+        room -= len(candidate) - limit
+    return slim, frame
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamRecord:
     """What GET /v1/stream/{id}/transcript shows: the stream's identity and its transcript."""
@@ -286,12 +311,13 @@ class Budget:
 
     __slots__ = ("limit", "used", "relieve")
 
-    def __init__(self, limit: int, relieve: Callable[[], None]) -> None:
+    def __init__(self, limit: int, relieve: Callable[[str | None], None]) -> None:
         self.limit = limit
         self.used = 0
         self.relieve = relieve
 
-    def grow(self, delta: int) -> None:
+    def grow(self, delta: int, owner: str | None = None) -> None:
+        """`owner`: the API key of the log that grew (its own finished streams are evicted first)."""
         self.used += delta
         if self.used > self.limit:
-            self.relieve()
+            self.relieve(owner)

@@ -71,9 +71,11 @@ class StreamStore(Protocol):
 class MemoryStreamStore:
     """Streams in this process; finished streams expire `ttl` seconds after their final event.
 
-    The bytes of all logs together are capped by `max_total_bytes`: past it the oldest finished
-    streams are evicted first (`on_evict("budget")`), and while running streams alone fill it,
-    new streams are refused (503, retryable)."""
+    The bytes of all logs together are capped by `max_total_bytes`: past it finished streams are
+    evicted (`on_evict("budget")`), the oldest first and those of the API key whose stream needs
+    the room before anyone else's (one key's big runs evict its own replay, not other keys'); while
+    running streams alone fill it, new streams are refused (503, retryable). The stream-count cap
+    (`max_streams`) evicts the same way."""
 
     name = "memory"
     on_claim: ClaimHook | None = None  # one process: no other replica's runs to end
@@ -117,10 +119,10 @@ class MemoryStreamStore:
         if len(self._logs) >= self._max_streams:
             self.sweep()
         if len(self._logs) >= self._max_streams:
-            self._evict_oldest_finished("streams")
+            self._evict_oldest_finished("streams", owner)
         if len(self._logs) >= self._max_streams:
             raise StoreFull("too many open streams; retry later")
-        self._relieve()
+        self._relieve(owner)
         if self._budget.used >= self._budget.limit:
             raise StoreFull("the stream store is full; retry later")
         stream_id = "str_" + uuid.uuid4().hex
@@ -172,17 +174,20 @@ class MemoryStreamStore:
         self._budget.used -= log.size_bytes
         log.leave_budget()
 
-    def _evict_oldest_finished(self, reason: str) -> bool:
-        for sid, log in self._logs.items():
-            if log.finished:
-                self.discard(sid)
-                self._on_evict(reason)
-                return True
-        return False
+    def _evict_oldest_finished(self, reason: str, owner: str | None = None) -> bool:
+        """Evict one finished stream: `owner`'s oldest if it has one, else the oldest."""
+        victim = next((sid for sid, log in self._logs.items() if log.finished and log.info.owner == owner), None)
+        if victim is None:
+            victim = next((sid for sid, log in self._logs.items() if log.finished), None)
+        if victim is None:
+            return False
+        self.discard(victim)
+        self._on_evict(reason)
+        return True
 
-    def _relieve(self) -> None:
-        """Evict the oldest finished streams while the store is over its byte budget."""
-        while self._budget.used > self._budget.limit and self._evict_oldest_finished("budget"):
+    def _relieve(self, owner: str | None = None) -> None:
+        """Evict finished streams (`owner`'s first) while the store is over its byte budget."""
+        while self._budget.used > self._budget.limit and self._evict_oldest_finished("budget", owner):
             pass
 
 

@@ -5,7 +5,10 @@ chooses where the gateway connects. The gateway POSTs
 `{"tool": name, "tool_call_id": id, "arguments": {...}}` and takes the 2xx answer's JSON as the
 output (a JSON string as it is, any other value as compact JSON). Redirects are not followed,
 proxies from the environment are not used, the answer is read up to a size cap, and a non-2xx
-status is a tool failure that names the status.
+status is a tool failure that names the status. The configured header values are secrets like a
+provider's key: an endpoint that quotes them back (an echo, an error page) has them replaced by
+`[redacted]` in the output and in its error text, before either reaches `tool_result`, the
+transcript or a record.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 import httpx2
 import orjson
 
+from app.core import secrets
 from app.core.messages import ToolCall, ToolSpec, thaw
 from app.tools.base import ToolError
 
@@ -42,6 +46,7 @@ class HttpTool:
         self._client = client
         self._headers = {"accept": "application/json", **(headers or {})}
         self._max_bytes = max_bytes
+        secrets.remember(*(headers or {}).values())
 
     async def run(self, call: ToolCall) -> Any:
         body = {"tool": self.spec.name, "tool_call_id": call.id, "arguments": thaw(call.arguments)}
@@ -54,10 +59,10 @@ class HttpTool:
         except httpx2.TransportError as exc:
             raise ToolError(f"tool endpoint unreachable ({type(exc).__name__})") from None
         if not 200 <= response.status_code < 300:
-            shown = raw[:_SHOWN_BODY].decode("utf-8", errors="replace")
+            shown = secrets.scrub(raw[:4096].decode("utf-8", errors="replace"))[:_SHOWN_BODY]
             raise ToolError(f"tool endpoint answered HTTP {response.status_code}: {shown}")
         try:
-            return orjson.loads(raw)
+            return secrets.scrub_value(orjson.loads(raw))
         except orjson.JSONDecodeError:
             raise ToolError("tool endpoint answered something that is not JSON") from None
 
