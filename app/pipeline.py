@@ -58,7 +58,7 @@ def routing_policy(settings: Settings) -> Policy:
         first_token=settings.first_token_timeout, idle=settings.read_timeout, total=settings.total_timeout,
         max_first_token=settings.max_first_token_timeout, max_idle=settings.max_idle_timeout,
         max_total=settings.max_total_timeout, breaker_failures=settings.breaker_failures,
-        breaker_cooldown=settings.breaker_cooldown_seconds,
+        breaker_cooldown=settings.breaker_cooldown_seconds, max_unconfigured_targets=settings.max_unconfigured_targets,
     )
 
 
@@ -145,6 +145,7 @@ class Gateway:
                                 gate_factory=gate_factory or self.build_gate, observers=self.observers,
                                 on_failure=lambda provider, code: metrics.upstream_errors.labels(provider, code).inc())
         self.admission = Admission(max_active=settings.max_active_runs)
+        metrics.max_target_labels = settings.max_unconfigured_targets
         metrics.watch_circuits(self.router.breakers.states)
         metrics.active_streams.set_function(lambda: len(self.admission.active))
         self.runs: set[RunHandle] = set()
@@ -229,7 +230,9 @@ class Gateway:
         self.metrics.tool_executions.labels(tool, outcome).inc()
 
     def _observe_attempt(self, attempt: Attempt) -> None:
-        self.metrics.route_attempts.labels(attempt.target, attempt.outcome).inc()
+        label = self.metrics.target_label(attempt.target, configured=self.router.is_configured(attempt.target),
+                                          served=attempt.outcome == "ok")
+        self.metrics.route_attempts.labels(label, attempt.outcome).inc()
 
     def build_gate(self, spec: RunSpec) -> Gate | None:
         """The run's validation gate: operator validators always, the request's added; None

@@ -137,6 +137,10 @@ class Settings(BaseSettings):
                                   "circuit.")
     breaker_cooldown_seconds: float = Field(default=30.0, gt=0, description="How long an open circuit skips its "
                                             "target before one probe.")
+    max_unconfigured_targets: int = Field(
+        default=256, ge=1, le=100_000,
+        description="Targets no route or alias names that keep a circuit breaker (least recently used first "
+                    "forgotten) and their own metric label value (later ones count as `other`).")
     max_active_runs: int = Field(default=1000, ge=1, description="Runs in progress per process; past it new runs "
                                  "get 503 with Retry-After.")
 
