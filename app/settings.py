@@ -145,6 +145,14 @@ class Settings(BaseSettings):
                                  "get 503 with Retry-After.")
 
     # Validation (operator policy: applies to every request, a caller cannot remove it)
+    judge_max_calls: int = Field(
+        default=16, ge=0, le=10_000,
+        description="`llm_judge` calls per run (every judge validator of the run together). Past it a judge "
+                    "check is not made and counts as an error: the validator's `on_error` blocks the stream "
+                    "(`fail`, the default) or counts it `unknown` (`ignore`); never a silent pass.")
+    judge_concurrency: int = Field(
+        default=4, ge=1, le=64,
+        description="`llm_judge` calls of one run in flight at once (chunks are judged concurrently up to it).")
     validators: list[ValidatorSpec] = Field(
         default_factory=list, description="Validators for every request (JSON list in FOUNDRY_VALIDATORS)."
     )
