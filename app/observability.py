@@ -144,6 +144,9 @@ class Metrics:
         self.key_cost = Counter("foundry_key_cost_usd", "Spend in USD by key name (priced models).", ["key"],
                                 registry=r)
         self._key_names: set[str] = set()
+        self._target_names: set[str] = set()
+        self.max_target_labels = 256
+        """Unconfigured targets with their own label value (FOUNDRY_MAX_UNCONFIGURED_TARGETS)."""
 
         self.route_attempts = Counter("foundry_route_attempts", "Upstream attempts before the first content, by "
                                       "target and outcome (ok, error, timeout, rate_limited, skipped, cancelled).",
@@ -190,6 +193,16 @@ class Metrics:
             return "other"
         self._key_names.add(name)
         return name
+
+    def target_label(self, target: str, *, configured: bool, served: bool) -> str:
+        """Targets (`provider/model`) as labels, bounded: a configured one (route, alias) is always
+        its own; another gets its own once it served, up to `max_target_labels`; the rest: `other`."""
+        if configured or target in self._target_names:
+            return target
+        if not served or len(self._target_names) >= self.max_target_labels:
+            return "other"
+        self._target_names.add(target)
+        return target
 
     def count_key_outcome(self, name: str, outcome: str) -> None:
         self.key_requests.labels(self.key_label(name), outcome).inc()

@@ -24,7 +24,9 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from app.auth.policy import price_for
 from app.core.errors import GatewayError
+from app.core.events import Usage
 from app.core.report import RunObserver
 from app.lifecycle import FINALS_SECONDS, Admission, ShuttingDown
 from app.observability import Metrics, get_logger
@@ -39,7 +41,7 @@ from app.streams.log import StreamLog
 from app.streams.memory import StreamStore
 from app.tools import ToolRegistry, build_tools
 from app.validation import Gate, build_gate
-from app.validation.judge import JudgeBackend
+from app.validation.judge import JudgeBackend, RunJudge
 
 __all__ = ["ClientGone", "Gate", "Gateway", "Run", "RunHandle", "RunObserver", "RunSpec"]
 
@@ -58,7 +60,7 @@ def routing_policy(settings: Settings) -> Policy:
         first_token=settings.first_token_timeout, idle=settings.read_timeout, total=settings.total_timeout,
         max_first_token=settings.max_first_token_timeout, max_idle=settings.max_idle_timeout,
         max_total=settings.max_total_timeout, breaker_failures=settings.breaker_failures,
-        breaker_cooldown=settings.breaker_cooldown_seconds,
+        breaker_cooldown=settings.breaker_cooldown_seconds, max_unconfigured_targets=settings.max_unconfigured_targets,
     )
 
 
@@ -145,6 +147,7 @@ class Gateway:
                                 gate_factory=gate_factory or self.build_gate, observers=self.observers,
                                 on_failure=lambda provider, code: metrics.upstream_errors.labels(provider, code).inc())
         self.admission = Admission(max_active=settings.max_active_runs)
+        metrics.max_target_labels = settings.max_unconfigured_targets
         metrics.watch_circuits(self.router.breakers.states)
         metrics.active_streams.set_function(lambda: len(self.admission.active))
         self.runs: set[RunHandle] = set()
@@ -229,16 +232,28 @@ class Gateway:
         self.metrics.tool_executions.labels(tool, outcome).inc()
 
     def _observe_attempt(self, attempt: Attempt) -> None:
-        self.metrics.route_attempts.labels(attempt.target, attempt.outcome).inc()
+        label = self.metrics.target_label(attempt.target, configured=self.router.is_configured(attempt.target),
+                                          served=attempt.outcome == "ok")
+        self.metrics.route_attempts.labels(label, attempt.outcome).inc()
 
     def build_gate(self, spec: RunSpec) -> Gate | None:
         """The run's validation gate: operator validators always, the request's added; None
         (a pass-through, no added latency) when there are none."""
+        settings = self.settings
+        judge = RunJudge(self.judge, max_calls=settings.judge_max_calls, concurrency=settings.judge_concurrency,
+                         price=self._judge_cost)
         return build_gate(
-            request_specs=spec.validators, operator_specs=[*self.settings.validators, *spec.policy_validators],
-            chunking=spec.chunking or self.settings.default_chunking, tools=spec.tools,
-            judge=self.judge, observer=self.metrics.observe_check,
+            request_specs=spec.validators, operator_specs=[*settings.validators, *spec.policy_validators],
+            chunking=spec.chunking or settings.default_chunking, tools=spec.tools,
+            judge=judge, observer=self.metrics.observe_check, max_pending=settings.judge_concurrency,
+            judge_usage=judge.lines,
         )
+
+    def _judge_cost(self, model: str, usage: Usage) -> float | None:
+        """A judge call's cost (FOUNDRY_PRICES, by the model or its alias's target)."""
+        prices = self.settings.prices
+        price = price_for(prices, model, self.settings.aliases.get(model, "")) if prices else None
+        return price.cost(usage) if price is not None else None
 
     async def aclose(self) -> None:
         """End every run still going (a shutdown final each), then the providers and tools."""

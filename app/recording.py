@@ -44,6 +44,8 @@ def run_record(report: RunReport, *, content: bool) -> RunRecord:
         transcript = without_content(transcript)
         transcript["content_recorded"] = False
         validation = validation_without_content(validation)
+    judged = report.validation.get("judge", {}) if report.validation is not None else {}
+    costs = [line["cost_usd"] for line in judged.values() if "cost_usd" in line]
     return RunRecord(
         stream_id=report.stream_id,
         request_id=report.request_id,
@@ -64,6 +66,9 @@ def run_record(report: RunReport, *, content: bool) -> RunRecord:
         duration_ms=round(report.duration * 1000, 3),
         content_recorded=content,
         cost_usd=report.usage.cost_usd,
+        judge_calls=sum(line["calls"] for line in judged.values()),
+        judge_tokens=sum(line["total_tokens"] for line in judged.values()),
+        judge_cost_usd=round(sum(costs), 10) if costs else None,
         transcript=transcript,
     )
 

@@ -49,7 +49,7 @@ from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, re
 from app.streams.errors import CANCELLED_BY_REQUEST
 from app.streams.log import StreamLog
 from app.tools import Execution, RunTools
-from app.validation import Gate
+from app.validation import Blocked, Gate
 
 if TYPE_CHECKING:
     from app.routing.router import RouteSession
@@ -153,6 +153,8 @@ class Run:
         except asyncio.CancelledError:
             final = self._ending(*CANCEL_ERRORS[reason() or "shutdown"])
         except GatewayError as exc:
+            if isinstance(exc, Blocked) and exc.released:
+                self._emit(exc.released)  # validated before the failing chunk
             final = self._ending(exc.final_status, exc.to_dict())
         except Exception as exc:
             # The exception's type only: its text may quote content (DESIGN.md: no content in logs).
@@ -160,6 +162,7 @@ class Run:
                        where=traceback.format_tb(exc.__traceback__)[-3:])
             final = self._ending("error", _INTERNAL)
         finally:
+            self.gate.close()  # checks still in flight (a cancel, an error) end with the run
             if final is None:  # unreachable by design; never leave a stream without its final
                 final = self._ending("error", _INTERNAL)
             final = await self._end(final)

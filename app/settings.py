@@ -147,10 +147,22 @@ class Settings(BaseSettings):
                                   "circuit.")
     breaker_cooldown_seconds: float = Field(default=30.0, gt=0, description="How long an open circuit skips its "
                                             "target before one probe.")
+    max_unconfigured_targets: int = Field(
+        default=256, ge=1, le=100_000,
+        description="Targets no route or alias names that keep a circuit breaker (least recently used first "
+                    "forgotten) and their own metric label value (later ones count as `other`).")
     max_active_runs: int = Field(default=1000, ge=1, description="Runs in progress per process; past it new runs "
                                  "get 503 with Retry-After.")
 
     # Validation (operator policy: applies to every request, a caller cannot remove it)
+    judge_max_calls: int = Field(
+        default=16, ge=0, le=10_000,
+        description="`llm_judge` calls per run (every judge validator of the run together). Past it a judge "
+                    "check is not made and counts as an error: the validator's `on_error` blocks the stream "
+                    "(`fail`, the default) or counts it `unknown` (`ignore`); never a silent pass.")
+    judge_concurrency: int = Field(
+        default=4, ge=1, le=64,
+        description="`llm_judge` calls of one run in flight at once (chunks are judged concurrently up to it).")
     validators: list[ValidatorSpec] = Field(
         default_factory=list, description="Validators for every request (JSON list in FOUNDRY_VALIDATORS)."
     )

@@ -1,5 +1,7 @@
 """Validators through the HTTP API: per request, operator policy, both POST routes, metrics."""
 
+import re
+
 import httpx
 import pytest
 
@@ -98,5 +100,8 @@ async def test_llm_judge_asks_its_own_backend(adapter):
     final = events[-1][2]
     assert final["status"] == "blocked" and final["error"]["validator"] == "llm_judge"
     assert "".join(d["content"] for _, e, d in events if e == "token") == "All good. "
-    assert 'foundry_validator_verdicts_total{outcome="fail",phase="chunk",validator="llm_judge"} 1.0' in metrics
+    # chunks are judged concurrently (FOUNDRY_JUDGE_CONCURRENCY): "More." (its context quotes the
+    # FAIL line) may be judged before the block lands, so 1 or 2 fails
+    assert re.search(r'foundry_validator_verdicts_total\{outcome="fail",phase="chunk",validator="llm_judge"\} [12]\.0',
+                     metrics)
     assert 'foundry_validator_verdicts_total{outcome="unknown",phase="chunk",validator="llm_judge"} 1.0' in metrics

@@ -20,6 +20,7 @@ from app.api.readers import opened
 from app.auth import Auth, Principal
 from app.auth.service import AccessDenied
 from app.pipeline import Gateway, RunHandle, RunSpec
+from app.validation import called_models
 
 __all__ = ["AdminDep", "Authenticated", "PrincipalDep", "not_found_unless_owner", "open_run", "principal_of"]
 
@@ -77,7 +78,9 @@ async def open_run(request: Request, gateway: Gateway, spec: RunSpec, principal:
     opened (app/api/readers.py), and give the x-ratelimit-* headers for the response. A run that
     fails to open gives its slot back; one that opened settles the key's accounts when it ends."""
     auth: Auth = request.app.state.auth
-    ticket = await auth.admit(principal, spec.model, gateway.settings.aliases.get(spec.model, ""))
+    aliases = gateway.settings.aliases
+    judges = [(field, model, aliases.get(model, "")) for field, model in called_models(spec.validators)]
+    ticket = await auth.admit(principal, spec.model, aliases.get(spec.model, ""), also=judges)
     if principal.key is not None:
         spec = replace(spec, owner=principal.key.id, policy_validators=principal.key.validators,
                        slot=ticket.slot if ticket is not None else None)

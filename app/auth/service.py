@@ -12,7 +12,7 @@ import asyncio
 import hashlib
 import hmac
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
@@ -156,15 +156,18 @@ class Auth:
 
     # -- may they run this ----------------------------------------------------------------------
 
-    async def admit(self, principal: Principal, model: str, alias_target: str = "") -> Ticket | None:
-        """Check the model and take the key's limits; None for the admin key and open mode."""
+    async def admit(self, principal: Principal, model: str, alias_target: str = "",
+                    also: Sequence[tuple[str, str, str]] = ()) -> Ticket | None:
+        """Check the model (and `also`: (field, model, alias target) of every other model the run
+        calls, e.g. an llm_judge's) and take the key's limits; None for the admin key and open mode."""
         key = principal.key
         if key is None:
             return None
-        if not model_allowed(key.models, model, alias_target):
-            self._on_outcome(key.name, "model_denied")
-            raise AccessDenied(f"API key {key.id} may not use model {model!r}", code="model_not_allowed",
-                               status=403, field="model")
+        for field_name, name, target in (("model", model, alias_target), *also):
+            if not model_allowed(key.models, name, target):
+                self._on_outcome(key.name, "model_denied")
+                raise AccessDenied(f"API key {key.id} may not use model {name[:256]!r}", code="model_not_allowed",
+                                   status=403, field=field_name)
         if key.budget_usd is not None:
             try:
                 await self._check_budget(key)
@@ -204,11 +207,13 @@ class Auth:
                                headers={}, spent_usd=round(spent, 6), budget_usd=key.budget_usd)
 
     async def _recorded_spend(self, key_id: str, now: datetime) -> float:
-        """This month's spend from the run records (counters start from it after a restart)."""
+        """This month's spend from the run records, judge calls included (counters start from it
+        after a restart)."""
         if self.keystore is None:
             return 0.0
         start = datetime(now.year, now.month, 1, tzinfo=UTC)
-        query = sa.select(sa.func.coalesce(sa.func.sum(runs.c.cost_usd), 0.0)).where(
+        spent = sa.func.coalesce(runs.c.cost_usd, 0.0) + sa.func.coalesce(runs.c.judge_cost_usd, 0.0)
+        query = sa.select(sa.func.coalesce(sa.func.sum(spent), 0.0)).where(
             runs.c.owner == key_id, runs.c.created_at >= start)
         try:
             async with self.keystore.engine.connect() as conn:

@@ -14,11 +14,13 @@ from typing_extensions import TypedDict
 
 from app.core.errors import AttemptData, ErrorData, FinalStatus
 from app.core.messages import Message, ReasoningBlock, ToolCall, thaw
+from app.core.validation_data import JudgeUsageData, ValidationData
 
 __all__ = [
     "EVENT_SCHEMAS",
     "FINAL_STATUSES",
     "FinalPayload",
+    "JudgeUsageData",
     "ValidationData",
     "STOP_REASONS",
     "STOP_REASON_FOR_STATUS",
@@ -109,31 +111,6 @@ class AssistantMessageOut(TypedDict):
     content: str
     tool_calls: list[ToolCallOut]
     reasoning: NotRequired[list[ReasoningBlockData]]
-
-
-ValidatorStatsData = TypedDict(
-    "ValidatorStatsData", {"pass": int, "fail": int, "unknown": int, "error": int, "checks": int, "seconds": float}
-)
-
-
-class ChunkCounts(TypedDict):
-    text: int
-    reasoning: int
-
-
-class BlockedBy(TypedDict):
-    validator: str
-    reason: str
-
-
-class ValidationData(TypedDict):
-    """What the validation gate did: chunks checked, redactions, verdict counts per validator."""
-
-    chunking: str
-    chunks: ChunkCounts
-    redactions: int
-    validators: dict[str, ValidatorStatsData]
-    blocked: NotRequired[BlockedBy]
 
 
 MessageData = Annotated[dict[str, Any], WithJsonSchema({"$ref": "#/components/schemas/Message"})]

@@ -42,6 +42,11 @@ class ProviderRegistry:
     def names(self) -> list[str]:
         return sorted(self._adapters)
 
+    @property
+    def aliases(self) -> dict[str, str]:
+        """The configured aliases: alias -> provider/model."""
+        return dict(self._aliases)
+
     def get(self, name: str) -> ProviderAdapter | None:
         return self._adapters.get(name)
 

@@ -45,6 +45,10 @@ class RunRecord:
     content_recorded: bool
     cost_usd: float | None = None
     """Priced with FOUNDRY_PRICES; None when no price is known for the model."""
+    judge_calls: int = 0
+    """`llm_judge` calls the run made (their lines by model: `validation.judge`)."""
+    judge_tokens: int = 0
+    judge_cost_usd: float | None = None
     transcript: dict[str, Any] | None
     """As GET /v1/stream/{id}/transcript shows it (without content when content is not recorded)."""
 
@@ -59,7 +63,8 @@ class RunRecord:
             **usage,
             "steps": self.steps, "tools_run": self.tools_run, "validation": self.validation,
             "ttft_ms": self.ttft_ms, "duration_ms": self.duration_ms, "content_recorded": self.content_recorded,
-            "cost_usd": self.cost_usd,
+            "cost_usd": self.cost_usd, "judge_calls": self.judge_calls, "judge_tokens": self.judge_tokens,
+            "judge_cost_usd": self.judge_cost_usd,
         }
 
 

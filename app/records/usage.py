@@ -1,5 +1,6 @@
 """Usage sums over the run records (GET /v1/usage): requests, tokens of every kind, errors and
-cost, per model or per day (UTC), for one key or all."""
+cost, and the runs' `llm_judge` calls (their calls, tokens and cost), per model or per day (UTC),
+for one key or all."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ class UsageRow:
     errors: int
     tokens: dict[str, int]
     cost_usd: float
+    judge_calls: int = 0
+    judge_tokens: int = 0
+    judge_cost_usd: float = 0.0
 
 
 def _day(engine: AsyncEngine) -> sa.ColumnElement[str]:
@@ -47,6 +51,9 @@ async def usage_sums(engine: AsyncEngine, query: UsageQuery) -> list[UsageRow]:
         sa.func.count().label("requests"),
         sa.func.sum(sa.case((runs.c.status == "error", 1), else_=0)).label("errors"),
         sa.func.coalesce(sa.func.sum(runs.c.cost_usd), 0.0).label("cost_usd"),
+        sa.func.coalesce(sa.func.sum(runs.c.judge_calls), 0).label("judge_calls"),
+        sa.func.coalesce(sa.func.sum(runs.c.judge_tokens), 0).label("judge_tokens"),
+        sa.func.coalesce(sa.func.sum(runs.c.judge_cost_usd), 0.0).label("judge_cost_usd"),
         *(sa.func.coalesce(sa.func.sum(runs.c[name]), 0).label(name) for name in USAGE_FIELDS),
     ]
     stmt = sa.select(*columns).where(runs.c.created_at >= query.since, runs.c.created_at < query.until)
@@ -56,5 +63,7 @@ async def usage_sums(engine: AsyncEngine, query: UsageQuery) -> list[UsageRow]:
     async with engine.connect() as conn:
         rows = (await conn.execute(stmt)).mappings().all()
     return [UsageRow(group=str(row["grp"]), requests=int(row["requests"]), errors=int(row["errors"] or 0),
-                     tokens={name: int(row[name]) for name in USAGE_FIELDS}, cost_usd=round(float(row["cost_usd"]), 10))
+                     tokens={name: int(row[name]) for name in USAGE_FIELDS}, cost_usd=round(float(row["cost_usd"]), 10),
+                     judge_calls=int(row["judge_calls"]), judge_tokens=int(row["judge_tokens"]),
+                     judge_cost_usd=round(float(row["judge_cost_usd"]), 10))
             for row in rows]

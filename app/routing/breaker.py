@@ -1,14 +1,21 @@
 """A circuit breaker per target: after `failures` failures in a row the target is skipped for
 `cooldown` seconds, then one request probes it (half open): success closes the circuit, failure
-opens it again. Failures are the target's (connection, timeout, 429, 5xx), never the caller's 4xx.
+opens it again. Failures are the target's (connection, timeout, 5xx, its credentials or quota),
+never the caller's (400, 404 unknown model, 422) and never a 429: that is the provider asking to
+slow down (it is retried after its Retry-After or sent to the next target), not a broken model.
 Vocabulary as LiteLLM's cooldowns and the classic closed / open / half-open machine.
+
+Breakers exist for the targets the operator configured (routes and aliases; kept for the process's
+life) and, in a bounded LRU map (`max_others`), for other targets that actually served or failed
+as a target: a caller naming 20,000 models that do not exist makes no breaker at all.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Literal
 
 __all__ = ["Breaker", "Breakers", "BreakerState"]
@@ -59,24 +66,53 @@ class Breaker:
         self.probing = False
 
 
-@dataclass(slots=True, kw_only=True)
 class Breakers:
-    """One breaker per target (`provider/model`), made on first use."""
+    """One breaker per target (`provider/model`), made on first verdict on the target.
 
-    failures: int
-    cooldown: float
-    clock: Callable[[], float] = time.monotonic
-    by_target: dict[str, Breaker] = field(default_factory=dict)
+    `configured` targets keep theirs; the others live in an LRU map of at most `max_others`
+    (the least recently used is forgotten: its next request starts closed)."""
+
+    __slots__ = ("failures", "cooldown", "clock", "configured", "max_others", "_configured", "_others")
+
+    def __init__(self, *, failures: int, cooldown: float, clock: Callable[[], float] = time.monotonic,
+                 configured: Iterable[str] = (), max_others: int = 256) -> None:
+        self.failures = failures
+        self.cooldown = cooldown
+        self.clock = clock
+        self.configured = frozenset(configured)
+        self.max_others = max_others
+        self._configured: dict[str, Breaker] = {}
+        self._others: OrderedDict[str, Breaker] = OrderedDict()
+
+    def get(self, target: str) -> Breaker | None:
+        """The target's breaker if it has one (no breaker: closed, nothing known against it)."""
+        breaker = self._configured.get(target)
+        if breaker is None:
+            breaker = self._others.get(target)
+            if breaker is not None:
+                self._others.move_to_end(target)
+        return breaker
 
     def __getitem__(self, target: str) -> Breaker:
-        breaker = self.by_target.get(target)
-        if breaker is None:
-            breaker = self.by_target[target] = Breaker(failures=self.failures, cooldown=self.cooldown, clock=self.clock)
+        """The target's breaker, made when missing (an unconfigured one may evict the LRU other)."""
+        breaker = self.get(target)
+        if breaker is not None:
+            return breaker
+        breaker = Breaker(failures=self.failures, cooldown=self.cooldown, clock=self.clock)
+        if target in self.configured:
+            self._configured[target] = breaker
+        else:
+            self._others[target] = breaker
+            while len(self._others) > self.max_others:
+                self._others.popitem(last=False)
         return breaker
+
+    def __len__(self) -> int:
+        return len(self._configured) + len(self._others)
 
     def states(self) -> dict[str, BreakerState]:
         out: dict[str, BreakerState] = {}
-        for target, breaker in sorted(self.by_target.items()):
+        for target, breaker in sorted([*self._configured.items(), *self._others.items()]):
             if breaker.state == "open" and breaker.retry_in() == 0:
                 out[target] = "half_open"  # due for its probe
             else:

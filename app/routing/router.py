@@ -33,7 +33,7 @@ from app.core.errors import (
 from app.core.patches import Patch
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest
 from app.providers.registry import ProviderRegistry
-from app.routing.breaker import Breakers, BreakerState
+from app.routing.breaker import Breaker, Breakers, BreakerState
 from app.routing.config import Deadlines, RouteConfig, flatten_targets
 from app.routing.errors import CircuitOpen, DeadlineExceeded
 from app.routing.strategies import Opened, TargetFailed, hedged, in_order
@@ -45,6 +45,9 @@ __all__ = ["RouteConfigError", "RouteSession", "Router", "check_routes", "retry_
 _CONTENT_KINDS = frozenset({"tool_start", "tool_delta", "tool_result_start", "tool_result_delta"})
 _TARGET_FAULTS = frozenset({"upstream_auth", "model_not_found", "upstream_quota"})
 """Failures of the target's configuration: another target may serve, the same one will not."""
+_NOT_BREAKING = frozenset({"model_not_found", "rate_limited"})
+"""Never a breaker failure: a model that does not exist is the caller's naming (everyone else's
+requests to it would get 503 instead of 404), a 429 is the provider asking to slow down."""
 
 
 class RouteConfigError(ValueError):
@@ -71,6 +74,11 @@ def _verdict(exc: GatewayError) -> Literal["retry", "fallback", "stop"]:
     if exc.retryable or (status is not None and status >= 500):
         return "retry"
     return "fallback"
+
+
+def _breaks(exc: GatewayError) -> bool:
+    """Whether a failure counts toward the target's breaker: the target's own faults only."""
+    return _verdict(exc) != "stop" and exc.code not in _NOT_BREAKING and not isinstance(exc, CircuitOpen)
 
 
 def _outcome(exc: GatewayError) -> Outcome:
@@ -118,12 +126,28 @@ class Router:
         self.registry = registry
         self.routes = routes
         self.policy = policy
-        self.breakers = Breakers(failures=policy.breaker_failures, cooldown=policy.breaker_cooldown)
-        self.rng = rng or random.Random()
         self._targets = {name: tuple(self._target(t.model, t.weight, t.options) for t in flatten_targets(routes, name))
                          for name in routes}
+        configured = {*(t.name for ts in self._targets.values() for t in ts), *self._aliased()}
+        self.breakers = Breakers(failures=policy.breaker_failures, cooldown=policy.breaker_cooldown,
+                                 configured=configured, max_others=policy.max_unconfigured_targets)
+        self.rng = rng or random.Random()
         self.observer: Callable[[Attempt], None] | None = None
         """Called with each finished attempt (metrics)."""
+
+    def _aliased(self) -> list[str]:
+        """The targets the operator's aliases name (served providers only)."""
+        out = []
+        for alias in self.registry.aliases:
+            try:
+                out.append(self._target(alias).name)
+            except RequestError:
+                continue
+        return out
+
+    def is_configured(self, target: str) -> bool:
+        """A target the operator named (a route's or an alias's): its own breaker and metric label."""
+        return target in self.breakers.configured
 
     def _target(self, model: str, weight: float = 1.0, options: dict[str, Any] | None = None) -> Target:
         adapter, provider, upstream_model = self.registry.resolve(model)
@@ -232,7 +256,7 @@ class RouteSession(ProviderAdapter):
 
     def _failed_late(self, target: Target, exc: GatewayError) -> None:
         """The serving upstream failed after its first content: no fallback, but its breaker counts it."""
-        if _verdict(exc) != "stop":
+        if _breaks(exc):
             self.router.breakers[target.name].failure()
 
     def outcome(self) -> RouteOutcome:
@@ -258,8 +282,8 @@ class RouteSession(ProviderAdapter):
     async def _chain(self, target: Target, *, request: ProviderRequest) -> Opened:
         """One target, retried with backoff while retrying can help."""
         router = self.router
-        breaker = router.breakers[target.name]
-        if not breaker.allow():
+        breaker = router.breakers.get(target.name)  # none yet: closed (made on the first verdict)
+        if breaker is not None and not breaker.allow():
             self._record(Attempt(target=target.name, step=self.step, outcome="skipped", code="circuit_open"))
             retry_in = breaker.retry_in()
             raise TargetFailed(CircuitOpen(f"{target.name}: skipped while its circuit is open",
@@ -272,11 +296,10 @@ class RouteSession(ProviderAdapter):
                 opened = await self._try(target, request)
             except GatewayError as exc:
                 verdict = _verdict(exc)
+                breaker = self._judged(target, breaker, exc)
                 if verdict == "stop":
-                    breaker.release()
                     raise TargetFailed(exc, stop=True) from None
-                breaker.failure()
-                if verdict != "retry" or tries >= self.max_retries or breaker.state == "open":
+                if verdict != "retry" or tries >= self.max_retries or (breaker is not None and breaker.state == "open"):
                     raise TargetFailed(exc, stop=False) from None
                 tries += 1
                 delay = router.backoff(tries)
@@ -290,10 +313,21 @@ class RouteSession(ProviderAdapter):
                 await asyncio.sleep(delay)
                 continue
             except BaseException:
-                breaker.release()
+                if breaker is not None:
+                    breaker.release()
                 raise
-            breaker.success()
+            router.breakers[target.name].success()  # it served: its breaker (and label) exist from now
             return opened
+
+    def _judged(self, target: Target, breaker: Breaker | None, exc: GatewayError) -> Breaker | None:
+        """Count a failure toward the target's breaker (made now if missing) when it is the
+        target's own; else only give back a probe slot the attempt held."""
+        if _breaks(exc):
+            breaker = self.router.breakers[target.name]
+            breaker.failure()
+        elif breaker is not None:
+            breaker.release()
+        return breaker
 
     async def _try(self, target: Target, request: ProviderRequest) -> Opened:
         """Open the target and read until its first content patch (or its end)."""

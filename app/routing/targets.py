@@ -30,6 +30,8 @@ class Policy:
     max_total: float = 3600.0
     breaker_failures: int = 5
     breaker_cooldown: float = 30.0
+    max_unconfigured_targets: int = 256
+    """Breakers (LRU) and metric label values kept for targets no route or alias names."""
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)

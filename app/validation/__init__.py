@@ -8,7 +8,7 @@ it every canonical event (`admit_all`) and ends it (`finish`); `Blocked` ends th
 from app.validation.checks import Blocked, Observer
 from app.validation.chunking import CHUNKERS, DEFAULT_CHUNKING, DEFAULT_MAX_CHARS, build_chunker
 from app.validation.gate import Gate, PassThroughGate, ValidationGate, build_gate
-from app.validation.specs import ValidatorSpec, check_specs
+from app.validation.specs import ValidatorSpec, called_models, check_specs
 from app.validation.validators import VALIDATORS
 from app.validation.validators.base import Judge, Validator, Verdict
 
@@ -28,5 +28,6 @@ __all__ = [
     "Verdict",
     "build_chunker",
     "build_gate",
+    "called_models",
     "check_specs",
 ]

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from time import perf_counter
 
 from app.core.errors import GatewayError
-from app.core.events import ValidatorStatsData
+from app.core.events import StreamEvent
+from app.core.validation_data import ValidatorStatsData
+from app.validation.judge import clip
 from app.validation.validators.base import UNKNOWN, Validator, Verdict
 
 __all__ = ["Blocked", "Member", "Observer", "Stats", "run_checks"]
@@ -33,8 +35,12 @@ class Blocked(GatewayError):
     final_status = "blocked"
 
     def __init__(self, validator: str, reason: str) -> None:
+        reason = clip(reason)
         super().__init__(f"validator {validator} failed: {reason}", validator=validator, reason=reason)
         self.label, self.why = validator, reason
+        self.released: list[StreamEvent] = []
+        """Events validated before the failing chunk and not yet released (pipelined checks
+        end in any order): the run appends them before the final."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -99,7 +105,7 @@ async def _timed(member: Member, phase: str, check: Check, observer: Observer | 
     except TimeoutError:
         verdict, outcome = member.error_verdict(f"check timed out after {member.timeout:g}s"), "timeout"
     except Exception as exc:  # a validator's bug or its backend's failure: on_error decides
-        verdict, outcome = member.error_verdict(f"check failed: {type(exc).__name__}: {exc}"), "error"
+        verdict, outcome = member.error_verdict(clip(f"check failed: {type(exc).__name__}: {exc}")), "error"
     member.record(phase, outcome, perf_counter() - started, observer)
     return verdict
 
@@ -145,7 +151,7 @@ async def run_checks(members: list[Member], phase: str, check: Check, observer: 
             verdict = await check(member.validator)
             outcome = verdict.kind
         except Exception as exc:
-            verdict, outcome = member.error_verdict(f"check failed: {type(exc).__name__}: {exc}"), "error"
+            verdict, outcome = member.error_verdict(clip(f"check failed: {type(exc).__name__}: {exc}")), "error"
         member.record(phase, outcome, perf_counter() - started, observer)
         if verdict.kind == "fail":
             raise Blocked(member.label, verdict.reason or "failed")

@@ -10,13 +10,18 @@ rule) starts a new turn in both lanes: the final checks judge the last turn.
 The first `fail` raises `Blocked`; what is held is dropped and never comes out.
 
 Memory: held text is bounded by the chunker's size cap, and `admit` does not return before the
-event's chunks were checked, so a slow validator stalls the caller's upstream read.
+event's chunks were checked, so a slow validator stalls the caller's upstream read. Validators
+that only judge (`Validator.pipelined`, the `llm_judge`) are the exception, up to `max_pending`
+chunks: their checks of a chunk run as a task while the next chunks are read (and checked by the
+inline validators); text is still released in order once every check of its chunk passed, and
+`admit` waits when `max_pending` checks are in flight.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
@@ -24,6 +29,7 @@ import orjson
 
 from app.core.errors import GatewayError
 from app.core.events import (
+    JudgeUsageData,
     ReasoningBlockEnd,
     ReasoningEvent,
     StreamEvent,
@@ -37,7 +43,7 @@ from app.validation.checks import Blocked, Member, Observer, Stats, run_checks
 from app.validation.chunking import DEFAULT_CHUNKING, DEFAULT_MAX_CHARS, build_chunker
 from app.validation.lanes import TextLane
 from app.validation.specs import Registry, ValidatorSpec, check_specs, invalid_validator, parse_spec
-from app.validation.validators.base import GateEnv, Judge, ToolCallCheck
+from app.validation.validators.base import CheckContext, GateEnv, Judge, ToolCallCheck, Verdict
 
 __all__ = ["Gate", "PassThroughGate", "ValidationGate", "build_gate"]
 
@@ -69,6 +75,9 @@ class Gate(Protocol):
     def summary(self) -> ValidationData | None:
         """What the gate did, for `final.validation`; None for a pass-through."""
 
+    def close(self) -> None:
+        """The run ended (however): checks still in flight are cancelled."""
+
 
 class PassThroughGate:
     """No validator applies: every event is released as it comes, at no added latency."""
@@ -87,12 +96,27 @@ class PassThroughGate:
     def summary(self) -> ValidationData | None:
         return None
 
+    def close(self) -> None:
+        return None
+
+
+_PIPELINE_TAIL = 20_000
+"""A pipelined check's context: the last this many characters before its chunk (`before` too)."""
+
+
+@dataclass(slots=True)
+class _InFlight:
+    task: asyncio.Task[list[Verdict]]
+    lane: TextLane
+    end: int
+
 
 class ValidationGate:
     """One request's gate; build it with `build_gate` (fresh validator instances every time)."""
 
     def __init__(self, *, text: TextLane, reasoning: TextLane, chunking: str, stats: dict[str, Stats],
-                 observer: Observer | None = None) -> None:
+                 observer: Observer | None = None, max_pending: int = 1,
+                 judge_usage: Callable[[], dict[str, JudgeUsageData]] | None = None) -> None:
         self._text = text
         self._reasoning = reasoning
         self._chunking = chunking
@@ -103,6 +127,9 @@ class ValidationGate:
         """Calls whose final fragment passed, by id: the redacted arguments to release instead, or None."""
         self._tool_calls = 0
         self._blocked: Blocked | None = None
+        self._max_pending = max_pending
+        self._in_flight: deque[_InFlight] = deque()
+        self._judge_usage = judge_usage
 
     # -- the contract ---------------------------------------------------------------------
 
@@ -133,8 +160,10 @@ class ValidationGate:
                     if event.is_final:
                         await self._check_call(event)
                 elif isinstance(event, ToolResultEvent) and event.closes_turn:
+                    await self._settle(0)  # the turn's text is judged before the next turn's
                     self._text.new_turn()
                     self._reasoning.new_turn()
+            self._reap()
             return self._release()
         except Blocked as blocked:
             self._block(blocked)
@@ -154,6 +183,7 @@ class ValidationGate:
         try:
             await self._flush(self._text)
             await self._flush(self._reasoning)
+            await self._settle(0)
             return self._release()
         except Blocked as blocked:
             self._block(blocked)
@@ -166,6 +196,7 @@ class ValidationGate:
         try:
             await self._flush(self._text)
             await self._flush(self._reasoning)
+            await self._settle(0)
             for lane in (self._text, self._reasoning):
                 if not lane.members or (lane is self._reasoning and not lane.fed):
                     continue
@@ -189,13 +220,44 @@ class ValidationGate:
         }
         if self._blocked is not None:
             out["blocked"] = {"validator": self._blocked.label, "reason": self._blocked.why}
+        judged = self._judge_usage() if self._judge_usage is not None else None
+        if judged:
+            out["judge"] = judged
         return out
+
+    def close(self) -> None:
+        for item in self._in_flight:
+            task = item.task
+            if not task.done():
+                task.cancel()
+            elif not task.cancelled():
+                task.exception()  # retrieved: a fail after the first is not logged as lost
+        self._in_flight.clear()
 
     # -- internals ------------------------------------------------------------------------
 
     def _block(self, blocked: Blocked) -> None:
+        blocked.released = self._release()  # validated before the failing chunk: out before the final
         self._blocked = blocked
         self._held.clear()  # what is held is dropped: it never comes out
+        self.close()
+
+    def _reap(self) -> None:
+        """Chunks at the head whose pipelined checks ended count as validated, in order; a fail
+        raises Blocked when its chunk is at the head: the chunks before it are judged first,
+        as if checked one at a time (the same verdicts, sooner)."""
+        in_flight = self._in_flight
+        while in_flight and in_flight[0].task.done():
+            item = in_flight.popleft()
+            item.task.result()  # raises Blocked
+            item.lane.validated = item.end
+
+    async def _settle(self, room: int) -> None:
+        """Wait until at most `room` pipelined checks are in flight (0: every one ended)."""
+        self._reap()
+        while len(self._in_flight) > room:
+            await asyncio.wait([i.task for i in self._in_flight], return_when=asyncio.FIRST_COMPLETED)
+            self._reap()
 
     async def _flush(self, lane: TextLane) -> None:
         if lane.pending:
@@ -206,8 +268,20 @@ class ValidationGate:
         start = lane.chunked
         end = lane.chunked = start + len(chunk)
         ctx = lane.context(end, self._tool_calls)
-        verdicts = await run_checks(lane.members, "chunk", lambda v: v.check_chunk(chunk, ctx), self._observer)
-        lane.accept(chunk, start, verdicts)
+        pipelined = [m for m in lane.members if m.validator.pipelined] if self._max_pending > 1 else []
+        if not pipelined:
+            verdicts = await run_checks(lane.members, "chunk", lambda v: v.check_chunk(chunk, ctx), self._observer)
+            lane.accept(chunk, start, verdicts)
+            return
+        others = [m for m in lane.members if not m.validator.pipelined]
+        verdicts = await run_checks(others, "chunk", lambda v: v.check_chunk(chunk, ctx), self._observer)
+        frozen = CheckContext(lane=ctx.lane, index=ctx.index, tokens=ctx.tokens, tool_calls=ctx.tool_calls,
+                              parts=[ctx.tail(_PIPELINE_TAIL)], chars=ctx.before_chars)
+        lane.accept(chunk, start, verdicts, validated=False)
+        task = asyncio.get_running_loop().create_task(
+            run_checks(pipelined, "chunk", lambda v: v.check_chunk(chunk, frozen), self._observer))
+        self._in_flight.append(_InFlight(task, lane, end))
+        await self._settle(self._max_pending - 1)
 
     async def _check_call(self, event: ToolCallEvent) -> None:
         """The call is complete (its final fragment): judge it; its fragments may go out."""
@@ -289,10 +363,14 @@ def build_gate(
     observer: Observer | None = None,
     max_chunk_chars: int = DEFAULT_MAX_CHARS,
     registry: Registry | None = None,
+    max_pending: int = 1,
+    judge_usage: Callable[[], dict[str, JudgeUsageData]] | None = None,
 ) -> ValidationGate | None:
     """A gate with fresh validator instances: the operator's (always) then the request's.
 
     None when no validator applies: the pipeline then skips the gate (no added latency).
+    `max_pending`: chunks whose pipelined checks (the judge's) may be in flight at once;
+    `judge_usage`: the run judge's usage lines, for the summary.
     """
     if not request_specs and not operator_specs:
         return None
@@ -307,5 +385,5 @@ def build_gate(
     return ValidationGate(
         text=TextLane("text", build_chunker(chunking, max_chunk_chars), lanes["text"]),
         reasoning=TextLane("reasoning", build_chunker(chunking, max_chunk_chars), lanes["reasoning"]),
-        chunking=chunking, stats=stats, observer=observer,
+        chunking=chunking, stats=stats, observer=observer, max_pending=max_pending, judge_usage=judge_usage,
     )

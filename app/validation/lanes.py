@@ -87,8 +87,9 @@ class TextLane:
             tool_calls=tool_calls, parts=[], chars=self.turn_chars,
         )
 
-    def accept(self, chunk: str, start: int, verdicts: list[Verdict]) -> None:
-        """The chunk at `start` passed: record its redactions; its text counts as validated."""
+    def accept(self, chunk: str, start: int, verdicts: list[Verdict], *, validated: bool = True) -> None:
+        """The chunk at `start` passed: record its redactions; its text counts as validated (unless
+        `validated` is False: pipelined checks of it are still in flight; the gate sets it later)."""
         end = start + len(chunk)
         spans = sorted(
             (start + max(0, r.start), start + min(len(chunk), r.end), r.replacement)
@@ -105,7 +106,8 @@ class TextLane:
         rendered = self.render(chunk, start) if spans else chunk
         self.parts.append(rendered)
         self.parts_chars += len(rendered)
-        self.validated = end
+        if validated:
+            self.validated = end
         self.chunks += 1
 
     def render(self, text: str, offset: int) -> str:

@@ -16,7 +16,8 @@ from app.validation.chunking import CHUNKERS
 from app.validation.validators import VALIDATORS
 from app.validation.validators.base import Validator, ValidatorConfig
 
-__all__ = ["MAX_VALIDATORS", "Registry", "ValidatorSpec", "check_specs", "invalid_validator", "parse_spec"]
+__all__ = ["MAX_VALIDATORS", "Registry", "ValidatorSpec", "called_models", "check_specs", "invalid_validator",
+           "parse_spec"]
 
 MAX_VALIDATORS = 32
 Registry = Mapping[str, type[Validator]]
@@ -60,3 +61,13 @@ def check_specs(specs: Sequence[ValidatorSpec], chunking: str | None, *, registr
         raise invalid_validator(f"at most {MAX_VALIDATORS} validators", "validators")
     for index, spec in enumerate(specs):
         parse_spec(index, spec, registry)
+
+
+def called_models(specs: Sequence[ValidatorSpec], *, registry: Registry | None = None) -> list[tuple[str, str]]:
+    """(field, model) of every model the request's validators call (`validators.0.config.model`),
+    for the key's model allow-list at the edge. The specs were checked (`check_specs`)."""
+    out: list[tuple[str, str]] = []
+    for index, spec in enumerate(specs):
+        cls, config = parse_spec(index, spec, registry)
+        out.extend((f"validators.{index}.config.model", model) for model in cls.models(config))
+    return out

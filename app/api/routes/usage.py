@@ -34,12 +34,22 @@ class UsageTokens(BaseModel):
     reasoning_tokens: int
 
 
+class JudgeSums(BaseModel):
+    """The runs' `llm_judge` calls: model calls billed to the key like the runs' own."""
+
+    calls: int
+    tokens: int = Field(description="Input + output tokens of the judge calls (counted toward the key's tpm).")
+    cost_usd: float = Field(description="Their cost (FOUNDRY_PRICES of the judge models; unpriced count 0).")
+
+
 class UsageGroup(BaseModel):
     group: str = Field(description="The model (as requested) or the day (UTC, YYYY-MM-DD).")
     requests: int
     errors: int = Field(description="Runs whose final status was error.")
-    tokens: UsageTokens
-    cost_usd: float = Field(description="Sum over priced runs (FOUNDRY_PRICES); unpriced runs count 0.")
+    tokens: UsageTokens = Field(description="The runs' own tokens (their judge calls' are under `judge`).")
+    cost_usd: float = Field(description="Sum over priced runs (FOUNDRY_PRICES), their judge calls included: what "
+                                        "the key's budget was charged. Unpriced runs count 0.")
+    judge: JudgeSums
 
 
 class UsageReport(BaseModel):
@@ -83,10 +93,14 @@ async def usage(
     with database_errors():
         rows = await usage_sums(store.engine, UsageQuery(owner=owner, since=start, until=end, group_by=group_by))
     data = [UsageGroup(group=r.group, requests=r.requests, errors=r.errors, tokens=UsageTokens(**r.tokens),
-                       cost_usd=r.cost_usd) for r in rows]
+                       cost_usd=round(r.cost_usd + r.judge_cost_usd, 10),
+                       judge=JudgeSums(calls=r.judge_calls, tokens=r.judge_tokens, cost_usd=r.judge_cost_usd))
+            for r in rows]
     total = UsageGroup(
         group="total", requests=sum(g.requests for g in data), errors=sum(g.errors for g in data),
         tokens=UsageTokens(**{n: sum(getattr(g.tokens, n) for g in data) for n in USAGE_FIELDS}),
-        cost_usd=round(sum(g.cost_usd for g in data), 10))
+        cost_usd=round(sum(g.cost_usd for g in data), 10),
+        judge=JudgeSums(calls=sum(g.judge.calls for g in data), tokens=sum(g.judge.tokens for g in data),
+                        cost_usd=round(sum(g.judge.cost_usd for g in data), 10)))
     body = UsageReport(key_id=owner, since=start, until=end, group_by=group_by, data=data, total=total)
     return JSON(body.model_dump(mode="json"))

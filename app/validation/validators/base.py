@@ -149,10 +149,20 @@ class Validator:
     name: ClassVar[str]
     Config: ClassVar[type[ValidatorConfig]] = ValidatorConfig
     inline: ClassVar[bool] = True
+    pipelined: ClassVar[bool] = False
+    """An awaiting validator that only judges (never redacts): its checks of later chunks may
+    start before earlier ones ended (up to the gate's `max_pending`); its context's `before` is
+    then the last 20,000 characters."""
     lanes: ClassVar[tuple[Lane, ...]] = ("text", "reasoning")
 
     def __init__(self, config: ValidatorConfig, env: GateEnv) -> None:
         self.config = config
+
+    @classmethod
+    def models(cls, config: ValidatorConfig) -> tuple[str, ...]:
+        """The models this validator calls (`provider/model` or an alias): a caller's key must be
+        allowed each of them, as the request's own `model`."""
+        return ()
 
     async def check_chunk(self, chunk: str, ctx: CheckContext) -> Verdict:
         return UNKNOWN

@@ -14,6 +14,7 @@ import re
 
 from pydantic import Field
 
+from app.validation.judge import MAX_REASON_CHARS
 from app.validation.validators.base import (
     PASS,
     UNKNOWN,
@@ -55,12 +56,14 @@ def parse_verdict(completion: str) -> Verdict:
             continue
         if m.group(1).upper() == "PASS":
             return PASS
-        return Verdict.fail(m.group(2).strip()[:200] or "the judge found a policy breach")
+        return Verdict.fail(m.group(2).strip()[:MAX_REASON_CHARS] or "the judge found a policy breach")
     return UNKNOWN
 
 
 class LlmJudgeConfig(ValidatorConfig):
-    model: str = Field(pattern=r"^[^/\s]+/\S+$", description="The judge, as provider/model (e.g. a small, fast model).")
+    model: str = Field(pattern=r"^[^/\s]+/\S+$", max_length=256,
+                       description="The judge, as provider/model (e.g. a small, fast model; at most 256 characters). "
+                                   "A caller's key must be allowed to use it.")
     policy: str = Field(min_length=1, max_length=8000)
     chunks: bool = Field(default=True, description="Judge every chunk as it completes.")
     final: bool = Field(default=False, description="Also judge the whole answer at the end.")
@@ -72,7 +75,12 @@ class LlmJudge(Validator):
     name = "llm_judge"
     Config = LlmJudgeConfig
     inline = False
+    pipelined = True  # a verdict, never a redaction: chunks are judged concurrently (FOUNDRY_JUDGE_CONCURRENCY)
     lanes = ("text",)  # a judge call per chunk is costly: the answer only
+
+    @classmethod
+    def models(cls, config: ValidatorConfig) -> tuple[str, ...]:
+        return (config.model,) if isinstance(config, LlmJudgeConfig) else ()
 
     def __init__(self, config: LlmJudgeConfig, env: GateEnv) -> None:
         super().__init__(config, env)
