@@ -183,7 +183,7 @@ class Transcript:
                             info.fragments.append(text)
                         self._complete(info, call.arguments, now)
             elif message.role == "tool" and message.tool_call_id:
-                self._output(message.tool_call_id, message.name or "", message.content, False, "caller", now)
+                self._output(message.tool_call_id, message.name or "", message.text, False, "caller", now)
 
     def observe(self, event: StreamEvent) -> None:
         """One released canonical event (start and final are the pipeline's business)."""
