@@ -5,6 +5,8 @@ and Anthropic's cache breakpoints arrive."""
 
 from __future__ import annotations
 
+import base64
+import re
 from typing import Any
 
 import httpx
@@ -68,3 +70,150 @@ async def test_several_text_parts_stay_several_and_cache_breakpoints_reach_anthr
     if provider == "anthropic" and not cached:
         expected = ([_text("Rule one."), _text("Rule two.")], [_text("Part A."), _text("Part B.")])
     assert TEXT_SHAPES[provider](received[0]) == expected
+
+
+# -- images and documents ---------------------------------------------------------------------
+
+PNG = base64.b64encode(
+    b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89"
+    b"\x00\x00\x00\rIDATx\x9cc\xf8\xcf\xc0\xf0\x1f\x00\x05\x00\x01\xff\x89\x99=\x1d\x00\x00\x00\x00IEND\xaeB`\x82"
+).decode()
+PDF = base64.b64encode(
+    b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n2 0 obj<</Type/Pages/Kids[3 0 R]/Count 1>>endobj\n"
+    b"3 0 obj<</Type/Page/Parent 2 0 R/MediaBox[0 0 200 200]>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n"
+).decode()
+PNG_URL = "https://example.com/cat.png"
+PDF_URL = "https://example.com/one-page.pdf"
+
+# How each entry point spells the media: (png base64, png url, pdf base64, pdf url); None: it has no spelling.
+SPELLING: dict[str, tuple[dict[str, Any] | None, ...]] = {
+    "native": ({"type": "image", "media_type": "image/png", "data": PNG}, {"type": "image", "url": PNG_URL},
+               {"type": "document", "media_type": "application/pdf", "data": PDF}, {"type": "document", "url": PDF_URL}),
+    "chat": ({"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+             {"type": "image_url", "image_url": {"url": PNG_URL}},
+             {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{PDF}"}}, None),
+    "messages": ({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+                 {"type": "image", "source": {"type": "url", "url": PNG_URL}},
+                 {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}},
+                 {"type": "document", "source": {"type": "url", "url": PDF_URL}}),
+}
+# What the provider receives for each form, as the last part of the user turn; a str: refused, 400 naming it.
+WIRE: dict[str, tuple[Any, ...]] = {
+    "openai": ({"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+               {"type": "image_url", "image_url": {"url": PNG_URL}},
+               {"type": "file", "file": {"filename": "document.pdf", "file_data": f"data:application/pdf;base64,{PDF}"}},
+               "messages.0.content.1.url"),
+    "responses": ({"type": "input_image", "image_url": f"data:image/png;base64,{PNG}", "detail": "auto"},
+                  {"type": "input_image", "image_url": PNG_URL, "detail": "auto"},
+                  {"type": "input_file", "filename": "document.pdf", "file_data": f"data:application/pdf;base64,{PDF}"},
+                  {"type": "input_file", "file_url": PDF_URL}),
+    "anthropic": ({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+                  {"type": "image", "source": {"type": "url", "url": PNG_URL}},
+                  {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}},
+                  {"type": "document", "source": {"type": "url", "url": PDF_URL}}),
+    "gemini": ({"inlineData": {"mimeType": "image/png", "data": PNG}}, "messages.0.content.1.url",
+               {"inlineData": {"mimeType": "application/pdf", "data": PDF}}, "messages.0.content.1.url"),
+}
+USER_PART = {"openai": lambda b: b["messages"][0]["content"], "responses": lambda b: b["input"][0]["content"],
+             "anthropic": lambda b: b["messages"][0]["content"], "gemini": lambda b: b["contents"][0]["parts"]}
+FIRST_PART = {"openai": {"type": "text", "text": "What is this?"}, "responses": {"type": "input_text", "text": "What is this?"},
+              "anthropic": {"type": "text", "text": "What is this?"}, "gemini": {"text": "What is this?"}}
+FORMS = ["png-base64", "png-url", "pdf-base64", "pdf-url"]
+
+
+async def _ask(entry: str, model: str, part: dict[str, Any], **settings: Any) -> tuple[httpx.Response, list[Any]]:
+    user = [{"type": "text", "text": "What is this?"}, part]
+    upstream = RecordedUpstream()
+    async with facade_gateway(upstream, **settings) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        if entry == "native":
+            response = await client.post("/v1/generate", json={"model": model, "messages": [{"role": "user", "content": user}]})
+        elif entry == "chat":
+            response = await client.post("/v1/chat/completions",
+                                         json={"model": model, "messages": [{"role": "user", "content": user}]})
+        else:
+            response = await client.post("/v1/messages", json={"model": model, "max_tokens": 64,
+                                                               "messages": [{"role": "user", "content": user}]})
+    return response, upstream.requests
+
+
+def _field(entry: str, response: httpx.Response) -> str:
+    error = response.json()["error"]
+    if entry == "chat":
+        return re.sub(r"\[(\d+)\]", r".\1", error["param"])
+    return str(error["field"] if entry == "native" else error["message"])
+
+
+@pytest.mark.parametrize("form", range(4), ids=FORMS)
+@pytest.mark.parametrize("entry", list(SPELLING))
+@pytest.mark.parametrize("provider", list(MODELS))
+async def test_images_and_documents_reach_each_provider_in_its_own_shape(provider: str, entry: str, form: int) -> None:
+    part = SPELLING[entry][form]
+    if part is None:
+        pytest.skip(f"{entry} has no spelling for a {FORMS[form]} part")
+    response, received = await _ask(entry, MODELS[provider], part)
+    wire = WIRE[provider][form]
+    if isinstance(wire, str):  # the provider cannot take this form: refused before any upstream call
+        assert response.status_code == 400, response.text
+        assert wire in _field(entry, response) and not received
+        assert "base64" in response.text  # says which form works
+        return
+    assert response.status_code == 200, response.text
+    assert USER_PART[provider](received[0]) == [FIRST_PART[provider], wire]
+
+
+# -- bounds and checks at the edge ------------------------------------------------------------
+
+BIG_PNG = base64.b64encode(base64.b64decode(PNG) + b"\0" * 3000).decode()  # a PNG's magic, 3 KB
+
+
+def _image(entry: str, data: str, media_type: str = "image/png") -> dict[str, Any]:
+    return {"native": {"type": "image", "media_type": media_type, "data": data},
+            "chat": {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{data}"}},
+            "messages": {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}}[entry]
+
+
+@pytest.mark.parametrize("entry", list(SPELLING))
+async def test_a_part_over_its_bound_is_413_naming_it(entry: str) -> None:
+    response, received = await _ask(entry, MODELS["anthropic"], _image(entry, BIG_PNG), media_part_max_bytes=2048)
+    assert response.status_code == 413, response.text
+    assert "messages.0.content.1" in _field(entry, response) and not received
+    assert "MEDIA_PART_MAX_BYTES" in response.text
+
+
+async def test_the_parts_of_one_request_together_are_bounded() -> None:
+    upstream = RecordedUpstream()
+    user = [{"type": "text", "text": "Compare"}, _image("native", BIG_PNG), _image("native", BIG_PNG)]
+    async with facade_gateway(upstream, media_request_max_bytes=5000) as url, httpx.AsyncClient(base_url=url) as client:
+        response = await client.post("/v1/generate", json={"model": "anthropic/text",
+                                                          "messages": [{"role": "user", "content": user}]})
+    assert response.status_code == 413 and response.json()["error"]["field"] == "messages.0.content.2"
+    assert not upstream.requests
+
+
+@pytest.mark.parametrize("entry", list(SPELLING))
+async def test_the_body_limit_is_raised_for_media_parts_only(entry: str) -> None:
+    """A 3 KB image passes a 1 KB body limit (the media allowance); 3 KB of text does not."""
+    response, received = await _ask(entry, MODELS["anthropic"], _image(entry, BIG_PNG), max_body_bytes=1024)
+    assert response.status_code == 200, response.text
+    assert USER_PART["anthropic"](received[0])[1]["source"]["data"] == BIG_PNG
+    response, received = await _ask(entry, MODELS["anthropic"], {"type": "text", "text": "x" * 3000},
+                                    max_body_bytes=1024)
+    assert response.status_code == 413 and not received
+    assert "body" in response.text
+
+
+MISFITS = {
+    "mistyped": (PDF, "image/png", "the bytes are application/pdf"),
+    "malformed": ("iVBORw0KGgo!!!", "image/png", "not valid base64"),
+    "not-an-image-type": (PNG, "image/tiff", "image/webp"),  # names the types it takes
+}
+
+
+@pytest.mark.parametrize("misfit", list(MISFITS))
+@pytest.mark.parametrize("entry", list(SPELLING))
+async def test_mistyped_and_malformed_parts_are_422_naming_the_part(entry: str, misfit: str) -> None:
+    data, media_type, says = MISFITS[misfit]
+    response, received = await _ask(entry, MODELS["openai"], _image(entry, data, media_type))
+    assert response.status_code == 422, response.text
+    assert "messages.0.content.1" in _field(entry, response) and not received
+    assert says in response.text

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
-from app.core.parts import ContentPart, TextPart, join_text
+from app.core.parts import CONTENT_TAGS, ContentPart, TextPart, join_text
 
 __all__ = [
     "AdapterError",
@@ -104,6 +104,22 @@ JsonObject = Annotated[dict[str, Any], AfterValidator(_json_object)]
 _FROZEN = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
 
 
+def _content_kind(value: Any) -> str | None:
+    if isinstance(value, str):
+        return CONTENT_TAGS[0]
+    return CONTENT_TAGS[1] if isinstance(value, (list, tuple)) else None
+
+
+# A string or a list of parts, told apart by the input's type, so that a bad part is reported as
+# that part's problem alone (`messages.0.content.1.data`, app/api/errors.py drops the tags), not as
+# "not a string" too.
+MessageContent = Annotated[
+    Annotated[str, Tag(CONTENT_TAGS[0])] | Annotated[tuple[ContentPart, ...], Tag(CONTENT_TAGS[1])],
+    Discriminator(_content_kind, custom_error_type="content_type",
+                  custom_error_message="content must be a string or a list of parts"),
+]
+
+
 class ToolCall(BaseModel):
     """One call of a tool by the model; arguments are an immutable JSON object."""
 
@@ -140,7 +156,7 @@ class Message(BaseModel):
     model_config = _FROZEN
 
     role: Role
-    content: str | tuple[ContentPart, ...] = Field(
+    content: MessageContent = Field(
         default="", description="A string, or content parts: several text parts stay several.")
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = Field(default=None, min_length=1)

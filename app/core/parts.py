@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
+    "CONTENT_TAGS",
+    "PART_KINDS",
     "IMAGE_TYPES",
     "DOCUMENT_TYPES",
     "CacheControl",
@@ -132,6 +134,10 @@ class DocumentPart(MediaPart):
 
 
 ContentPart = Annotated[TextPart | ImagePart | DocumentPart, Field(discriminator="type")]
+PART_KINDS = ("text", "image", "document")
+CONTENT_TAGS = ("string", "parts")
+"""The tags of a message content's union (a string, or parts), which validation errors carry in
+their location after `content`, as they carry a part's kind after its index."""
 
 
 def join_text(content: str | tuple[Any, ...]) -> str:
