@@ -6,13 +6,18 @@ and Anthropic's cache breakpoints arrive."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from app.main import create_app
+from app.settings import Settings
 from tests.compat_support import RecordedUpstream, facade_gateway
+from tests.support import serve
 
 MODELS = {"openai": "openai/text-include-usage", "responses": "openai-responses/text", "anthropic": "anthropic/text",
           "gemini": "gemini/text"}
@@ -217,3 +222,44 @@ async def test_mistyped_and_malformed_parts_are_422_naming_the_part(entry: str, 
     assert response.status_code == 422, response.text
     assert "messages.0.content.1" in _field(entry, response) and not received
     assert says in response.text
+
+
+# -- records and transcripts ------------------------------------------------------------------
+
+
+def _database_bytes(data_dir: Path) -> bytes:
+    """The SQLite record store's files (database and write-ahead log), as bytes."""
+    return b"".join(p.read_bytes() for p in data_dir.glob("foundry.db*"))
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["summary", "bytes-allowed"])
+async def test_records_keep_kind_type_size_and_hash_not_the_bytes(tmp_path: Path, keep: bool) -> None:
+    app = create_app(Settings(data_dir=str(tmp_path), stream_ttl_seconds=0.001, record_media_bytes=keep))
+    ask = {"model": "mock/simple", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "What is this?"}, _image("native", BIG_PNG),
+                                     {"type": "document", "url": PDF_URL}]}]}
+    async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
+        async with client.stream("POST", "/v1/stream", json=ask) as response:
+            assert response.status_code == 200
+            stream_id = response.headers["x-stream-id"]
+            await response.aread()
+        await app.state.records.flush()
+        assert app.state.gateway.store.get(stream_id) is None  # expired: served from the record store
+        transcript = (await client.get(f"/v1/stream/{stream_id}/transcript")).json()
+    raw = base64.b64decode(BIG_PNG)
+    summary = {"type": "image", "media_type": "image/png", "size": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+    assert transcript["request_messages"][0]["content"] == [
+        {"type": "text", "text": "What is this?"}, {**summary, **({"data": BIG_PNG} if keep else {})},
+        {"type": "document", "url": PDF_URL}]
+    stored = _database_bytes(tmp_path)
+    assert (BIG_PNG[:200].encode() in stored) is keep
+
+
+async def test_media_bytes_are_never_recorded_without_content_recording(tmp_path: Path) -> None:
+    app = create_app(Settings(data_dir=str(tmp_path), record_media_bytes=True, record_content=False))
+    ask = {"model": "mock/simple", "messages": [{"role": "user", "content": [_image("native", BIG_PNG)]}]}
+    async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
+        assert (await client.post("/v1/generate", json=ask)).status_code == 200
+        await app.state.records.flush()
+    stored = _database_bytes(tmp_path)
+    assert BIG_PNG[:200].encode() not in stored
