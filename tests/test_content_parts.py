@@ -11,7 +11,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
+import openai
 import pytest
 
 from app.main import create_app
@@ -263,3 +265,41 @@ async def test_media_bytes_are_never_recorded_without_content_recording(tmp_path
         await app.state.records.flush()
     stored = _database_bytes(tmp_path)
     assert BIG_PNG[:200].encode() not in stored
+
+
+# -- the official SDKs' vision calls ----------------------------------------------------------
+
+
+async def test_openai_sdks_vision_call_passes_through() -> None:
+    upstream = RecordedUpstream()
+    async with facade_gateway(upstream) as url, openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-client",
+                                                                     max_retries=0) as client:
+        answer = await client.chat.completions.create(model=MODELS["openai"], messages=[{"role": "user", "content": [
+            {"type": "text", "text": "What is in this image?"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}", "detail": "low"}}]}])
+        chunks = [c async for c in await client.chat.completions.create(
+            model=MODELS["openai"], stream=True, stream_options={"include_usage": True},
+            messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG_URL}}]}])]
+    assert answer.choices[0].message.content and answer.usage is not None and answer.usage.prompt_tokens > 0
+    assert upstream.requests[0]["messages"][0]["content"][1] == {
+        "type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}", "detail": "low"}}
+    assert upstream.requests[1]["messages"][0]["content"] == [{"type": "image_url", "image_url": {"url": PNG_URL}}]
+    assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens > 0
+
+
+async def test_anthropic_sdks_vision_call_passes_through_with_the_providers_usage() -> None:
+    upstream = RecordedUpstream()
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG},
+             "cache_control": {"type": "ephemeral"}}
+    async with facade_gateway(upstream) as url, anthropic.AsyncAnthropic(base_url=url, api_key="sk-ant-client",
+                                                                           max_retries=0) as client:
+        answer = await client.messages.create(model="anthropic/prompt-cache-usage", max_tokens=64, messages=[
+            {"role": "user", "content": [image, {"type": "text", "text": "Describe it."}]}])
+        async with client.messages.stream(model="anthropic/text", max_tokens=64, messages=[
+                {"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": PNG_URL}}]}]) as stream:
+            final = await stream.get_final_message()
+    assert upstream.requests[0]["messages"][0]["content"] == [image, {"type": "text", "text": "Describe it."}]
+    assert upstream.requests[1]["messages"][0]["content"] == [{"type": "image", "source": {"type": "url", "url": PNG_URL}}]
+    # the provider's usage for the image request, cache fields included (the recording's message_delta)
+    assert (answer.usage.cache_creation_input_tokens, answer.usage.cache_read_input_tokens) == (3337, 6289)
+    assert final.content[0].type == "text"

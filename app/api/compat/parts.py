@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from app.api.compat.common import FacadeError, validation_reason
 from app.core.parts import CacheControl, ContentPart, DocumentPart, ImagePart, TextPart
 
-__all__ = ["anthropic_part", "openai_chat_part", "responses_part", "text_part"]
+__all__ = ["anthropic_part", "openai_chat_part", "responses_content", "responses_part", "text_part"]
 
 _DATA_URL = re.compile(r"^data:(?P<type>[\w.+-]+/[\w.+-]+)(?:;[\w.+-]+=[\w.+-]+)*;base64,(?P<data>.*)$", re.DOTALL)
 
@@ -142,3 +142,18 @@ def responses_part(where: str, part: dict[str, Any], *, role: str) -> ContentPar
         raise FacadeError(f"{where}: file_data or file_url is carried; the gateway holds no uploaded files "
                           "(file_id)", param=where)
     raise FacadeError(f"{where}.type: {kind!r} content is not carried in a {role} message", param=f"{where}.type")
+
+
+def responses_content(parts: Any, param: str, *, role: str) -> tuple[ContentPart, ...]:
+    """A Responses message's `content` list (`role` user, system, developer or assistant), or a
+    `function_call_output`'s `output` list (`role` tool), as canonical parts; `param` names the list
+    (`input[0].content`). Several text parts stay several."""
+    if not isinstance(parts, list) or not parts:
+        raise FacadeError(f"{param}: must be a non-empty list of content parts", param=param)
+    role = "system" if role == "developer" else role
+    out: list[ContentPart] = []
+    for j, part in enumerate(parts):
+        if not isinstance(part, dict):
+            raise FacadeError(f"{param}[{j}]: must be an object", param=f"{param}[{j}]")
+        out.append(responses_part(f"{param}[{j}]", part, role=role))
+    return tuple(out)
