@@ -1,7 +1,10 @@
 """Pure converters between Foundry messages/tools and Anthropic Messages API payloads.
 
 Re-exported by `anthropic`. Anything outside the Foundry schema raises `AdapterError`. Decisions:
-- System messages are lifted into `system` (a string, or text blocks when there are several).
+- System messages are lifted into `system` (a string, or text blocks when there are several or one
+  carries a cache breakpoint). Content parts become `text`, `image` and `document` blocks (a
+  `base64` or `url` source), each with its `cache_control`; a lone plain text block is sent as a
+  string, as the docs write it.
 - Tool results become `tool_result` blocks; consecutive turns of one role are merged into one, so
   the results of one assistant turn's calls arrive in a single user turn, as the API requires.
 - An assistant message sends its reasoning first (signed `thinking`, `redacted_thinking`), then
