@@ -303,3 +303,36 @@ async def test_anthropic_sdks_vision_call_passes_through_with_the_providers_usag
     # the provider's usage for the image request, cache fields included (the recording's message_delta)
     assert (answer.usage.cache_creation_input_tokens, answer.usage.cache_read_input_tokens) == (3337, 6289)
     assert final.content[0].type == "text"
+
+
+TOOL_RESULT_WIRE: dict[str, Any] = {
+    "anthropic": lambda b: b["messages"][2]["content"][0]["content"],
+    "responses": lambda b: b["input"][2]["output"],
+}
+TOOL_RESULT_EXPECTED: dict[str, Any] = {
+    "anthropic": [{"type": "text", "text": "Here it is."},
+                  {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}],
+    "responses": [{"type": "input_text", "text": "Here it is."},
+                  {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}", "detail": "auto"}],
+    "openai": "messages.2.content.1",  # Chat Completions tool messages take text parts only
+    "gemini": "messages.2.content",  # a function response is JSON
+}
+
+
+@pytest.mark.parametrize("provider", list(MODELS))
+async def test_an_image_in_a_tool_result_reaches_providers_that_take_one(provider: str) -> None:
+    upstream = RecordedUpstream()
+    ask = {"model": MODELS[provider], "tools": [{"name": "chart"}], "messages": [
+        {"role": "user", "content": "Show me the chart."},
+        {"role": "assistant", "tool_calls": [{"id": "call_1", "name": "chart", "arguments": {}}]},
+        {"role": "tool", "tool_call_id": "call_1", "name": "chart",
+         "content": [{"type": "text", "text": "Here it is."}, _image("native", PNG)]}]}
+    async with facade_gateway(upstream) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        response = await client.post("/v1/generate", json=ask)
+    expected = TOOL_RESULT_EXPECTED[provider]
+    if isinstance(expected, str):
+        assert response.status_code == 400 and response.json()["error"]["field"] == expected, response.text
+        assert not upstream.requests
+        return
+    assert response.status_code == 200, response.text
+    assert TOOL_RESULT_WIRE[provider](upstream.requests[0]) == expected
