@@ -17,8 +17,9 @@ __all__ = ["GROUPS", "STRUCTURED", "ConfigError", "group_of", "read_config_file"
 
 
 GROUPS: dict[str, tuple[str, ...]] = {
-    "http": ("max_body_bytes", "ping_seconds", "request_timeout_seconds", "send_timeout_seconds",
-             "shutdown_grace_seconds", "stop_grace_seconds", "max_active_runs"),
+    "http": ("max_body_bytes", "media_part_max_bytes", "media_request_max_bytes", "ping_seconds",
+             "request_timeout_seconds", "send_timeout_seconds", "shutdown_grace_seconds", "stop_grace_seconds",
+             "max_active_runs"),
     "streams": ("stream_ttl_seconds", "max_stream_events", "max_stream_bytes", "max_streams", "max_store_bytes",
                 "redis_url", "redis_timeout_seconds", "redis_lease_seconds", "redis_max_pending_bytes"),
     "upstream": ("connect_timeout", "read_timeout", "upstream_max_retries", "upstream_max_body_bytes",
@@ -29,7 +30,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
                 "max_total_timeout", "breaker_failures", "breaker_cooldown_seconds"),
     "validation": ("default_chunking",),
     "tool_runs": ("max_steps", "tool_max_output_chars", "transcript_max_chars", "transcript_max_items"),
-    "run_records": ("records", "database_url", "data_dir", "record_content", "record_retention_days",
+    "run_records": ("records", "database_url", "data_dir", "record_content", "record_media_bytes", "record_retention_days",
                     "records_queue_size", "records_batch_size", "records_linger", "records_write_timeout"),
     "access": ("auth", "admin_key", "key_cache_seconds", "concurrency_lease_seconds", "metrics_token"),
     "logging": ("log_level", "log_json"),

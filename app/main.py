@@ -14,6 +14,7 @@ from app import VERSION
 from app.accounting import KeyAccountant
 from app.api.compat import anthropic_routes, openai_routes
 from app.api.errors import install_error_handlers
+from app.api.media import base64_length
 from app.api.middleware import RequestContextMiddleware
 from app.api.openapi import install_openapi
 from app.api.routes import admin_keys, generate, health, runs, stream, transcript, usage
@@ -91,7 +92,10 @@ def create_app(
     install_playground(app)
     install_error_handlers(app)
     install_openapi(app)
-    app.add_middleware(RequestContextMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
+    # Raised by the media allowance's base64 only; what else the body holds is held to max_body_bytes
+    # once the parts are known (app/api/media.py).
+    app.add_middleware(RequestContextMiddleware, metrics=metrics,
+                       max_body_bytes=settings.max_body_bytes + base64_length(settings.media_request_max_bytes))
     return app
 
 

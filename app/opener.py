@@ -90,8 +90,9 @@ class RunOpener:
         self.observers = observers
         """The gateway's observers (a live list: observers added later count)."""
         self.on_failure = on_failure
-        self.transcript_limits = TranscriptLimits(max_chars=settings.transcript_max_chars,
-                                                  max_items=settings.transcript_max_items)
+        self.transcript_limits = TranscriptLimits(
+            max_chars=settings.transcript_max_chars, max_items=settings.transcript_max_items,
+            keep_media_bytes=settings.record_content and settings.record_media_bytes)
 
     async def open(self, spec: RunSpec, session: RouteSession, *, request_id: str | None,
                    observers: Sequence[RunObserver] = ()) -> Run:

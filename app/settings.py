@@ -40,7 +40,13 @@ class Settings(BaseSettings):
                                       env_ignore_empty=True)
 
     # HTTP edge
-    max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest accepted request body.")
+    max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest accepted request body "
+                                "(besides its image and document parts: media_request_max_bytes).")
+    media_part_max_bytes: int = Field(default=10 << 20, ge=0, description="Largest image or document part "
+                                      "(decoded bytes); a larger one is 413 naming the part.")
+    media_request_max_bytes: int = Field(
+        default=20 << 20, ge=0, description="Most image and document bytes (decoded) in one request: 413 naming "
+        "the part past it. The body may pass max_body_bytes by these parts' base64, and by nothing else.")
     ping_seconds: float = Field(default=5.0, gt=0, description="SSE keep-alive comment after this much silence.")
     request_timeout_seconds: float = Field(
         default=30.0, gt=0, le=3600, description="Longest a request's head and body may take to arrive (from the "
@@ -201,6 +207,9 @@ class Settings(BaseSettings):
     data_dir: str = Field(default="var", description="Where the embedded SQLite database lives.")
     record_content: bool = Field(
         default=True, description="Store message content in records (false: metadata only, no text anywhere).")
+    record_media_bytes: bool = Field(
+        default=False, description="With record_content, also store image and document bytes in transcripts "
+        "(false: each part as its kind, media type, size and SHA-256).")
     record_retention_days: float = Field(
         default=30.0, ge=0, description="Records older than this are deleted (0: kept forever).")
     records_queue_size: int = Field(default=10_000, ge=1, description="Records waiting for the writer; "

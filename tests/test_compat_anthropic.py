@@ -124,7 +124,10 @@ async def test_validators_through_extra_body_end_in_refusal() -> None:
 @pytest.mark.parametrize(("ask", "error", "names"), [
     ({"messages": [{"role": "system", "content": "hi"}]}, anthropic.BadRequestError, "messages.0.role"),
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {
-        "type": "url", "url": "http://x/y.png"}}]}]}, anthropic.BadRequestError, "messages.0.content.0.type"),
+        "type": "url", "url": "http://x/y.png"}}]}]}, anthropic.UnprocessableEntityError, "messages.0.content.0"),
+    ({"messages": [{"role": "user", "content": [{"type": "search_result", "source": "x", "title": "t",
+                                                   "content": []}]}]},
+     anthropic.BadRequestError, "messages.0.content.0.type"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]},
      anthropic.BadRequestError, "messages.0.content.0.type"),
     ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, anthropic.BadRequestError,

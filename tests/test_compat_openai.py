@@ -139,8 +139,11 @@ async def test_validators_through_extra_body_gate_release() -> None:
     ({"model": "mock/simple", "messages": [{"role": "wizard", "content": "hi"}]}, openai.BadRequestError,
      "messages[0].role"),
     ({"model": "mock/simple", "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]},
+        {"type": "text", "text": "hear"}, {"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}]}]},
      openai.BadRequestError, "messages[0].content[1].type"),
+    ({"model": "mock/simple", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]},
+     openai.UnprocessableEntityError, "messages[0].content[1].image_url.url"),
     ({"model": "mock/simple", "messages": [{"role": "user", "content": [{"type": "txt", "text": "a"}]}]},
      openai.BadRequestError, "messages[0].content[0].type"),
     ({"model": "mock/simple", "messages": HI, "modalities": ["text", "audio"]}, openai.BadRequestError,
@@ -248,7 +251,8 @@ async def test_the_request_maps_to_the_canonical_one() -> None:
             stop=["\n\n"], seed=7, user="end-user-1")
     sent = upstream.requests[-1]
     assert sent["messages"] == [
-        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"},
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Weather "}, {"type": "text", "text": "in Paris?"}]},
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Paris"}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]

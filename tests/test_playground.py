@@ -8,6 +8,8 @@ artifacts/playwright/ (gitignored).
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import shutil
@@ -45,6 +47,7 @@ from app.providers.mock import scenario_chunks
 from app.settings import Settings
 from tests.fakes import FakeAdapter
 from tests.support import REPO
+from tests.test_content_parts import PNG
 
 ARTIFACTS = REPO / "artifacts" / "playwright"
 CHROMIUM_ARGS = [
@@ -416,3 +419,24 @@ def test_errors_are_shown_with_their_field_or_status(page: Any) -> None:
     assert "upstream_disconnected" in page.text_content("#run-error")
     assert "unknown out" in page.text_content("#f-usage")  # the provider never reported its output
     assert page.locator("#history .msg-assistant").count() == 0  # a failed run adds no answer
+
+
+def test_an_attached_image_is_sent_as_a_part_and_shown_in_the_conversation(page: Any) -> None:
+    png = base64.b64decode(PNG)
+    bodies: list[str] = []
+    page.on("request", lambda r: bodies.append(r.post_data or "") if r.url.endswith("/v1/generate") else None)
+    page.set_input_files("#image", files=[{"name": "dot.png", "mimeType": "image/png", "buffer": png}])
+    _send(page, "mock/echo", "What is in this image?")
+    assert _final_status(page) == "ok"
+    sent = json.loads(bodies[0])["messages"][-1]["content"]
+    assert sent == [{"type": "text", "text": "What is in this image?"},
+                    {"type": "image", "media_type": "image/png", "data": PNG}]
+    shown = page.locator("#history .msg-user .part-image")
+    expect(shown).to_have_count(1)
+    assert shown.get_attribute("src") == f"data:image/png;base64,{PNG}"
+    assert page.locator("#history .msg-user .content").first.text_content() == "What is in this image?"
+    assert page.input_value("#image") == ""  # attached to that message only
+    expect(page.locator("#transcript")).to_contain_text("sha256")  # the record keeps the hash, not the bytes
+    assert PNG not in page.text_content("#transcript")
+    page.set_input_files("#image", files=[{"name": "notes.txt", "mimeType": "text/plain", "buffer": b"hi"}])
+    expect(page.locator("#form-error")).to_contain_text("png, jpeg, gif or webp")

@@ -15,6 +15,7 @@ from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from app.accounting import KeyAccountant
+from app.api.media import check_media
 from app.api.middleware import RequestLog
 from app.api.readers import opened
 from app.auth import Auth, Principal
@@ -74,9 +75,11 @@ def not_found_unless_owner(principal: Principal, owner: str | None, error: Excep
 
 async def open_run(request: Request, gateway: Gateway, spec: RunSpec, principal: Principal,
                    record: RequestLog) -> tuple[RunHandle, dict[str, str]]:
-    """Admit the caller (403 model, 429 limits or budget), start the run as theirs and wait until it
-    opened (app/api/readers.py), and give the x-ratelimit-* headers for the response. A run that
-    fails to open gives its slot back; one that opened settles the key's accounts when it ends."""
+    """Bound the images and documents (413), admit the caller (403 model, 429 limits or budget),
+    start the run as theirs and wait until it opened (app/api/readers.py), and give the
+    x-ratelimit-* headers for the response. A run that fails to open gives its slot back; one that
+    opened settles the key's accounts when it ends."""
+    check_media(spec.request.messages, gateway.settings, request)
     auth: Auth = request.app.state.auth
     aliases = gateway.settings.aliases
     judges = [(field, model, aliases.get(model, "")) for field, model in called_models(spec.validators)]

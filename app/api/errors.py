@@ -11,6 +11,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.responses import JSON
 from app.core.errors import GatewayError, RequestError
+from app.core.parts import CONTENT_TAGS, PART_KINDS
 from app.observability import get_logger
 
 __all__ = ["error_response", "install_error_handlers", "require_json"]
@@ -45,6 +46,14 @@ def gateway_error_response(exc: GatewayError) -> JSON:
 
 def _field_path(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc if p != "body"]
+    if "content" in parts:  # `content.parts.1.image.data` -> `content.1.data` (app/core/messages.py)
+        at = parts.index("content") + 1
+        if parts[at:at + 1] == [CONTENT_TAGS[0]]:
+            del parts[at]
+        elif parts[at:at + 1] == [CONTENT_TAGS[1]]:
+            del parts[at]
+            if len(parts) > at + 1 and parts[at + 1] in PART_KINDS:
+                del parts[at + 1]
     return ".".join(parts) or "body"
 
 

@@ -124,6 +124,7 @@ class RequestContextMiddleware:
             chunks.append(body)
             if not message.get("more_body", False):
                 break
+        scope["state"]["body_bytes"] = size  # the media check holds the rest of the body to the base limit
         return _replay([{"type": "http.request", "body": b"".join(chunks), "more_body": False}], receive)
 
 

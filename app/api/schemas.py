@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from app.core.errors import ErrorData, RequestError
 from app.core.events import EVENT_SCHEMAS, FinalPayload, UsageData
-from app.core.messages import Message, ToolSpec, check_unique_tool_names
+from app.core.messages import Message, ReasoningBlock, Role, ToolCall, ToolSpec, check_unique_tool_names
+from app.core.parts import CacheControl, TextPart
 from app.core.safejson import first_surrogate
 from app.routing.config import Deadlines
 from app.validation import ValidatorSpec
@@ -196,6 +197,32 @@ class UnmatchedOutput(BaseModel):
     source: str
 
 
+class RecordedMedia(BaseModel):
+    """An image or document part as a transcript keeps it: its bytes only with
+    FOUNDRY_RECORD_MEDIA_BYTES (and FOUNDRY_RECORD_CONTENT); a URL as sent."""
+
+    type: Literal["image", "document"]
+    media_type: str | None = None
+    url: str | None = None
+    size: int | None = Field(default=None, description="Bytes of base64 data.")
+    sha256: str | None = Field(default=None, description="SHA-256 of those bytes, hex.")
+    data: str | None = Field(default=None, description="Base64, only when the operator keeps media bytes.")
+    title: str | None = None
+    detail: str | None = None
+    cache_control: CacheControl | None = None
+
+
+class RecordedMessage(BaseModel):
+    """A request message as a transcript keeps it (a `Message`, media parts as `RecordedMedia`)."""
+
+    role: Role
+    content: str | list[TextPart | RecordedMedia] = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+    reasoning: list[ReasoningBlock] = Field(default_factory=list)
+
+
 class Transcript(BaseModel):
     """The record of a stream, for redisplay: live while the stream is kept, then from the record store."""
 
@@ -207,7 +234,7 @@ class Transcript(BaseModel):
     stop_reason: str | None
     steps: int
     usage: UsageData = Field(description="Summed over the steps so far.")
-    request_messages: list[Message]
+    request_messages: list[RecordedMessage]
     reasoning_messages: list[TranscriptMessage]
     response_messages: list[TranscriptMessage]
     tool_calls: list[TranscriptToolCall]

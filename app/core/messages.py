@@ -11,10 +11,13 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+
+from app.core.parts import CONTENT_TAGS, ContentPart, TextPart, join_text
 
 __all__ = [
     "AdapterError",
+    "ContentPart",
     "FrozenDict",
     "Message",
     "ReasoningBlock",
@@ -31,7 +34,12 @@ TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class AdapterError(ValueError):
-    """Data outside the Foundry schema, met while converting to or from a provider format."""
+    """Data outside the Foundry schema, met while converting to or from a provider format;
+    `field` names the request field at fault (`messages.0.content.1.url`) when one is."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class FrozenDict(dict):
@@ -96,6 +104,22 @@ JsonObject = Annotated[dict[str, Any], AfterValidator(_json_object)]
 _FROZEN = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
 
 
+def _content_kind(value: Any) -> str | None:
+    if isinstance(value, str):
+        return CONTENT_TAGS[0]
+    return CONTENT_TAGS[1] if isinstance(value, (list, tuple)) else None
+
+
+# A string or a list of parts, told apart by the input's type, so that a bad part is reported as
+# that part's problem alone (`messages.0.content.1.data`, app/api/errors.py drops the tags), not as
+# "not a string" too.
+MessageContent = Annotated[
+    Annotated[str, Tag(CONTENT_TAGS[0])] | Annotated[tuple[ContentPart, ...], Tag(CONTENT_TAGS[1])],
+    Discriminator(_content_kind, custom_error_type="content_type",
+                  custom_error_message="content must be a string or a list of parts"),
+]
+
+
 class ToolCall(BaseModel):
     """One call of a tool by the model; arguments are an immutable JSON object."""
 
@@ -124,14 +148,16 @@ class ReasoningBlock(BaseModel):
 class Message(BaseModel):
     """One Foundry message.
 
-    Content is a non-empty string, except on an assistant message that carries tool calls.
+    Content is a non-empty string or a non-empty list of parts (text; images and documents in
+    user and tool messages), except on an assistant message that carries tool calls.
     A tool message answers one tool call and names it by `tool_call_id`.
     """
 
     model_config = _FROZEN
 
     role: Role
-    content: str = ""
+    content: MessageContent = Field(
+        default="", description="A string, or content parts: several text parts stay several.")
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = Field(default=None, min_length=1)
     name: str | None = None
@@ -149,8 +175,23 @@ class Message(BaseModel):
         elif self.tool_call_id is not None:
             raise ValueError("only tool messages may carry tool_call_id")
         if not self.content and not (self.role == "assistant" and self.tool_calls):
-            raise ValueError("content must be a non-empty string")
+            raise ValueError("content must be a non-empty string or list of parts")
+        if self.role in ("system", "assistant") and not isinstance(self.content, str):
+            if any(not isinstance(part, TextPart) for part in self.content):
+                raise ValueError(f"a {self.role} message carries text parts only")
         return self
+
+    @property
+    def text(self) -> str:
+        """The content's text: the string, or the text parts joined with a blank line."""
+        return join_text(self.content)
+
+    @property
+    def parts(self) -> tuple[ContentPart, ...]:
+        """The content as parts (a string is one text part; an empty string none)."""
+        if isinstance(self.content, str):
+            return (TextPart(type="text", text=self.content),) if self.content else ()
+        return self.content
 
 
 class ToolSpec(BaseModel):

@@ -29,6 +29,7 @@ import orjson
 
 from app.core.events import ReasoningEvent, StreamEvent, TokenEvent, ToolCallEvent, ToolResultEvent, Usage
 from app.core.messages import Message, thaw
+from app.core.parts import part_summary
 from app.core.processors import Processor, ProcessorRegistry
 
 __all__ = [
@@ -51,6 +52,8 @@ class TranscriptLimits:
     """Characters of text (answers, thinking, fragments, inputs, outputs) kept per stream."""
     max_items: int = 2_000
     """Records (tool calls, messages, turn parts) kept per stream."""
+    keep_media_bytes: bool = False
+    """Keep image and document bytes in the request messages (else kind, media type, size, SHA-256)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -183,7 +186,7 @@ class Transcript:
                             info.fragments.append(text)
                         self._complete(info, call.arguments, now)
             elif message.role == "tool" and message.tool_call_id:
-                self._output(message.tool_call_id, message.name or "", message.content, False, "caller", now)
+                self._output(message.tool_call_id, message.name or "", message.text, False, "caller", now)
 
     def observe(self, event: StreamEvent) -> None:
         """One released canonical event (start and final are the pipeline's business)."""
@@ -260,7 +263,7 @@ class Transcript:
             "stop_reason": self.stop_reason,
             "steps": self.steps,
             "usage": self.usage.to_dict(),
-            "request_messages": [m.model_dump(mode="json", exclude_defaults=True) for m in self.request_messages],
+            "request_messages": [_recorded(m, self.limits.keep_media_bytes) for m in self.request_messages],
             "reasoning_messages": reasoning,
             "response_messages": response,
             "tool_calls": [c.to_dict() for c in self.tool_calls.values()],
@@ -373,3 +376,13 @@ class Transcript:
     def _set_output(info: ToolCallInfo, content: str, is_error: bool, source: OutputSource, at: float) -> None:
         info.output, info.is_error, info.output_source, info.output_at = content, is_error, source, at
         info.state = "has_output"
+
+
+def _recorded(message: Message, keep_media_bytes: bool) -> dict[str, Any]:
+    """A request message as the transcript keeps it: media parts without their bytes, unless asked."""
+    out: dict[str, Any] = message.model_dump(mode="json", exclude_defaults=True, exclude={"content"})
+    content = message.content
+    if content:
+        out["content"] = content if isinstance(content, str) else [
+            part_summary(part, keep_bytes=keep_media_bytes) for part in content]
+    return out

@@ -105,7 +105,7 @@ class AnthropicAdapter(ProviderAdapter):
         try:
             body = build_anthropic_request(request, provider=self.name)
         except AdapterError as exc:
-            raise RequestError(f"{self.name}: {exc}", provider=self.name) from None
+            raise RequestError(f"{self.name}: {exc}", provider=self.name, field=exc.field) from None
         body["stream"] = True
         with anthropic_errors(self.name):
             http = await self._client.post("/v1/messages", body=body, cast_to=httpx2.Response, options=RAW_STREAM)

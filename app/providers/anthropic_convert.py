@@ -1,7 +1,10 @@
 """Pure converters between Foundry messages/tools and Anthropic Messages API payloads.
 
 Re-exported by `anthropic`. Anything outside the Foundry schema raises `AdapterError`. Decisions:
-- System messages are lifted into `system` (a string, or text blocks when there are several).
+- System messages are lifted into `system` (a string, or text blocks when there are several or one
+  carries a cache breakpoint). Content parts become `text`, `image` and `document` blocks (a
+  `base64` or `url` source), each with its `cache_control`; a lone plain text block is sent as a
+  string, as the docs write it.
 - Tool results become `tool_result` blocks; consecutive turns of one role are merged into one, so
   the results of one assistant turn's calls arrive in a single user turn, as the API requires.
 - An assistant message sends its reasoning first (signed `thinking`, `redacted_thinking`), then
@@ -28,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.core.messages import AdapterError, Message, ReasoningBlock, ToolSpec, thaw
+from app.core.parts import ContentPart, TextPart
 from app.providers.base import ProviderRequest, ToolChoice
 
 __all__ = [
@@ -49,7 +53,7 @@ def messages_to_anthropic(
     messages: Sequence[Message], *, provider: str = "anthropic"
 ) -> tuple[str | list[dict[str, Any]] | None, list[dict[str, Any]]]:
     """Foundry messages -> (`system`, `messages`) of a Messages API request."""
-    system: list[str] = []
+    system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
     pending: set[str] = set()  # tool_use ids of the last assistant turn still unanswered
 
@@ -67,9 +71,9 @@ def messages_to_anthropic(
                 f"messages[{i}]: tool calls {sorted(pending)} have no tool result before this message"
             )
         if message.role == "system":
-            system.append(message.content)
+            system.extend(_blocks(message))
         elif message.role == "user":
-            append("user", [{"type": "text", "text": message.content}])
+            append("user", _blocks(message))
         elif message.role == "tool":
             if message.tool_call_id not in pending:
                 raise AdapterError(
@@ -77,7 +81,8 @@ def messages_to_anthropic(
                     "assistant message just before it"
                 )
             pending.discard(message.tool_call_id)
-            append("user", [{"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.content}])
+            content = message.content if isinstance(message.content, str) else _blocks(message)
+            append("user", [{"type": "tool_result", "tool_use_id": message.tool_call_id, "content": content}])
         else:
             append("assistant", _assistant_blocks(message, provider))
             pending = {call.id for call in message.tool_calls}
@@ -89,23 +94,45 @@ def messages_to_anthropic(
 
 
 def _plain(turn: dict[str, Any]) -> dict[str, Any]:
-    """A lone text block reads best as the plain string the docs use."""
+    """A lone text block (with no cache breakpoint) reads best as the plain string the docs use."""
     content = turn["content"]
-    if len(content) == 1 and content[0]["type"] == "text":
+    if len(content) == 1 and content[0]["type"] == "text" and "cache_control" not in content[0]:
         turn["content"] = content[0]["text"]
     return turn
 
 
-def _system(system: list[str]) -> str | list[dict[str, Any]] | None:
+def _system(system: list[dict[str, Any]]) -> str | list[dict[str, Any]] | None:
     if not system:
         return None
-    return system[0] if len(system) == 1 else [{"type": "text", "text": s} for s in system]
+    if len(system) == 1 and "cache_control" not in system[0]:
+        return str(system[0]["text"])
+    return system
+
+
+def _blocks(message: Message) -> list[dict[str, Any]]:
+    """A message's content as Messages API blocks: `text`, `image` and `document` with a `base64`
+    or `url` source, each with its `cache_control` breakpoint."""
+    return [_block(part) for part in message.parts]
+
+
+def _block(part: ContentPart) -> dict[str, Any]:
+    block: dict[str, Any]
+    if isinstance(part, TextPart):
+        block = {"type": "text", "text": part.text}
+    else:
+        source = ({"type": "url", "url": part.url} if part.url is not None
+                  else {"type": "base64", "media_type": part.media_type, "data": part.data})
+        block = {"type": part.type, "source": source}
+        if part.type == "document" and part.title:
+            block["title"] = part.title
+    if part.cache_control is not None:
+        block["cache_control"] = part.cache_control.model_dump(exclude_none=True)
+    return block
 
 
 def _assistant_blocks(message: Message, provider: str) -> list[dict[str, Any]]:
     blocks = [b for r in message.reasoning if (b := _reasoning_block(r, provider)) is not None]
-    if message.content:
-        blocks.append({"type": "text", "text": message.content})
+    blocks.extend(_blocks(message))
     for call in message.tool_calls:
         blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": thaw(call.arguments)})
     if not blocks:

@@ -50,6 +50,7 @@ from app.core.errors import (
     UpstreamError,
 )
 from app.core.messages import AdapterError, Message, ToolSpec, thaw
+from app.core.parts import TextPart
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, bounded_body, sse_body
 from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, status_error, transport_error
@@ -80,7 +81,7 @@ def messages_to_gemini(
     messages: Sequence[Message], *, provider: str = "gemini"
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """Foundry messages -> (`systemInstruction`, `contents`) of a generateContent request."""
-    system: list[dict[str, str]] = []
+    system: list[dict[str, Any]] = []
     contents: list[dict[str, Any]] = []
     names: dict[str, str] = {}  # tool call id -> function name, from earlier assistant messages
 
@@ -94,9 +95,9 @@ def messages_to_gemini(
         if not isinstance(message, Message):
             raise AdapterError(f"messages[{i}] is not a Foundry Message")
         if message.role == "system":
-            system.append({"text": message.content})
+            system.extend({"text": part.text} for part in message.parts if isinstance(part, TextPart))
         elif message.role == "user":
-            append("user", [{"text": message.content}])
+            append("user", _parts(message, i))
         elif message.role == "assistant":
             names.update((call.id, call.name) for call in message.tool_calls)
             append("model", _model_parts(message, provider))
@@ -105,22 +106,41 @@ def messages_to_gemini(
             if not name:
                 raise AdapterError(f"messages[{i}]: tool result {message.tool_call_id!r} answers no earlier "
                                    "tool call and has no name (Gemini matches results by function name)")
-            append("user", [{"functionResponse": {"name": name, "response": _tool_response(message.content)}}])
+            if any(not isinstance(part, TextPart) for part in message.parts):
+                where = f"messages.{i}.content"
+                raise AdapterError(f"{where}: Gemini takes text only in a tool result (a function response); send "
+                                   "the image or document in a user message", field=where)
+            append("user", [{"functionResponse": {"name": name, "response": _tool_response(message.text)}}])
     if not contents:
         raise AdapterError("the conversation needs at least one user or assistant message")
     return ({"parts": system} if system else None), contents
 
 
 def _model_parts(message: Message, provider: str) -> list[dict[str, Any]]:
-    parts: list[dict[str, Any]] = []
-    if message.content:
-        parts.append({"text": message.content})
+    parts: list[dict[str, Any]] = [{"text": part.text} for part in message.parts if isinstance(part, TextPart)]
     parts.extend({"functionCall": {"name": c.name, "args": thaw(c.arguments)}} for c in message.tool_calls)
     signature = next((b.signature for b in message.reasoning if b.provider == provider and b.signature), None)
     if signature:
         target = next((p for p in parts if "functionCall" in p), parts[0])
         target["thoughtSignature"] = signature
     return parts
+
+
+def _parts(message: Message, i: int) -> list[dict[str, Any]]:
+    """Parts as Gemini `parts`: `text`, and media as `inlineData` (base64 with its mime type).
+    A URL is refused: the Gemini API fetches only its own Files API and Cloud Storage URIs
+    (`fileData`), not a caller's https URL, and the gateway never fetches one itself."""
+    out: list[dict[str, Any]] = []
+    for j, part in enumerate(message.parts):
+        if isinstance(part, TextPart):
+            out.append({"text": part.text})
+        elif part.url is not None:
+            where = f"messages.{i}.content.{j}.url"
+            raise AdapterError(f"{where}: Gemini does not fetch https URLs; send the {part.type} as base64 `data` "
+                               "with its media_type (sent as inline_data)", field=where)
+        else:
+            out.append({"inlineData": {"mimeType": part.media_type, "data": part.data}})
+    return out
 
 
 def _tool_response(content: str) -> dict[str, Any]:
@@ -200,7 +220,7 @@ def gemini_errors(provider: str = "gemini") -> Iterator[None]:
     except GatewayError:
         raise
     except AdapterError as exc:
-        raise RequestError(f"{provider}: {exc}", provider=provider) from exc
+        raise RequestError(f"{provider}: {exc}", provider=provider, field=exc.field) from exc
     except CONNECTION_ERRORS as exc:
         raise transport_error(exc, provider) from exc
 

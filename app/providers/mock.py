@@ -102,7 +102,7 @@ def scenario_stream(model: str, messages: tuple = ()) -> Iterator[list[Patch]]:
     n = lorem_size(model)
     if n is None:
         return iter(scenario_chunks(model, messages))
-    input_tokens = sum(len(m.content.split()) for m in messages)
+    input_tokens = sum(len(m.text.split()) for m in messages)
     chunks = _lorem(model, n)
     first = next(chunks)
     first[0] = MessageStart(id=f"mock-{model}", model=model, usage=UsagePatch(input_tokens=input_tokens))
@@ -117,7 +117,7 @@ def scenario_chunks(model: str, messages: tuple = ()) -> list[list[Patch]]:
         stop: StopReason = "stop"
     elif model == "tool_call":
         if messages and messages[-1].role == "tool":
-            texts = [f"Sum is {messages[-1].content}"]
+            texts = [f"Sum is {messages[-1].text}"]
             chunks = [[TextDelta(text=texts[0])]]
             stop = "stop"
         else:
@@ -131,7 +131,7 @@ def scenario_chunks(model: str, messages: tuple = ()) -> list[list[Patch]]:
             ]
             stop = "tool_calls"
     elif model == "echo":
-        last = next((m.content for m in reversed(messages) if m.role == "user"), "")
+        last = next((m.text for m in reversed(messages) if m.role == "user"), "")
         texts = _words(last) if last else []
         chunks = [[TextDelta(text=t)] for t in texts]
         stop = "stop"
@@ -141,7 +141,7 @@ def scenario_chunks(model: str, messages: tuple = ()) -> list[list[Patch]]:
         raise UpstreamNotFound(
             f"mock has no scenario {model!r}; try one of: {', '.join(SCENARIOS)}", provider="mock"
         )
-    input_tokens = sum(len(m.content.split()) for m in messages)
+    input_tokens = sum(len(m.text.split()) for m in messages)
     output_tokens = sum(len(t.split()) for t in texts)
     chunks.insert(0, [MessageStart(id=f"mock-{model}", model=model, usage=UsagePatch(input_tokens=input_tokens))])
     chunks.append([MessageDelta(stop_reason=stop, usage=UsagePatch(output_tokens=output_tokens)), MessageEnd()])

@@ -239,7 +239,7 @@ class OpenAIAdapter(ProviderAdapter):
             params = stream_params(request, include_usage=self._include_usage,
                                    max_tokens_field=self._max_tokens_field)
         except AdapterError as exc:
-            raise RequestError(f"{self.name}: {exc}", provider=self.name) from None
+            raise RequestError(f"{self.name}: {exc}", provider=self.name, field=exc.field) from None
         # Through the SDK's documented `client.post(..., cast_to=httpx2.Response)` with the
         # raw-stream header rather than `chat.completions.with_streaming_response`: the same
         # request without the typed-params transform (~0.5 ms CPU per request here).

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from app.core import safejson
 from app.core.messages import AdapterError, Message, ToolCall, ToolSpec, thaw
+from app.core.parts import DocumentPart, ImagePart, TextPart
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools, first_error
 
 __all__ = [
@@ -54,14 +55,15 @@ def messages_to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
     for i, message in enumerate(messages):
         if not isinstance(message, Message):
             raise AdapterError(f"messages[{i}] is not a Message")
+        content = _content(message, i)
         if message.role == "tool":
-            out.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content})
+            out.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": content})
             continue
-        item: dict[str, Any] = {"role": message.role, "content": message.content}
+        item: dict[str, Any] = {"role": message.role, "content": content}
         if message.name is not None:
             item["name"] = message.name
         if message.tool_calls:
-            item["content"] = message.content or None
+            item["content"] = content or None
             item["tool_calls"] = [
                 {
                     "id": call.id,
@@ -72,6 +74,35 @@ def messages_to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
             ]
         out.append(item)
     return out
+
+
+def _content(message: Message, i: int) -> str | list[dict[str, Any]]:
+    """A string stays a string; parts become Chat Completions content parts (`text`, `image_url`
+    with a data or https URL, `file` with base64 `file_data`). `cache_control` has no place here:
+    OpenAI caches prompt prefixes on its own."""
+    if isinstance(message.content, str):
+        return message.content
+    return [_part(part, i, j, message.role) for j, part in enumerate(message.content)]
+
+
+def _part(part: TextPart | ImagePart | DocumentPart, i: int, j: int, role: str) -> dict[str, Any]:
+    where = f"messages.{i}.content.{j}"
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    if role != "user":
+        raise AdapterError(f"{where}: OpenAI Chat Completions takes {part.type} parts in user messages only",
+                           field=where)
+    if isinstance(part, ImagePart):
+        url = part.url if part.url is not None else f"data:{part.media_type};base64,{part.data}"
+        image: dict[str, Any] = {"url": url}
+        if part.detail is not None:
+            image["detail"] = part.detail
+        return {"type": "image_url", "image_url": image}
+    if part.url is not None:
+        raise AdapterError(f"{where}.url: OpenAI Chat Completions takes a document as base64 data only; send "
+                           "`data` with media_type application/pdf", field=f"{where}.url")
+    file = {"filename": part.title or "document.pdf", "file_data": f"data:{part.media_type};base64,{part.data}"}
+    return {"type": "file", "file": file}
 
 
 def openai_to_messages(payload: Sequence[Mapping[str, Any]]) -> tuple[Message, ...]:

@@ -33,6 +33,7 @@ import orjson
 
 from app.core.errors import RequestError
 from app.core.messages import AdapterError, Message, ToolSpec, thaw
+from app.core.parts import ImagePart, TextPart
 from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
 from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.openai_chat import OPENAI_BASE_URL, make_client, upstream_errors
@@ -65,23 +66,44 @@ def messages_to_responses(messages: tuple[Message, ...] | list[Message]) -> tupl
             raise AdapterError(f"messages[{i}] is not a Foundry Message")
         if message.role == "system":
             if items:
-                items.append({"type": "message", "role": "system", "content": message.content})
+                items.append({"type": "message", "role": "system", "content": _content(message)})
             else:
-                instructions.append(message.content)
+                instructions.append(message.text)
         elif message.role == "user":
-            items.append({"type": "message", "role": "user", "content": message.content})
+            items.append({"type": "message", "role": "user", "content": _content(message)})
         elif message.role == "assistant":
             if message.content:
-                items.append({"type": "message", "role": "assistant", "content": message.content})
+                items.append({"type": "message", "role": "assistant", "content": _content(message)})
             for call in message.tool_calls:
                 items.append({"type": "function_call", "call_id": call.id, "name": call.name,
                               "arguments": orjson.dumps(thaw(call.arguments)).decode()})
         else:
             items.append({"type": "function_call_output", "call_id": message.tool_call_id,
-                          "output": message.content})
+                          "output": _content(message)})
     if not items:
         raise AdapterError("the conversation needs at least one user or assistant message")
     return ("\n\n".join(instructions) if instructions else None), items
+
+
+def _content(message: Message) -> str | list[dict[str, Any]]:
+    """A string stays a string; parts become `input_text` (`output_text` on an assistant turn),
+    `input_image` (`image_url`: a data or https URL) and `input_file` (`file_data` as a data URL,
+    or `file_url`). `cache_control` is a no-op: OpenAI caches prompt prefixes on its own."""
+    if isinstance(message.content, str):
+        return message.content
+    out: list[dict[str, Any]] = []
+    for part in message.content:
+        if isinstance(part, TextPart):
+            out.append({"type": "output_text" if message.role == "assistant" else "input_text", "text": part.text})
+        elif isinstance(part, ImagePart):
+            url = part.url if part.url is not None else f"data:{part.media_type};base64,{part.data}"
+            out.append({"type": "input_image", "image_url": url, "detail": part.detail or "auto"})
+        elif part.url is not None:
+            out.append({"type": "input_file", "file_url": part.url})
+        else:
+            out.append({"type": "input_file", "filename": part.title or "document.pdf",
+                        "file_data": f"data:{part.media_type};base64,{part.data}"})
+    return out
 
 
 def tool_specs_to_responses(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -168,7 +190,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         try:
             return responses_request(request)
         except AdapterError as exc:
-            raise RequestError(f"{self.name}: {exc}", provider=self.name) from None
+            raise RequestError(f"{self.name}: {exc}", provider=self.name, field=exc.field) from None
 
     async def open_stream(self, request: ProviderRequest) -> PatchStream:
         """Send the request; raise GatewayError for anything known before the body starts.

@@ -50,13 +50,60 @@ function drawHistory() {
     const role = document.createElement("span");
     role.className = "role";
     role.textContent = message.role + (message.tool_calls?.length ? ` (calls ${message.tool_calls.map((c) => c.name).join(", ")})` : "");
-    const content = document.createElement("span");
-    content.className = "content";
-    content.textContent = message.content || "";
-    item.append(role, content);
+    item.append(role, ...contentNodes(message.content));
     list.append(item);
   }
   $("history-empty").hidden = conversation.length > 0;
+}
+
+// A message's content as nodes: its text (parts joined by a blank line, as the gateway joins
+// them), then each image part (data drawn as an <img>, a URL named as text and never loaded).
+function contentNodes(value) {
+  const parts = Array.isArray(value) ? value : [{ type: "text", text: value || "" }];
+  const text = document.createElement("span");
+  text.className = "content";
+  text.textContent = parts.filter((p) => p.type === "text").map((p) => p.text).join("\n\n");
+  const nodes = [text];
+  for (const part of parts) {
+    if (part.type === "image" && part.data && IMAGE_TYPES.includes(part.media_type)) {
+      const img = document.createElement("img");
+      img.className = "part-image";
+      img.alt = `attached image (${part.media_type})`;
+      img.src = `data:${part.media_type};base64,${part.data}`;
+      nodes.push(img);
+    } else if (part.type !== "text") {
+      const note = document.createElement("span");
+      note.className = "part-note";
+      note.textContent = `[${part.type}${part.url ? `: ${part.url}` : part.media_type ? ` (${part.media_type})` : ""}]`;
+      nodes.push(note);
+    }
+  }
+  return nodes;
+}
+
+// The image attached to the next message, read when chosen: {media_type, data} or null.
+const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+let attachment = null;
+let attaching = Promise.resolve();  // settles when the chosen file has been read (send waits on it)
+
+function attach() {
+  const file = $("image").files[0];
+  attachment = null;
+  if (!file) return;
+  if (!IMAGE_TYPES.includes(file.type)) {
+    $("image").value = "";
+    showFormError(`Attach a png, jpeg, gif or webp image (not ${file.type || "this file"})`, "image");
+    return;
+  }
+  const reader = new FileReader();
+  attaching = new Promise((resolve) => {
+    reader.onload = () => {
+      attachment = { media_type: file.type, data: String(reader.result).split(",", 2)[1] };
+      resolve();
+    };
+    reader.onerror = () => resolve();
+  });
+  reader.readAsDataURL(file);
 }
 
 // A message as a request takes it back: only the fields it has (null is not "absent").
@@ -125,7 +172,9 @@ function buildRequest() {
   if (!model) throw new FormError("Choose a model", "model");
   const prompt = $("prompt").value;
   if (!prompt.trim()) throw new FormError("Write a message", "prompt");
-  const user = { role: "user", content: prompt };
+  const user = { role: "user", content: attachment
+    ? [{ type: "text", text: prompt }, { type: "image", media_type: attachment.media_type, data: attachment.data }]
+    : prompt };
   const messages = [];
   if ($("system").value.trim()) messages.push({ role: "system", content: $("system").value });
   messages.push(...conversation, user);
@@ -164,6 +213,7 @@ function controlFor(field, body) {
   const [head, index] = field.split(".");
   if (head === "validators" && body.validators?.[Number(index)]) return `v-${body.validators[Number(index)].name}-config`;
   if (head === "provider_options" && field.startsWith("provider_options.delay_ms")) return "delay-ms";
+  if (/^messages\.\d+\.content\.\d+/.test(field) && !field.endsWith(".text")) return "image";
   const controls = { model: "model", messages: "prompt", tools: "tools", tool_choice: "tools", chunking: "chunking",
                      max_steps: "max-steps", provider_options: "provider-options" };
   return controls[head] ?? null;
@@ -173,6 +223,7 @@ async function send(event) {
   event.preventDefault();
   if (run && !run.done && !run.stopped) return;
   showFormError("");
+  await attaching;
   let request;
   try {
     request = buildRequest();
@@ -208,6 +259,8 @@ async function send(event) {
   const accepted = await response.json();
   remember([request.user]);
   $("prompt").value = "";
+  $("image").value = "";
+  attachment = null;
   run = state.newRun(accepted.stream_id, request.body.model, sentAt);
   state.saveRun(run);  // a reload before the first event still finds the run
   view.reset();
@@ -353,6 +406,7 @@ drawHistory();
 restore();
 loadModels();
 $("run-form").addEventListener("submit", send);
+$("image").addEventListener("change", attach);
 $("stop").addEventListener("click", stop);
 $("load-transcript").addEventListener("click", loadTranscript);
 $("clear-history").addEventListener("click", () => {

@@ -1,9 +1,10 @@
 """POST /v1/messages: Anthropic's Messages request, and its mapping to the canonical RunSpec.
 
-Content blocks: `text`; `tool_use`, `thinking` and `redacted_thinking` on assistant turns (thinking
-goes back as the message's reasoning blocks, signature kept); `tool_result` on user turns (each
-becomes a canonical `tool` message, before the turn's text). Images, documents and server-tool
-blocks are refused: the gateway's messages carry text.
+Content blocks: `text` (several stay several, `cache_control` kept, on `system` too); `image` and
+`document` (base64 or url source) on user turns and in tool results; `tool_use`, `thinking` and
+`redacted_thinking` on assistant turns (thinking goes back as the message's reasoning blocks,
+signature kept); `tool_result` on user turns (each becomes a canonical `tool` message, before the
+turn's other blocks). Server-tool blocks are refused.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.api.compat.common import FacadeError, GatewayExtras, run_spec, validation_reason
-from app.core.messages import Message, ReasoningBlock, ToolCall, ToolSpec, check_unique_tool_names
+from app.api.compat.parts import anthropic_part
+from app.core.messages import ContentPart, Message, ReasoningBlock, ToolCall, ToolSpec, check_unique_tool_names
 from app.pipeline import RunSpec
 
 __all__ = ["FORWARDED", "MessagesRequest", "to_run_spec"]
@@ -76,7 +78,7 @@ def to_run_spec(body: MessagesRequest) -> RunSpec:
         check_unique_tool_names(tools)
     except ValueError as exc:
         raise FacadeError(str(exc), param="tools") from None
-    messages = [Message(role="system", content=s) for s in [_system(body.system)] if s]
+    messages = [_build("system", role="system", content=s) for s in [_system(body.system)] if s]
     for i, m in enumerate(body.messages):
         messages.extend(_message(i, m))
     return run_spec(
@@ -103,49 +105,44 @@ def _choice(choice: ToolChoiceIn | None, tools: tuple[ToolSpec, ...]) -> str | N
     return {"auto": "auto", "any": "required", "none": "none"}[choice.type]
 
 
-def _system(system: str | list[dict[str, Any]] | None) -> str:
+def _system(system: str | list[dict[str, Any]] | None) -> str | tuple[ContentPart, ...]:
+    """Text blocks stay blocks (each with its `cache_control`), so Anthropic gets them as sent."""
     if system is None or isinstance(system, str):
         return system or ""
-    return "".join(_text_block(f"system.{j}", b) for j, b in enumerate(system))
+    return tuple(_text_block(f"system.{j}", b) for j, b in enumerate(system))
 
 
-def _text_block(param: str, block: dict[str, Any]) -> str:
+def _text_block(param: str, block: dict[str, Any]) -> ContentPart:
     if block.get("type") != "text":
         raise FacadeError(f"{param}.type: only text blocks are supported here, got {block.get('type')!r}",
                           param=f"{param}.type")
-    text = block.get("text")
-    if not isinstance(text, str):
-        raise FacadeError(f"{param}.text: must be a string", param=f"{param}.text")
-    return text
+    return anthropic_part(param, block)
 
 
 def _message(i: int, m: MessageIn) -> list[Message]:
     param = f"messages.{i}.content"
     if isinstance(m.content, str):
         return [_build(param, role=m.role, content=m.content)]
-    text: list[str] = []
+    parts: list[ContentPart] = []
     calls: list[ToolCall] = []
     reasoning: list[ReasoningBlock] = []
     results: list[Message] = []
     for j, block in enumerate(m.content):
         kind, where = block.get("type"), f"{param}.{j}"
-        if kind == "text":
-            text.append(_text_block(where, block))
+        if kind == "text" or (kind in ("image", "document") and m.role == "user"):
+            parts.append(anthropic_part(where, block))
         elif kind == "tool_use" and m.role == "assistant":
             calls.append(_call(where, block))
         elif kind in ("thinking", "redacted_thinking") and m.role == "assistant":
             reasoning.append(_thinking(where, block))
         elif kind == "tool_result" and m.role == "user":
             results.append(_result(where, block))
-        elif kind in ("image", "document", "search_result"):
-            raise FacadeError(f"{where}.type: {kind} content is not supported; the gateway's messages carry text only",
-                              param=f"{where}.type")
         else:
             raise FacadeError(f"{where}.type: unsupported content block {kind!r} in a {m.role} message",
                               param=f"{where}.type")
     out = list(results)
-    if text or calls or reasoning or not results:
-        out.append(_build(param, role=m.role, content="".join(text), tool_calls=tuple(calls),
+    if parts or calls or reasoning or not results:
+        out.append(_build(param, role=m.role, content=tuple(parts), tool_calls=tuple(calls),
                           reasoning=tuple(reasoning)))
     return out
 
@@ -169,17 +166,24 @@ def _thinking(where: str, block: dict[str, Any]) -> ReasoningBlock:
 
 
 def _result(where: str, block: dict[str, Any]) -> Message:
-    content = block.get("content", "")
+    content: Any = block.get("content", "")
     if isinstance(content, list):
-        content = "".join(_text_block(f"{where}.content.{k}", b) for k, b in enumerate(content))
-    if not isinstance(content, str):
-        raise FacadeError(f"{where}.content: must be a string or text blocks", param=f"{where}.content")
+        content = tuple(_result_part(f"{where}.content.{k}", b) for k, b in enumerate(content))
+    if not isinstance(content, (str, tuple)):
+        raise FacadeError(f"{where}.content: must be a string or content blocks", param=f"{where}.content")
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or not call_id:
         raise FacadeError(f"{where}.tool_use_id: required", param=f"{where}.tool_use_id")
     # An empty output is a fact to pass on (as the gateway's own tool loop does).
     return Message.model_construct(role="tool", content=content, tool_call_id=call_id, name=None, tool_calls=(),
                                    reasoning=())
+
+
+def _result_part(where: str, block: dict[str, Any]) -> ContentPart:
+    if block.get("type") not in ("text", "image", "document"):
+        raise FacadeError(f"{where}.type: a tool result carries text, image and document blocks, got "
+                          f"{block.get('type')!r}", param=f"{where}.type")
+    return anthropic_part(where, block)
 
 
 def _build(param: str, **fields: Any) -> Message:

@@ -9,7 +9,8 @@ from pydantic import ValidationError
 
 from app.api.compat.common import FacadeError, run_spec, validation_reason
 from app.api.compat.openai_schema import FORWARDED, REFUSED, ChatCompletionRequest, ChatMessageIn
-from app.core.messages import Message, ToolCall, ToolSpec, check_unique_tool_names
+from app.api.compat.parts import openai_chat_part
+from app.core.messages import ContentPart, Message, ToolCall, ToolSpec, check_unique_tool_names
 from app.pipeline import RunSpec
 
 __all__ = ["to_run_spec"]
@@ -68,7 +69,7 @@ def _messages(messages: list[ChatMessageIn]) -> list[Message]:
     out = []
     for i, m in enumerate(messages):
         role = _ROLES[m.role]
-        text = _text(m.content, f"messages[{i}].content", assistant=role == "assistant")
+        text = _text(m.content, f"messages[{i}].content", role=role)
         calls = tuple(_call(i, k, c) for k, c in enumerate(m.tool_calls or ()))
         if calls and role != "assistant":
             raise FacadeError(f"messages[{i}].tool_calls: only assistant messages carry tool_calls",
@@ -89,23 +90,11 @@ def _messages(messages: list[ChatMessageIn]) -> list[Message]:
     return out
 
 
-def _text(content: str | list[dict[str, Any]] | None, param: str, *, assistant: bool) -> str:
+def _text(content: str | list[dict[str, Any]] | None, param: str, *, role: str) -> str | tuple[ContentPart, ...]:
+    """A string as it is; content parts as canonical parts (several text parts stay several)."""
     if content is None or isinstance(content, str):
         return content or ""
-    parts = []
-    for j, part in enumerate(content):
-        kind = part.get("type")
-        if kind == "text" or (assistant and kind == "refusal"):
-            value = part.get(kind)
-            if not isinstance(value, str):
-                raise FacadeError(f"{param}[{j}].{kind} must be a string", param=f"{param}[{j}].{kind}")
-            parts.append(value)
-        elif kind in ("image_url", "input_audio", "file"):
-            raise FacadeError(f"{param}[{j}].type: {kind} content is not supported; the gateway's messages carry "
-                              f"text only", param=f"{param}[{j}].type")
-        else:
-            raise FacadeError(f"{param}[{j}].type: unknown content part type {kind!r}", param=f"{param}[{j}].type")
-    return "".join(parts)
+    return tuple(openai_chat_part(f"{param}[{j}]", part, role=role) for j, part in enumerate(content))
 
 
 def _call(i: int, k: int, call: Any) -> ToolCall:

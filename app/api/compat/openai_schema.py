@@ -29,8 +29,9 @@ class ToolCallIn(BaseModel):
 
 
 class ChatMessageIn(BaseModel):
-    """One message; `content` is a string or an array of content parts (`text`; `refusal` on
-    assistant messages). Images, audio and files are refused: the gateway's messages carry text."""
+    """One message; `content` is a string or an array of content parts: `text` (`refusal` on
+    assistant messages), and on user messages `image_url` (a data or https URL) and `file` (a PDF
+    as `file_data`). Audio and uploaded files (`file_id`) are refused."""
 
     model_config = _STRICT
     role: Literal["system", "developer", "user", "assistant", "tool"]
