@@ -70,6 +70,14 @@ class ProviderRequest:
     max_tokens: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
     """`provider_options` from the request: wire extras the caller asked for explicitly."""
+    stop: tuple[str, ...] = ()
+    """Stop sequences: OpenAI `stop`, Anthropic `stop_sequences`, Gemini `stopSequences`."""
+    parallel_tool_calls: bool | None = None
+    """False: at most one tool call per response (OpenAI `parallel_tool_calls`, Anthropic
+    `tool_choice.disable_parallel_tool_use`); None: the provider's default."""
+    cache_control: dict[str, Any] | None = None
+    """Anthropic's top-level prompt-cache breakpoint (automatic caching); a provider that caches by
+    itself (OpenAI, Gemini) has nothing to send for it."""
 
 
 class PatchStream(Protocol):

@@ -17,14 +17,19 @@ Request mapping decisions:
 - Tool calls go out as `functionCall` parts without an id (Gemini matches responses by name and
   order, and the gateway's ids are its own); a tool message becomes a `functionResponse` named
   after the call it answers (found by `tool_call_id` among earlier calls, else the message's
-  `name`). Its `response` is the tool output when that is a JSON object, else `{"output": text}`.
+  `name`). Its `response` is the tool output when that is a JSON object, else `{"output": text}`;
+  a failed tool's (`is_error`) is `{"error": text}`, the key Gemini documents for errors.
 - Thought signatures round-trip: the first signature kept on an assistant message (a reasoning
   block from this provider) goes on its first `functionCall` part, or on its first text part when
   it has no calls, which is where Gemini puts it. Thought text is not sent back.
 - Tools are `functionDeclarations` with `parametersJsonSchema` (full JSON Schema, no conversion
   to the OpenAPI subset of `parameters`). Tool specs and `tool_choice` are checked by the Chat
   converters, so every provider accepts and refuses the same things.
-- `temperature` and `max_tokens` go into `generationConfig`. `provider_options`: a
+- `temperature`, `max_tokens` and `stop` (as `stopSequences`) go into `generationConfig`. Gemini
+  has no strict flag and caches by itself: a tool's `strict` / `cache_control` /
+  `eager_input_streaming` and the top-level `cache_control` are accepted and not sent (the
+  documented no-op). It has no switch for one call per response either: `parallel_tool_calls:
+  false` with tools is refused (400), `true` is its default. `provider_options`: a
   `generationConfig` object merges into ours (thinkingConfig, topP, stopSequences, ...),
   `builtin_tools` (e.g. `[{"googleSearch": {}}, {"codeExecution": {}}]`) join the tools, any
   other key goes into the body as given (safetySettings, cachedContent, ...); a None value drops
@@ -104,7 +109,8 @@ def messages_to_gemini(
             if not name:
                 raise AdapterError(f"messages[{i}]: tool result {message.tool_call_id!r} answers no earlier "
                                    "tool call and has no name (Gemini matches results by function name)")
-            append("user", [{"functionResponse": {"name": name, "response": _tool_response(message.content)}}])
+            append("user", [{"functionResponse": {"name": name,
+                                                  "response": _tool_response(message.content, message.is_error)}}])
     if not contents:
         raise AdapterError("the conversation needs at least one user or assistant message")
     return ({"parts": system} if system else None), contents
@@ -122,7 +128,9 @@ def _model_parts(message: Message, provider: str) -> list[dict[str, Any]]:
     return parts
 
 
-def _tool_response(content: str) -> dict[str, Any]:
+def _tool_response(content: str, is_error: bool) -> dict[str, Any]:
+    if is_error:  # Gemini's documented key for a failed call: `error` (`output` for a result)
+        return {"error": content}
     try:
         value = orjson.loads(content)
     except orjson.JSONDecodeError:
@@ -159,6 +167,9 @@ def gemini_request(request: ProviderRequest, *, provider: str = "gemini") -> dic
     clash = _RESERVED_OPTIONS.intersection(options)
     if clash:
         raise AdapterError(f"provider_options may not set {sorted(clash)}: use the request's own fields")
+    if request.parallel_tool_calls is False and request.tools:
+        raise AdapterError("parallel_tool_calls: false cannot be carried: Gemini has no switch for one call per "
+                           "response")
     system, contents = messages_to_gemini(request.messages, provider=provider)
     body: dict[str, Any] = {"contents": contents}
     if system is not None:
@@ -176,6 +187,8 @@ def gemini_request(request: ProviderRequest, *, provider: str = "gemini") -> dic
     config: dict[str, Any] = {"temperature": request.temperature}
     if request.max_tokens is not None:
         config["maxOutputTokens"] = request.max_tokens
+    if request.stop:
+        config["stopSequences"] = list(request.stop)
     extra_config = options.pop("generationConfig", None) or {}
     if not isinstance(extra_config, Mapping):
         raise AdapterError("provider_options.generationConfig must be an object")

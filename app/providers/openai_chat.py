@@ -87,6 +87,10 @@ def stream_params(
         params["tool_choice"] = choice
     if request.max_tokens is not None:
         params[max_tokens_field] = request.max_tokens
+    if request.stop:
+        params["stop"] = list(request.stop)
+    if request.parallel_tool_calls is not None and request.tools:  # OpenAI refuses it without tools
+        params["parallel_tool_calls"] = request.parallel_tool_calls
     for key, value in request.options.items():
         if key in _RESERVED_OPTIONS:
             raise AdapterError(f"provider_options may not set {key!r}; it is the gateway's")

@@ -5,7 +5,10 @@ The reference's converters (reference/foundry-adapters.md), re-exported by `open
 `tool_specs_to_openai`, `normalize_tool_calls`, and the `tool_choice` mapping. Anything outside
 the Foundry schema raises `AdapterError`. Two fields have no place on OpenAI's wire and are
 dropped on the way out: a tool message's `name`, and assistant `reasoning` blocks (DeepSeek
-rejects `reasoning_content` sent back; OpenAI has no field for it).
+rejects `reasoning_content` sent back; OpenAI has no field for it). A tool message's `is_error`
+has no field either: it is kept in the text, as `Error: <output>`. A tool's `strict` goes out as
+`function.strict`; its Anthropic-only `cache_control` and `eager_input_streaming` have nothing to
+say here (OpenAI caches prompt prefixes by itself and streams arguments as they come).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ __all__ = [
     "openai_to_messages",
     "plain",
     "tool_choice_to_openai",
+    "tool_output",
     "tool_specs_to_openai",
 ]
 
@@ -34,6 +38,8 @@ _MESSAGE_KEYS: dict[str, frozenset[str]] = {
     "assistant": frozenset({"role", "content", "name", "tool_calls"}),
     "tool": frozenset({"role", "content", "tool_call_id"}),
 }
+ERROR_PREFIX = "Error: "
+"""Marks a failed tool's output where the wire has no error flag (OpenAI's tool messages)."""
 _TOOL_CALL_KEYS = frozenset({"id", "type", "function"})
 _FUNCTION_KEYS = frozenset({"name", "arguments"})
 
@@ -54,7 +60,7 @@ def messages_to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
         if not isinstance(message, Message):
             raise AdapterError(f"messages[{i}] is not a Message")
         if message.role == "tool":
-            out.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content})
+            out.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": tool_output(message)})
             continue
         item: dict[str, Any] = {"role": message.role, "content": message.content}
         if message.name is not None:
@@ -71,6 +77,14 @@ def messages_to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
             ]
         out.append(item)
     return out
+
+
+def tool_output(message: Message) -> str:
+    """A tool message's content; a failed tool's is marked in the text (`Error: ...`), since
+    OpenAI's tool message has no error field."""
+    if message.is_error and not message.content.startswith(ERROR_PREFIX):
+        return ERROR_PREFIX + message.content
+    return message.content
 
 
 def openai_to_messages(payload: Sequence[Mapping[str, Any]]) -> tuple[Message, ...]:
@@ -175,6 +189,8 @@ def tool_specs_to_openai(tools: Sequence[ToolSpec | Mapping[str, Any]]) -> list[
         if tool.description:
             function["description"] = tool.description
         function["parameters"] = thaw(tool.parameters)
+        if tool.strict is not None:
+            function["strict"] = tool.strict
         out.append({"type": "function", "function": function})
     return out
 
