@@ -114,6 +114,8 @@ class Accumulator:
         self.stop_reason: StopReason | None = None
         self.completed = False
         self._usage = UsagePatch()
+        self.start_usage: Usage | None = None
+        """The usage the provider reported as the response began (Anthropic's input tokens), if it did."""
         self._token_index = 0
         self._reasoning_index = 0
         self._tool_index = 0
@@ -191,6 +193,7 @@ class Accumulator:
             self.model = p.model
         if p.usage is not None:
             self._merge_usage(p.usage)
+            self.start_usage = self.usage
 
     def _text_start(self, p: TextStart, out: list[StreamEvent]) -> None:
         self._open_text.add(p.key)
@@ -200,7 +203,8 @@ class Accumulator:
             raise StreamProtocolError(f"text delta for non-text block {p.key!r}")
         self._open_text.add(p.key)
         if p.text:
-            out.append(TokenEvent(index=self._token_index, content=p.text))
+            out.append(TokenEvent(index=self._token_index, content=p.text, refusal=p.refusal) if p.refusal
+                       else TokenEvent(index=self._token_index, content=p.text))
             self._token_index += 1
 
     def _text_end(self, p: TextEnd, out: list[StreamEvent]) -> None:

@@ -55,6 +55,8 @@ class StartData(TypedDict):
 class TokenData(TypedDict):
     index: Annotated[int, Field(description="Counts token events of the stream from 0.")]
     content: str
+    refusal: NotRequired[Annotated[bool, Field(
+        description="Present (true) when this text is the model's refusal (OpenAI `refusal`), not an answer.")]]
 
 
 class ReasoningData(TypedDict):
@@ -261,8 +263,12 @@ class TokenEvent:
     type: Literal["token"] = "token"
     index: int
     content: str
+    refusal: bool = False
+    """The model's refusal (OpenAI's `refusal` field) rather than its answer."""
 
     def data(self) -> TokenData:
+        if self.refusal:
+            return {"index": self.index, "content": self.content, "refusal": True}
         return {"index": self.index, "content": self.content}
 
 
