@@ -11,8 +11,14 @@ import anthropic
 import httpx
 import openai
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
-from tests.compat_support import RecordedUpstream, facade_gateway
+from app.main import create_app
+from tests.compat_support import RecordedUpstream, facade_gateway, settings_for
+from tests.support import serve
 
 SCHEMA = {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}
 CALL = {"type": "tool_use", "id": "toolu_1", "name": "calculator", "input": {"expression": "2+2"}}
@@ -160,3 +166,64 @@ async def test_the_native_api_carries_them_too() -> None:
     assert sent["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
     assert sent["tools"][0]["strict"] is True and sent["tools"][0]["cache_control"] == {"type": "ephemeral"}
     assert sent["messages"][-1]["content"][0]["is_error"] is True
+
+
+OUTPUT = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"],
+          "additionalProperties": False}
+
+
+@pytest.mark.parametrize("model", ["anthropic/text", "openai/text-include-usage", "gemini/text",
+                                   "openai-responses/function-call"])
+async def test_output_config_is_structured_output_everywhere(model: str) -> None:
+    """What `messages.parse` sends: `output_config.format` (translated for each provider);
+    `effort` goes to Anthropic and is refused, naming it, elsewhere."""
+    upstream = RecordedUpstream()
+    ask: dict[str, Any] = {"max_tokens": 64, "messages": [{"role": "user", "content": "6*7?"}]}
+    async with facade_gateway(upstream) as url, anthropic_sdk(url) as client:
+        await client.messages.create(model=model, **ask,
+                                     output_config={"format": {"type": "json_schema", "schema": OUTPUT}})
+        sent = upstream.requests[-1]
+        if model.startswith("anthropic/"):
+            await client.messages.create(model=model, **ask, output_config={
+                "effort": "low", "format": {"type": "json_schema", "schema": OUTPUT}})
+            assert upstream.requests[-1]["output_config"] == {"effort": "low",
+                                                              "format": {"type": "json_schema", "schema": OUTPUT}}
+        else:
+            with pytest.raises(anthropic.BadRequestError) as raised:
+                await client.messages.create(model=model, **ask, output_config={"effort": "low"})
+            assert "output_config" in raised.value.body["error"]["message"]
+    if model.startswith("anthropic/"):
+        assert sent["output_config"] == {"format": {"type": "json_schema", "schema": OUTPUT}}
+    elif model.startswith("openai/"):
+        assert sent["response_format"] == {"type": "json_schema", "json_schema": {
+            "name": "output", "schema": OUTPUT, "strict": True}}
+    elif model.startswith("gemini/"):
+        config = sent["generationConfig"]
+        assert config["responseMimeType"] == "application/json" and config["responseJsonSchema"] == OUTPUT
+    else:
+        assert sent["text"] == {"format": {"type": "json_schema", "name": "output", "schema": OUTPUT, "strict": True}}
+
+
+async def test_count_tokens_is_served_by_an_anthropic_upstream() -> None:
+    received: list[dict[str, Any]] = []
+
+    async def count(request: Request) -> JSONResponse:
+        received.append(await request.json())
+        return JSONResponse({"input_tokens": 42})
+
+    upstream = Starlette(routes=[Route("/v1/messages/count_tokens", count, methods=["POST"])])
+    async with serve(upstream) as up, serve(create_app(settings_for(up))) as url, anthropic_sdk(url) as client:
+        counted = await client.messages.count_tokens(
+            model="anthropic/claude-x", messages=[{"role": "user", "content": "hi"}], system="Be brief.",
+            tools=[ANTHROPIC_TOOL])  # type: ignore[list-item]
+        assert counted.input_tokens == 42
+        with pytest.raises(anthropic.BadRequestError) as raised:  # Anthropic's error shape, naming the model
+            await client.messages.count_tokens(model="openai/gpt-x", messages=[{"role": "user", "content": "hi"}])
+        assert raised.value.body["type"] == "error" and "count_tokens" in raised.value.body["error"]["message"]
+        with pytest.raises(anthropic.NotFoundError) as missing:
+            await client.messages.count_tokens(model="nowhere/x", messages=[{"role": "user", "content": "hi"}])
+        assert missing.value.body["type"] == "error"
+    assert received == [{"model": "claude-x", "messages": [{"role": "user", "content": "hi"}], "system": "Be brief.",
+                         "tools": [{"name": "calculator", "description": "Evaluate arithmetic", "input_schema": SCHEMA,
+                                    "strict": True, "cache_control": {"type": "ephemeral"},
+                                    "eager_input_streaming": True}]}]

@@ -22,6 +22,7 @@ def to_spec(body: GenerateRequest) -> RunSpec:
         stop=tuple(body.stop),
         parallel_tool_calls=body.parallel_tool_calls,
         cache_control=dict(body.cache_control) if body.cache_control is not None else None,
+        output_schema=dict(body.output_schema) if body.output_schema is not None else None,
     )
     return RunSpec(
         request=request,

@@ -88,6 +88,9 @@ class GenerateRequest(BaseModel):
     cache_control: dict[str, Any] | None = Field(
         default=None, description="Anthropic's top-level prompt-cache breakpoint; a no-op where the provider caches "
                                   "by itself.")
+    output_schema: dict[str, Any] | None = Field(
+        default=None, description="Structured output: a JSON Schema the answer follows (Anthropic "
+                                  "`output_config.format`, OpenAI `response_format`, Gemini `responseJsonSchema`).")
     validators: list[ValidatorSpec] = Field(
         default_factory=list, max_length=32,
         description="Chunk validators for this request, added to the operator's (which always apply).",

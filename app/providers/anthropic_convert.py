@@ -17,7 +17,7 @@ Re-exported by `anthropic`. Anything outside the Foundry schema raises `AdapterE
 - Carried from the canonical request: a tool result's `is_error`; a tool's `strict`,
   `cache_control` and `eager_input_streaming`; `stop` as `stop_sequences`; `parallel_tool_calls:
   false` as `tool_choice.disable_parallel_tool_use` (with `auto` when no choice was given); the
-  top-level `cache_control` (automatic prompt caching).
+  top-level `cache_control` (automatic prompt caching); `output_schema` as `output_config.format`.
 - `provider_options` (`thinking`, `metadata`, `stop_sequences`, ...) are added to the body; they may
   not replace what the typed fields own (model, messages, system, tool_choice, max_tokens, stream):
   that raises AdapterError, as does anything else outside the Foundry schema. One exception adds
@@ -196,6 +196,10 @@ def build_anthropic_request(request: ProviderRequest, *, provider: str = "anthro
     if request.cache_control is not None:
         body["cache_control"] = dict(request.cache_control)
     body.update((k, v) for k, v in options.items() if v is not None and k != "tools")  # None: "do not send"
+    if request.output_schema is not None:  # structured output, beside any output_config option (effort)
+        config = body.get("output_config")
+        body["output_config"] = {**(config if isinstance(config, Mapping) else {}),
+                                 "format": {"type": "json_schema", "schema": request.output_schema}}
     return body
 
 

@@ -25,7 +25,8 @@ Request mapping decisions:
 - Tools are `functionDeclarations` with `parametersJsonSchema` (full JSON Schema, no conversion
   to the OpenAPI subset of `parameters`). Tool specs and `tool_choice` are checked by the Chat
   converters, so every provider accepts and refuses the same things.
-- `temperature`, `max_tokens` and `stop` (as `stopSequences`) go into `generationConfig`. Gemini
+- `temperature`, `max_tokens`, `stop` (as `stopSequences`) and `output_schema` (as
+  `responseJsonSchema` with `responseMimeType: application/json`) go into `generationConfig`. Gemini
   has no strict flag and caches by itself: a tool's `strict` / `cache_control` /
   `eager_input_streaming` and the top-level `cache_control` are accepted and not sent (the
   documented no-op). It has no switch for one call per response either: `parallel_tool_calls:
@@ -184,11 +185,7 @@ def gemini_request(request: ProviderRequest, *, provider: str = "gemini") -> dic
     choice = tool_choice_to_gemini(request.tool_choice, request.tools)
     if choice is not None:
         body["toolConfig"] = choice
-    config: dict[str, Any] = {"temperature": request.temperature}
-    if request.max_tokens is not None:
-        config["maxOutputTokens"] = request.max_tokens
-    if request.stop:
-        config["stopSequences"] = list(request.stop)
+    config = _generation_config(request)
     extra_config = options.pop("generationConfig", None) or {}
     if not isinstance(extra_config, Mapping):
         raise AdapterError("provider_options.generationConfig must be an object")
@@ -199,6 +196,18 @@ def gemini_request(request: ProviderRequest, *, provider: str = "gemini") -> dic
         if value is not None:
             body[key] = value
     return body
+
+
+def _generation_config(request: ProviderRequest) -> dict[str, Any]:
+    config: dict[str, Any] = {"temperature": request.temperature}
+    if request.max_tokens is not None:
+        config["maxOutputTokens"] = request.max_tokens
+    if request.stop:
+        config["stopSequences"] = list(request.stop)
+    if request.output_schema is not None:  # structured output
+        config["responseMimeType"] = "application/json"
+        config["responseJsonSchema"] = request.output_schema
+    return config
 
 
 # -- errors: HTTP status and transport -> GatewayError, in one place --------------------------

@@ -27,6 +27,7 @@ __all__ = [
     "normalize_tool_calls",
     "openai_to_messages",
     "plain",
+    "json_schema_format",
     "tool_choice_to_openai",
     "tool_output",
     "tool_specs_to_openai",
@@ -179,6 +180,12 @@ def _parse_arguments(raw: Any, j: int) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
         raise AdapterError(f"tool_calls[{j}].function.arguments must be a JSON object")
     return raw
+
+
+def json_schema_format(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A structured-output schema as OpenAI's `json_schema` format. `strict` only when the schema
+    closes its objects (`additionalProperties: false`), which strict mode demands."""
+    return {"name": "output", "schema": dict(schema), "strict": schema.get("additionalProperties") is False}
 
 
 def tool_specs_to_openai(tools: Sequence[ToolSpec | Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -39,7 +39,7 @@ from app.core.messages import AdapterError, Message, ToolSpec, thaw
 from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
 from app.providers.config import ProviderConfig
 from app.providers.openai_chat import OPENAI_BASE_URL, make_client, upstream_errors
-from app.providers.openai_chat_convert import tool_output
+from app.providers.openai_chat_convert import json_schema_format, tool_output
 from app.providers.openai_responses_stream import ResponsesNormalizer
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools
 
@@ -149,6 +149,8 @@ def responses_request(request: ProviderRequest) -> dict[str, Any]:
 def _carry_controls(request: ProviderRequest, body: dict[str, Any]) -> None:
     if request.stop:
         raise AdapterError("stop: the Responses API has no stop sequences")
+    if request.output_schema is not None:
+        body["text"] = {"format": {"type": "json_schema", **json_schema_format(request.output_schema)}}
     if request.parallel_tool_calls is not None and "tools" in body:
         body["parallel_tool_calls"] = request.parallel_tool_calls
 

@@ -16,7 +16,7 @@ from app.api.compat.common import FacadeError, GatewayExtras, run_spec, validati
 from app.core.messages import Message, ReasoningBlock, ToolCall, ToolSpec, check_unique_tool_names
 from app.pipeline import RunSpec
 
-__all__ = ["FORWARDED", "MessagesRequest", "to_run_spec"]
+__all__ = ["FORWARDED", "CountTokensRequest", "MessagesRequest", "to_run_spec"]
 
 _STRICT = ConfigDict(extra="forbid")
 FORWARDED = ("top_p", "top_k", "thinking", "service_tier")
@@ -48,6 +48,21 @@ class ToolChoiceIn(BaseModel):
     disable_parallel_tool_use: bool | None = None
 
 
+class OutputFormatIn(BaseModel):
+    model_config = _STRICT
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema", description="The JSON Schema the answer follows.")
+
+
+class OutputConfigIn(BaseModel):
+    """What `messages.parse` sends: `format` is translated for every provider (structured output);
+    `effort` is Anthropic's and goes to Anthropic only (refused, 400, elsewhere)."""
+
+    model_config = _STRICT
+    format: OutputFormatIn | None = None
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+
+
 class MessagesRequest(GatewayExtras):
     model_config = ConfigDict(
         extra="forbid",
@@ -68,10 +83,24 @@ class MessagesRequest(GatewayExtras):
     stop_sequences: list[str] | None = Field(default=None, max_length=16)
     cache_control: dict[str, Any] | None = Field(default=None, description="Automatic prompt caching: carried to "
                                                  "Anthropic; a no-op where the provider caches by itself.")
+    output_config: OutputConfigIn | None = None
     top_p: float | None = None
     top_k: int | None = None
     thinking: dict[str, Any] | None = None
     service_tier: str | None = None
+
+
+class CountTokensRequest(MessagesRequest):
+    """`POST /v1/messages/count_tokens`: a Messages request without `max_tokens`."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"model": "anthropic/claude-sonnet-4-5",
+                                         "messages": [{"role": "user", "content": "hi"}]}]},
+    )
+
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000, strict=True,  # type: ignore[assignment]
+                                   description="Not needed to count; accepted.")
 
 
 def to_run_spec(body: MessagesRequest) -> RunSpec:
@@ -86,10 +115,17 @@ def to_run_spec(body: MessagesRequest) -> RunSpec:
     return run_spec(
         model=body.model, messages=tuple(messages), tools=tools, tool_choice=_choice(body.tool_choice, tools),
         temperature=body.temperature if body.temperature is not None else 0.0, max_tokens=body.max_tokens,
-        options={name: getattr(body, name) for name in FORWARDED if getattr(body, name) is not None}, extras=body,
-        stop=tuple(body.stop_sequences or ()), cache_control=body.cache_control,
+        options=_options(body), extras=body, stop=tuple(body.stop_sequences or ()), cache_control=body.cache_control,
+        output_schema=body.output_config.format.schema_ if body.output_config and body.output_config.format else None,
         parallel_tool_calls=False if body.tool_choice and body.tool_choice.disable_parallel_tool_use else None,
     )
+
+
+def _options(body: MessagesRequest) -> dict[str, Any]:
+    options = {name: getattr(body, name) for name in FORWARDED if getattr(body, name) is not None}
+    if body.output_config is not None and body.output_config.effort is not None:
+        options["output_config"] = {"effort": body.output_config.effort}
+    return options
 
 
 def _tool(i: int, tool: ToolIn) -> ToolSpec:
