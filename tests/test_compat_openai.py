@@ -15,12 +15,14 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tests.compat_support import ALL_RECORDINGS, LockedAdapter, PickyAdapter, RecordedUpstream, expect, facade_gateway
+from tests.compat_support import ALL_RECORDINGS, LockedAdapter, PickyAdapter, RecordedUpstream, expect, facade_gateway, model_of
 from tests.support import serve
 
 HI = [{"role": "user", "content": "hi"}]
 FINISH = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "content_filter": "content_filter"}
 CUT = {"length": openai.LengthFinishReasonError, "content_filter": openai.ContentFilterFinishReasonError}
+REFUSALS = {model_of(r) for r in ALL_RECORDINGS if r.expected.get("refusal")}
+"""A model's refusal comes back as OpenAI sends it: in `refusal`, with finish_reason `stop`."""
 CALCULATOR = {"type": "function", "function": {
     "name": "calculator", "description": "Evaluate arithmetic",
     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}
@@ -58,10 +60,12 @@ async def test_every_recording_through_the_openai_sdk() -> None:
             # Plain JSON answer.
             answer = await client.chat.completions.create(model=model, messages=HI)
             message = answer.choices[0].message
-            assert (message.content or "") == exp.text, name
+            refused = model in REFUSALS
+            finish = "stop" if refused else FINISH[exp.stop]
+            assert (message.refusal if refused else message.content or "") == exp.text, name
             assert (getattr(message, "reasoning_content", None) or "") == exp.reasoning, name
             assert calls_of(message, with_ids=with_ids) == exp.calls, name
-            assert answer.choices[0].finish_reason == FINISH[exp.stop], name
+            assert answer.choices[0].finish_reason == finish, name
             assert usage_of(answer.usage) == expected_usage, name
             # The SDK's stream helper, with its own accumulation of the chunks.
             reasoning = []
@@ -70,18 +74,18 @@ async def test_every_recording_through_the_openai_sdk() -> None:
                 async for event in stream:
                     if event.type == "chunk" and event.chunk.choices:
                         reasoning.append(getattr(event.chunk.choices[0].delta, "reasoning_content", None) or "")
-                refused = CUT.get(exp.stop)  # the helper raises on a cut or filtered answer
-                if refused is not None:
-                    with pytest.raises(refused):
+                cut = CUT.get(finish)  # the helper raises on a cut or filtered answer
+                if cut is not None:
+                    with pytest.raises(cut):
                         await stream.get_final_completion()
                     final = stream.current_completion_snapshot
                 else:
                     final = await stream.get_final_completion()
             streamed = final.choices[0].message
-            assert (streamed.content or "") == exp.text, name
+            assert (streamed.refusal if refused else streamed.content or "") == exp.text, name
             assert "".join(reasoning) == exp.reasoning, name
             assert calls_of(streamed, with_ids=with_ids) == exp.calls, name
-            assert final.choices[0].finish_reason == FINISH[exp.stop], name
+            assert final.choices[0].finish_reason == finish, name
             assert usage_of(final.usage) == expected_usage, name
 
 
@@ -158,7 +162,8 @@ async def test_validators_through_extra_body_gate_release() -> None:
      openai.BadRequestError, "validators[0].name"),
     ({"model": "mock/simple", "messages": HI, "extra_body": {"surprise": 1}}, openai.BadRequestError, "surprise"),
     ({"model": "mock/simple", "messages": []}, openai.BadRequestError, "messages"),
-    ({"model": "picky/any", "messages": HI, "stop": ["x"]}, openai.BadRequestError, "stop"),
+    ({"model": "picky/any", "messages": HI, "seed": 7}, openai.BadRequestError, "seed"),
+    ({"model": "mock/simple", "messages": HI, "stop": ["a", "b", "c", "d", "e"]}, openai.BadRequestError, "stop"),
     ({"model": "picky/any", "messages": HI, "extra_body": {"provider_options": {"stop": ["x"]}}},
      openai.BadRequestError, "provider_options.stop"),
     ({"model": "nowhere/gpt", "messages": HI}, openai.NotFoundError, "model"),

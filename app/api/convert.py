@@ -19,6 +19,10 @@ def to_spec(body: GenerateRequest) -> RunSpec:
         temperature=body.temperature,
         max_tokens=body.max_tokens,
         options=dict(body.provider_options),
+        stop=tuple(body.stop),
+        parallel_tool_calls=body.parallel_tool_calls,
+        cache_control=dict(body.cache_control) if body.cache_control is not None else None,
+        output_schema=dict(body.output_schema) if body.output_schema is not None else None,
     )
     return RunSpec(
         request=request,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -80,6 +80,18 @@ class GenerateRequest(BaseModel):
     )
     temperature: float = Field(default=0.0, ge=0.0, le=2.0, strict=True, description="Defaults to 0 (deterministic).")
     max_tokens: int | None = Field(default=None, ge=1, le=1_000_000, strict=True)
+    stop: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default_factory=list, max_length=16,
+        description="Stop sequences: OpenAI `stop`, Anthropic `stop_sequences`, Gemini `stopSequences`.")
+    parallel_tool_calls: bool | None = Field(
+        default=None, description="`false`: at most one tool call per response (OpenAI `parallel_tool_calls`, "
+                                  "Anthropic `disable_parallel_tool_use`); refused where a provider has no such switch.")
+    cache_control: dict[str, Any] | None = Field(
+        default=None, description="Anthropic's top-level prompt-cache breakpoint; a no-op where the provider caches "
+                                  "by itself.")
+    output_schema: dict[str, Any] | None = Field(
+        default=None, description="Structured output: a JSON Schema the answer follows (Anthropic "
+                                  "`output_config.format`, OpenAI `response_format`, Gemini `responseJsonSchema`).")
     validators: list[ValidatorSpec] = Field(
         default_factory=list, max_length=32,
         description="Chunk validators for this request, added to the operator's (which always apply).",

@@ -44,6 +44,7 @@ class SSEResponse(StreamingResponse):
         headers: Mapping[str, str] | None = None,
         status_code: int = 200,
         on_disconnect: Callable[[], object] | None = None,
+        retry_ms: int | None = None,
     ) -> None:
         super().__init__(frames, status_code=status_code, headers={**_HEADERS, **(headers or {})})
         self.frames = frames
@@ -51,6 +52,8 @@ class SSEResponse(StreamingResponse):
         self.send_timeout = send_timeout
         self.on_disconnect = on_disconnect
         """Called when the client leaves before the last frame (a reader cancelling its run)."""
+        self.retry_ms = retry_ms
+        """Sent once, after the first frame, as `retry: <ms>`: the EventSource's reconnection delay."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = _State()
@@ -75,9 +78,11 @@ class SSEResponse(StreamingResponse):
 
     async def _send(self, send: Send, state: _State) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        retry = b"retry: %d\n\n" % self.retry_ms if self.retry_ms is not None else b""
         async for chunk in self.frames:
             state.sending = True  # no clock per frame: the watcher samples these (point 2)
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": chunk + retry if retry else chunk, "more_body": True})
+            retry = b""
             state.sending = False
             state.sent += 1
         state.sending = True  # the closing send is watched too (a reader that never reads)

@@ -11,14 +11,17 @@ A tool call's fragments are released one behind: a fragment goes out when the ne
 and the last goes out with `is_final: true` and the parsed arguments when the call ends. So every
 call gives at least one `tool_call` event and exactly one final one, with no empty trailer: that
 final event is what a tool call is past this point (the gate, the transcript, the released
-message read it). A tool result in the stream that answers a completed call of the response the
-model does not run itself (not a server tool) says so (`ToolResultEvent.closes_turn`): the turn
-rule, decided here once.
+message read it). Calls come out one after another, in the order the upstream started them: the
+fragments of a call that starts while an earlier one is still open wait until that one ended
+(OpenAI ends every call only with the response), so a call's fragments are contiguous and a client
+that concatenates them per index in arrival order gets each call's exact arguments.
+A tool result in the stream that answers a completed call of the response the model does not run
+itself (not a server tool) says so (`ToolResultEvent.closes_turn`): the turn rule, decided here once.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -80,6 +83,7 @@ class _ToolState:
     fragments: list[str] = field(default_factory=list)
     held: str | None = None  # the fragment not yet released (released one behind)
     done: bool = False
+    waiting: list[ToolCallEvent] = field(default_factory=list)  # its events while an earlier call is open
 
 
 @dataclass(slots=True, kw_only=True)
@@ -111,12 +115,15 @@ class Accumulator:
         self.stop_reason: StopReason | None = None
         self.completed = False
         self._usage = UsagePatch()
+        self.start_usage: Usage | None = None
+        """The usage the provider reported as the response began (Anthropic's input tokens), if it did."""
         self._token_index = 0
         self._reasoning_index = 0
         self._tool_index = 0
         self._open_text: set[BlockKey] = set()
         self._reasoning: dict[BlockKey, _ReasoningState] = {}
         self._tools: dict[BlockKey, _ToolState] = {}
+        self._calls: deque[_ToolState] = deque()  # calls not wholly out yet, in start order; the first is out now
         self._answerable: set[str] = set()  # completed calls of this response the model does not run
         self._results: dict[BlockKey, _ResultState] = {}
         self.ignored: Counter[str] = Counter()
@@ -192,6 +199,7 @@ class Accumulator:
             self.model = p.model
         if p.usage is not None:
             self._merge_usage(p.usage)
+            self.start_usage = self.usage
 
     def _text_start(self, p: TextStart, out: list[StreamEvent]) -> None:
         self._open_text.add(p.key)
@@ -201,7 +209,8 @@ class Accumulator:
             raise StreamProtocolError(f"text delta for non-text block {p.key!r}")
         self._open_text.add(p.key)
         if p.text:
-            out.append(TokenEvent(index=self._token_index, content=p.text))
+            out.append(TokenEvent(index=self._token_index, content=p.text, refusal=p.refusal) if p.refusal
+                       else TokenEvent(index=self._token_index, content=p.text))
             self._token_index += 1
 
     def _text_end(self, p: TextEnd, out: list[StreamEvent]) -> None:
@@ -241,8 +250,27 @@ class Accumulator:
     def _tool_start(self, p: ToolStart, out: list[StreamEvent]) -> None:
         if p.key in self._tools and not self._tools[p.key].done:
             raise StreamProtocolError(f"tool block {p.key!r} started twice")
-        self._tools[p.key] = _ToolState(id=p.id, name=p.name, index=self._tool_index, server=p.server)
+        self._tools[p.key] = record = _ToolState(id=p.id, name=p.name, index=self._tool_index, server=p.server)
+        self._calls.append(record)
         self._tool_index += 1
+
+    def _send(self, record: _ToolState, event: ToolCallEvent, out: list[StreamEvent]) -> None:
+        """Out now when no earlier call is still open, else after it (calls never interleave)."""
+        calls = self._calls
+        if calls[0] is not record:
+            record.waiting.append(event)
+            return
+        out.append(event)
+        if not event.is_final:
+            return
+        calls.popleft()
+        while calls:  # the next calls' waiting events follow, each call whole while it is done
+            following = calls[0]
+            out.extend(following.waiting)
+            following.waiting.clear()
+            if not following.done:
+                break
+            calls.popleft()
 
     def _open_tool(self, key: BlockKey) -> _ToolState:
         record = self._tools.get(key)
@@ -256,10 +284,8 @@ class Accumulator:
             return
         record.fragments.append(p.fragment)
         if record.held is not None:
-            out.append(
-                ToolCallEvent(id=record.id, name=record.name, index=record.index,
-                              args_fragment=record.held, server=record.server)
-            )
+            self._send(record, ToolCallEvent(id=record.id, name=record.name, index=record.index,
+                                             args_fragment=record.held, server=record.server), out)
         record.held = p.fragment
 
     def _tool_end(self, p: ToolEnd, out: list[StreamEvent]) -> None:
@@ -289,12 +315,10 @@ class Accumulator:
         record.done = True
         if not record.server:
             self._answerable.add(record.id)
-        out.append(
-            ToolCallEvent(id=record.id, name=record.name, index=record.index,
-                          args_fragment=record.held or "", is_final=True,
-                          arguments=freeze(arguments), server=record.server)
-        )
+        final = ToolCallEvent(id=record.id, name=record.name, index=record.index, args_fragment=record.held or "",
+                              is_final=True, arguments=freeze(arguments), server=record.server)
         record.held = None
+        self._send(record, final, out)
 
     def _result_start(self, p: ToolResultStart, out: list[StreamEvent]) -> None:
         self._results[p.key] = _ResultState(tool_call_id=p.tool_call_id, name=p.name)

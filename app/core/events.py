@@ -57,6 +57,7 @@ class StartData(TypedDict):
 class TokenData(TypedDict):
     index: Annotated[int, Field(description="Counts token events of the stream from 0.")]
     content: str
+    refusal: NotRequired[Annotated[bool, Field(description="Present (true): the model's refusal, not an answer.")]]
 
 
 class ReasoningData(TypedDict):
@@ -158,7 +159,6 @@ EVENT_SCHEMAS: dict[str, Any] = {
 """Each event type's `data` schema (the OpenAPI document names them)."""
 
 
-
 @dataclass(slots=True, kw_only=True)
 class Usage:
     """Token usage, whatever the provider reported; zeros where it reported nothing."""
@@ -238,9 +238,11 @@ class TokenEvent:
     type: Literal["token"] = "token"
     index: int
     content: str
+    refusal: bool = False  # the model's refusal (OpenAI's `refusal` field), not its answer
 
     def data(self) -> TokenData:
-        return {"index": self.index, "content": self.content}
+        data: TokenData = {"index": self.index, "content": self.content}
+        return {**data, "refusal": True} if self.refusal else data
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -270,9 +272,7 @@ class ReasoningBlockEnd(ReasoningEvent):
 @dataclass(slots=True, frozen=True, kw_only=True)
 class ToolCallEvent:
     """A fragment of one call's JSON arguments; the last has is_final and the parsed arguments.
-
-    `index` is the call's position among the stream's tool calls, from 0.
-    """
+    `index` is the call's position among the stream's tool calls, from 0."""
 
     type: Literal["tool_call"] = "tool_call"
     id: str

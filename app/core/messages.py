@@ -162,9 +162,12 @@ class Message(BaseModel):
     tool_call_id: str | None = Field(default=None, min_length=1)
     name: str | None = None
     reasoning: tuple[ReasoningBlock, ...] = ()
+    is_error: bool = Field(default=False, description="A tool message only: the tool failed and `content` says how.")
 
     @model_validator(mode="after")
     def _check_shape(self) -> Message:
+        if self.is_error and self.role != "tool":
+            raise ValueError("only tool messages may carry is_error")
         if self.tool_calls and self.role != "assistant":
             raise ValueError("only assistant messages may carry tool_calls")
         if self.reasoning and self.role != "assistant":
@@ -204,6 +207,12 @@ class ToolSpec(BaseModel):
     parameters: JsonObject = Field(
         default_factory=lambda: freeze({"type": "object", "properties": {}})
     )
+    strict: bool | None = Field(default=None, description="Ask for arguments that follow `parameters` exactly "
+                                "(OpenAI `strict`, Anthropic strict tool use); None: the provider's default.")
+    cache_control: JsonObject | None = Field(default=None, description="An Anthropic prompt-cache breakpoint "
+                                             "after this tool (e.g. `{\"type\": \"ephemeral\"}`).")
+    eager_input_streaming: bool | None = Field(default=None, description="Anthropic: stream this tool's "
+                                               "arguments without buffering them (delivery only).")
 
     @field_validator("parameters")
     @classmethod

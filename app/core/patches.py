@@ -71,6 +71,8 @@ class TextDelta:
     kind: Literal["text_delta"] = "text_delta"
     key: BlockKey = 0
     text: str
+    refusal: bool = False
+    """The model's refusal (OpenAI `refusal`), surfaced as text and marked as such."""
 
 
 @dataclass(slots=True, kw_only=True)

@@ -122,10 +122,10 @@ class Released:
         at = len(history)
         while at > self._answers_from and order.get(history[at - 1].tool_call_id or "", len(order)) > rank:
             at -= 1
-        history.insert(at, _tool_message(event.tool_call_id, event.name, event.content))
+        history.insert(at, _tool_message(event.tool_call_id, event.name, event.content, event.is_error))
 
 
-def _tool_message(call_id: str, name: str, content: str) -> Message:
+def _tool_message(call_id: str, name: str, content: str, is_error: bool = False) -> Message:
     # model_construct: an empty tool output is a fact to record, not caller input to refuse.
     return Message.model_construct(role="tool", content=content, tool_call_id=call_id, name=name, tool_calls=(),
-                                   reasoning=())
+                                   reasoning=(), is_error=is_error)

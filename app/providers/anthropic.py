@@ -75,6 +75,11 @@ def _status_error(exc: anthropic.APIStatusError, provider: str) -> UpstreamError
                         request_id=exc.request_id)
 
 
+_COUNTED = frozenset({"model", "messages", "system", "tools", "tool_choice", "thinking", "output_config",
+                      "cache_control"})
+"""The fields of a Messages body that `count_tokens` takes."""
+
+
 # -- the adapter ------------------------------------------------------------------------------
 
 
@@ -94,6 +99,18 @@ class AnthropicAdapter(ProviderAdapter):
     async def aclose(self) -> None:
         if self._owns_client:
             await self._client.close()
+
+    async def count_tokens(self, request: ProviderRequest) -> int:
+        """The request's input tokens as Anthropic counts them (`POST /v1/messages/count_tokens`,
+        the SDK's `messages.count_tokens`): the same body as a run, less what counting takes not."""
+        try:
+            body = build_anthropic_request(request, provider=self.name)
+        except AdapterError as exc:
+            raise RequestError(f"{self.name}: {exc}", provider=self.name) from None
+        params = {key: value for key, value in body.items() if key in _COUNTED}
+        with anthropic_errors(self.name):
+            counted = await self._client.messages.count_tokens(**params)
+        return counted.input_tokens
 
     async def open_stream(self, request: ProviderRequest) -> SSEPatchStream:
         """Send the request; raise GatewayError for anything known before the body starts.

@@ -17,6 +17,10 @@ Re-exported by `anthropic`. Anything outside the Foundry schema raises `AdapterE
   `temperature`, `top_p` and `top_k` at any value with a 400, so a portable request that carries
   the gateway's default temperature would always fail. A caller who talks to a server that takes
   them passes them under `provider_options`, which go out as given.
+- Carried from the canonical request: a tool result's `is_error`; a tool's `strict`,
+  `cache_control` and `eager_input_streaming`; `stop` as `stop_sequences`; `parallel_tool_calls:
+  false` as `tool_choice.disable_parallel_tool_use` (with `auto` when no choice was given); the
+  top-level `cache_control` (automatic prompt caching); `output_schema` as `output_config.format`.
 - `provider_options` (`thinking`, `metadata`, `stop_sequences`, ...) are added to the body; they may
   not replace what the typed fields own (model, messages, system, tool_choice, max_tokens, stream):
   that raises AdapterError, as does anything else outside the Foundry schema. One exception adds
@@ -44,6 +48,8 @@ __all__ = [
 
 DEFAULT_MAX_TOKENS = 4096
 _RESERVED_OPTIONS = frozenset({"model", "messages", "system", "tool_choice", "max_tokens", "stream"})
+_TOOL_FLAGS = ("strict", "cache_control", "eager_input_streaming")
+"""ToolSpec fields sent under the same name on an Anthropic tool, when set."""
 
 
 # -- request mapping (pure) ------------------------------------------------------------------
@@ -81,8 +87,7 @@ def messages_to_anthropic(
                     "assistant message just before it"
                 )
             pending.discard(message.tool_call_id)
-            content = message.content if isinstance(message.content, str) else _blocks(message)
-            append("user", [{"type": "tool_result", "tool_use_id": message.tool_call_id, "content": content}])
+            append("user", [_tool_result(message)])
         else:
             append("assistant", _assistant_blocks(message, provider))
             pending = {call.id for call in message.tool_calls}
@@ -91,6 +96,14 @@ def messages_to_anthropic(
     if not turns:
         raise AdapterError("the conversation needs at least one user or assistant message")
     return _system(system), [_plain(turn) for turn in turns]
+
+
+def _tool_result(message: Message) -> dict[str, Any]:
+    content = message.content if isinstance(message.content, str) else _blocks(message)
+    result: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id, "content": content}
+    if message.is_error:
+        result["is_error"] = True
+    return result
 
 
 def _plain(turn: dict[str, Any]) -> dict[str, Any]:
@@ -163,6 +176,7 @@ def tool_specs_to_anthropic(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
         spec: dict[str, Any] = {"name": tool.name, "input_schema": thaw(tool.parameters)}
         if tool.description:
             spec["description"] = tool.description
+        spec.update((key, thaw(value)) for key in _TOOL_FLAGS if (value := getattr(tool, key)) is not None)
         out.append(spec)
     return out
 
@@ -200,9 +214,19 @@ def build_anthropic_request(request: ProviderRequest, *, provider: str = "anthro
     if tools:
         body["tools"] = tools
     choice = tool_choice_to_anthropic(request.tool_choice, request.tools)
+    if request.parallel_tool_calls is False and request.tools and (choice or {}).get("type") != "none":
+        choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
     if choice is not None:
         body["tool_choice"] = choice
+    if request.stop:
+        body["stop_sequences"] = list(request.stop)
+    if request.cache_control is not None:
+        body["cache_control"] = dict(request.cache_control)
     body.update((k, v) for k, v in options.items() if v is not None and k != "tools")  # None: "do not send"
+    if request.output_schema is not None:  # structured output, beside any output_config option (effort)
+        config = body.get("output_config")
+        body["output_config"] = {**(config if isinstance(config, Mapping) else {}),
+                                 "format": {"type": "json_schema", "schema": request.output_schema}}
     return body
 
 

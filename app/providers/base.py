@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import httpx2
 
@@ -37,6 +37,7 @@ __all__ = [
     "SSEPatchStream",
     "bounded_body",
     "StreamNormalizer",
+    "TokenCounter",
     "ToolChoice",
     "drive",
     "incomplete",
@@ -71,6 +72,25 @@ class ProviderRequest:
     max_tokens: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
     """`provider_options` from the request: wire extras the caller asked for explicitly."""
+    stop: tuple[str, ...] = ()
+    """Stop sequences: OpenAI `stop`, Anthropic `stop_sequences`, Gemini `stopSequences`."""
+    parallel_tool_calls: bool | None = None
+    """False: at most one tool call per response (OpenAI `parallel_tool_calls`, Anthropic
+    `tool_choice.disable_parallel_tool_use`); None: the provider's default."""
+    output_schema: dict[str, Any] | None = None
+    """Structured output: the answer is JSON following this JSON Schema (Anthropic
+    `output_config.format`, OpenAI `response_format` / `text.format`, Gemini `responseJsonSchema`)."""
+    cache_control: dict[str, Any] | None = None
+    """Anthropic's top-level prompt-cache breakpoint (automatic caching); a provider that caches by
+    itself (OpenAI, Gemini) has nothing to send for it."""
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """A provider that counts a request's input tokens without running it (Anthropic's
+    `POST /v1/messages/count_tokens`)."""
+
+    async def count_tokens(self, request: ProviderRequest) -> int: ...
 
 
 class PatchStream(Protocol):

@@ -17,14 +17,20 @@ Request mapping decisions:
 - Tool calls go out as `functionCall` parts without an id (Gemini matches responses by name and
   order, and the gateway's ids are its own); a tool message becomes a `functionResponse` named
   after the call it answers (found by `tool_call_id` among earlier calls, else the message's
-  `name`). Its `response` is the tool output when that is a JSON object, else `{"output": text}`.
+  `name`). Its `response` is the tool output when that is a JSON object, else `{"output": text}`;
+  a failed tool's (`is_error`) is `{"error": text}`, the key Gemini documents for errors.
 - Thought signatures round-trip: the first signature kept on an assistant message (a reasoning
   block from this provider) goes on its first `functionCall` part, or on its first text part when
   it has no calls, which is where Gemini puts it. Thought text is not sent back.
 - Tools are `functionDeclarations` with `parametersJsonSchema` (full JSON Schema, no conversion
   to the OpenAPI subset of `parameters`). Tool specs and `tool_choice` are checked by the Chat
   converters, so every provider accepts and refuses the same things.
-- `temperature` and `max_tokens` go into `generationConfig`. `provider_options`: a
+- `temperature`, `max_tokens`, `stop` (as `stopSequences`) and `output_schema` (as
+  `responseJsonSchema` with `responseMimeType: application/json`) go into `generationConfig`. Gemini
+  has no strict flag and caches by itself: a tool's `strict` / `cache_control` /
+  `eager_input_streaming` and the top-level `cache_control` are accepted and not sent (the
+  documented no-op). It has no switch for one call per response either: `parallel_tool_calls:
+  false` with tools is refused (400), `true` is its default. `provider_options`: a
   `generationConfig` object merges into ours (thinkingConfig, topP, stopSequences, ...),
   `builtin_tools` (e.g. `[{"googleSearch": {}}, {"codeExecution": {}}]`) join the tools, any
   other key goes into the body as given (safetySettings, cachedContent, ...); a None value drops
@@ -110,7 +116,7 @@ def messages_to_gemini(
                 where = f"messages.{i}.content"
                 raise AdapterError(f"{where}: Gemini takes text only in a tool result (a function response); send "
                                    "the image or document in a user message", field=where)
-            append("user", [{"functionResponse": {"name": name, "response": _tool_response(message.text)}}])
+            append("user", [{"functionResponse": {"name": name, "response": _tool_response(message.text, message.is_error)}}])
     if not contents:
         raise AdapterError("the conversation needs at least one user or assistant message")
     return ({"parts": system} if system else None), contents
@@ -143,7 +149,9 @@ def _parts(message: Message, i: int) -> list[dict[str, Any]]:
     return out
 
 
-def _tool_response(content: str) -> dict[str, Any]:
+def _tool_response(content: str, is_error: bool) -> dict[str, Any]:
+    if is_error:  # Gemini's documented key for a failed call: `error` (`output` for a result)
+        return {"error": content}
     try:
         value = safejson.loads(content)
     except orjson.JSONDecodeError:
@@ -180,6 +188,9 @@ def gemini_request(request: ProviderRequest, *, provider: str = "gemini") -> dic
     clash = _RESERVED_OPTIONS.intersection(options)
     if clash:
         raise AdapterError(f"provider_options may not set {sorted(clash)}: use the request's own fields")
+    if request.parallel_tool_calls is False and request.tools:
+        raise AdapterError("parallel_tool_calls: false cannot be carried: Gemini has no switch for one call per "
+                           "response")
     system, contents = messages_to_gemini(request.messages, provider=provider)
     body: dict[str, Any] = {"contents": contents}
     if system is not None:
@@ -194,9 +205,7 @@ def gemini_request(request: ProviderRequest, *, provider: str = "gemini") -> dic
     choice = tool_choice_to_gemini(request.tool_choice, request.tools)
     if choice is not None:
         body["toolConfig"] = choice
-    config: dict[str, Any] = {"temperature": request.temperature}
-    if request.max_tokens is not None:
-        config["maxOutputTokens"] = request.max_tokens
+    config = _generation_config(request)
     extra_config = options.pop("generationConfig", None) or {}
     if not isinstance(extra_config, Mapping):
         raise AdapterError("provider_options.generationConfig must be an object")
@@ -207,6 +216,18 @@ def gemini_request(request: ProviderRequest, *, provider: str = "gemini") -> dic
         if value is not None:
             body[key] = value
     return body
+
+
+def _generation_config(request: ProviderRequest) -> dict[str, Any]:
+    config: dict[str, Any] = {"temperature": request.temperature}
+    if request.max_tokens is not None:
+        config["maxOutputTokens"] = request.max_tokens
+    if request.stop:
+        config["stopSequences"] = list(request.stop)
+    if request.output_schema is not None:  # structured output
+        config["responseMimeType"] = "application/json"
+        config["responseJsonSchema"] = request.output_schema
+    return config
 
 
 # -- errors: HTTP status and transport -> GatewayError, in one place --------------------------

@@ -29,6 +29,7 @@ from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, status_error, transport_error
 from app.providers.http import openai_http_client, upstream_timeout
 from app.providers.openai_chat_convert import (
+    json_schema_format,
     messages_to_openai,
     normalize_tool_calls,
     openai_to_messages,
@@ -87,6 +88,12 @@ def stream_params(
         params["tool_choice"] = choice
     if request.max_tokens is not None:
         params[max_tokens_field] = request.max_tokens
+    if request.stop:
+        params["stop"] = list(request.stop)
+    if request.output_schema is not None:
+        params["response_format"] = {"type": "json_schema", "json_schema": json_schema_format(request.output_schema)}
+    if request.parallel_tool_calls is not None and request.tools:  # OpenAI refuses it without tools
+        params["parallel_tool_calls"] = request.parallel_tool_calls
     for key, value in request.options.items():
         if key in _RESERVED_OPTIONS:
             raise AdapterError(f"provider_options may not set {key!r}; it is the gateway's")

@@ -5,7 +5,10 @@ The reference's converters (reference/foundry-adapters.md), re-exported by `open
 `tool_specs_to_openai`, `normalize_tool_calls`, and the `tool_choice` mapping. Anything outside
 the Foundry schema raises `AdapterError`. Two fields have no place on OpenAI's wire and are
 dropped on the way out: a tool message's `name`, and assistant `reasoning` blocks (DeepSeek
-rejects `reasoning_content` sent back; OpenAI has no field for it).
+rejects `reasoning_content` sent back; OpenAI has no field for it). A tool message's `is_error`
+has no field either: it is kept in the text, as `Error: <output>`. A tool's `strict` goes out as
+`function.strict`; its Anthropic-only `cache_control` and `eager_input_streaming` have nothing to
+say here (OpenAI caches prompt prefixes by itself and streams arguments as they come).
 """
 
 from __future__ import annotations
@@ -21,12 +24,16 @@ from app.core.messages import AdapterError, Message, ToolCall, ToolSpec, thaw
 from app.core.parts import DocumentPart, ImagePart, TextPart
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools, first_error
 
+Content = str | list[dict[str, Any]]
+
 __all__ = [
     "messages_to_openai",
     "normalize_tool_calls",
     "openai_to_messages",
     "plain",
+    "json_schema_format",
     "tool_choice_to_openai",
+    "tool_output",
     "tool_specs_to_openai",
 ]
 
@@ -36,6 +43,8 @@ _MESSAGE_KEYS: dict[str, frozenset[str]] = {
     "assistant": frozenset({"role", "content", "name", "tool_calls"}),
     "tool": frozenset({"role", "content", "tool_call_id"}),
 }
+ERROR_PREFIX = "Error: "
+"""Marks a failed tool's output where the wire has no error flag (OpenAI's tool messages)."""
 _TOOL_CALL_KEYS = frozenset({"id", "type", "function"})
 _FUNCTION_KEYS = frozenset({"name", "arguments"})
 
@@ -57,7 +66,7 @@ def messages_to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
             raise AdapterError(f"messages[{i}] is not a Message")
         content = _content(message, i)
         if message.role == "tool":
-            out.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": content})
+            out.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": tool_output(message, content)})
             continue
         item: dict[str, Any] = {"role": message.role, "content": content}
         if message.name is not None:
@@ -103,6 +112,16 @@ def _part(part: TextPart | ImagePart | DocumentPart, i: int, j: int, role: str) 
                            "`data` with media_type application/pdf", field=f"{where}.url")
     file = {"filename": part.title or "document.pdf", "file_data": f"data:{part.media_type};base64,{part.data}"}
     return {"type": "file", "file": file}
+
+
+def tool_output(message: Message, content: Content, text_type: str = "text") -> Content:
+    """A tool message's content; a failed tool's is marked in its text (`Error: ...`), since
+    OpenAI's tool message (and Responses' function_call_output) has no error field."""
+    if not message.is_error:
+        return content
+    if isinstance(content, str):
+        return content if content.startswith(ERROR_PREFIX) else ERROR_PREFIX + content
+    return [{"type": text_type, "text": ERROR_PREFIX.rstrip()}, *content]
 
 
 def openai_to_messages(payload: Sequence[Mapping[str, Any]]) -> tuple[Message, ...]:
@@ -199,6 +218,12 @@ def _parse_arguments(raw: Any, j: int) -> Mapping[str, Any]:
     return raw
 
 
+def json_schema_format(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A structured-output schema as OpenAI's `json_schema` format. `strict` only when the schema
+    closes its objects (`additionalProperties: false`), which strict mode demands."""
+    return {"name": "output", "schema": dict(schema), "strict": schema.get("additionalProperties") is False}
+
+
 def tool_specs_to_openai(tools: Sequence[ToolSpec | Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Tool specs -> OpenAI `tools` (`type: function`); duplicate names and bad schemas raise."""
     out: list[dict[str, Any]] = []
@@ -207,6 +232,8 @@ def tool_specs_to_openai(tools: Sequence[ToolSpec | Mapping[str, Any]]) -> list[
         if tool.description:
             function["description"] = tool.description
         function["parameters"] = thaw(tool.parameters)
+        if tool.strict is not None:
+            function["strict"] = tool.strict
         out.append({"type": "function", "function": function})
     return out
 

@@ -14,7 +14,8 @@ Wire facts it relies on (read off shared/fixtures/openai-chat, see its README):
 Decisions:
 1. With `n > 1` only choice 0 is the canonical stream; other choices are dropped (the canonical
    events have no choice index). Usage still covers every choice, as the provider reports it.
-2. A refusal (`delta.refusal`) is surfaced as text and the stop reason becomes `content_filter`:
+2. A refusal (`delta.refusal`) is surfaced as text marked `refusal` (the facades give it back in
+   OpenAI's `refusal` field) and the stop reason becomes `content_filter`:
    the refusal is the model's own words to the user (dropping it would leave an empty answer that
    looks like a blank `stop`), and `content_filter` lets a program tell it from an answer.
 3. An in-stream error is recorded and raised from `finish()` at the end of the body (the servers
@@ -195,7 +196,7 @@ class ChatChunkNormalizer:
             if refusal:  # decision 2
                 self._refused = True
                 self._end_reasoning(out)
-                out.append(TextDelta(key=TEXT_KEY, text=refusal))
+                out.append(TextDelta(key=TEXT_KEY, text=refusal, refusal=True))
             tool_calls = delta.get("tool_calls")
             if tool_calls:
                 self._end_reasoning(out)

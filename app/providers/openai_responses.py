@@ -7,9 +7,12 @@ normalizer lives in `openai_responses_stream.py`. Request mapping decisions:
 - Assistant tool calls become `function_call` items (`call_id` = the Foundry call id) and tool
   messages `function_call_output` items answering them, so a tool round trip needs no stored
   state upstream.
-- Function tools are sent with `strict: false`: strict mode demands schemas Foundry does not
-  (every property required, `additionalProperties: false`). Tool specs and `tool_choice` are
+- Function tools are sent with `strict: false` unless the tool asks for `strict: true`: strict
+  mode demands schemas Foundry does not (every property required, `additionalProperties: false`). Tool specs and `tool_choice` are
   checked by the Chat converters, so every OpenAI wire accepts and refuses the same things.
+- A failed tool's output (`is_error`) is kept in the text, `Error: <output>` (no error field).
+  `parallel_tool_calls` goes out as given; `stop` is refused (the API has no stop sequences);
+  the Anthropic-only `cache_control` is not sent (OpenAI caches prompt prefixes by itself).
 - Reasoning blocks are not sent back: a Responses reasoning item can only be replayed with its
   item id and encrypted content, which the Foundry message does not carry.
 - `temperature` is not sent to reasoning models (`o1`, `o3`, `o4-mini`, `gpt-5*`) nor when
@@ -37,6 +40,7 @@ from app.core.parts import ImagePart, TextPart
 from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
 from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.openai_chat import OPENAI_BASE_URL, make_client, upstream_errors
+from app.providers.openai_chat_convert import json_schema_format, tool_output
 from app.providers.openai_responses_stream import ResponsesNormalizer
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools
 
@@ -79,7 +83,7 @@ def messages_to_responses(messages: tuple[Message, ...] | list[Message]) -> tupl
                               "arguments": orjson.dumps(thaw(call.arguments)).decode()})
         else:
             items.append({"type": "function_call_output", "call_id": message.tool_call_id,
-                          "output": _content(message)})
+                          "output": tool_output(message, _content(message), "input_text")})
     if not items:
         raise AdapterError("the conversation needs at least one user or assistant message")
     return ("\n\n".join(instructions) if instructions else None), items
@@ -107,7 +111,7 @@ def _content(message: Message) -> str | list[dict[str, Any]]:
 
 
 def tool_specs_to_responses(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-    """Foundry tool specs -> Responses `function` tools (not strict; see the module docstring).
+    """Foundry tool specs -> Responses `function` tools (strict only when asked; see the module docstring).
 
     Duplicate names and malformed specs raise AdapterError.
     """
@@ -117,7 +121,7 @@ def tool_specs_to_responses(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
         if tool.description:
             function["description"] = tool.description
         function["parameters"] = thaw(tool.parameters)
-        function["strict"] = False
+        function["strict"] = bool(tool.strict)
         out.append(function)
     return out
 
@@ -156,11 +160,21 @@ def responses_request(request: ProviderRequest) -> dict[str, Any]:
         body["temperature"] = request.temperature
     if request.max_tokens is not None:
         body["max_output_tokens"] = request.max_tokens
+    _carry_controls(request, body)
     for key, value in options.items():
         body.pop(key, None)
         if value is not None:
             body[key] = value
     return body
+
+
+def _carry_controls(request: ProviderRequest, body: dict[str, Any]) -> None:
+    if request.stop:
+        raise AdapterError("stop: the Responses API has no stop sequences")
+    if request.output_schema is not None:
+        body["text"] = {"format": {"type": "json_schema", **json_schema_format(request.output_schema)}}
+    if request.parallel_tool_calls is not None and "tools" in body:
+        body["parallel_tool_calls"] = request.parallel_tool_calls
 
 
 # -- the adapter ------------------------------------------------------------------------------

@@ -159,7 +159,7 @@ class ResponsesNormalizer:
                 out.append(ToolDelta(key=index, fragment=prefix + escaped))
         elif kind == "response.refusal.delta":
             self._refused = True
-            out.append(TextDelta(key=index, text=data.get("delta", "")))
+            out.append(TextDelta(key=index, text=data.get("delta", ""), refusal=True))
         else:
             self._lifecycle(kind, index, data, out)
 

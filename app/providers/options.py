@@ -32,7 +32,7 @@ DEFAULT_ALLOWED: dict[str, tuple[str, ...]] = {
     "openai": _OPENAI_CHAT,
     "openai-responses": ("reasoning_effort", "reasoning_summary", "top_p", "max_output_tokens", "truncation",
                          "parallel_tool_calls", "user", "text", "store", "include"),
-    "anthropic": ("top_k", "top_p", "stop_sequences", "thinking", "metadata"),
+    "anthropic": ("top_k", "top_p", "stop_sequences", "thinking", "metadata", "output_config"),
     "gemini": ("generationConfig", "safetySettings"),
     "*": _OPENAI_CHAT,  # the OpenAI-compatible servers of FOUNDRY_PROVIDERS
 }

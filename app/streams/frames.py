@@ -49,7 +49,7 @@ def decode_frames(data: bytes) -> list[StreamEvent]:
 
 
 _DECODE: dict[bytes, Callable[[Any], StreamEvent]] = {
-    b"token": lambda d: TokenEvent(index=d["index"], content=d["content"]),
+    b"token": lambda d: TokenEvent(index=d["index"], content=d["content"], refusal=d.get("refusal", False)),
     b"reasoning": lambda d: ReasoningEvent(index=d["index"], content=d["content"]),
     b"tool_call": lambda d: ToolCallEvent(id=d["id"], name=d["name"], index=d["index"],
                                           args_fragment=d["args_fragment"], is_final=d["is_final"],

@@ -18,10 +18,10 @@ from app.api.compat.parts import anthropic_part
 from app.core.messages import ContentPart, Message, ReasoningBlock, ToolCall, ToolSpec, check_unique_tool_names
 from app.pipeline import RunSpec
 
-__all__ = ["FORWARDED", "MessagesRequest", "to_run_spec"]
+__all__ = ["FORWARDED", "CountTokensRequest", "MessagesRequest", "to_run_spec"]
 
 _STRICT = ConfigDict(extra="forbid")
-FORWARDED = ("stop_sequences", "top_p", "top_k", "thinking", "service_tier")
+FORWARDED = ("top_p", "top_k", "thinking", "service_tier")
 """Anthropic fields with no canonical counterpart: passed to the provider as `provider_options`
 under the same name (the Anthropic provider takes them; another may refuse them, 400)."""
 
@@ -38,7 +38,9 @@ class ToolIn(BaseModel):
     description: str = ""
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     type: Literal["custom"] | None = Field(default=None, description="Server tools are not offered through the facade.")
-    cache_control: dict[str, Any] | None = None
+    cache_control: dict[str, Any] | None = Field(default=None, description="Carried to Anthropic; a no-op elsewhere.")
+    strict: bool | None = None
+    eager_input_streaming: bool | None = Field(default=None, description="Delivery only: carried to Anthropic.")
 
 
 class ToolChoiceIn(BaseModel):
@@ -46,6 +48,21 @@ class ToolChoiceIn(BaseModel):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
     disable_parallel_tool_use: bool | None = None
+
+
+class OutputFormatIn(BaseModel):
+    model_config = _STRICT
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema", description="The JSON Schema the answer follows.")
+
+
+class OutputConfigIn(BaseModel):
+    """What `messages.parse` sends: `format` is translated for every provider (structured output);
+    `effort` is Anthropic's and goes to Anthropic only (refused, 400, elsewhere)."""
+
+    model_config = _STRICT
+    format: OutputFormatIn | None = None
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
 
 
 class MessagesRequest(GatewayExtras):
@@ -65,11 +82,27 @@ class MessagesRequest(GatewayExtras):
     tool_choice: ToolChoiceIn | None = None
     stream: bool = Field(default=False, strict=True)
     metadata: dict[str, Any] | None = Field(default=None, description="Accepted; not sent upstream.")
-    stop_sequences: list[str] | None = None
+    stop_sequences: list[str] | None = Field(default=None, max_length=16)
+    cache_control: dict[str, Any] | None = Field(default=None, description="Automatic prompt caching: carried to "
+                                                 "Anthropic; a no-op where the provider caches by itself.")
+    output_config: OutputConfigIn | None = None
     top_p: float | None = None
     top_k: int | None = None
     thinking: dict[str, Any] | None = None
     service_tier: str | None = None
+
+
+class CountTokensRequest(MessagesRequest):
+    """`POST /v1/messages/count_tokens`: a Messages request without `max_tokens`."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"model": "anthropic/claude-sonnet-4-5",
+                                         "messages": [{"role": "user", "content": "hi"}]}]},
+    )
+
+    max_tokens: int | None = Field(default=None, ge=1, le=1_000_000, strict=True,  # type: ignore[assignment]
+                                   description="Not needed to count; accepted.")
 
 
 def to_run_spec(body: MessagesRequest) -> RunSpec:
@@ -84,13 +117,23 @@ def to_run_spec(body: MessagesRequest) -> RunSpec:
     return run_spec(
         model=body.model, messages=tuple(messages), tools=tools, tool_choice=_choice(body.tool_choice, tools),
         temperature=body.temperature if body.temperature is not None else 0.0, max_tokens=body.max_tokens,
-        options={name: getattr(body, name) for name in FORWARDED if getattr(body, name) is not None}, extras=body,
+        options=_options(body), extras=body, stop=tuple(body.stop_sequences or ()), cache_control=body.cache_control,
+        output_schema=body.output_config.format.schema_ if body.output_config and body.output_config.format else None,
+        parallel_tool_calls=False if body.tool_choice and body.tool_choice.disable_parallel_tool_use else None,
     )
+
+
+def _options(body: MessagesRequest) -> dict[str, Any]:
+    options = {name: getattr(body, name) for name in FORWARDED if getattr(body, name) is not None}
+    if body.output_config is not None and body.output_config.effort is not None:
+        options["output_config"] = {"effort": body.output_config.effort}
+    return options
 
 
 def _tool(i: int, tool: ToolIn) -> ToolSpec:
     try:
-        return ToolSpec(name=tool.name, description=tool.description, parameters=tool.input_schema)
+        return ToolSpec(name=tool.name, description=tool.description, parameters=tool.input_schema, strict=tool.strict,
+                        cache_control=tool.cache_control, eager_input_streaming=tool.eager_input_streaming)
     except ValidationError as exc:
         raise FacadeError(f"tools.{i}: {validation_reason(exc)}", param=f"tools.{i}") from None
 
@@ -174,9 +217,12 @@ def _result(where: str, block: dict[str, Any]) -> Message:
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or not call_id:
         raise FacadeError(f"{where}.tool_use_id: required", param=f"{where}.tool_use_id")
+    is_error = block.get("is_error", False)
+    if not isinstance(is_error, bool):
+        raise FacadeError(f"{where}.is_error: must be a boolean", param=f"{where}.is_error")
     # An empty output is a fact to pass on (as the gateway's own tool loop does).
     return Message.model_construct(role="tool", content=content, tool_call_id=call_id, name=None, tool_calls=(),
-                                   reasoning=())
+                                   reasoning=(), is_error=is_error)
 
 
 def _result_part(where: str, block: dict[str, Any]) -> ContentPart:

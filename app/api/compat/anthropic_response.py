@@ -54,7 +54,7 @@ def _frame(kind: bytes, data: dict[str, Any]) -> bytes:
 class MessageWriter:
     """One stream's events. `feed()` takes released events, gives the bytes to send."""
 
-    __slots__ = ("run", "model", "_index", "_open", "_thinking", "_redacted")
+    __slots__ = ("run", "model", "_index", "_open", "_thinking", "_redacted", "_starting")
 
     def __init__(self, run: Run, *, model: str) -> None:
         self.run = run
@@ -63,10 +63,13 @@ class MessageWriter:
         self._open: str | None = None  # "text" | "thinking" | None
         self._thinking: list[str] = []  # the open thinking block's text, to find its signature
         self._redacted: set[str] = set()  # redacted thinking already sent (it has no events of its own)
+        self._starting = False  # `start` seen, `message_start` not sent yet (it waits for the upstream's usage)
 
     def feed(self, events: list[StreamEvent]) -> bytes:
         out: list[bytes] = []
         for event in events:
+            if self._starting and not isinstance(event, StartEvent):
+                self._message_start(out)
             if isinstance(event, TokenEvent):
                 if self._open != "text":
                     self._start(out, "text", {"type": "text", "text": ""})
@@ -81,14 +84,21 @@ class MessageWriter:
             elif isinstance(event, ToolCallEvent):
                 self._tool_use(out, event)
             elif isinstance(event, StartEvent):
-                out.append(_frame(b"message_start", {"type": "message_start", "message": {
-                    "id": message_id(self.run), "type": "message", "role": "assistant", "model": self.model,
-                    "content": [], "stop_reason": None, "stop_sequence": None,
-                    "usage": {"input_tokens": 0, "output_tokens": 0}}}))
-                out.append(_frame(b"ping", {"type": "ping"}))
+                self._starting = True
             elif isinstance(event, FinalEvent):
                 self._end(out, event)
         return b"".join(out)
+
+    def _message_start(self, out: list[bytes]) -> None:
+        """Sent with the first event after `start`, by when the upstream's own message start (with
+        the input tokens, as Anthropic reports them there) has been read; zeros when it had none."""
+        self._starting = False
+        start = self.run.accumulator.start_usage
+        counts = usage(start) if start is not None else {"input_tokens": 0, "output_tokens": 0}
+        out.append(_frame(b"message_start", {"type": "message_start", "message": {
+            "id": message_id(self.run), "type": "message", "role": "assistant", "model": self.model,
+            "content": [], "stop_reason": None, "stop_sequence": None, "usage": counts}}))
+        out.append(_frame(b"ping", {"type": "ping"}))
 
     def _start(self, out: list[bytes], kind: str | None, block: dict[str, Any]) -> None:
         self._close(out)

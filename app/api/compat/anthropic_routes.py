@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.api.access import Authenticated, PrincipalDep
-from app.api.compat.anthropic_request import FORWARDED, MessagesRequest, to_run_spec
+from app.api.compat.anthropic_request import FORWARDED, CountTokensRequest, MessagesRequest, to_run_spec
 from app.api.compat.anthropic_response import AnthropicErrors, MessageWriter, message
-from app.api.compat.common import FacadeRoute, answer, open_run, route_responses
+from app.api.compat.common import FacadeError, FacadeRoute, answer, open_run, route_responses
 from app.api.deps import GatewayDep, RecordDep
+from app.api.responses import JSON
+from app.auth import model_allowed
+from app.providers.base import TokenCounter
 
 __all__ = ["router"]
 
@@ -38,9 +43,33 @@ router = APIRouter(tags=["anthropic-compatible"], route_class=AnthropicRoute, de
 async def messages(body: MessagesRequest, gateway: GatewayDep, record: RecordDep, request: Request,
                    principal: PrincipalDep) -> Response:
     handle, limit_headers = await open_run(gateway, to_run_spec(body), record, request=request, principal=principal,
-                                           body=body, forwards=FORWARDED)
+                                           body=body, forwards=(*FORWARDED, "output_config"))
     run = handle.run
     writer = MessageWriter(run, model=body.model) if body.stream else None
     return await answer(gateway, request, handle, stream=writer, headers=limit_headers,
                         build=lambda events, final: message(run, body.model, events, final),
                         error=lambda status, text, code: ERRORS.body(status, text))
+
+
+@router.post(
+    "/v1/messages/count_tokens",
+    response_class=Response,
+    responses=route_responses(
+        answer="`{\"input_tokens\": N}` as the Anthropic upstream counted it.",
+        errors='Anthropic\'s error format: `{"type": "error", "error": {"type", "message"}}`; a model not '
+               'served by an Anthropic upstream is a 400 saying so.',
+        example=AnthropicErrors.body(400, "model: count_tokens needs an Anthropic model")),
+    summary="Anthropic token counting (drop-in): served when the model's provider is Anthropic",
+)
+async def count_tokens(body: CountTokensRequest, gateway: GatewayDep, principal: PrincipalDep) -> Response:
+    """The anthropic SDK's `messages.count_tokens`: the request mapped as a run would be, counted by
+    the upstream. Another provider has no counting endpoint: refused in Anthropic's error shape."""
+    spec = to_run_spec(body)
+    target = gateway.settings.aliases.get(body.model, "")
+    if principal.key is not None and not model_allowed(principal.key.models, body.model, target):
+        raise FacadeError(f"model: this key may not use {body.model!r}", param="model", status=403)
+    adapter, provider, name = gateway.registry.resolve(body.model)
+    if not isinstance(adapter, TokenCounter):
+        raise FacadeError(f"model: count_tokens is served for Anthropic models; {body.model!r} is served by "
+                          f"{provider!r}, which has no token counting", param="model")
+    return JSON({"input_tokens": await adapter.count_tokens(replace(spec.request, model=name))})

@@ -153,12 +153,16 @@ async def translate(log: StreamLog, translator: Translator) -> AsyncIterator[byt
 
 
 def run_spec(*, model: str, messages: tuple[Message, ...], tools: tuple[ToolSpec, ...], tool_choice: str | None,
-             temperature: float, max_tokens: int | None, options: dict[str, Any], extras: GatewayExtras) -> RunSpec:
+             temperature: float, max_tokens: int | None, options: dict[str, Any], extras: GatewayExtras,
+             stop: tuple[str, ...] = (), parallel_tool_calls: bool | None = None,
+             cache_control: dict[str, Any] | None = None, output_schema: dict[str, Any] | None = None) -> RunSpec:
     """The canonical request, as /v1/stream builds it (validators and chunker checked: 422)."""
     check_specs(extras.validators, extras.chunking)
     request = ProviderRequest(model=model, messages=messages, tools=tools, tool_choice=tool_choice,
                               temperature=temperature, max_tokens=max_tokens,
-                              options={**options, **extras.provider_options})
+                              options={**options, **extras.provider_options}, stop=stop,
+                              parallel_tool_calls=parallel_tool_calls, cache_control=cache_control,
+                              output_schema=output_schema)
     return RunSpec(request=request, validators=tuple(extras.validators), chunking=extras.chunking,
                    max_steps=extras.max_steps)
 

@@ -42,7 +42,18 @@ def to_run_spec(body: ChatCompletionRequest) -> RunSpec:
         max_tokens=body.max_completion_tokens or body.max_tokens,
         options={name: getattr(body, name) for name in FORWARDED if getattr(body, name) is not None},
         extras=body,
+        stop=_stop(body.stop),
+        parallel_tool_calls=body.parallel_tool_calls,
     )
+
+
+def _stop(stop: str | list[str] | None) -> tuple[str, ...]:
+    sequences = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    if len(sequences) > 4:
+        raise FacadeError("stop: at most 4 sequences", param="stop")
+    if any(not s for s in sequences):
+        raise FacadeError("stop: a stop sequence may not be empty", param="stop")
+    return sequences
 
 
 def _refuse_unsupported(body: ChatCompletionRequest) -> None:
@@ -59,8 +70,8 @@ def _refuse_unsupported(body: ChatCompletionRequest) -> None:
 def _tool(i: int, fn: Any) -> ToolSpec:
     try:
         if fn.parameters is None:
-            return ToolSpec(name=fn.name, description=fn.description)
-        return ToolSpec(name=fn.name, description=fn.description, parameters=fn.parameters)
+            return ToolSpec(name=fn.name, description=fn.description, strict=fn.strict)
+        return ToolSpec(name=fn.name, description=fn.description, parameters=fn.parameters, strict=fn.strict)
     except ValidationError as exc:
         raise FacadeError(f"tools[{i}].function: {validation_reason(exc)}", param=f"tools[{i}].function") from None
 

@@ -2,6 +2,8 @@
 `chat.completion`, and errors in OpenAI's format.
 
 - Reasoning goes out as `delta.reasoning_content` (the convention of compatible servers).
+- A model's refusal (token events marked `refusal`) goes out as `delta.refusal` / `message.refusal`
+  with `finish_reason: "stop"`, as OpenAI sends it; a validator's block is `content_filter`.
 - Only the caller's tool calls become `tool_calls` (numbered from 0 in order of appearance); the
   gateway's tools and the provider's server tools run where they are and are not shown: their
   activity is in the stream's transcript (`GET /v1/stream/{id}/transcript`, id in `x-stream-id`).
@@ -32,9 +34,12 @@ is a limit cut, as `length` is."""
 _DONE = b"data: [DONE]\n\n"
 
 
-def finish_reason(final: FinalEvent) -> str:
+def finish_reason(final: FinalEvent, refused: bool = False) -> str:
+    """A model's own refusal ends with `stop`, its words in `refusal`, as OpenAI answers it."""
     if final.status == "blocked":
         return "content_filter"
+    if refused and final.stop_reason == "content_filter":
+        return "stop"
     return _FINISH.get(final.stop_reason or "stop", "stop")
 
 
@@ -51,7 +56,7 @@ def usage(u: Usage) -> dict[str, Any]:
 class ChunkWriter:
     """One stream's chunks. `feed()` takes released events, gives the bytes to send."""
 
-    __slots__ = ("run", "model", "include_usage", "_open", "_indexes", "_sent_args")
+    __slots__ = ("run", "model", "include_usage", "_open", "_indexes", "_sent_args", "_refused")
 
     def __init__(self, run: Run, *, model: str, include_usage: bool) -> None:
         self.run = run
@@ -63,6 +68,7 @@ class ChunkWriter:
         self._open = b"data: " + orjson.dumps(head)[:-1]  # without its closing brace
         self._indexes: dict[str, int] = {}  # caller call id -> OpenAI tool call index
         self._sent_args: set[str] = set()  # calls that streamed non-empty arguments
+        self._refused = False  # the model refused (its words went out as `delta.refusal`)
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         choice = orjson.dumps({"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish})
@@ -73,7 +79,11 @@ class ChunkWriter:
         out = []
         for event in events:
             if isinstance(event, TokenEvent):
-                out.append(self._chunk({"content": event.content}))
+                if event.refusal:
+                    self._refused = True
+                    out.append(self._chunk({"refusal": event.content}))
+                else:
+                    out.append(self._chunk({"content": event.content}))
             elif isinstance(event, ReasoningEvent):
                 out.append(self._chunk({"reasoning_content": event.content}))
             elif isinstance(event, ToolCallEvent):
@@ -107,7 +117,7 @@ class ChunkWriter:
 
     def _end(self, final: FinalEvent) -> bytes:
         if final.status in ("ok", "blocked"):
-            out = self._chunk({}, finish_reason(final))
+            out = self._chunk({}, finish_reason(final, self._refused))
             if self.include_usage:
                 out += self._open + b',"choices":[],"usage":' + orjson.dumps(usage(final.usage)) + b"}\n\n"
             return out + _DONE
@@ -126,25 +136,28 @@ def chat_id(run: Run) -> str:
 def completion(run: Run, model: str, events: list[StreamEvent], final: FinalEvent) -> dict[str, Any]:
     """The non-streaming answer, built from the same released events as the stream."""
     text: list[str] = []
+    refusal: list[str] = []
     reasoning: list[str] = []
     calls: dict[str, dict[str, Any]] = {}
     for event in events:
         if isinstance(event, TokenEvent):
-            text.append(event.content)
+            (refusal if event.refusal else text).append(event.content)
         elif isinstance(event, ReasoningEvent):
             reasoning.append(event.content)
         elif isinstance(event, ToolCallEvent) and event.is_final and caller_call(run, event):
             calls[event.id] = {"id": event.id, "type": "function", "function": {
                 "name": event.name, "arguments": orjson.dumps(event.arguments or {}).decode()}}
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text or not calls else None,
-                               "refusal": None}
+    message: dict[str, Any] = {"role": "assistant",
+                               "content": "".join(text) if text or not (calls or refusal) else None,
+                               "refusal": "".join(refusal) if refusal else None}
     if calls:
         message["tool_calls"] = list(calls.values())
     if reasoning:
         message["reasoning_content"] = "".join(reasoning)
     return {
         "id": chat_id(run), "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason(final)}],
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": finish_reason(final, bool(refusal))}],
         "usage": usage(final.usage), "system_fingerprint": None,
     }
 

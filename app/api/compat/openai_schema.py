@@ -75,8 +75,8 @@ class StreamOptions(BaseModel):
     include_obfuscation: bool | None = None
 
 
-FORWARDED = ("top_p", "seed", "presence_penalty", "frequency_penalty", "stop", "response_format", "logit_bias",
-             "parallel_tool_calls", "reasoning_effort", "service_tier", "metadata", "store", "verbosity",
+FORWARDED = ("top_p", "seed", "presence_penalty", "frequency_penalty", "response_format", "logit_bias",
+             "reasoning_effort", "service_tier", "metadata", "store", "verbosity",
              "prompt_cache_key", "safety_identifier")
 """OpenAI fields with no canonical counterpart: passed to the provider as `provider_options` under
 the same name (OpenAI and compatible servers take them; another provider may refuse them, 400)."""
@@ -120,10 +120,14 @@ class ChatCompletionRequest(GatewayExtras):
     seed: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
-    stop: str | list[str] | None = None
     response_format: dict[str, Any] | None = None
     logit_bias: dict[str, float] | None = None
-    parallel_tool_calls: bool | None = None
+
+    # OpenAI fields with a canonical counterpart, translated for every provider
+    stop: str | list[str] | None = Field(default=None, description="Up to 4 stop sequences (Anthropic "
+                                         "`stop_sequences`, Gemini `stopSequences`).")
+    parallel_tool_calls: bool | None = Field(default=None, description="`false`: at most one tool call (Anthropic "
+                                             "`disable_parallel_tool_use`).")
     reasoning_effort: str | None = None
     service_tier: str | None = None
     metadata: dict[str, str] | None = None

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from starlette.responses import Response
 
 from app.api.access import Authenticated, PrincipalDep, not_found_unless_owner, open_run
 from app.api.convert import to_spec
@@ -20,6 +21,10 @@ from app.streams.errors import CursorAhead
 from app.streams.memory import parse_cursor
 
 router = APIRouter(tags=["stream"], dependencies=[Authenticated])
+
+RETRY_MS = 1000
+"""The `retry:` hint sent once at the start of a native stream: how long an EventSource waits before it
+reconnects (with Last-Event-ID, which resumes the stream where it was cut)."""
 
 _SSE_DOC = {
     "description": (
@@ -45,7 +50,7 @@ async def stream(body: GenerateRequest, request: Request, gateway: GatewayDep, r
     # A reader of the run's log: its client leaving cancels the run, unless asked to let it go on
     # (then it can come back by id, GET /v1/stream/{id}). The reader that owns its run holds its
     # place in the log: a slow client slows the run rather than losing events.
-    return SSEResponse(handle.log.follow(0, hold=cancel), ping_seconds=gateway.settings.ping_seconds,
+    return SSEResponse(handle.log.follow(0, hold=cancel), ping_seconds=gateway.settings.ping_seconds, retry_ms=RETRY_MS,
                        send_timeout=gateway.settings.send_timeout_seconds,
                        headers={"x-stream-id": handle.run.stream_id, **limit_headers},
                        on_disconnect=(lambda: handle.cancel("client_gone")) if cancel else None)
@@ -63,7 +68,9 @@ router.add_api_route(
 @router.get(
     "/v1/stream/{stream_id}",
     response_class=SSEResponse,
-    responses={200: _SSE_DOC, **json_errors(400, 401, 404, 410)},
+    responses={200: _SSE_DOC, 204: {"description": "The stream's final was already delivered (the cursor is at or "
+                                                    "past it): nothing more will come; an EventSource stops reconnecting."},
+               **json_errors(400, 401, 404, 410)},
     summary="Subscribe to a stream: replay after Last-Event-ID or ?after=N, then follow live",
 )
 async def subscribe(
@@ -72,9 +79,14 @@ async def subscribe(
     stream_id: Annotated[str, Path(max_length=64)],
     after: Annotated[int | None, Query(ge=0, description="Replay events after this id.")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
-) -> SSEResponse:
+) -> Response:
     await _check_owner(gateway, principal, stream_id)
     cursor = parse_cursor(last_event_id, after)
+    log = gateway.store.get(stream_id)
+    if log is not None and log.finished and cursor >= log.last_seq:
+        # The client has the final already: 204 makes an EventSource stop reconnecting (WHATWG
+        # HTML, "server-sent events": a response other than 200 fails the connection for good).
+        return Response(status_code=204, headers={"x-stream-id": stream_id})
     try:
         frames = await gateway.store.open(stream_id, cursor)
     except CursorAhead as exc:  # no client can have seen an event that does not exist yet
@@ -83,7 +95,7 @@ async def subscribe(
                            code="cursor_ahead", status=400, field=field) from None
     if frames is None:
         raise _not_found(stream_id)
-    return SSEResponse(frames, ping_seconds=gateway.settings.ping_seconds,
+    return SSEResponse(frames, ping_seconds=gateway.settings.ping_seconds, retry_ms=RETRY_MS,
                        send_timeout=gateway.settings.send_timeout_seconds, headers={"x-stream-id": stream_id})
 
 
