@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 
+from app.core.messages import ToolSpec
 from app.main import create_app
 from app.settings import Settings
 from tests.auth_support import bearer, gateway, make_key
@@ -264,3 +265,28 @@ async def test_validators_through_extra_body_block_as_content_filter() -> None:
         answer = await client.responses.create(model="mock/echo", input=ask, extra_body=extra)
         assert answer.status == "incomplete" and answer.incomplete_details.reason == "content_filter"
         assert "password" not in answer.output_text
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    (b'{"model": "mock/simple", "input": "bad \\udfff"}', "input"),
+    (b'{"model": "mock/simple", "input": "hi", "max_output_tokens": "10"}', "max_output_tokens"),
+    (b'{"model": "mock/simple", "input": "hi", "stream": 1}', "stream"),
+    (b'{"model": "mock/simple", "input": []}', "input"),
+    (b'{"model": "mock/simple", "input": [{"type": "reasoning", "summary": []}]}', "input"),
+    (b'{"model": "mock/simple", "input": "hi", "metadata": {"k": "' + b"v" * 513 + b'"}}', "metadata.k"),
+    (b'{"model": "mock/simple", "input": "hi"', "body"),
+])
+async def test_hostile_bodies_are_400s_naming_the_field(body: bytes, param: str) -> None:
+    """What no SDK would send (invalid Unicode, loose types, broken JSON), sent raw."""
+    async with serve(create_app(Settings())) as url, httpx.AsyncClient(base_url=url) as http:
+        response = await http.post("/v1/responses", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+
+
+@pytest.mark.xfail("strict" not in ToolSpec.model_fields, strict=True,
+                   reason="`strict` is carried once the canonical ToolSpec has it (issue 26, the dropin branch)")
+async def test_strict_reaches_the_upstream() -> None:
+    upstream = RecordedUpstream()
+    async with facade_gateway(upstream) as url, sdk(url) as client:
+        await client.responses.create(model="openai-responses/text", input="hi", tools=[{**CALCULATOR, "strict": True}])
+    assert upstream.requests[-1]["tools"][0]["strict"] is True

@@ -5,15 +5,18 @@ app/api/compat/responses_request.py, which names the exact item or part it canno
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.api.compat.common import GatewayExtras
 
 __all__ = ["FORWARDED", "REFUSED", "FunctionToolIn", "ReasoningIn", "ResponsesRequest", "TextIn"]
 
 _STRICT = ConfigDict(extra="forbid")
+_Items = Annotated[list[dict[str, Any]], Field(min_length=1, max_length=10_000)]
+_MetadataKey = Annotated[str, StringConstraints(max_length=64)]
+_MetadataValue = Annotated[str, StringConstraints(max_length=512)]
 
 
 class ReasoningIn(BaseModel):
@@ -75,7 +78,7 @@ class ResponsesRequest(GatewayExtras):
     )
 
     model: str = Field(min_length=1, max_length=256, description="`provider/model` or a configured alias.")
-    input: str | list[dict[str, Any]] = Field(
+    input: str | _Items = Field(
         description="A string (one user message) or items: messages (`input_text`/`output_text` parts), "
                     "`function_call`, `function_call_output`, `reasoning` (accepted, not sent on).")
     instructions: str | None = None
@@ -88,7 +91,7 @@ class ResponsesRequest(GatewayExtras):
                                       description="Defaults to the gateway's 0.")
     max_output_tokens: int | None = Field(default=None, strict=True, ge=1, le=1_000_000)
     reasoning: ReasoningIn | None = None
-    metadata: dict[str, str] | None = Field(default=None, max_length=16,
+    metadata: dict[_MetadataKey, _MetadataValue] | None = Field(default=None, max_length=16,
                                             description="Echoed on the response; not sent upstream.")
     store: bool | None = Field(default=None, description="Accepted and echoed: whether the gateway keeps the run "
                                                          "is its operator's records setting.")
