@@ -290,3 +290,47 @@ async def test_strict_reaches_the_upstream() -> None:
     async with facade_gateway(upstream) as url, sdk(url) as client:
         await client.responses.create(model="openai-responses/text", input="hi", tools=[{**CALCULATOR, "strict": True}])
     assert upstream.requests[-1]["tools"][0]["strict"] is True
+
+
+@pytest.mark.parametrize("content", [True, False])
+async def test_previous_response_id_is_served_from_the_run_records(tmp_path: Any, content: bool) -> None:
+    """A response of a gateway that is gone (not live anywhere) is continued from its record; a
+    response whose record keeps no content cannot be, and says so."""
+    settings = {"data_dir": str(tmp_path), "record_content": content}
+    async with serve(create_app(Settings(**settings))) as url, sdk(url) as client:
+        first = await client.responses.create(model="mock/tool_call", input="What is 2+2?")  # the gateway's tool
+    assert first.output_text == "Calling calculatorSum is 4"
+    again = create_app(Settings(**settings))
+    async with serve(again) as url, sdk(url) as client, httpx.AsyncClient(base_url=url) as http:
+        stream_id = first.id.removeprefix("resp_")
+        assert again.state.gateway.store.get(stream_id) is None  # not live here: from the records
+        if not content:
+            with pytest.raises(openai.BadRequestError) as raised:
+                await client.responses.create(model="mock/echo", previous_response_id=first.id, input="And 3+3?")
+            assert raised.value.body["param"] == "previous_response_id"
+            return
+        second = await client.responses.create(model="mock/echo", previous_response_id=first.id, input="And 3+3?")
+        transcript = (await http.get(f"/v1/stream/{second.id.removeprefix('resp_')}/transcript")).json()
+    sent = transcript["request_messages"]
+    assert [(m["role"], m.get("content", "")) for m in sent] == [
+        ("user", "What is 2+2?"), ("assistant", "Calling calculator"), ("tool", "4"), ("assistant", "Sum is 4"),
+        ("user", "And 3+3?")]
+    assert sent[1]["tool_calls"][0]["name"] == "calculator" and sent[2]["tool_call_id"] == sent[1]["tool_calls"][0]["id"]
+
+
+async def test_keys_limits_and_records_apply_as_on_the_other_facades() -> None:
+    async with gateway(auth="required") as (app, admin):
+        url = str(admin.base_url).rstrip("/")
+        made = await make_key(admin, name="narrow", models=["mock/simple"])
+        key = made["key"]
+        async with sdk(url, key) as client, sdk(url, "fgw-not-a-key") as stranger:
+            raw = await client.responses.with_raw_response.create(model="mock/simple", input="hi")
+            answer = raw.parse()
+            assert answer.output_text == "Hello, world" and raw.headers["x-stream-id"] == answer.id.removeprefix("resp_")
+            with pytest.raises(openai.PermissionDeniedError):
+                await client.responses.create(model="mock/echo", input="hi")
+            with pytest.raises(openai.AuthenticationError):
+                await stranger.responses.create(model="mock/simple", input="hi")
+        await app.state.records.flush()
+        run = (await admin.get(f"/v1/runs/{raw.headers['x-stream-id']}", headers=bearer(key))).json()
+        assert (run["model"], run["status"], run["owner"]) == ("mock/simple", "ok", made["id"])
