@@ -17,9 +17,12 @@ from app.api.compat.responses_request import OPTION_FIELDS, to_run_spec
 from app.api.compat.responses_response import ResponseWriter
 from app.api.compat.responses_schema import ResponsesRequest
 from app.api.deps import GatewayDep, RecordDep
+from app.api.middleware import RequestLog
+from app.auth import Principal
 from app.core.errors import GatewayError
+from app.core.events import FinalEvent, StreamEvent
 from app.core.messages import Message
-from app.pipeline import RunHandle
+from app.pipeline import Gateway, RunHandle, RunSpec
 
 __all__ = ["router"]
 
@@ -57,7 +60,7 @@ async def responses(body: ResponsesRequest, gateway: GatewayDep, record: RecordD
     handle, limit_headers = await _open(gateway, spec, record, request=request, principal=principal, body=body)
     run, echo = handle.run, _echo(body)
 
-    def build(events: list[Any], final: Any) -> dict[str, Any]:
+    def build(events: list[StreamEvent], final: FinalEvent) -> dict[str, Any]:
         writer = ResponseWriter(run, echo=echo, stream=False)
         writer.feed(events)
         return writer.response
@@ -67,7 +70,7 @@ async def responses(body: ResponsesRequest, gateway: GatewayDep, record: RecordD
                         error=lambda status, text, code: ERRORS.body(status, text, None, code))
 
 
-async def _open(gateway: GatewayDep, spec: Any, record: RecordDep, *, request: Request, principal: PrincipalDep,
+async def _open(gateway: Gateway, spec: RunSpec, record: RequestLog, *, request: Request, principal: Principal,
                 body: ResponsesRequest) -> tuple[RunHandle, dict[str, str]]:
     """open_run, naming a provider option the provider refused as the field the caller wrote
     (`reasoning.effort`, `top_p`, ...) unless the caller set it in provider_options itself."""
