@@ -44,6 +44,8 @@ class _Item:
     index: int
     item: dict[str, Any]
     text: list[str] = field(default_factory=list)
+    delta: bytes = b""
+    """The item's delta event up to its sequence number (deltas are most events: built once)."""
 
 
 class ResponseWriter:
@@ -114,12 +116,11 @@ class ResponseWriter:
                 self._emit("response.reasoning_summary_part.added", item_id=entry.item["id"],
                            output_index=entry.index, summary_index=0, part={"type": "summary_text", "text": ""})
             self._open = entry
+            entry.delta = _delta_head(entry, kind)
         entry.text.append(delta)
-        where = {"item_id": entry.item["id"], "output_index": entry.index}
-        if kind == "message":
-            self._emit("response.output_text.delta", **where, content_index=0, delta=delta, logprobs=[])
-        else:
-            self._emit("response.reasoning_summary_text.delta", **where, summary_index=0, delta=delta)
+        if self.stream:
+            self._out.append(entry.delta + str(self._seq).encode() + b',"delta":' + orjson.dumps(delta) + b"}\n\n")
+        self._seq += 1
 
     def _close(self) -> None:
         entry, self._open = self._open, None
@@ -180,6 +181,15 @@ class ResponseWriter:
         self.response["error"] = {"code": code, "message": message}
         self._emit("error", error={"type": code, "code": code, "message": message, "param": None})
         self._emit("response.failed", response=self._snapshot())
+
+
+def _delta_head(entry: _Item, kind: str) -> bytes:
+    if kind == "message":
+        name, fields = "response.output_text.delta", {"content_index": 0, "logprobs": []}
+    else:
+        name, fields = "response.reasoning_summary_text.delta", {"summary_index": 0}
+    head = orjson.dumps({"type": name, "item_id": entry.item["id"], "output_index": entry.index, **fields})
+    return b"event: " + name.encode() + b"\ndata: " + head[:-1] + b',"sequence_number":'
 
 
 def _text_part(text: str) -> dict[str, Any]:
