@@ -174,7 +174,9 @@ async def test_a_request_to_another_provider_goes_through_the_canonical_pipeline
      "input[0].content[0].type"),
     ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]},
      "input[0].content[0].type"),
-    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].type"),
+    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].id"),
+    ({"input": [{"type": "item_reference", "id": "msg_0_str_unknown"}]}, "input[0].id"),
+    ({"input": [{"type": "computer_call_output", "call_id": "c1"}]}, "input[0].type"),
     ({"input": [{"role": "wizard", "content": "hi"}]}, "input[0].role"),
     ({"input": [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{nope"}]},
      "input[0].arguments"),
@@ -196,7 +198,7 @@ async def test_a_request_to_another_provider_goes_through_the_canonical_pipeline
     ({"input": "hi", "model": "picky/any", "user": "u-1"}, "user"),
 ])
 async def test_what_cannot_be_carried_is_refused_naming_the_field(ask: dict[str, Any], param: str) -> None:
-    error = openai.NotFoundError if param == "previous_response_id" else openai.BadRequestError
+    error = openai.NotFoundError if param in ("previous_response_id", "input[0].id") else openai.BadRequestError
     async with facade_gateway(adapters={"picky": PickyAdapter()}) as url, sdk(url) as client:
         for stream in (False, True):
             with pytest.raises(error) as raised:
@@ -334,3 +336,28 @@ async def test_keys_limits_and_records_apply_as_on_the_other_facades() -> None:
         await app.state.records.flush()
         run = (await admin.get(f"/v1/runs/{raw.headers['x-stream-id']}", headers=bearer(key))).json()
         assert (run["model"], run["status"], run["owner"]) == ("mock/simple", "ok", made["id"])
+
+
+async def test_item_references_to_earlier_output_are_resolved_per_key() -> None:
+    """With `store` on, the Vercel AI SDK sends earlier output as `item_reference`s to its ids:
+    they stand for that response's answer, rebuilt from its transcript, for the key that ran it."""
+    async with gateway() as (app, admin):
+        url = str(admin.base_url).rstrip("/")
+        mine, theirs = (await make_key(admin, name="mine"))["key"], (await make_key(admin, name="theirs"))["key"]
+        async with sdk(url, mine) as client, sdk(url, theirs) as other:
+            first = await client.responses.create(model="mock/tool_call", input="What is 2+2?", tools=[CALCULATOR])
+            text, call = first.output
+            ask = [{"role": "user", "content": [{"type": "input_text", "text": "What is 2+2?"}]},
+                   {"type": "item_reference", "id": text.id}, {"type": "item_reference", "id": call.id},
+                   {"type": "function_call_output", "call_id": call.call_id, "output": "4"}]
+            second = await client.responses.create(model="mock/tool_call", input=ask, tools=[CALCULATOR])
+            assert second.output_text == "Sum is 4"
+            transcript = (await admin.get(f"/v1/stream/{second.id.removeprefix('resp_')}/transcript",
+                                          headers=bearer(mine))).json()
+            sent = transcript["request_messages"]
+            assert [(m["role"], m.get("content", "")) for m in sent] == [
+                ("user", "What is 2+2?"), ("assistant", "Calling calculator"), ("tool", "4")]
+            assert sent[1]["tool_calls"][0]["id"] == call.call_id
+            with pytest.raises(openai.NotFoundError) as raised:
+                await other.responses.create(model="mock/tool_call", input=ask, tools=[CALCULATOR])
+            assert raised.value.body["param"] == "input[1].id"

@@ -9,6 +9,8 @@ the instructions and the new input (responses_history.py).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -19,11 +21,12 @@ from app.api.compat.responses_schema import FORWARDED, REFUSED, FunctionToolIn, 
 from app.core.messages import Message, ToolCall, ToolSpec, check_unique_tool_names
 from app.pipeline import RunSpec
 
-__all__ = ["OPTION_FIELDS", "input_messages", "refuse_media_part", "to_run_spec"]
+__all__ = ["OPTION_FIELDS", "input_messages", "referenced_stream", "refuse_media_part", "to_run_spec"]
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 _TEXT_PARTS = {"user": ("input_text",), "system": ("input_text",), "developer": ("input_text",),
                "assistant": ("output_text", "refusal", "input_text")}
+_ITEM_ID = re.compile(r"^(?:msg|fc|rs)_\d+_(.+)$")
 PART_SEPARATOR = "\n\n"
 """Between the text parts of one message, until canonical messages keep parts (issue 26)."""
 
@@ -32,7 +35,8 @@ OPTION_FIELDS = {option: field for field, option in FORWARDED.items()} | {
 """provider option -> the request field the caller wrote (how a refused option is named)."""
 
 
-def to_run_spec(body: ResponsesRequest, history: tuple[Message, ...] = ()) -> RunSpec:
+def to_run_spec(body: ResponsesRequest, history: tuple[Message, ...] = (),
+                references: Mapping[str, tuple[Message, ...]] | None = None) -> RunSpec:
     """Map the request; FacadeError (400 naming the parameter) for what the gateway cannot honour."""
     _refuse_unsupported(body)
     tools = tuple(_tool(i, t) for i, t in enumerate(body.tools or ()))
@@ -44,7 +48,7 @@ def to_run_spec(body: ResponsesRequest, history: tuple[Message, ...] = ()) -> Ru
     if body.instructions:
         messages.append(Message(role="system", content=body.instructions))
     messages += history
-    messages += input_messages(body.input)
+    messages += input_messages(body.input, references or {})
     if not any(m.role != "system" for m in messages):
         raise FacadeError("input: the conversation needs at least one message", param="input")
     return run_spec(model=body.model, messages=tuple(messages), tools=tools,
@@ -105,14 +109,23 @@ def _tool_choice(choice: str | dict[str, Any] | None, tools: tuple[ToolSpec, ...
 # -- input ----------------------------------------------------------------------------------------
 
 
-def input_messages(value: str | list[dict[str, Any]]) -> list[Message]:
-    """`input` -> Foundry messages: `function_call` items join the assistant turn before them."""
+def referenced_stream(item_id: Any) -> str | None:
+    """The stream whose response holds the output item `msg_|fc_|rs_<n>_<stream id>`."""
+    match = _ITEM_ID.match(item_id) if isinstance(item_id, str) else None
+    return match.group(1) if match else None
+
+
+def input_messages(value: str | list[dict[str, Any]],
+                   references: Mapping[str, tuple[Message, ...]] | None = None) -> list[Message]:
+    """`input` -> Foundry messages: `function_call` items join the assistant turn before them; an
+    `item_reference` stands for its response's answer (`references`, by stream id), once."""
     if isinstance(value, str):
         if not value:
             raise FacadeError("input: must not be empty", param="input")
         return [Message(role="user", content=value)]
     out: list[Message] = []
     text, calls = "", []  # the open assistant turn
+    pending = dict(references or {})  # answers not placed yet
     for i, item in enumerate(value):
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "function_call":
@@ -126,6 +139,8 @@ def input_messages(value: str | list[dict[str, Any]]) -> list[Message]:
             text, calls = "", []
         if kind == "message":
             text = _message(i, item, out)
+        elif kind == "item_reference":
+            out += pending.pop(referenced_stream(item.get("id")) or "", ())
         elif kind == "function_call_output":
             out.append(_output(i, item))
         elif kind != "reasoning":  # reasoning items: accepted, not sent on (as chat's reasoning_content)

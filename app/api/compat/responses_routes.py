@@ -12,7 +12,7 @@ from starlette.responses import Response
 from app.api.access import Authenticated, PrincipalDep
 from app.api.compat.common import FacadeError, FacadeRoute, answer, open_run, route_responses
 from app.api.compat.openai_response import OpenAIErrors
-from app.api.compat.responses_history import previous_conversation
+from app.api.compat.responses_history import previous_conversation, referenced_answers
 from app.api.compat.responses_request import OPTION_FIELDS, to_run_spec
 from app.api.compat.responses_response import ResponseWriter
 from app.api.compat.responses_schema import ResponsesRequest
@@ -56,7 +56,8 @@ async def responses(body: ResponsesRequest, gateway: GatewayDep, record: RecordD
     history: tuple[Message, ...] = ()
     if body.previous_response_id is not None:
         history = await previous_conversation(gateway, request, principal, body.previous_response_id)
-    spec = to_run_spec(body, history)
+    references = await referenced_answers(gateway, request, principal, body.input)
+    spec = to_run_spec(body, history, references)
     handle, limit_headers = await _open(gateway, spec, record, request=request, principal=principal, body=body)
     run, echo = handle.run, _echo(body)
 
