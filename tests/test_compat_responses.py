@@ -13,12 +13,14 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
 
 from app.core.messages import ToolSpec
 from app.main import create_app
 from app.settings import Settings
 from tests.auth_support import bearer, gateway, make_key
-from tests.compat_support import ALL_RECORDINGS, Expect, PickyAdapter, RecordedUpstream, expect, facade_gateway
+from tests.compat_support import ALL_RECORDINGS, Expect, PickyAdapter, RecordedUpstream, expect, facade_gateway, model_of
 from tests.support import serve
 
 CALCULATOR = {"type": "function", "name": "calculator", "description": "Evaluate arithmetic",
@@ -95,6 +97,26 @@ async def test_every_recording_through_the_openai_sdk() -> None:
                         await stream.get_final_response()
                     final = helper_events[-1].response
             assert summary(final, with_ids=exp.ids) == wanted(exp), name
+
+
+async def test_every_event_and_response_validates_against_the_sdks_types() -> None:
+    """Not the SDK's lenient parse: each event and Response validated as the SDK's types define them
+    (required fields, closed lists of values), over every recording."""
+    events = TypeAdapter(ResponseStreamEvent)
+    async with facade_gateway() as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        for rec in ALL_RECORDINGS:
+            ask = {"model": model_of(rec), "input": "hi", "tools": [CALCULATOR]}
+            streamed = await http.post("/v1/responses", json={**ask, "stream": True})
+            frames = [f.split("\n") for f in streamed.text.split("\n\n") if f.startswith("event: ")]
+            assert frames or expect(rec).error, rec
+            for kind, data in frames:
+                event = events.validate_json(data.removeprefix("data: "))
+                assert event.type == kind.removeprefix("event: "), rec
+            plain = await http.post("/v1/responses", json=ask)
+            if plain.status_code == 200:
+                Response.model_validate(plain.json())
+            else:
+                assert expect(rec).error and plain.json()["error"]["message"], rec
 
 
 async def test_the_event_sequence_on_the_wire() -> None:

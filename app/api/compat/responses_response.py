@@ -33,7 +33,8 @@ def response_id(stream_id: str) -> str:
 
 
 def usage(u: Usage) -> dict[str, Any]:
-    return {"input_tokens": u.input_tokens, "input_tokens_details": {"cached_tokens": u.cache_read_tokens},
+    return {"input_tokens": u.input_tokens,
+            "input_tokens_details": {"cached_tokens": u.cache_read_tokens, "cache_write_tokens": u.cache_write_tokens},
             "output_tokens": u.output_tokens,
             "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
             "total_tokens": u.total_tokens or u.input_tokens + u.output_tokens}
@@ -178,8 +179,13 @@ class ResponseWriter:
             return
         code, message = failure(final)
         self.response["status"] = "failed"
-        self.response["error"] = {"code": code, "message": message}
-        self._emit("error", error={"type": code, "code": code, "message": message, "param": None})
+        # The Response's error code is one of OpenAI's (the SDK's type is a closed list); the
+        # gateway's own code is in the `error` event.
+        self.response["error"] = {"code": "rate_limit_exceeded" if code == "rate_limited" else "server_error",
+                                   "message": message}
+        # OpenAI's ResponseErrorEvent fields, and `error` as the upstream sends it (the SDK raises on it)
+        self._emit("error", code=code, message=message, param=None,
+                   error={"type": code, "code": code, "message": message, "param": None})
         self._emit("response.failed", response=self._snapshot())
 
 
