@@ -16,6 +16,7 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
+from app.api.compat.responses_request import input_messages
 from app.core.messages import ToolSpec
 from app.main import create_app
 from app.settings import Settings
@@ -383,3 +384,15 @@ async def test_item_references_to_earlier_output_are_resolved_per_key() -> None:
             with pytest.raises(openai.NotFoundError) as raised:
                 await other.responses.create(model="mock/tool_call", input=ask, tools=[CALCULATOR])
             assert raised.value.body["param"] == "input[1].id"
+
+
+def test_a_replayed_reasoning_item_inside_a_turn_keeps_it_one_turn() -> None:
+    """The Agents SDK replays earlier output as it came: text, reasoning, then the calls."""
+    messages = input_messages([
+        {"role": "user", "content": "Weather in Paris?"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Let me check."}]},
+        {"type": "reasoning", "id": "rs_1_str_x", "summary": [{"type": "summary_text", "text": "use the tool"}]},
+        {"type": "function_call", "call_id": "call_1", "name": "weather", "arguments": '{"city": "Paris"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}])
+    assert [(m.role, m.content, [c.id for c in m.tool_calls]) for m in messages] == [
+        ("user", "Weather in Paris?", []), ("assistant", "Let me check.", ["call_1"]), ("tool", "sunny", [])]

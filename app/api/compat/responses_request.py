@@ -131,6 +131,8 @@ def input_messages(value: str | list[dict[str, Any]],
         if kind == "function_call":
             calls.append(_call(i, item))
             continue
+        if kind == "reasoning":  # accepted, not sent on (as chat's reasoning_content); the turn stays open
+            continue
         if kind == "message" and item.get("role") == "assistant" and not calls:
             text = PART_SEPARATOR.join(t for t in (text, _content(i, item, "assistant")) if t)
             continue
@@ -143,7 +145,7 @@ def input_messages(value: str | list[dict[str, Any]],
             out += pending.pop(referenced_stream(item.get("id")) or "", ())
         elif kind == "function_call_output":
             out.append(_output(i, item))
-        elif kind != "reasoning":  # reasoning items: accepted, not sent on (as chat's reasoning_content)
+        else:
             raise FacadeError(f"input[{i}].type: {kind!r} items are not supported", param=f"input[{i}].type")
     if text or calls:
         out.append(Message(role="assistant", content=text, tool_calls=tuple(calls)))
