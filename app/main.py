@@ -12,7 +12,7 @@ from fastapi import FastAPI
 
 from app import VERSION
 from app.accounting import KeyAccountant
-from app.api.compat import anthropic_routes, openai_routes
+from app.api.compat import anthropic_routes, openai_routes, responses_routes
 from app.api.errors import install_error_handlers
 from app.api.media import base64_length
 from app.api.middleware import RequestContextMiddleware
@@ -86,7 +86,8 @@ def create_app(
     app.state.accountant = accountant
     # Most-used first: FastAPI matches included routers one after another (each router checked
     # costs ~10-20 us of CPU per request here), so the routes that open runs come first.
-    for router in (stream.router, openai_routes.router, anthropic_routes.router, generate.router, health.router,
+    for router in (stream.router, openai_routes.router, anthropic_routes.router, responses_routes.router,
+                   generate.router, health.router,
                    transcript.router, runs.router, usage.router, admin_keys.router):
         app.include_router(router)
     install_playground(app)

@@ -45,8 +45,8 @@ def test_facade_bench_runs_and_reports_each_translation(tmp_path):
     subprocess.run([sys.executable, "bench/facade_bench.py", "--events", "200", "--json", str(out)],
                    cwd=REPO, check=True, timeout=60, capture_output=True)
     results = json.loads(out.read_text())
-    assert set(results["us_per_event"]) == {"canonical_frame", "openai_chunk", "anthropic_delta"}
-    assert set(results["facade_vs_canonical_frame"]) == {"openai_chunk", "anthropic_delta"}
+    assert set(results["us_per_event"]) == {"canonical_frame", "openai_chunk", "anthropic_delta", "responses_delta"}
+    assert set(results["facade_vs_canonical_frame"]) == {"openai_chunk", "anthropic_delta", "responses_delta"}
 
 def test_store_bench_reports_the_redis_to_memory_ratio_and_the_replica_lost_time(tmp_path):
     import shutil

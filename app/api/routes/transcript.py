@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 from starlette.responses import Response
@@ -12,7 +12,9 @@ from app.api.deps import GatewayDep
 from app.api.responses import JSON
 from app.api.routes.runs import stored_owner, stored_transcript
 from app.api.schemas import ErrorBody, Transcript
+from app.auth import Principal
 from app.core.errors import RequestError
+from app.pipeline import Gateway
 from app.recording import live_transcript
 
 router = APIRouter(tags=["stream"], dependencies=[Authenticated])
@@ -29,7 +31,14 @@ async def transcript(
 ) -> Response:
     missing = RequestError(f"no stream {stream_id!r} (unknown, or expired and not recorded)",
                            code="stream_not_found", status=404, field="stream_id")
-    # Live here, else the shared stream store (another replica's stream), else the record store.
+    return JSON(await find_transcript(gateway, request, principal, stream_id, missing))
+
+
+async def find_transcript(gateway: Gateway, request: Request, principal: Principal, stream_id: str,
+                          missing: Exception) -> dict[str, Any]:
+    """A stream's transcript document if the caller may see it, else `missing` is raised (never
+    confirming another key's stream): live here, else the shared stream store (another replica's
+    stream), else the record store (expired, or from before a restart)."""
     log = gateway.store.get(stream_id)
     body = live_transcript(log) if log is not None else None
     if log is not None and body is not None:
@@ -41,10 +50,10 @@ async def transcript(
                 not_found_unless_owner(principal, (await gateway.store.key_owner(stream_id))[1], missing)
             body = {"stream_id": shared.stream_id, "model": shared.model, "provider": shared.provider,
                     "created_at": shared.created_at, **shared.transcript, "content_recorded": True}
-    if body is None:  # expired, or from before a restart: the record store has it
+    if body is None:
         if not principal.sees_everything:
             not_found_unless_owner(principal, await stored_owner(request, stream_id), missing)
         body = await stored_transcript(request, stream_id)
     if body is None:
         raise missing
-    return JSON(body)
+    return body

@@ -1,0 +1,226 @@
+"""OpenAI Responses request -> the canonical RunSpec (the one `/v1/stream` builds).
+
+`input` becomes Foundry messages: a string is one user message; message items keep their role
+(`developer` is `system`), `function_call` items join the assistant message before them as its
+tool calls, `function_call_output` items are `tool` messages. `instructions` is a leading system
+message. A continued response (`previous_response_id`) puts the recorded conversation between
+the instructions and the new input (responses_history.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from app.api.compat.common import FacadeError, field_path, run_spec, validation_reason
+from app.api.compat.responses_schema import FORWARDED, REFUSED, FunctionToolIn, ResponsesRequest
+from app.core.messages import Message, ToolCall, ToolSpec, check_unique_tool_names
+from app.pipeline import RunSpec
+
+__all__ = ["OPTION_FIELDS", "input_messages", "referenced_stream", "refuse_media_part", "to_run_spec"]
+
+_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+_TEXT_PARTS = {"user": ("input_text",), "system": ("input_text",), "developer": ("input_text",),
+               "assistant": ("output_text", "refusal", "input_text")}
+_ITEM_ID = re.compile(r"^(?:msg|fc|rs)_\d+_(.+)$")
+PART_SEPARATOR = "\n\n"
+"""Between the text parts of one message, until canonical messages keep parts (issue 26)."""
+
+OPTION_FIELDS = {option: field for field, option in FORWARDED.items()} | {
+    "reasoning_effort": "reasoning.effort", "reasoning_summary": "reasoning.summary"}
+"""provider option -> the request field the caller wrote (how a refused option is named)."""
+
+
+def to_run_spec(body: ResponsesRequest, history: tuple[Message, ...] = (),
+                references: Mapping[str, tuple[Message, ...]] | None = None) -> RunSpec:
+    """Map the request; FacadeError (400 naming the parameter) for what the gateway cannot honour."""
+    _refuse_unsupported(body)
+    tools = tuple(_tool(i, t) for i, t in enumerate(body.tools or ()))
+    try:
+        check_unique_tool_names(tools)
+    except ValueError as exc:
+        raise FacadeError(str(exc), param="tools") from None
+    messages: list[Message] = []
+    if body.instructions:
+        messages.append(Message(role="system", content=body.instructions))
+    messages += history
+    messages += input_messages(body.input, references or {})
+    if not any(m.role != "system" for m in messages):
+        raise FacadeError("input: the conversation needs at least one message", param="input")
+    return run_spec(model=body.model, messages=tuple(messages), tools=tools,
+                    tool_choice=_tool_choice(body.tool_choice, tools),
+                    temperature=body.temperature if body.temperature is not None else 0.0,
+                    max_tokens=body.max_output_tokens, options=_options(body), extras=body)
+
+
+def _options(body: ResponsesRequest) -> dict[str, Any]:
+    options = {option: getattr(body, name) for name, option in FORWARDED.items() if getattr(body, name) is not None}
+    if body.reasoning is not None:
+        summary = body.reasoning.summary or body.reasoning.generate_summary
+        if body.reasoning.effort is not None:
+            options["reasoning_effort"] = body.reasoning.effort
+        if summary is not None:
+            options["reasoning_summary"] = summary
+    return options
+
+
+def _refuse_unsupported(body: ResponsesRequest) -> None:
+    for name, why in REFUSED.items():
+        if getattr(body, name) not in (None, False):
+            raise FacadeError(f"{name}: {why}", param=name)
+    if body.include:
+        raise FacadeError(f"include: the gateway includes nothing extra (got {body.include[0]!r})", param="include")
+
+
+def _tool(i: int, raw: dict[str, Any]) -> ToolSpec:
+    if raw.get("type") != "function":
+        raise FacadeError(f"tools[{i}].type: only function tools are supported (got {raw.get('type')!r}); "
+                          f"provider tools go in provider_options", param=f"tools[{i}].type")
+    try:
+        tool = FunctionToolIn.model_validate(raw)
+        fields: dict[str, Any] = {"name": tool.name, "description": tool.description or ""}
+        if tool.parameters is not None:
+            fields["parameters"] = tool.parameters
+        if tool.strict is not None and "strict" in ToolSpec.model_fields:  # carried once the spec has it
+            fields["strict"] = tool.strict
+        return ToolSpec(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        param = field_path(("tools", i, *err.get("loc", ())))
+        raise FacadeError(f"{param}: {validation_reason(exc).split(': ', 1)[-1]}", param=param) from None
+
+
+def _tool_choice(choice: str | dict[str, Any] | None, tools: tuple[ToolSpec, ...]) -> str | None:
+    if choice is None or isinstance(choice, str):
+        return choice
+    name = choice.get("name")
+    if choice.get("type") != "function" or not isinstance(name, str) or set(choice) - {"type", "name"}:
+        raise FacadeError("tool_choice: only auto, none, required or {type: function, name} are supported",
+                          param="tool_choice")
+    if name not in {t.name for t in tools}:
+        raise FacadeError(f"tool_choice names {name!r}, which is not among tools", param="tool_choice.name")
+    return name
+
+
+# -- input ----------------------------------------------------------------------------------------
+
+
+def referenced_stream(item_id: Any) -> str | None:
+    """The stream whose response holds the output item `msg_|fc_|rs_<n>_<stream id>`."""
+    match = _ITEM_ID.match(item_id) if isinstance(item_id, str) else None
+    return match.group(1) if match else None
+
+
+def input_messages(value: str | list[dict[str, Any]],
+                   references: Mapping[str, tuple[Message, ...]] | None = None) -> list[Message]:
+    """`input` -> Foundry messages: `function_call` items join the assistant turn before them; an
+    `item_reference` stands for its response's answer (`references`, by stream id), once."""
+    if isinstance(value, str):
+        if not value:
+            raise FacadeError("input: must not be empty", param="input")
+        return [Message(role="user", content=value)]
+    out: list[Message] = []
+    text, calls = "", []  # the open assistant turn
+    pending = dict(references or {})  # answers not placed yet
+    for i, item in enumerate(value):
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "function_call":
+            calls.append(_call(i, item))
+            continue
+        if kind == "reasoning":  # accepted, not sent on (as chat's reasoning_content); the turn stays open
+            continue
+        if kind == "message" and item.get("role") == "assistant" and not calls:
+            text = PART_SEPARATOR.join(t for t in (text, _content(i, item, "assistant")) if t)
+            continue
+        if text or calls:
+            out.append(Message(role="assistant", content=text, tool_calls=tuple(calls)))
+            text, calls = "", []
+        if kind == "message":
+            text = _message(i, item, out)
+        elif kind == "item_reference":
+            out += pending.pop(referenced_stream(item.get("id")) or "", ())
+        elif kind == "function_call_output":
+            out.append(_output(i, item))
+        else:
+            raise FacadeError(f"input[{i}].type: {kind!r} items are not supported", param=f"input[{i}].type")
+    if text or calls:
+        out.append(Message(role="assistant", content=text, tool_calls=tuple(calls)))
+    return out
+
+
+def _message(i: int, item: dict[str, Any], out: list[Message]) -> str:
+    """Append a user/system message; give an assistant message's text (its turn stays open)."""
+    role = item.get("role")
+    if role not in _ROLES:
+        raise FacadeError(f"input[{i}].role: must be one of user, assistant, system, developer",
+                          param=f"input[{i}].role")
+    content = _content(i, item, role)
+    if _ROLES[role] == "assistant":
+        return content
+    if not content:
+        raise FacadeError(f"input[{i}].content: must not be empty", param=f"input[{i}].content")
+    out.append(Message(role=_ROLES[role], content=content))
+    return ""
+
+
+def _content(i: int, item: dict[str, Any], role: str) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise FacadeError(f"input[{i}].content: must be a string or a list of parts", param=f"input[{i}].content")
+    return _parts_text(content, f"input[{i}].content", _TEXT_PARTS[role])
+
+
+def _parts_text(parts: list[Any], param: str, kinds: tuple[str, ...]) -> str:
+    texts = []
+    for j, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, dict) else None
+        refuse_media_part(kind, f"{param}[{j}]")
+        if kind not in kinds:
+            raise FacadeError(f"{param}[{j}].type: {kind!r} parts are not supported here (expected "
+                              f"{' or '.join(kinds)})", param=f"{param}[{j}].type")
+        value = part.get("refusal" if kind == "refusal" else "text")
+        if not isinstance(value, str):
+            raise FacadeError(f"{param}[{j}].text must be a string", param=f"{param}[{j}].text")
+        texts.append(value)
+    return PART_SEPARATOR.join(texts)
+
+
+def refuse_media_part(kind: Any, param: str) -> None:
+    """Images and files are not carried yet: canonical content parts (issue 30) replace this."""
+    if kind in ("input_image", "input_file", "input_audio"):
+        raise FacadeError(f"{param}.type: {kind} content is not supported; the gateway's messages carry text only",
+                          param=f"{param}.type")
+
+
+def _call(i: int, item: dict[str, Any]) -> ToolCall:
+    arguments = item.get("arguments")
+    try:
+        parsed = orjson.loads(arguments) if isinstance(arguments, str) and arguments else {}
+    except orjson.JSONDecodeError:
+        raise FacadeError(f"input[{i}].arguments is not valid JSON", param=f"input[{i}].arguments") from None
+    if not isinstance(parsed, dict):
+        raise FacadeError(f"input[{i}].arguments must be a JSON object", param=f"input[{i}].arguments")
+    try:
+        return ToolCall(id=item.get("call_id"), name=item.get("name"), arguments=parsed)
+    except ValidationError as exc:
+        raise FacadeError(f"input[{i}]: {validation_reason(exc)}", param=f"input[{i}]") from None
+
+
+def _output(i: int, item: dict[str, Any]) -> Message:
+    call_id, output = item.get("call_id"), item.get("output")
+    if not isinstance(call_id, str) or not call_id:
+        raise FacadeError(f"input[{i}].call_id: a function_call_output needs call_id", param=f"input[{i}].call_id")
+    if isinstance(output, list):
+        output = _parts_text(output, f"input[{i}].output", ("input_text", "output_text"))
+    if not isinstance(output, str):
+        raise FacadeError(f"input[{i}].output must be a string or a list of text parts", param=f"input[{i}].output")
+    if not output:  # an empty output is a fact to pass on (as the gateway's own tool loop does)
+        return Message.model_construct(role="tool", content="", tool_call_id=call_id, name=None, tool_calls=(),
+                                       reasoning=())
+    return Message(role="tool", content=output, tool_call_id=call_id)

@@ -1,0 +1,103 @@
+"""POST /v1/responses in OpenAI's Responses shapes, on the same pipeline as /v1/stream (see
+openai_routes): the request becomes the canonical RunSpec, the run is opened by the same Gateway
+with the same admission, and its released events are translated (responses_response.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.api.access import Authenticated, PrincipalDep
+from app.api.compat.common import FacadeError, FacadeRoute, answer, open_run, route_responses
+from app.api.compat.openai_response import OpenAIErrors
+from app.api.compat.responses_history import previous_conversation, referenced_answers
+from app.api.compat.responses_request import OPTION_FIELDS, to_run_spec
+from app.api.compat.responses_response import ResponseWriter
+from app.api.compat.responses_schema import ResponsesRequest
+from app.api.deps import GatewayDep, RecordDep
+from app.api.middleware import RequestLog
+from app.auth import Principal
+from app.core.errors import GatewayError
+from app.core.events import FinalEvent, StreamEvent
+from app.core.messages import Message
+from app.pipeline import Gateway, RunHandle, RunSpec
+
+__all__ = ["router"]
+
+ERRORS = OpenAIErrors()
+
+
+class ResponsesRoute(FacadeRoute):
+    writer = ERRORS
+
+
+router = APIRouter(tags=["openai-compatible"], route_class=ResponsesRoute, dependencies=[Authenticated])
+
+
+@router.post(
+    "/v1/responses",
+    response_class=Response,
+    responses=route_responses(
+        answer="`stream: false`: a `response` object. `stream: true`: Server-Sent Events with `event:` lines "
+               "(response.created, response.in_progress, response.output_item.added/done, "
+               "response.content_part.added/done, response.output_text.delta/done, "
+               "response.reasoning_summary_part/text, response.function_call_arguments.delta/done, then "
+               "response.completed, response.incomplete, or error and response.failed), each with its "
+               "`sequence_number`.",
+        errors='OpenAI\'s error format: `{"error": {"message", "type", "param", "code"}}`.',
+        example=OpenAIErrors.body(400, "tools[0].type: only function tools are supported", "tools[0].type",
+                                  "invalid_request")),
+    summary="OpenAI Responses (drop-in): the same run as /v1/stream, in the Responses API's shapes",
+)
+async def responses(body: ResponsesRequest, gateway: GatewayDep, record: RecordDep, request: Request,
+                    principal: PrincipalDep) -> Response:
+    history: tuple[Message, ...] = ()
+    if body.previous_response_id is not None:
+        history = await previous_conversation(gateway, request, principal, body.previous_response_id)
+    references = await referenced_answers(gateway, request, principal, body.input)
+    spec = to_run_spec(body, history, references)
+    handle, limit_headers = await _open(gateway, spec, record, request=request, principal=principal, body=body)
+    run, echo = handle.run, _echo(body)
+
+    def build(events: list[StreamEvent], final: FinalEvent) -> dict[str, Any]:
+        writer = ResponseWriter(run, echo=echo, stream=False)
+        writer.feed(events)
+        return writer.response
+
+    return await answer(gateway, request, handle, stream=ResponseWriter(run, echo=echo, stream=True) if body.stream
+                        else None, headers=limit_headers, build=build,
+                        error=lambda status, text, code: ERRORS.body(status, text, None, code))
+
+
+async def _open(gateway: Gateway, spec: RunSpec, record: RequestLog, *, request: Request, principal: Principal,
+                body: ResponsesRequest) -> tuple[RunHandle, dict[str, str]]:
+    """open_run, naming a provider option the provider refused as the field the caller wrote
+    (`reasoning.effort`, `top_p`, ...) unless the caller set it in provider_options itself."""
+    try:
+        return await open_run(gateway, spec, record, request=request, principal=principal, body=body, forwards=())
+    except GatewayError as exc:
+        prefix, _, key = exc.field.partition(".") if isinstance(exc.field, str) else ("", "", "")
+        name = OPTION_FIELDS.get(key.split(".")[0])
+        if prefix != "provider_options" or name is None or key.split(".")[0] in body.provider_options:
+            raise
+        raise FacadeError(exc.message.replace(f"provider_options.{key}", name), param=name,
+                          status=400 if exc.status == 422 else exc.status, code=exc.code) from None
+
+
+def _echo(body: ResponsesRequest) -> dict[str, Any]:
+    """The request's settings, as a Response object repeats them."""
+    reasoning = body.reasoning
+    return {
+        "model": body.model, "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
+        "previous_response_id": body.previous_response_id,
+        "parallel_tool_calls": body.parallel_tool_calls if body.parallel_tool_calls is not None else True,
+        "reasoning": {"effort": reasoning.effort if reasoning else None,
+                      "summary": (reasoning.summary or reasoning.generate_summary) if reasoning else None},
+        "store": body.store if body.store is not None else True,
+        "temperature": body.temperature if body.temperature is not None else 0.0, "top_p": body.top_p,
+        "text": {"format": {"type": "text"}}, "tool_choice": body.tool_choice or "auto",
+        "tools": [{"description": None, "parameters": None, "strict": None, **t} for t in body.tools or ()],
+        "truncation": "disabled", "user": body.user, "metadata": body.metadata or {},
+    }
