@@ -24,6 +24,8 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+import structlog
+
 from app.core.errors import GatewayError
 from app.core.report import RunObserver
 from app.lifecycle import FINALS_SECONDS, Admission, ShuttingDown
@@ -38,7 +40,8 @@ from app.settings import Settings
 from app.streams.log import StreamLog
 from app.streams.memory import StreamStore
 from app.tools import ToolRegistry, build_tools
-from app.validation import Gate, build_gate
+from app.tracing import RunTrace, Tracing
+from app.validation import Gate, Judge, build_gate
 from app.validation.judge import JudgeBackend
 
 __all__ = ["ClientGone", "Gate", "Gateway", "Run", "RunHandle", "RunObserver", "RunSpec"]
@@ -62,10 +65,19 @@ def routing_policy(settings: Settings) -> Policy:
     )
 
 
+def _traced_judge(judge: Judge, tracing: Tracing) -> Judge:
+    """Each `llm_judge` call in a span of its own (its upstream attempts under it)."""
+    async def traced(model: str, prompt: str) -> str:
+        with tracing.judge(model):
+            return await judge(model, prompt)
+
+    return traced
+
+
 class RunHandle:
     """The API's hold on one run: wait for it to open, cancel it. The task is the gateway's."""
 
-    __slots__ = ("task", "reason", "detached", "_run", "_opened", "_begun")
+    __slots__ = ("task", "reason", "detached", "trace", "_run", "_opened", "_begun")
 
     def __init__(self) -> None:
         self.task: asyncio.Task[None] | None = None
@@ -76,6 +88,12 @@ class RunHandle:
         """No response reads the run (a background run): its own log line is written when it ends."""
         self._opened: asyncio.Future[Run] = asyncio.get_running_loop().create_future()
         self._begun = False
+        self.trace: RunTrace | None = None
+        """The run's span, when tracing is on (app/tracing.py)."""
+
+    @property
+    def trace_id(self) -> str | None:
+        return self.trace.trace_id if self.trace is not None else None
 
     @property
     def run(self) -> Run:
@@ -129,8 +147,10 @@ class Gateway:
         gate_factory: GateFactory | None = None,
         tools: ToolRegistry | None = None,
         observers: Iterable[RunObserver] = (),
+        tracing: Tracing | None = None,
     ) -> None:
         self.settings = settings
+        self.tracing = tracing
         self.registry = registry
         self.store = store
         self.metrics = metrics
@@ -140,7 +160,10 @@ class Gateway:
         self.observers: list[RunObserver] = list(observers)
         self.router = Router(registry=registry, routes=settings.routes, policy=routing_policy(settings))
         self.router.observer = self._observe_attempt
-        self.judge = JudgeBackend(self._judge_stream)
+        self.router.tracing = self.tools.tracing = tracing
+        self.judge: Judge = JudgeBackend(self._judge_stream)
+        if tracing is not None:
+            self.judge = _traced_judge(self.judge, tracing)
         self.opener = RunOpener(settings=settings, store=store, tools=self.tools,
                                 gate_factory=gate_factory or self.build_gate, observers=self.observers,
                                 on_failure=lambda provider, code: metrics.upstream_errors.labels(provider, code).inc())
@@ -162,6 +185,11 @@ class Gateway:
         session = self.router.session(spec.model, spec.timeouts)
         handle = RunHandle()
         self.admission.admit(handle)  # 503 when draining or full
+        if self.tracing is not None:  # the span starts with the request, the caller's context its parent
+            request = spec.request
+            handle.trace = self.tracing.start_run(model=spec.model, messages=request.messages, parent=None,
+                                                  temperature=request.temperature, max_tokens=request.max_tokens)
+            observers = (*observers, handle.trace.observe)
         self.runs.add(handle)
         handle.task = asyncio.get_running_loop().create_task(
             self._lifetime(handle, spec, session, request_id, observers), name="run")
@@ -169,7 +197,22 @@ class Gateway:
 
     async def _lifetime(self, handle: RunHandle, spec: RunSpec, session: RouteSession, request_id: str | None,
                         observers: Sequence[RunObserver]) -> None:
-        """The run's task: open, then execute; the slot is given back however it ends."""
+        """The run's task. Traced, the run's span is current in it (attempts, tools and judge calls
+        are its children) and its trace id is in every log line of the run (this task's context)."""
+        trace = handle.trace
+        if trace is None or self.tracing is None:
+            await self._execute(handle, spec, session, request_id, observers)
+            return
+        structlog.contextvars.bind_contextvars(trace_id=trace.trace_id)
+        try:
+            with self.tracing.use(trace.span):
+                await self._execute(handle, spec, session, request_id, observers)
+        finally:
+            trace.close()  # a run that left no report (cancelled before its first attempt)
+
+    async def _execute(self, handle: RunHandle, spec: RunSpec, session: RouteSession, request_id: str | None,
+                       observers: Sequence[RunObserver]) -> None:
+        """Open, then execute; the slot is given back however it ends."""
         handle.begin()
         try:
             run = await self._open(handle, spec, session, request_id, observers)
