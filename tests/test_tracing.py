@@ -21,26 +21,12 @@ from app.main import create_app
 from app.settings import CompatibleProvider, Settings
 from app.tracing import Tracing, tracing_configured
 from tests.support import REPO, parse_sse, serve
+from tests.tracing_support import HeaderRecorder
 from tests.upstream_fakes import Fault, FaultServer
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
 SECRET = "sk-trace-0123456789abcdefghijklmnop"
-
-
-class HeaderRecorder:
-    """An ASGI wrapper that keeps each request's `traceparent` before the fake upstream answers."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.traceparents: list[str | None] = []
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            headers = dict(scope["headers"])
-            value = headers.get(b"traceparent")
-            self.traceparents.append(value.decode() if value is not None else None)
-        await self.app(scope, receive, send)
 
 
 def _tracing(exporter: InMemorySpanExporter, **kw: Any) -> Tracing:
