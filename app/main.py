@@ -56,7 +56,7 @@ def create_app(
     settings = settings or load_settings()
     secrets.remember(*settings.secret_values())
     configure_logging(settings.log_level, settings.log_json)
-    metrics = Metrics()
+    metrics = Metrics(known_models=settings.named_models())
     if tracing is None:
         tracing = build_tracing(content=settings.trace_content, server_addresses=settings.server_addresses())
     else:

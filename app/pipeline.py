@@ -169,7 +169,8 @@ class Gateway:
                                 on_failure=lambda provider, code: metrics.upstream_errors.labels(provider, code).inc())
         self.admission = Admission(max_active=settings.max_active_runs)
         metrics.watch_circuits(self.router.breakers.states)
-        metrics.active_streams.set_function(lambda: len(self.admission.active))
+        metrics.active_runs.set_function(lambda: len(self.admission.active))
+        metrics.max_active_runs.set(settings.max_active_runs)
         self.runs: set[RunHandle] = set()
         """Every run's handle, from its admission to its task's end."""
 
@@ -273,6 +274,8 @@ class Gateway:
 
     def _observe_attempt(self, attempt: Attempt) -> None:
         self.metrics.route_attempts.labels(attempt.target, attempt.outcome).inc()
+        if attempt.outcome != "skipped":
+            self.metrics.observe_attempt(attempt.target.partition("/")[0], attempt.outcome, attempt.duration_ms / 1000)
 
     def build_gate(self, spec: RunSpec) -> Gate | None:
         """The run's validation gate: operator validators always, the request's added; None

@@ -286,6 +286,14 @@ class Settings(BaseSettings):
     def records_url_masked(self) -> str:
         """The records database URL with its password hidden (for logs and `config check`)."""
         return make_url(self.records_url()).render_as_string(hide_password=True)
+    def named_models(self) -> set[str]:
+        """The models the configuration names (routes and their targets, aliases and theirs, priced
+        models without a pattern) and the mock's fixed scenarios: their own metric label values."""
+        names = {*self.routes, *self.aliases, *self.aliases.values(), *(m for m in self.prices if "*" not in m)}
+        names.update(t.model for route in self.routes.values() for t in route.targets)
+        names.update(f"mock/{scenario}" for scenario in ("simple", "tool_call", "echo"))
+        return names
+
     def server_addresses(self) -> dict[str, str]:
         """Each provider's upstream host, as traces name it (`server.address`)."""
         urls = {"openai": self.openai_base_url or "https://api.openai.com",
