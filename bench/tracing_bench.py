@@ -22,6 +22,8 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
+import httpx
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -93,6 +95,8 @@ async def main() -> dict:
             out[name]["paired_ttft_ms_over_baseline"] = round(statistics.median(
                 a - b for a, b in zip(samples[name], samples["before" if "before" in out else "tracing_off"],
                                       strict=True)) * 1e3, 3)
+        async with httpx.AsyncClient(timeout=10) as client:
+            out["tracing_on"]["sink_received"] = (await client.get(f"http://127.0.0.1:{sink}/count")).json()
     emit(out, args.json)
     return out
 

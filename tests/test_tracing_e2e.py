@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -137,3 +138,13 @@ async def test_a_gateway_process_exports_genai_spans_over_otlp_http(tmp_path) ->
     records = [json.loads(line) for line in lines if line.startswith("{")]
     requests = [r for r in records if r.get("event") == "request" and r.get("path") == "/v1/stream"]
     assert [r.get("trace_id") for r in requests] == [tool_trace, routed_trace, CALLER_TRACE]
+
+
+def test_tracing_bench_runs_off_and_on_and_the_sink_receives_the_spans(tmp_path) -> None:
+    out = tmp_path / "tracing.json"
+    subprocess.run([sys.executable, "bench/tracing_bench.py", "--rounds", "2", "--requests", "6", "--streams", "3",
+                    "--json", str(out)], cwd=REPO, check=True, timeout=300, capture_output=True)
+    results = json.loads(out.read_text())
+    assert {"tracing_off", "tracing_on", "relay"} <= set(results)
+    assert {"added_ttft_median_ms", "cpu_ms_per_request", "cpu_us_per_chunk"} <= set(results["tracing_on"])
+    assert results["tracing_on"]["sink_received"]["exports"] > 0  # on really exported
