@@ -239,6 +239,8 @@ class Gateway:
                                   if handle.reason in (None, "shutdown") else ClientGone("the client went away"))
             return None
         except GatewayError as exc:
+            if handle.trace is not None:  # no target served: the run's span ends with the error
+                handle.trace.close(exc.code)
             opening.set_exception(exc)
             return None
         except Exception as exc:

@@ -215,12 +215,18 @@ class RunTrace:
             span.set_status(tracing.api.StatusCode.ERROR, code)
         span.end(end_time=start_ns + int(report.duration * 1e9))
 
-    def close(self) -> None:
-        """The run's task ended without a report (cancelled before any attempt): end the span."""
-        if not self._ended:
-            self._ended = True
-            self.span.set_attribute("foundry.status", "cancelled")
-            self.span.end(end_time=time.time_ns())
+    def close(self, error: str | None = None) -> None:
+        """The run ended without a report: `error`, the code of the HTTP error that answered it
+        (no target served), or None (cancelled before its first attempt). The span ends."""
+        if self._ended:
+            return
+        self._ended = True
+        span = self.span
+        span.set_attribute("foundry.status", "error" if error is not None else "cancelled")
+        if error is not None:
+            span.set_attribute("error.type", error)
+            span.set_status(self.tracing.api.StatusCode.ERROR, error)
+        span.end(end_time=time.time_ns())
 
 
 def _request_attributes(model: str, temperature: float, max_tokens: int | None) -> dict[str, Any]:

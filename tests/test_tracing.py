@@ -202,3 +202,38 @@ asyncio.run(main())
     env = {"PATH": "/usr/bin:/bin", "FOUNDRY_RECORDS": "off"}
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+async def _routed(exporter: InMemorySpanExporter, scripts: dict[str, list[Fault]],
+                  route: dict[str, Any]) -> tuple[httpx.Response, tuple[ReadableSpan, ...]]:
+    async with serve(FaultServer(scripts)) as url:
+        settings = Settings(openai_api_key=None, upstream_max_retries=0, first_token_timeout=5.0,
+                            providers=[CompatibleProvider(name="up", base_url=f"{url}/v1")], routes={"smart": route})
+        app = create_app(settings, tracing=_tracing(exporter))
+        async with serve(app) as gateway, httpx.AsyncClient(base_url=gateway, timeout=15.0) as c:
+            response = await c.post("/v1/stream", json={"model": "smart", "messages": [{"role": "user", "content": "Hi"}]})
+    return response, exporter.get_finished_spans()
+
+
+async def test_hedged_attempts_are_siblings_each_with_its_own_outcome(exporter):
+    response, spans = await _routed(exporter, {"primary": [Fault("stall")], "backup": [Fault("ok", text="Hedged")]},
+                                    {"targets": ["up/primary", "up/backup"], "hedge_after_ms": 50})
+    final = parse_sse(response.content)[-1][2]
+    assert [(a["target"], a["outcome"]) for a in final["attempts"]] == [("up/primary", "cancelled"), ("up/backup", "ok")]
+    [run] = _runs(spans)
+    attempts = {s.name: dict(s.attributes or {}) for s in spans if s.kind == SpanKind.CLIENT}
+    assert attempts["chat primary"]["foundry.attempt.outcome"] == "cancelled"
+    assert attempts["chat backup"]["foundry.attempt.outcome"] == "ok"
+    assert all(s.parent is not None and s.parent.span_id == run.context.span_id
+               for s in spans if s.kind == SpanKind.CLIENT)
+
+
+async def test_a_run_no_target_served_ends_its_span_with_the_error(exporter):
+    response, spans = await _routed(exporter, {"primary": [Fault("status", status=500)],
+                                               "backup": [Fault("status", status=503)]},
+                                    {"targets": ["up/primary", "up/backup"]})
+    assert response.status_code == 502 and "x-trace-id" in response.headers
+    [run] = _runs(spans)
+    assert run.status.status_code == StatusCode.ERROR and dict(run.attributes or {})["foundry.status"] == "error"
+    assert dict(run.attributes or {})["error.type"] == response.json()["error"]["code"]
+    assert len(_children(spans, run)) == 2

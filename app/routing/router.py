@@ -301,20 +301,19 @@ class RouteSession(ProviderAdapter):
     async def _try(self, target: Target, request: ProviderRequest) -> Opened:
         """Open the target and read until its first content patch (or its end); traced, in the
         attempt's span, whose context goes upstream (W3C `traceparent`)."""
+        attempt = Attempt(target=target.name, step=self.step)
+        self.attempts.append(attempt)
         tracing = self.router.tracing
         if tracing is None:
-            return await self._attempt(target, request)
+            return await self._attempt(target, request, attempt)
         with tracing.attempt(provider=target.provider, model=target.upstream_model, target=target.name,
                              step=self.step) as span:
             try:
-                return await self._attempt(target, replace(request, trace_headers=tracing.headers(span)))
+                return await self._attempt(target, replace(request, trace_headers=tracing.headers(span)), attempt)
             finally:
-                attempt = self.attempts[-1]
                 tracing.end_attempt(span, outcome=attempt.outcome, code=attempt.code, status=attempt.status)
 
-    async def _attempt(self, target: Target, request: ProviderRequest) -> Opened:
-        attempt = Attempt(target=target.name, step=self.step)
-        self.attempts.append(attempt)
+    async def _attempt(self, target: Target, request: ProviderRequest, attempt: Attempt) -> Opened:
         loop = asyncio.get_running_loop()
         started = loop.time()
         first_token_at = started + self.first_token

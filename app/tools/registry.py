@@ -106,8 +106,12 @@ class RunTools:
         tracing = self._registry.tracing
         if tracing is None:
             return (await self._execute(call))[0]
-        with tracing.tool(call) as span:  # cancelled: the span ends with the task, its outcome unset
-            result, outcome = await self._execute(call)
+        with tracing.tool(call) as span:
+            try:
+                result, outcome = await self._execute(call)
+            except asyncio.CancelledError:
+                tracing.end_tool(span, outcome="cancelled", content="")
+                raise
             tracing.end_tool(span, outcome=outcome, content=result.content)
         return result
 
