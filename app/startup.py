@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
@@ -124,7 +125,9 @@ def traces_label(settings: Settings) -> dict[str, Any]:
     if not tracing_configured():
         return {"exporter": "off (set OTEL_EXPORTER_OTLP_ENDPOINT to export traces)"}
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
-    return {"exporter": "otlp/http", "endpoint": endpoint.split("?")[0],
+    parts = urlsplit(endpoint.strip())  # no user, password or query (a token) in the log
+    shown = f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}{parts.path}"
+    return {"exporter": "otlp/http", "endpoint": shown,
             "service": os.environ.get("OTEL_SERVICE_NAME") or "foundry-gateway",
             "sampler": os.environ.get("OTEL_TRACES_SAMPLER") or "parentbased_always_on",
             "content": settings.trace_content}

@@ -76,8 +76,11 @@ class Tracing:
         # the OpenTelemetry API modules, imported when tracing is on
         self.api, self.propagation, self.context = trace, propagate, context
         # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; TracerProvider the sampler
-        resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "foundry-gateway",
-                                    "service.version": VERSION})
+        # (OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG)
+        attributes = {"service.version": VERSION}
+        if "service.name=" not in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", ""):
+            attributes["service.name"] = "foundry-gateway"  # OTEL_SERVICE_NAME, when set, still wins
+        resource = Resource.create(attributes)
         self.provider: TracerProvider = TracerProvider(resource=resource)
         self.provider.add_span_processor(BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter))
         self.tracer = self.provider.get_tracer("foundry-gateway", VERSION)

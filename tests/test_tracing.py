@@ -237,3 +237,16 @@ async def test_a_run_no_target_served_ends_its_span_with_the_error(exporter):
     assert run.status.status_code == StatusCode.ERROR and dict(run.attributes or {})["foundry.status"] == "error"
     assert dict(run.attributes or {})["error.type"] == response.json()["error"]["code"]
     assert len(_children(spans, run)) == 2
+
+
+def test_the_startup_line_names_the_exporter_without_credentials(monkeypatch) -> None:
+    from app.startup import traces_label
+
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    assert traces_label(Settings())["exporter"].startswith("off")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://user:hunter2@collector.example:4318/otlp?token=abc")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "gw-test")
+    label = traces_label(Settings())
+    assert label == {"exporter": "otlp/http", "endpoint": "https://collector.example:4318/otlp", "service": "gw-test",
+                     "sampler": "parentbased_always_on", "content": False}
