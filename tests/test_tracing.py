@@ -250,3 +250,13 @@ def test_the_startup_line_names_the_exporter_without_credentials(monkeypatch) ->
     label = traces_label(Settings())
     assert label == {"exporter": "otlp/http", "endpoint": "https://collector.example:4318/otlp", "service": "gw-test",
                      "sampler": "parentbased_always_on", "content": False}
+
+
+async def test_sampling_is_the_sdks_own_otel_traces_sampler(exporter, monkeypatch):
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    app = create_app(Settings(), tracing=_tracing(exporter))
+    async with _client(app) as c:
+        response = await c.post("/v1/stream", json={"model": "mock/tool_call", "messages": [{"role": "user", "content": "2+2?"}]})
+    assert parse_sse(response.content)[-1][2]["status"] == "ok"
+    assert exporter.get_finished_spans() == ()  # sampled out: nothing recorded, the run unchanged
+    assert len(response.headers["x-trace-id"]) == 32  # the trace still has its id, for the logs and the caller
