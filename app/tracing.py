@@ -78,8 +78,8 @@ class Tracing:
         # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; TracerProvider the sampler
         # (OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG)
         attributes = {"service.version": VERSION}
-        if "service.name=" not in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", ""):
-            attributes["service.name"] = "foundry-gateway"  # OTEL_SERVICE_NAME, when set, still wins
+        if not os.environ.get("OTEL_SERVICE_NAME") and "service.name=" not in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", ""):
+            attributes["service.name"] = "foundry-gateway"  # the attributes given here win over the variables
         resource = Resource.create(attributes)
         self.provider: TracerProvider = TracerProvider(resource=resource)
         self.provider.add_span_processor(BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter))

@@ -60,7 +60,8 @@ async def main() -> dict:
     providers = json.dumps([{"name": "bench", "base_url": upstream_url, "api_key_env": None}])
     env = {"FOUNDRY_PROVIDERS": providers, "FOUNDRY_LOG_LEVEL": "warning", "FOUNDRY_MAX_STREAMS": "100000",
            "FOUNDRY_RECORDS": "off", "OTEL_EXPORTER_OTLP_ENDPOINT": "", "OTEL_TRACES_SAMPLER": "always_on"}
-    traced = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink}", "OTEL_SERVICE_NAME": "bench"}
+    traced = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink}", "OTEL_SERVICE_NAME": "bench",
+              "OTEL_BSP_SCHEDULE_DELAY": "1000"}  # ms: batches every second (the SDK's default is 5)
     gateways = {"tracing_off": (ROOT, env), "tracing_on": (ROOT, traced)}
     if args.before is not None:
         gateways = {"before": (args.before.resolve(), env), **gateways}
@@ -95,8 +96,13 @@ async def main() -> dict:
             out[name]["paired_ttft_ms_over_baseline"] = round(statistics.median(
                 a - b for a, b in zip(samples[name], samples["before" if "before" in out else "tracing_off"],
                                       strict=True)) * 1e3, 3)
-        async with httpx.AsyncClient(timeout=10) as client:
-            out["tracing_on"]["sink_received"] = (await client.get(f"http://127.0.0.1:{sink}/count")).json()
+        async with httpx.AsyncClient(timeout=10) as client:  # the last batch leaves within OTEL_BSP_SCHEDULE_DELAY
+            for _ in range(100):
+                received = (await client.get(f"http://127.0.0.1:{sink}/count")).json()
+                if received["exports"]:
+                    break
+                await asyncio.sleep(0.1)
+            out["tracing_on"]["sink_received"] = received
     emit(out, args.json)
     return out
 
