@@ -85,6 +85,7 @@ bench: $(VENV)/.installed-test  ## run the benchmarks in bench/; ends with one l
 	$(BIN)/python bench/store_bench.py
 	$(BIN)/python bench/limiter_bench.py
 	$(BIN)/python bench/routing_bench.py
+	$(BIN)/python bench/tracing_bench.py --json $(BENCH_OUT)/tracing.json
 	$(BIN)/python bench/goals.py $(BENCH_OUT)/run.json $(BENCH_OUT)/paced.json --json $(BENCH_OUT)/goals.json
 
 LITELLM_VENV ?= .venv-litellm

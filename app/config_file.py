@@ -33,7 +33,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "run_records": ("records", "database_url", "data_dir", "record_content", "record_media_bytes", "record_retention_days",
                     "records_queue_size", "records_batch_size", "records_linger", "records_write_timeout"),
     "access": ("auth", "admin_key", "key_cache_seconds", "concurrency_lease_seconds", "metrics_token"),
-    "logging": ("log_level", "log_json"),
+    "logging": ("log_level", "log_json", "trace_content"),
 }
 """The TOML file's tables for scalar settings, by the part of the gateway that owns them (a scalar
 may also stand at the top of the file). The structured settings are tables of their own:

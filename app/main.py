@@ -36,6 +36,7 @@ from app.settings import Settings
 from app.startup import log_startup
 from app.streams.errors import ClaimedRun, ClaimHook
 from app.streams.memory import MemoryStreamStore, StreamStore
+from app.tracing import Tracing, build_tracing
 
 __all__ = ["create_app"]
 
@@ -47,20 +48,26 @@ def create_app(
     clients: Mapping[str, Any] | None = None,
     adapters: Mapping[str, ProviderAdapter] | None = None,
     observers: Iterable[RunObserver] = (),
+    tracing: Tracing | None = None,
 ) -> FastAPI:
     """Build the gateway. `clients` injects provider SDK clients by provider name (tests pass
     fakes, operators pass configured clients); `adapters` injects whole provider adapters;
-    `observers` get each run's `RunReport` when it ends (app/core/report.py). A configuration
+    `observers` get each run's `RunReport` when it ends (app/core/report.py); `tracing` replaces the
+    one the OTEL_* variables would build (tests pass one with an in-memory exporter). A configuration
     that cannot serve raises `ConfigError` (app/settings.py), one line per mistake."""
     settings = settings or load_settings()
     secrets.remember(*settings.secret_values())
     configure_logging(settings.log_level, settings.log_json)
-    metrics = Metrics()
+    metrics = Metrics(known_models=settings.named_models())
+    if tracing is None:
+        tracing = build_tracing(content=settings.trace_content, server_addresses=settings.server_addresses())
+    else:
+        tracing.server_addresses = {**settings.server_addresses(), **tracing.server_addresses}
     store = build_store(settings, metrics)
     metrics.store_bytes.set_function(lambda: store.total_bytes)
     try:
         gateway = Gateway(settings=settings, registry=build_registry(settings.provider_config(), clients, adapters),
-                          store=store, metrics=metrics, observers=observers)
+                          store=store, metrics=metrics, observers=observers, tracing=tracing)
     except RouteConfigError as exc:
         raise setting_error("routes", str(exc)) from None
     records = _records(settings, metrics)
@@ -95,7 +102,7 @@ def create_app(
     install_openapi(app)
     # Raised by the media allowance's base64 only; what else the body holds is held to max_body_bytes
     # once the parts are known (app/api/media.py).
-    app.add_middleware(RequestContextMiddleware, metrics=metrics,
+    app.add_middleware(RequestContextMiddleware, metrics=metrics, tracing=tracing,
                        max_body_bytes=settings.max_body_bytes + base64_length(settings.media_request_max_bytes))
     return app
 
@@ -130,6 +137,8 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth,
             await store.aclose()  # ... then the stream store flushes and closes
             if records is not None:
                 await records.aclose()  # after the runs: their records are written, then the engine goes
+            if gateway.tracing is not None:  # the runs' last spans are exported
+                await asyncio.to_thread(gateway.tracing.shutdown)
 
     return lifespan
 

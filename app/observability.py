@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import logging.config
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import structlog
@@ -24,13 +24,16 @@ from prometheus_client.registry import Collector
 from app.core.report import RunReport
 from app.core.secrets import scrub
 
-__all__ = ["Metrics", "configure_logging", "get_logger"]
+__all__ = ["BoundedLabels", "Metrics", "configure_logging", "get_logger"]
 
 _NOT_UPSTREAM = frozenset({"internal_error", "shutdown"})
 """Error codes of a run's final that are the gateway's, not the upstream's."""
 _TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _CHECK_BUCKETS = (0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5)
 _DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+_TOKEN_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5)
+_USAGE_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
+"""The GenAI conventions' advice for time per output token and token usage."""
 
 
 def json_by_default() -> bool:
@@ -93,24 +96,49 @@ def get_logger(name: str = "foundry") -> Any:
 
 
 MAX_KEY_LABELS = 200
+MAX_MODEL_LABELS = 50
+"""Models that no configuration names, as labels: the first ones that served runs; past it, `other`."""
+
+
+class BoundedLabels:
+    """Label values from outside (model and key names) kept to a bounded set: the `known` ones
+    (named in the configuration) always, then the first `cap` others seen; the rest count as `other`."""
+
+    __slots__ = ("_cap", "_known", "_seen")
+
+    def __init__(self, known: Iterable[str], cap: int) -> None:
+        self._known = frozenset(known)
+        self._seen: set[str] = set()
+        self._cap = cap
+
+    def label(self, value: str) -> str:
+        if value in self._known or value in self._seen:
+            return value
+        if len(self._seen) >= self._cap:
+            return "other"
+        self._seen.add(value)
+        return value
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, known_models: Iterable[str] = ()) -> None:
+        """`known_models`: the models the configuration names (routes, their targets, aliases,
+        prices), always their own label value."""
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("foundry_requests", "HTTP requests by route and status.", ["route", "method", "status"],
                                 registry=r)
-        self.ttft = Histogram("foundry_time_to_first_token_seconds", "Time from request to first released content event.",
-                              ["provider"], buckets=_TTFT_BUCKETS, registry=r)
-        self.stream_duration = Histogram("foundry_stream_duration_seconds", "Duration of a run, request to final.",
-                                         ["provider", "status"], buckets=_DURATION_BUCKETS, registry=r)
-        self.active_streams = Gauge("foundry_active_streams", "Runs in progress.", registry=r)
+        self._run_histograms(r)
+        self.models = BoundedLabels(known_models, MAX_MODEL_LABELS)
+        self.active_runs = Gauge("foundry_active_runs", "Runs in progress.", registry=r)
+        self.max_active_runs = Gauge("foundry_max_active_runs", "Runs this replica admits at once "
+                                     "(FOUNDRY_MAX_ACTIVE_RUNS): saturation is foundry_active_runs over it.",
+                                     registry=r)
         self.events = Counter("foundry_events", "Canonical events released, by type.", ["type"], registry=r)
         self.upstream_errors = Counter("foundry_upstream_errors", "Upstream failures by provider and code.",
                                        ["provider", "code"], registry=r)
-        self.streams_finished = Counter("foundry_streams_finished", "Runs ended, by provider and final status.",
-                                        ["provider", "status"], registry=r)
+        self.runs_finished = Counter("foundry_runs_finished", "Runs ended, by provider and final status.",
+                                     ["provider", "status"], registry=r)
         self.validator_verdicts = Counter("foundry_validator_verdicts", "Validator verdicts by phase (chunk, "
                                           "tool_call, final) and outcome.", ["validator", "phase", "outcome"],
                                           registry=r)
@@ -143,7 +171,7 @@ class Metrics:
         self.key_tokens = Counter("foundry_key_tokens", "Tokens used by key name.", ["key"], registry=r)
         self.key_cost = Counter("foundry_key_cost_usd", "Spend in USD by key name (priced models).", ["key"],
                                 registry=r)
-        self._key_names: set[str] = set()
+        self._key_names = BoundedLabels((), MAX_KEY_LABELS)
         self._target_names: set[str] = set()
         self.max_target_labels = 256
         """Unconfigured targets with their own label value (FOUNDRY_MAX_UNCONFIGURED_TARGETS)."""
@@ -151,6 +179,23 @@ class Metrics:
         self.route_attempts = Counter("foundry_route_attempts", "Upstream attempts before the first content, by "
                                       "target and outcome (ok, error, timeout, rate_limited, skipped, cancelled).",
                                       ["target", "outcome"], registry=r)
+
+    def _run_histograms(self, r: CollectorRegistry) -> None:
+        # The GenAI metric conventions' names (https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-metrics/),
+        # by provider and model; models are bounded labels (`models`)
+        self.ttft = Histogram("gen_ai_server_time_to_first_token_seconds", "Time from a run's request to its first "
+                              "released content event.", ["provider", "model"], buckets=_TTFT_BUCKETS, registry=r)
+        self.time_per_token = Histogram("gen_ai_server_time_per_output_token_seconds", "Time per output token of a "
+                                        "run after its first (its inter-token time), runs ended ok with two tokens "
+                                        "or more.", ["provider", "model"], buckets=_TOKEN_BUCKETS, registry=r)
+        self.run_duration = Histogram("gen_ai_server_request_duration_seconds", "Duration of a run, request to "
+                                      "final, by final status.", ["provider", "model", "status"],
+                                      buckets=_DURATION_BUCKETS, registry=r)
+        self.token_usage = Histogram("gen_ai_client_token_usage", "Tokens of a run, by type (input, output).",
+                                     ["provider", "model", "type"], buckets=_USAGE_BUCKETS, registry=r)
+        self.attempt_seconds = Histogram("foundry_upstream_attempt_seconds", "Duration of one upstream attempt of "
+                                         "a run, request to its first content or failure, by outcome.",
+                                         ["provider", "outcome"], buckets=_TTFT_BUCKETS, registry=r)
 
     def watch_circuits(self, states: Callable[[], Mapping[str, str]]) -> None:
         """Expose the circuit breakers' states (read at scrape time): 0 closed, 1 half open, 2 open."""
@@ -169,10 +214,22 @@ class Metrics:
             _ignored_log.debug("upstream_ignored", stream_id=report.stream_id, what=what, count=n)
         if status == "error" and report.error is not None and report.error["code"] not in _NOT_UPSTREAM:
             self.upstream_errors.labels(provider, report.error["code"]).inc()
-        self.stream_duration.labels(provider, status).observe(report.duration)
-        self.streams_finished.labels(provider, status).inc()
+        self.runs_finished.labels(provider, status).inc()
+        model = self.models.label(report.model)
+        self.run_duration.labels(provider, model, status).observe(report.duration)
+        usage = report.usage
+        self.token_usage.labels(provider, model, "input").observe(usage.input_tokens)
+        if not usage.output_unknown:
+            self.token_usage.labels(provider, model, "output").observe(usage.output_tokens)
         if report.ttft is not None:
-            self.ttft.labels(provider).observe(report.ttft)
+            self.ttft.labels(provider, model).observe(report.ttft)
+            if status == "ok" and usage.output_tokens > 1:
+                per_token = (report.duration - report.ttft) / (usage.output_tokens - 1)
+                self.time_per_token.labels(provider, model).observe(per_token)
+
+    def observe_attempt(self, provider: str, outcome: str, seconds: float) -> None:
+        """The router's observer: one call per upstream attempt (never per event)."""
+        self.attempt_seconds.labels(provider, outcome).observe(seconds)
 
     def observe_check(self, validator: str, phase: str, outcome: str, seconds: float) -> None:
         """The validation gate's observer: one call per validator check."""
@@ -187,12 +244,7 @@ class Metrics:
             self.store_seconds.labels(store, op).observe(seconds)
     def key_label(self, name: str) -> str:
         """Key names as labels, bounded: past MAX_KEY_LABELS distinct names the rest count as `other`."""
-        if name in self._key_names:
-            return name
-        if len(self._key_names) >= MAX_KEY_LABELS:
-            return "other"
-        self._key_names.add(name)
-        return name
+        return self._key_names.label(name)
 
     def target_label(self, target: str, *, configured: bool, served: bool) -> str:
         """Targets (`provider/model`) as labels, bounded: a configured one (route, alias) is always

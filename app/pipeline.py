@@ -24,6 +24,8 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+import structlog
+
 from app.auth.policy import price_for
 from app.core.errors import GatewayError
 from app.core.events import Usage
@@ -40,6 +42,7 @@ from app.settings import Settings
 from app.streams.log import StreamLog
 from app.streams.memory import StreamStore
 from app.tools import ToolRegistry, build_tools
+from app.tracing import RunTrace, Tracing
 from app.validation import Gate, build_gate
 from app.validation.judge import JudgeBackend, RunJudge
 
@@ -67,7 +70,7 @@ def routing_policy(settings: Settings) -> Policy:
 class RunHandle:
     """The API's hold on one run: wait for it to open, cancel it. The task is the gateway's."""
 
-    __slots__ = ("task", "reason", "detached", "_run", "_opened", "_begun")
+    __slots__ = ("task", "reason", "detached", "trace", "_run", "_opened", "_begun")
 
     def __init__(self) -> None:
         self.task: asyncio.Task[None] | None = None
@@ -78,6 +81,12 @@ class RunHandle:
         """No response reads the run (a background run): its own log line is written when it ends."""
         self._opened: asyncio.Future[Run] = asyncio.get_running_loop().create_future()
         self._begun = False
+        self.trace: RunTrace | None = None
+        """The run's span, when tracing is on (app/tracing.py)."""
+
+    @property
+    def trace_id(self) -> str | None:
+        return self.trace.trace_id if self.trace is not None else None
 
     @property
     def run(self) -> Run:
@@ -131,8 +140,10 @@ class Gateway:
         gate_factory: GateFactory | None = None,
         tools: ToolRegistry | None = None,
         observers: Iterable[RunObserver] = (),
+        tracing: Tracing | None = None,
     ) -> None:
         self.settings = settings
+        self.tracing = tracing
         self.registry = registry
         self.store = store
         self.metrics = metrics
@@ -142,14 +153,16 @@ class Gateway:
         self.observers: list[RunObserver] = list(observers)
         self.router = Router(registry=registry, routes=settings.routes, policy=routing_policy(settings))
         self.router.observer = self._observe_attempt
-        self.judge = JudgeBackend(self._judge_stream)
+        self.router.tracing = self.tools.tracing = tracing
+        self.judge = JudgeBackend(self._judge_stream, span=tracing.judge if tracing is not None else None)
         self.opener = RunOpener(settings=settings, store=store, tools=self.tools,
                                 gate_factory=gate_factory or self.build_gate, observers=self.observers,
                                 on_failure=lambda provider, code: metrics.upstream_errors.labels(provider, code).inc())
         self.admission = Admission(max_active=settings.max_active_runs)
         metrics.max_target_labels = settings.max_unconfigured_targets
         metrics.watch_circuits(self.router.breakers.states)
-        metrics.active_streams.set_function(lambda: len(self.admission.active))
+        metrics.active_runs.set_function(lambda: len(self.admission.active))
+        metrics.max_active_runs.set(settings.max_active_runs)
         self.runs: set[RunHandle] = set()
         """Every run's handle, from its admission to its task's end."""
 
@@ -165,6 +178,11 @@ class Gateway:
         session = self.router.session(spec.model, spec.timeouts)
         handle = RunHandle()
         self.admission.admit(handle)  # 503 when draining or full
+        if self.tracing is not None:  # the span starts with the request, the caller's context its parent
+            request = spec.request
+            handle.trace = self.tracing.start_run(model=spec.model, messages=request.messages, parent=None,
+                                                  temperature=request.temperature, max_tokens=request.max_tokens)
+            observers = (*observers, handle.trace.observe)
         self.runs.add(handle)
         handle.task = asyncio.get_running_loop().create_task(
             self._lifetime(handle, spec, session, request_id, observers), name="run")
@@ -172,7 +190,22 @@ class Gateway:
 
     async def _lifetime(self, handle: RunHandle, spec: RunSpec, session: RouteSession, request_id: str | None,
                         observers: Sequence[RunObserver]) -> None:
-        """The run's task: open, then execute; the slot is given back however it ends."""
+        """The run's task. Traced, the run's span is current in it (attempts, tools and judge calls
+        are its children) and its trace id is in every log line of the run (this task's context)."""
+        trace = handle.trace
+        if trace is None or self.tracing is None:
+            await self._execute(handle, spec, session, request_id, observers)
+            return
+        structlog.contextvars.bind_contextvars(trace_id=trace.trace_id)
+        try:
+            with self.tracing.use(trace.span):
+                await self._execute(handle, spec, session, request_id, observers)
+        finally:
+            trace.close()  # a run that left no report (cancelled before its first attempt)
+
+    async def _execute(self, handle: RunHandle, spec: RunSpec, session: RouteSession, request_id: str | None,
+                       observers: Sequence[RunObserver]) -> None:
+        """Open, then execute; the slot is given back however it ends."""
         handle.begin()
         try:
             run = await self._open(handle, spec, session, request_id, observers)
@@ -198,6 +231,8 @@ class Gateway:
                                   if handle.reason in (None, "shutdown") else ClientGone("the client went away"))
             return None
         except GatewayError as exc:
+            if handle.trace is not None:  # no target served: the run's span ends with the error
+                handle.trace.close(exc.code)
             opening.set_exception(exc)
             return None
         except Exception as exc:
@@ -235,6 +270,8 @@ class Gateway:
         label = self.metrics.target_label(attempt.target, configured=self.router.is_configured(attempt.target),
                                           served=attempt.outcome == "ok")
         self.metrics.route_attempts.labels(label, attempt.outcome).inc()
+        if attempt.outcome != "skipped":
+            self.metrics.observe_attempt(attempt.target.partition("/")[0], attempt.outcome, attempt.duration_ms / 1000)
 
     def build_gate(self, spec: RunSpec) -> Gate | None:
         """The run's validation gate: operator validators always, the request's added; None

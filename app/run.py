@@ -349,5 +349,6 @@ class Run:
             events=sum(progress.events.values()), validation=final.validation, ttft=self.ttft,
             duration=duration, started_at=self.plan.started_at, final=final, transcript=self.transcript,
             event_counts=dict(progress.events), ignored=dict(progress.ignored),
+            response_id=self.accumulator.response_id,
         )
         notify(self.plan.observers, report, _log)

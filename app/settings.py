@@ -244,6 +244,9 @@ class Settings(BaseSettings):
     log_json: bool | None = Field(
         default=None, description="JSON log lines (false: human-readable, coloured on a terminal only). "
                                   "Unset: JSON unless stdout is a terminal.")
+    trace_content: bool = Field(
+        default=False, description="Put prompt and completion content (scrubbed of secrets) on trace spans. "
+                                   "Traces are on when OTEL_EXPORTER_OTLP_ENDPOINT is set.")
 
     @model_validator(mode="before")
     @classmethod
@@ -315,6 +318,23 @@ class Settings(BaseSettings):
     def records_url_masked(self) -> str:
         """The records database URL with its password hidden (for logs and `config check`)."""
         return make_url(self.records_url()).render_as_string(hide_password=True)
+    def named_models(self) -> set[str]:
+        """The models the configuration names (routes and their targets, aliases and theirs, priced
+        models without a pattern) and the mock's fixed scenarios: their own metric label values."""
+        names = {*self.routes, *self.aliases, *self.aliases.values(), *(m for m in self.prices if "*" not in m)}
+        names.update(t.model for route in self.routes.values() for t in route.targets)
+        names.update(f"mock/{scenario}" for scenario in ("simple", "tool_call", "echo"))
+        return names
+
+    def server_addresses(self) -> dict[str, str]:
+        """Each provider's upstream host, as traces name it (`server.address`)."""
+        urls = {"openai": self.openai_base_url or "https://api.openai.com",
+                "openai-responses": self.openai_base_url or "https://api.openai.com",
+                "anthropic": self.anthropic_base_url or "https://api.anthropic.com",
+                "gemini": self.gemini_base_url or "https://generativelanguage.googleapis.com",
+                **{p.name: p.base_url for p in self.providers}}
+        return {name: host for name, url in urls.items() if (host := urlsplit(url).hostname)}
+
     def provider_config(self) -> ProviderConfig:
         """What the provider modules need (they never see Settings)."""
         return ProviderConfig(

@@ -7,14 +7,17 @@ rather than learn it from "unknown provider" answers later.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
 from app.config_load import env_name, unknown_variables
 from app.observability import get_logger
 from app.settings import Settings
+from app.tracing import tracing_configured
 
 __all__ = ["ProviderStatus", "describe_settings", "log_startup", "provider_statuses", "stream_store_label"]
 
@@ -114,3 +117,17 @@ def log_startup(settings: Settings, served: list[str], auth_mode: str) -> None:
     log.info("stream_store", store=stream_store_label(settings))
     log.info("records", database=settings.records_url_masked() if settings.records else "off (FOUNDRY_RECORDS=off)")
     log.info("auth", mode=auth_mode, required=settings.auth == "required")
+    log.info("traces", **traces_label(settings))
+
+
+def traces_label(settings: Settings) -> dict[str, Any]:
+    """Where traces go (the standard OTEL_* variables), or why there are none."""
+    if not tracing_configured():
+        return {"exporter": "off (set OTEL_EXPORTER_OTLP_ENDPOINT to export traces)"}
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+    parts = urlsplit(endpoint.strip())  # no user, password or query (a token) in the log
+    shown = f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}{parts.path}"
+    return {"exporter": "otlp/http", "endpoint": shown,
+            "service": os.environ.get("OTEL_SERVICE_NAME") or "foundry-gateway",
+            "sampler": os.environ.get("OTEL_TRACES_SAMPLER") or "parentbased_always_on",
+            "content": settings.trace_content}

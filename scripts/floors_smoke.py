@@ -101,7 +101,27 @@ async def main() -> None:
         assert status == 422 and json.loads(body)["error"]["field"] == "body", f"no content type: {status} {body!r}"
     finally:
         await stop()
-    print(f"smoke OK: {modules} modules imported, /healthz 200, /v1/stream {len(events)} events ending in final(ok)")
+    traced = await traced_run(ask)
+    print(f"smoke OK: {modules} modules imported, /healthz 200, /v1/stream {len(events)} events ending in final(ok), "
+          f"traced: {traced}")
+
+
+async def traced_run(ask: bytes) -> str:
+    """A run traced by the OpenTelemetry SDK (in-memory exporter): its span, the caller's traceparent its parent."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from app.main import create_app
+    from app.tracing import Tracing
+
+    exporter = InMemorySpanExporter()
+    app = create_app(tracing=Tracing(exporter=exporter, batch=False))
+    parent = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    status, body = await request(app, "POST", "/v1/stream", ask,
+                                 ((b"content-type", b"application/json"), (b"traceparent", parent)))
+    assert status == 200 and b"event: final" in body, f"traced POST /v1/stream: {status} {body[:500]!r}"
+    runs = [s for s in exporter.get_finished_spans() if s.name == "chat mock/simple" and s.parent is not None]
+    assert runs and format(runs[0].parent.span_id, "016x") == "00f067aa0ba902b7", "the run span and its parent"
+    return f"{len(exporter.get_finished_spans())} spans"
 
 
 if __name__ == "__main__":

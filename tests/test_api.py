@@ -128,9 +128,9 @@ async def test_health_readiness_and_metrics(client):
     assert 'foundry_requests_total{method="POST",route="/v1/generate",status="404"} 1.0' in text
     assert 'foundry_events_total{type="tool_call"} 2.0' in text
     assert 'foundry_events_total{type="final"} 1.0' in text
-    assert "foundry_time_to_first_token_seconds_count" in text
-    assert 'foundry_streams_finished_total{provider="mock",status="ok"} 1.0' in text
-    assert "foundry_active_streams 0.0" in text
+    assert "gen_ai_server_time_to_first_token_seconds_count" in text
+    assert 'foundry_runs_finished_total{provider="mock",status="ok"} 1.0' in text
+    assert "foundry_active_runs 0.0" in text
     # A second request to each run route: the labels stay the route's.
     await client.post("/v1/stream", json=ASK)
     await client.post("/v1/generate", json={**ASK, "model": "nope/x"})

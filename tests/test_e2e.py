@@ -56,7 +56,7 @@ async def test_client_disconnect_cancels_the_run_and_closes_the_provider_stream(
         await asyncio.wait_for(_until_final(log), timeout=HANG_GUARD)
         assert log.final.status == "cancelled" and log.final.message.content == "first"
         metrics = (await c.get("/metrics")).text
-        assert "foundry_active_streams 0.0" in metrics
+        assert "foundry_active_runs 0.0" in metrics
 
 
 async def _until_final(log):

@@ -188,7 +188,7 @@ async def test_invalid_unicode_from_the_provider_still_ends_with_one_final():
             assert final["status"] == "ok" and final["message"]["content"] == "hi \ufffd there"
             r = await c.post("/v1/generate", json={"model": "fake/m", "messages": USER})
             assert r.status_code == 200 and r.json()["message"]["content"] == "hi \ufffd there"
-        assert "foundry_active_streams 0.0" in (await c.get("/metrics")).text
+        assert "foundry_active_runs 0.0" in (await c.get("/metrics")).text
 
 
 class _Unencodable:
@@ -207,7 +207,7 @@ async def test_a_step_that_raises_still_gives_one_final_and_json():
         assert one_final(r.content)["status"] == "error"
         r = await c.post("/v1/generate", json={"model": "fake/m", "messages": USER})
         assert r.status_code == 500 and r.json()["error"]["code"] == "internal_error"
-        assert "foundry_active_streams 0.0" in (await c.get("/metrics")).text
+        assert "foundry_active_runs 0.0" in (await c.get("/metrics")).text
 
 
 # -- 4. subscribers that never read --------------------------------------------------------------

@@ -44,6 +44,7 @@ def test_core_imports_only_core() -> None:
 RANK = {
     "core": 0,
     "providers": 1, "validation": 1, "tools": 1, "streams": 1, "records": 1, "auth": 1, "observability": 1,
+    "tracing": 1,
     "lifecycle": 1,
     "routing": 2, "accounting": 2, "recording": 2,
     "run": 3, "opener": 3, "pipeline": 3, "settings": 3, "config_file": 0, "config_load": 3,

@@ -48,7 +48,7 @@ async def test_leaving_during_a_tool_run_cancels_the_tool_and_the_run():
         assert adapter.streams[0].closed.is_set()
         metrics = (await c.get("/metrics")).text
         assert 'foundry_tool_executions_total{outcome="cancelled",tool="wait"} 1.0' in metrics
-        assert "foundry_active_streams 0.0" in metrics
+        assert "foundry_active_runs 0.0" in metrics
         transcript = (await c.get(f"/v1/stream/{stream_id}/transcript")).json()
         assert transcript["status"] == "cancelled" and transcript["tool_calls"][0]["state"] == "complete"
 

@@ -92,6 +92,7 @@ async def open_run(request: Request, gateway: Gateway, spec: RunSpec, principal:
     try:
         handle = gateway.start(spec, request_id=record.request_id or None,
                                observers=(accountant.settle(ticket),) if ticket is not None else ())
+        record.trace_id = handle.trace_id
         record.run = await opened(request, handle)
     except BaseException:
         await auth.abandon(ticket)

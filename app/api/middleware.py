@@ -17,6 +17,7 @@ import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.observability import Metrics, get_logger
+from app.tracing import Tracing
 
 if TYPE_CHECKING:
     from app.run import Run
@@ -38,9 +39,13 @@ class RequestLog:
     key_id: str | None = None
     """Who called (app/api/access.py): the API key's id, `admin` or `open`; never the key."""
     key_name: str | None = None
+    trace_id: str | None = None
+    """The run's trace id (app/tracing.py), when tracing is on and the request started a run."""
 
     def fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"request_id": self.request_id, "method": self.method, "path": self.path}
+        if self.trace_id is not None:
+            out["trace_id"] = self.trace_id
         if self.key_id is not None:
             out["key_id"] = self.key_id
         if self.key_name is not None:
@@ -61,10 +66,11 @@ _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int, tracing: Tracing | None = None) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.tracing = tracing
         self.log = get_logger("foundry.http")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -83,9 +89,13 @@ class RequestContextMiddleware:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message["headers"] = [*message.get("headers", []), header]
+                if record.trace_id is not None:
+                    message["headers"].append((b"x-trace-id", record.trace_id.encode()))
             await send(message)
 
         structlog.contextvars.bind_contextvars(request_id=request_id)
+        # the caller's `traceparent`: the parent of a run this request starts (app/tracing.py)
+        trace_token = self.tracing.attach(scope["headers"]) if self.tracing is not None else None
         try:
             if scope["method"] in ("POST", "PUT", "PATCH"):
                 buffered = await self._limited_body(scope, receive, send_wrapper)
@@ -95,6 +105,8 @@ class RequestContextMiddleware:
                 receive = buffered
             await self.app(scope, receive, send_wrapper)
         finally:
+            if trace_token is not None:
+                self.tracing.detach(trace_token)  # type: ignore[union-attr]
             structlog.contextvars.unbind_contextvars("request_id")
             route = scope.get("route")
             route_path = getattr(route, "path", None) or "unmatched"

@@ -63,6 +63,8 @@ class RunReport:
     """Upstream stream parts the normalizers ignored as harmless, by kind."""
     opened: bool = True
     """False for a run no target served (an HTTP error answered it; no stream existed)."""
+    response_id: str | None = None
+    """The provider's id of its (last) response, when it gave one."""
 
     @property
     def error_code(self) -> str | None:

@@ -31,7 +31,7 @@ from app.providers.anthropic_convert import (
     tool_specs_to_anthropic,
 )
 from app.providers.anthropic_stream import AnthropicNormalizer
-from app.providers.base import RAW_STREAM, ProviderAdapter, ProviderRequest, SSEPatchStream, sse_body
+from app.providers.base import ProviderAdapter, ProviderRequest, SSEPatchStream, raw_stream, sse_body
 from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, status_error, transport_error
 from app.providers.http import anthropic_http_client, upstream_timeout
@@ -125,7 +125,8 @@ class AnthropicAdapter(ProviderAdapter):
             raise RequestError(f"{self.name}: {exc}", provider=self.name, field=exc.field) from None
         body["stream"] = True
         with anthropic_errors(self.name):
-            http = await self._client.post("/v1/messages", body=body, cast_to=httpx2.Response, options=RAW_STREAM)
+            http = await self._client.post("/v1/messages", body=body, cast_to=httpx2.Response,
+                                           options=raw_stream(request.trace_headers))
         return await sse_body(http, AnthropicNormalizer(), provider=self.name, limits=self._limits)
 
 

@@ -12,7 +12,16 @@ an adapter gets it by naming `ProviderAdapter` as its base.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -42,6 +51,7 @@ __all__ = [
     "drive",
     "incomplete",
     "mid_stream_errors",
+    "raw_stream",
     "response_events",
     "to_final",
     "sse_body",
@@ -55,6 +65,15 @@ per request here (bench/run.py), and parse the bytes once. `max_retries: 0`: str
 retried by the routing layer (app/routing), which counts each attempt once and falls back.
 `follow_redirects: False`: the request carries the gateway's credential, which must not follow a
 redirect to another origin (DESIGN.md section 4), whatever the injected client's own setting."""
+
+
+
+def raw_stream(headers: Mapping[str, str] | None) -> Any:
+    """`RAW_STREAM`, with the request's extra headers (its trace context) when it has any."""
+    if not headers:
+        return RAW_STREAM
+    return {**RAW_STREAM, "headers": {**RAW_STREAM["headers"], **headers}}
+
 
 ToolChoice = Literal["auto", "none", "required"] | str
 """`auto`, `none`, `required`, or the name of one tool the model must call."""
@@ -83,6 +102,8 @@ class ProviderRequest:
     cache_control: dict[str, Any] | None = None
     """Anthropic's top-level prompt-cache breakpoint (automatic caching); a provider that caches by
     itself (OpenAI, Gemini) has nothing to send for it."""
+    trace_headers: Mapping[str, str] | None = None
+    """Trace context for the upstream (`traceparent`, ...), sent as request headers when tracing is on."""
 
 
 @runtime_checkable

@@ -330,7 +330,8 @@ class GeminiAdapter(ProviderAdapter):
             url = self.url(request.model, _STREAM)  # the model's name checked first
             body = orjson.dumps(gemini_request(request, provider=self.name))
             client = self._client
-            response = await client.send(client.build_request("POST", url, content=body, headers=self._headers),
+            headers = {**self._headers, **request.trace_headers} if request.trace_headers else self._headers
+            response = await client.send(client.build_request("POST", url, content=body, headers=headers),
                                          stream=True, follow_redirects=False)
             if response.status_code >= 300:
                 payload = await bounded_body(response, self._limits.max_body_bytes)

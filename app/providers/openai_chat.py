@@ -24,7 +24,7 @@ from app.core.errors import (
     UpstreamError,
 )
 from app.core.messages import AdapterError, Message, ToolSpec
-from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
+from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, raw_stream, sse_body
 from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, status_error, transport_error
 from app.providers.http import openai_http_client, upstream_timeout
@@ -252,7 +252,7 @@ class OpenAIAdapter(ProviderAdapter):
         # request without the typed-params transform (~0.5 ms CPU per request here).
         with upstream_errors(self.name):
             http = await self._client.post("/chat/completions", body=params, cast_to=httpx2.Response,
-                                           options=RAW_STREAM)
+                                           options=raw_stream(request.trace_headers))
         return await sse_body(http, ChatChunkNormalizer(provider=self.name), provider=self.name,
                               limits=self._limits)
 

@@ -37,7 +37,7 @@ import orjson
 from app.core.errors import RequestError
 from app.core.messages import AdapterError, Message, ToolSpec, thaw
 from app.core.parts import ImagePart, TextPart
-from app.providers.base import RAW_STREAM, PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
+from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, raw_stream, sse_body
 from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.openai_chat import OPENAI_BASE_URL, make_client, upstream_errors
 from app.providers.openai_chat_convert import json_schema_format, tool_output
@@ -214,7 +214,8 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         """
         body = self._body(request)
         with upstream_errors(self.name):
-            http = await self._client.post("/responses", body=body, cast_to=httpx2.Response, options=RAW_STREAM)
+            http = await self._client.post("/responses", body=body, cast_to=httpx2.Response,
+                                           options=raw_stream(request.trace_headers))
         return await sse_body(http, ResponsesNormalizer(provider=self.name), provider=self.name, limits=self._limits)
 
 

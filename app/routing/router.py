@@ -39,6 +39,7 @@ from app.routing.errors import CircuitOpen, DeadlineExceeded
 from app.routing.strategies import Opened, TargetFailed, hedged, in_order
 from app.routing.stream import RoutedStream, close_upstream
 from app.routing.targets import Attempt, Outcome, Policy, RouteOutcome, Target
+from app.tracing import Tracing
 
 __all__ = ["RouteConfigError", "RouteSession", "Router", "check_routes", "retry_after_seconds"]
 
@@ -134,6 +135,8 @@ class Router:
         self.rng = rng or random.Random()
         self.observer: Callable[[Attempt], None] | None = None
         """Called with each finished attempt (metrics)."""
+        self.tracing: Tracing | None = None
+        """Each attempt in a span of its own, whose context the upstream receives (app/tracing.py)."""
 
     def _aliased(self) -> list[str]:
         """The targets the operator's aliases name (served providers only)."""
@@ -330,9 +333,21 @@ class RouteSession(ProviderAdapter):
         return breaker
 
     async def _try(self, target: Target, request: ProviderRequest) -> Opened:
-        """Open the target and read until its first content patch (or its end)."""
+        """Open the target and read until its first content patch (or its end); traced, in the
+        attempt's span, whose context goes upstream (W3C `traceparent`)."""
         attempt = Attempt(target=target.name, step=self.step)
         self.attempts.append(attempt)
+        tracing = self.router.tracing
+        if tracing is None:
+            return await self._attempt(target, request, attempt)
+        with tracing.attempt(provider=target.provider, model=target.upstream_model, target=target.name,
+                             step=self.step) as span:
+            try:
+                return await self._attempt(target, replace(request, trace_headers=tracing.headers(span)), attempt)
+            finally:
+                tracing.end_attempt(span, outcome=attempt.outcome, code=attempt.code, status=attempt.status)
+
+    async def _attempt(self, target: Target, request: ProviderRequest, attempt: Attempt) -> Opened:
         loop = asyncio.get_running_loop()
         started = loop.time()
         first_token_at = started + self.first_token

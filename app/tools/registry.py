@@ -26,6 +26,7 @@ from app.tools.calculator import CalculatorTool
 from app.tools.config import BuiltinToolConfig, HttpToolConfig, PythonToolConfig, ToolConfig
 from app.tools.http import HttpTool
 from app.tools.python import PythonTool
+from app.tracing import Tracing
 
 __all__ = ["Execution", "RunTools", "ToolObserver", "ToolRegistry", "build_tools"]
 
@@ -61,6 +62,8 @@ class ToolRegistry:
         self.observer = observer
         self.max_output_chars = max_output_chars
         self._client = client
+        self.tracing: Tracing | None = None
+        """Each execution in an `execute_tool` span (app/tracing.py), when tracing is on."""
 
     @property
     def names(self) -> list[str]:
@@ -100,6 +103,20 @@ class RunTools:
                           for call in calls})
 
     async def _run(self, call: ToolCall) -> ToolResultEvent:
+        tracing = self._registry.tracing
+        if tracing is None:
+            return (await self._execute(call))[0]
+        with tracing.tool(call) as span:
+            try:
+                result, outcome = await self._execute(call)
+            except asyncio.CancelledError:
+                tracing.end_tool(span, outcome="cancelled", content="")
+                raise
+            tracing.end_tool(span, outcome=outcome, content=result.content)
+        return result
+
+    async def _execute(self, call: ToolCall) -> tuple[ToolResultEvent, str]:
+        """The call's result event and its outcome (ok, error, timeout)."""
         tool = self._tools[call.name]
         registry = self._registry
         outcome = "error"
@@ -129,7 +146,7 @@ class RunTools:
         # The gateway answers a call the model made for the caller: its turn is over (the turn rule
         # of app/core/events.py ToolResultEvent, as for a result in the provider's stream).
         return ToolResultEvent(tool_call_id=call.id, name=call.name, content=content, is_error=outcome != "ok",
-                               closes_turn=True)
+                               closes_turn=True), outcome
 
 
 class Execution:

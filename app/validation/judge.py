@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 from app.core.accumulator import Accumulator
@@ -26,6 +27,8 @@ from app.providers.base import PatchStream, ProviderRequest, drive
 __all__ = ["MAX_REASON_CHARS", "JudgeBackend", "JudgeCapReached", "OpenStream", "Pricer", "RunJudge", "clip"]
 
 OpenStream = Callable[[ProviderRequest], Awaitable[PatchStream]]
+Span = Callable[[str], AbstractContextManager[object]]
+"""A judge call's trace span by its model (app/tracing.py's `Tracing.judge`), when tracing is on."""
 """Opens a stream for the request's `model` as the caller names it (`provider/model` or a route)."""
 Pricer = Callable[[str, Usage], float | None]
 """(model, usage) -> USD, None when the model has no price."""
@@ -46,18 +49,20 @@ class JudgeCapReached(Exception):
 class JudgeBackend:
     """`await backend(model, prompt)` -> the completion's text (the validators' `Judge`)."""
 
-    __slots__ = ("_open",)
+    __slots__ = ("_open", "_span")
 
-    def __init__(self, open_stream: OpenStream) -> None:
+    def __init__(self, open_stream: OpenStream, span: Span | None = None) -> None:
         self._open = open_stream
+        self._span = span
 
     async def complete(self, model: str, prompt: str) -> FinalEvent:
         """The judge's whole answer, its usage and its error (if it failed) as its `final`."""
         request = ProviderRequest(model=model, messages=(Message(role="user", content=prompt),),
                                   temperature=0.0, max_tokens=256)
-        stream = await self._open(request)
-        provider = model.partition("/")[0]
-        return await drive(stream, Accumulator(model=model, provider=provider))
+        with self._span(model) if self._span is not None else nullcontext():
+            stream = await self._open(request)
+            provider = model.partition("/")[0]
+            return await drive(stream, Accumulator(model=model, provider=provider))
 
     async def __call__(self, model: str, prompt: str) -> str:
         return _text(model, await self.complete(model, prompt))

@@ -1,0 +1,80 @@
+"""Streaming metrics in Prometheus, named by the GenAI metric conventions: time to first token, time
+per output token, run duration and token usage by provider and model (model labels bounded),
+upstream attempts by provider and outcome, saturation (active runs over the admitted maximum)."""
+
+from __future__ import annotations
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.main import create_app
+from app.observability import MAX_MODEL_LABELS, BoundedLabels
+from app.settings import CompatibleProvider, Settings
+from tests.support import serve
+from tests.upstream_fakes import Fault, FaultServer
+
+
+def _client(app: object) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw", timeout=15.0)  # type: ignore[arg-type]
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _value(samples: dict, name: str, **labels: str) -> float | None:
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+async def test_a_run_is_measured_by_provider_and_model_under_the_genai_names():
+    app = create_app(Settings(max_active_runs=7))
+    async with _client(app) as c:
+        response = await c.post("/v1/stream", json={"model": "mock/lorem-12", "messages": [{"role": "user", "content": "Hi"}]})
+        assert response.status_code == 200
+        samples = _samples((await c.get("/metrics")).text)
+    labels = {"provider": "mock", "model": "mock/lorem-12"}
+    assert _value(samples, "gen_ai_server_time_to_first_token_seconds_count", **labels) == 1
+    assert _value(samples, "gen_ai_server_time_per_output_token_seconds_count", **labels) == 1
+    assert _value(samples, "gen_ai_server_request_duration_seconds_count", **labels, status="ok") == 1
+    assert _value(samples, "gen_ai_client_token_usage_sum", **labels, type="output") == 12
+    assert _value(samples, "gen_ai_client_token_usage_count", **labels, type="input") == 1
+    assert _value(samples, "foundry_runs_finished_total", provider="mock", status="ok") == 1
+    assert _value(samples, "foundry_active_runs") == 0 and _value(samples, "foundry_max_active_runs") == 7
+    assert _value(samples, "foundry_upstream_attempt_seconds_count", provider="mock", outcome="ok") == 1
+
+
+async def test_model_labels_are_bounded_past_the_configured_ones():
+    app = create_app(Settings(aliases={"fast": "mock/simple"}))
+    async with _client(app) as c:
+        for n in range(1, MAX_MODEL_LABELS + 3):  # every lorem-N is a model no configuration names
+            r = await c.post("/v1/generate", json={"model": f"mock/lorem-{n}", "messages": [{"role": "user", "content": "x"}]})
+            assert r.status_code == 200
+        await c.post("/v1/generate", json={"model": "fast", "messages": [{"role": "user", "content": "x"}]})
+        samples = _samples((await c.get("/metrics")).text)
+    models = {dict(labels)["model"] for name, labels in samples if name == "gen_ai_server_request_duration_seconds_count"}
+    assert "other" in models and "fast" in models  # the alias is configured: its own label after the cap
+    assert len(models) == MAX_MODEL_LABELS + 2
+    assert _value(samples, "gen_ai_server_request_duration_seconds_count", provider="mock", model="other", status="ok") == 2
+
+
+def test_bounded_labels_keep_the_known_then_the_first_seen_then_other():
+    labels = BoundedLabels({"a/known"}, cap=2)
+    assert [labels.label(v) for v in ("x/1", "x/2", "x/3", "a/known", "x/1")] == ["x/1", "x/2", "other", "a/known", "x/1"]
+
+
+async def test_upstream_attempts_are_timed_by_provider_and_outcome():
+    server = FaultServer({"primary": [Fault("status", status=500)], "backup": [Fault("ok", text="Hello")]})
+    async with serve(server) as url:
+        settings = Settings(openai_api_key=None, upstream_max_retries=0,
+                            providers=[CompatibleProvider(name="up", base_url=f"{url}/v1")],
+                            routes={"smart": {"targets": ["up/primary", "up/backup"]}})
+        app = create_app(settings)
+        async with serve(app) as gateway, httpx.AsyncClient(base_url=gateway, timeout=15.0) as c:
+            r = await c.post("/v1/stream", json={"model": "smart", "messages": [{"role": "user", "content": "Hi"}]})
+            assert r.status_code == 200
+            samples = _samples((await c.get("/metrics")).text)
+    assert _value(samples, "foundry_upstream_attempt_seconds_count", provider="up", outcome="error") == 1
+    assert _value(samples, "foundry_upstream_attempt_seconds_count", provider="up", outcome="ok") == 1
+    # the route's targets are configured models: their own labels
+    assert _value(samples, "gen_ai_server_time_to_first_token_seconds_count", provider="up", model="up/backup") == 1
