@@ -165,7 +165,8 @@ async def test_the_request_reaches_the_upstream() -> None:
     sent = upstream.requests[-1]
     assert sent["instructions"] == "You are terse.\n\nBe brief."
     assert sent["input"] == [
-        {"type": "message", "role": "user", "content": "Weather\n\nin Paris?"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Weather"},
+                                                        {"type": "input_text", "text": "in Paris?"}]},
         {"type": "function_call", "call_id": "call_1", "name": "weather", "arguments": '{"city":"Paris"}'},
         {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]
     assert [t["name"] for t in sent["tools"]] == ["weather"]
@@ -193,10 +194,10 @@ async def test_a_request_to_another_provider_goes_through_the_canonical_pipeline
 
 
 @pytest.mark.parametrize(("ask", "param"), [
-    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},
+    ({"input": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]}]},
      "input[0].content[0].type"),
     ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]},
-     "input[0].content[0].type"),
+     "input[0].content[0]"),
     ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0].id"),
     ({"input": [{"type": "item_reference", "id": "msg_0_str_unknown"}]}, "input[0].id"),
     ({"input": [{"type": "computer_call_output", "call_id": "c1"}]}, "input[0].type"),
@@ -379,7 +380,7 @@ async def test_item_references_to_earlier_output_are_resolved_per_key() -> None:
                                           headers=bearer(mine))).json()
             sent = transcript["request_messages"]
             assert [(m["role"], m.get("content", "")) for m in sent] == [
-                ("user", "What is 2+2?"), ("assistant", "Calling calculator"), ("tool", "4")]
+                ("user", [{"type": "text", "text": "What is 2+2?"}]), ("assistant", "Calling calculator"), ("tool", "4")]
             assert sent[1]["tool_calls"][0]["id"] == call.call_id
             with pytest.raises(openai.NotFoundError) as raised:
                 await other.responses.create(model="mock/tool_call", input=ask, tools=[CALCULATOR])

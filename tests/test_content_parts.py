@@ -103,6 +103,10 @@ SPELLING: dict[str, tuple[dict[str, Any] | None, ...]] = {
                  {"type": "image", "source": {"type": "url", "url": PNG_URL}},
                  {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}},
                  {"type": "document", "source": {"type": "url", "url": PDF_URL}}),
+    "responses": ({"type": "input_image", "image_url": f"data:image/png;base64,{PNG}"},
+                  {"type": "input_image", "image_url": PNG_URL},
+                  {"type": "input_file", "file_data": f"data:application/pdf;base64,{PDF}"},
+                  {"type": "input_file", "file_url": PDF_URL}),
 }
 # What the provider receives for each form, as the last part of the user turn; a str: refused, 400 naming it.
 WIRE: dict[str, tuple[Any, ...]] = {
@@ -129,7 +133,7 @@ FORMS = ["png-base64", "png-url", "pdf-base64", "pdf-url"]
 
 
 async def _ask(entry: str, model: str, part: dict[str, Any], **settings: Any) -> tuple[httpx.Response, list[Any]]:
-    user = [{"type": "text", "text": "What is this?"}, part]
+    user = [{"type": "input_text" if entry == "responses" else "text", "text": "What is this?"}, part]
     upstream = RecordedUpstream()
     async with facade_gateway(upstream, **settings) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
         if entry == "native":
@@ -137,6 +141,9 @@ async def _ask(entry: str, model: str, part: dict[str, Any], **settings: Any) ->
         elif entry == "chat":
             response = await client.post("/v1/chat/completions",
                                          json={"model": model, "messages": [{"role": "user", "content": user}]})
+        elif entry == "responses":
+            response = await client.post("/v1/responses",
+                                         json={"model": model, "input": [{"role": "user", "content": user}]})
         else:
             response = await client.post("/v1/messages", json={"model": model, "max_tokens": 64,
                                                                "messages": [{"role": "user", "content": user}]})
@@ -145,8 +152,8 @@ async def _ask(entry: str, model: str, part: dict[str, Any], **settings: Any) ->
 
 def _field(entry: str, response: httpx.Response) -> str:
     error = response.json()["error"]
-    if entry == "chat":
-        return re.sub(r"\[(\d+)\]", r".\1", error["param"])
+    if entry in ("chat", "responses"):
+        return re.sub(r"\[(\d+)\]", r".\1", error["param"]).replace("input.", "messages.")
     return str(error["field"] if entry == "native" else error["message"])
 
 
@@ -176,7 +183,8 @@ BIG_PNG = base64.b64encode(base64.b64decode(PNG) + b"\0" * 3000).decode()  # a P
 def _image(entry: str, data: str, media_type: str = "image/png") -> dict[str, Any]:
     return {"native": {"type": "image", "media_type": media_type, "data": data},
             "chat": {"type": "image_url", "image_url": {"url": f"data:{media_type};base64,{data}"}},
-            "messages": {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}}[entry]
+            "messages": {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}},
+            "responses": {"type": "input_image", "image_url": f"data:{media_type};base64,{data}"}}[entry]
 
 
 @pytest.mark.parametrize("entry", list(SPELLING))
@@ -203,7 +211,8 @@ async def test_the_body_limit_is_raised_for_media_parts_only(entry: str) -> None
     response, received = await _ask(entry, MODELS["anthropic"], _image(entry, BIG_PNG), max_body_bytes=1024)
     assert response.status_code == 200, response.text
     assert USER_PART["anthropic"](received[0])[1]["source"]["data"] == BIG_PNG
-    response, received = await _ask(entry, MODELS["anthropic"], {"type": "text", "text": "x" * 3000},
+    text = "input_text" if entry == "responses" else "text"
+    response, received = await _ask(entry, MODELS["anthropic"], {"type": text, "text": "x" * 3000},
                                     max_body_bytes=1024)
     assert response.status_code == 413 and not received
     assert "body" in response.text

@@ -17,11 +17,13 @@ import orjson
 from pydantic import ValidationError
 
 from app.api.compat.common import FacadeError, field_path, run_spec, validation_reason
+from app.api.compat.parts import responses_content
 from app.api.compat.responses_schema import FORWARDED, REFUSED, FunctionToolIn, ResponsesRequest
 from app.core.messages import Message, ToolCall, ToolSpec, check_unique_tool_names
+from app.core.parts import ContentPart
 from app.pipeline import RunSpec
 
-__all__ = ["OPTION_FIELDS", "input_messages", "referenced_stream", "refuse_media_part", "to_run_spec"]
+__all__ = ["OPTION_FIELDS", "input_messages", "referenced_stream", "to_run_spec"]
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 _TEXT_PARTS = {"user": ("input_text",), "system": ("input_text",), "developer": ("input_text",),
@@ -158,16 +160,28 @@ def _message(i: int, item: dict[str, Any], out: list[Message]) -> str:
     if role not in _ROLES:
         raise FacadeError(f"input[{i}].role: must be one of user, assistant, system, developer",
                           param=f"input[{i}].role")
-    content = _content(i, item, role)
     if _ROLES[role] == "assistant":
-        return content
+        return _content(i, item, role)
+    content = _parts(i, item, role)
     if not content:
         raise FacadeError(f"input[{i}].content: must not be empty", param=f"input[{i}].content")
     out.append(Message(role=_ROLES[role], content=content))
     return ""
 
 
+def _parts(i: int, item: dict[str, Any], role: str) -> str | tuple[ContentPart, ...]:
+    """A user, system or developer message's content: a string, or canonical parts (text, image,
+    document; several text parts stay several)."""
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise FacadeError(f"input[{i}].content: must be a string or a list of parts", param=f"input[{i}].content")
+    return responses_content(content, f"input[{i}].content", role=role)
+
+
 def _content(i: int, item: dict[str, Any], role: str) -> str:
+    """An assistant turn's text (its parts joined: the turn is rebuilt as one message with its calls)."""
     content = item.get("content")
     if isinstance(content, str):
         return content
@@ -180,7 +194,6 @@ def _parts_text(parts: list[Any], param: str, kinds: tuple[str, ...]) -> str:
     texts = []
     for j, part in enumerate(parts):
         kind = part.get("type") if isinstance(part, dict) else None
-        refuse_media_part(kind, f"{param}[{j}]")
         if kind not in kinds:
             raise FacadeError(f"{param}[{j}].type: {kind!r} parts are not supported here (expected "
                               f"{' or '.join(kinds)})", param=f"{param}[{j}].type")
@@ -189,13 +202,6 @@ def _parts_text(parts: list[Any], param: str, kinds: tuple[str, ...]) -> str:
             raise FacadeError(f"{param}[{j}].text must be a string", param=f"{param}[{j}].text")
         texts.append(value)
     return PART_SEPARATOR.join(texts)
-
-
-def refuse_media_part(kind: Any, param: str) -> None:
-    """Images and files are not carried yet: canonical content parts (issue 30) replace this."""
-    if kind in ("input_image", "input_file", "input_audio"):
-        raise FacadeError(f"{param}.type: {kind} content is not supported; the gateway's messages carry text only",
-                          param=f"{param}.type")
 
 
 def _call(i: int, item: dict[str, Any]) -> ToolCall:
@@ -217,7 +223,8 @@ def _output(i: int, item: dict[str, Any]) -> Message:
     if not isinstance(call_id, str) or not call_id:
         raise FacadeError(f"input[{i}].call_id: a function_call_output needs call_id", param=f"input[{i}].call_id")
     if isinstance(output, list):
-        output = _parts_text(output, f"input[{i}].output", ("input_text", "output_text"))
+        return Message(role="tool", content=responses_content(output, f"input[{i}].output", role="tool"),
+                       tool_call_id=call_id)
     if not isinstance(output, str):
         raise FacadeError(f"input[{i}].output must be a string or a list of text parts", param=f"input[{i}].output")
     if not output:  # an empty output is a fact to pass on (as the gateway's own tool loop does)
