@@ -247,6 +247,73 @@ async def test_redis_killed_mid_stream(private_redis):
         a.stop()
 
 
+async def test_redis_restarted_empty_mid_stream_the_owner_writes_it_back(private_redis):
+    # Redis keeps nothing on disk (as compose runs it): restarted, it has lost the running stream.
+    # Once it answers, the owner writes the stream back from memory (and its lease), so resume
+    # and cancel work on the other replica again.
+    a, b = Replica(private_redis.url).start(), Replica(private_redis.url).start()
+    try:
+        async with httpx.AsyncClient(timeout=60) as c:
+            sid = await start_background(c, a.url, ask("mock/lorem-2000", 30))
+            async with c.stream("GET", f"{b.url}/v1/stream/{sid}") as r:
+                await read_until(r.aiter_bytes(), 3)
+            private_redis.kill()
+            await asyncio.sleep(3)  # an outage longer than the lease (2 s): not a blip
+            private_redis.start()
+            transcript = await c.get(f"{b.url}/v1/stream/{sid}/transcript")
+            for _ in range(100):  # until A's writer has written the stream back
+                if transcript.status_code == 200:
+                    break
+                await asyncio.sleep(0.1)
+                transcript = await c.get(f"{b.url}/v1/stream/{sid}/transcript")
+            assert transcript.status_code == 200 and transcript.json()["status"] == "running"
+            async with c.stream("GET", f"{b.url}/v1/stream/{sid}", headers={"Last-Event-ID": "2"}) as r:
+                assert r.status_code == 200
+                resumed = parse_sse(complete(await read_until(r.aiter_bytes(), 3)))
+            assert ids(resumed)[:3] == [3, 4, 5]
+            cancel = await c.post(f"{b.url}/v1/stream/{sid}/cancel")
+            assert cancel.status_code == 200 and cancel.json()["status"] == "cancelling"
+            events = parse_sse((await c.get(f"{a.url}/v1/stream/{sid}")).content)  # A's memory, to its end
+            assert ids(events) == list(range(1, len(events) + 1)) and len(events) < 2000
+            assert events[-1][2]["status"] == "cancelled" and events[2:5] == resumed[:3]
+            assert parse_sse((await c.get(f"{b.url}/v1/stream/{sid}")).content) == events
+    finally:
+        a.stop()
+        b.stop()
+
+
+async def test_a_finished_stream_redis_lost_is_410_within_its_ttl_its_transcript_served(private_redis,
+                                                                                          postgres_url):  # noqa: F811
+    env = {"FOUNDRY_DATABASE_URL": postgres_url, "FOUNDRY_RECORDS_LINGER": "0"}
+    a, b = Replica(private_redis.url, **env).start(), Replica(private_redis.url, **env).start()
+    try:
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(f"{a.url}/v1/stream", json=ask("mock/tool_call", 0))
+            sid = r.headers["x-stream-id"]
+            assert parse_sse(r.content)[-1][2]["status"] == "ok"
+            recorded = await c.get(f"{b.url}/v1/runs/{sid}")
+            for _ in range(100):  # the record is written behind the run
+                if recorded.status_code == 200:
+                    break
+                await asyncio.sleep(0.1)
+                recorded = await c.get(f"{b.url}/v1/runs/{sid}")
+            assert recorded.status_code == 200
+            private_redis.kill()
+            private_redis.start()  # empty, as compose runs it: the finished stream is gone from Redis
+            gone = await c.get(f"{b.url}/v1/stream/{sid}")
+            for _ in range(20):  # B's pooled connections to the old Redis fail once each (503, retryable)
+                if gone.status_code != 503:
+                    break
+                gone = await c.get(f"{b.url}/v1/stream/{sid}")
+            assert gone.status_code == 410 and gone.json()["error"]["code"] == "stream_expired"
+            transcript = await c.get(f"{b.url}/v1/stream/{sid}/transcript")
+            assert transcript.status_code == 200 and transcript.json()["status"] == "ok"
+            assert (await c.get(f"{b.url}/v1/stream/str_never_was")).status_code == 404
+    finally:
+        a.stop()
+        b.stop()
+
+
 async def test_bounds_and_expiry_across_replicas(redis_url):
     env = {"FOUNDRY_MAX_STREAM_EVENTS": "16", "FOUNDRY_STREAM_TTL_SECONDS": "30"}
     a, b = Replica(redis_url, **env).start(), Replica(redis_url, **env).start()

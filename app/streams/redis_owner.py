@@ -52,6 +52,8 @@ class RedisOwner:
         self._pending_bytes = 0
         self._broken: dict[str, StreamLog] = {}
         self._snapshots: dict[str, float] = {}
+        self._metas: dict[str, dict[str, str]] = {}  # each running stream's meta, to write it back
+        self._restore = False  # Redis failed: once it answers, check what it lost (restart, no disk)
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
@@ -109,11 +111,13 @@ class RedisOwner:
                     meta["request"] = run.request_id
                 if run is not None and run.slot is not None:
                     meta["slot"] = run.slot  # the key's concurrency slot: a claimer frees it
+                self._metas[info.stream_id] = meta
                 pipe.hset(keys.meta, mapping=meta)
                 pipe.expire(keys.meta, self._link.ttl_s + _RUNNING_GRACE)
                 pipe.set(self._link.lease_key(self._link.replica), "1", px=self._link.lease_ms)
                 await pipe.execute()
         except StoreUnavailable:
+            self._metas.pop(info.stream_id, None)
             self._local.discard(info.stream_id)
             raise
         log.sink = self.sink
@@ -146,15 +150,18 @@ class RedisOwner:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._pending or self._broken:
+            while self._pending or self._broken or self._restore:
                 batch, self._pending = self._pending, {}
                 self._pending_bytes = 0
                 self._writing = True
                 try:
                     async with self._link.timed("write"):
+                        if self._restore:
+                            await self._write_back()
                         await self.write(batch)
                     await self._end_broken()
                 except REDIS_ERRORS:
+                    self._restore = True
                     self._keep_for_retry(batch)
                     if self._closing:
                         self._pending.clear()
@@ -202,6 +209,7 @@ class RedisOwner:
                 for key in (keys.events, keys.meta, keys.transcript):
                     pipe.expire(key, ttl_s)
                 self._snapshots.pop(stream_id, None)
+                self._metas.pop(stream_id, None)
             else:
                 pipe.expire(keys.events, ttl_s + _RUNNING_GRACE)
         results = await pipe.execute(raise_on_error=False)
@@ -209,6 +217,40 @@ class RedisOwner:
             if isinstance(result, ResponseError) and "equal or smaller" not in str(result):
                 # A stream claimed by another replica (our lease lapsed) refuses our late entries.
                 self._link.observe("write_refused", 0.0, True)
+
+    async def _write_back(self) -> None:
+        """Redis answers again after failing. A stream this replica runs (or whose final it has
+        not written yet) whose keys Redis lost (it
+        restarted empty, as compose runs it) is written back from memory: its meta, the events
+        the log retains (one entry), its transcript; and the lease. Then followers resume and
+        cancels reach it on every replica again. Runs in the writer task, so no batch interleaves."""
+        logs = [log for sid in list(self._metas) if (log := self._local.get(sid)) is not None]  # final unwritten
+        pipe = self._redis.pipeline(transaction=False)
+        for log in logs:
+            pipe.exists(self._link.keys(log.info.stream_id).meta)
+        present = await pipe.execute() if logs else []
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.set(self._link.lease_key(self._link.replica), "1", px=self._link.lease_ms)
+        grace = self._link.ttl_s + _RUNNING_GRACE
+        for log, there in zip(logs, present, strict=True):
+            if there:
+                continue  # a blip: Redis kept it
+            stream_id = log.info.stream_id
+            keys = self._link.keys(stream_id)
+            self._broken.pop(stream_id, None)  # what its buffer dropped is written back from memory
+            pipe.delete(keys.events)  # entries the writer added since Redis came back: the log has them
+            pipe.hset(keys.meta, mapping=self._metas[stream_id])
+            if log.last_seq >= log.first_seq:
+                pipe.xadd(keys.events, {FRAMES: log.frames_after(log.first_seq - 1), FIRST: log.first_seq},
+                          id=f"{log.last_seq}-0")
+            snapshot = self._snapshot(log, time.monotonic(), force=True)
+            if snapshot is not None:
+                pipe.set(keys.transcript, snapshot, ex=grace)
+            for key in (keys.events, keys.meta):
+                pipe.expire(key, grace)
+            self._link.observe("write_back", 0.0, False)
+        await pipe.execute()
+        self._restore = False
 
     def _snapshot(self, log: StreamLog, now: float, *, force: bool) -> bytes | None:
         transcript = log.info.transcript
@@ -226,6 +268,7 @@ class RedisOwner:
             await self._link.end(stream_id, log.info.model, log.info.provider, _STORE_LOST, status="error")
             del self._broken[stream_id]
             self._snapshots.pop(stream_id, None)
+            self._metas.pop(stream_id, None)
 
     # -- lease and cancels --------------------------------------------------------------------
 
@@ -235,8 +278,10 @@ class RedisOwner:
             try:
                 async with self._link.timed("lease"):
                     await self._redis.set(key, "1", px=self._link.lease_ms)
+                if self._restore:
+                    self._wake.set()  # Redis is back: the writer writes back what it lost
             except REDIS_ERRORS:
-                pass
+                self._restore = True
             await asyncio.sleep(self._link.lease_ms / 3000)
 
     async def _cancel_loop(self) -> None:

@@ -15,7 +15,7 @@ from app.api.responses import JSON
 from app.api.run_schemas import RunList, RunOut, RunStatus
 from app.api.schemas import ErrorBody
 from app.core.errors import GatewayError, RequestError
-from app.records import RecordStore, RecordWriter, RunQuery, decode_cursor
+from app.records import RecordStore, RecordWriter, RunQuery, RunRecord, decode_cursor
 
 router = APIRouter(tags=["runs"], dependencies=[Authenticated])
 
@@ -55,6 +55,19 @@ async def stored_transcript(request: Request, stream_id: str) -> dict[str, Any] 
     store = await _migrated(writer)
     with database_errors():
         return await store.transcript(stream_id)
+
+
+async def stored_run(request: Request, stream_id: str) -> RunRecord | None:
+    """A recorded run (None: unknown, records off, or the database unreachable: a lookup that
+    only refines another answer never fails it)."""
+    writer = request.app.state.records
+    if writer is None:
+        return None
+    try:
+        with database_errors():
+            return await writer.store.get(stream_id)
+    except RecordsUnavailable:
+        return None
 
 
 async def stored_owner(request: Request, stream_id: str) -> str | None:

@@ -4,6 +4,7 @@ POST /v1/stream/{id}/cancel (end a run on whichever replica runs it)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
@@ -14,6 +15,7 @@ from app.api.convert import to_spec
 from app.api.deps import GatewayDep, RecordDep
 from app.api.errors import require_json
 from app.api.responses import JSON
+from app.api.routes.runs import stored_run
 from app.api.schemas import CancelResult, GenerateRequest
 from app.api.sse import SSEResponse
 from app.core.errors import RequestError
@@ -75,6 +77,7 @@ router.add_api_route(
 )
 async def subscribe(
     gateway: GatewayDep,
+    request: Request,
     principal: PrincipalDep,
     stream_id: Annotated[str, Path(max_length=64)],
     after: Annotated[int | None, Query(ge=0, description="Replay events after this id.")] = None,
@@ -94,7 +97,7 @@ async def subscribe(
         raise RequestError(f"{field} {cursor} is past the stream's last event ({exc.last_seq})",
                            code="cursor_ahead", status=400, field=field) from None
     if frames is None:
-        raise _not_found(stream_id)
+        raise await _expired_or_not_found(request, gateway, principal, stream_id)
     return SSEResponse(frames, ping_seconds=gateway.settings.ping_seconds, retry_ms=RETRY_MS,
                        send_timeout=gateway.settings.send_timeout_seconds, headers={"x-stream-id": stream_id})
 
@@ -122,6 +125,25 @@ async def cancel(gateway: GatewayDep, principal: PrincipalDep,
         if log is not None:
             await log.wait_final()
     return JSON({"stream_id": stream_id, "status": outcome})
+
+
+async def _expired_or_not_found(request: Request, gateway: GatewayDep, principal: PrincipalDep,
+                                stream_id: str) -> RequestError:
+    """A stream the store does not have: 410 `stream_expired` when its run record says it ended
+    within the stream TTL (the store lost it early: a Redis restarted empty), else 404."""
+    run = await stored_run(request, stream_id)
+    if run is None or not principal.may_see(run.owner):
+        return _not_found(stream_id)
+    # A run no target served is recorded too, but it never had a stream: it failed (or was
+    # cancelled) before any content, so no content time; one with a stream had content, ended
+    # ok or blocked, or was claimed for its lost owner.
+    if run.ttft_ms is None and run.status not in ("ok", "blocked") and run.error_code != "replica_lost":
+        return _not_found(stream_id)
+    if run.finished_at < datetime.now(UTC) - timedelta(seconds=gateway.settings.stream_ttl_seconds):
+        return _not_found(stream_id)
+    return RequestError(f"stream {stream_id!r} ended and is no longer in the stream store, so it cannot be "
+                        f"replayed; its transcript: GET /v1/stream/{stream_id}/transcript", code="stream_expired",
+                        status=410, field="stream_id")
 
 
 def _not_found(stream_id: str) -> RequestError:
