@@ -5,8 +5,8 @@ SSE line that never ends, `Retry-After` values no server should send.
 `HostileUpstream(answer)` serves every request with the coroutine `answer(seen, writer)`; `seen`
 records the request (method, path, headers, body) and, as the answer is written, how many body
 bytes went out and whether the client went away. `provider_settings(name, url)` configures the
-gateway to call it as `openai`, `openai-responses`, `anthropic`, `gemini` or an OpenAI-compatible
-server; `MODELS[name]` is the model a request names for it.
+gateway to call it as `openai`, `openai-responses`, `anthropic` or `gemini`; `ask(name)` is a
+request for it.
 """
 
 from __future__ import annotations
@@ -15,20 +15,19 @@ import asyncio
 import contextlib
 import json
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.providers.config import CompatibleProvider
 from app.settings import Settings
 
-__all__ = ["KEY", "MODELS", "PROVIDERS", "HostileUpstream", "Seen", "endless_line", "gzip_bomb", "json_answer",
-           "provider_settings", "raw_answer", "redirect", "sse_answer"]
+__all__ = ["KEY", "MODELS", "PROVIDERS", "HostileUpstream", "Seen", "ask", "endless_line", "gzip_bomb", "json_answer",
+           "provider_settings", "raw_answer", "redirect"]
 
 KEY = "hostile-test-key-0123456789abcdef"
-PROVIDERS = ("openai", "openai-responses", "anthropic", "gemini", "compat")
+PROVIDERS = ("openai", "openai-responses", "anthropic", "gemini")
 MODELS = {"openai": "openai/gpt-x", "openai-responses": "openai-responses/gpt-x",
-          "anthropic": "anthropic/claude-x", "gemini": "gemini/gemini-x", "compat": "compat/m"}
+          "anthropic": "anthropic/claude-x", "gemini": "gemini/gemini-x"}
 CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key")
 
 
@@ -121,10 +120,6 @@ def redirect(status: int, location: str | None) -> Answer:
     return raw_answer(status, b"", headers)
 
 
-def sse_answer(body: bytes) -> Answer:
-    return raw_answer(200, body, [("content-type", "text/event-stream")])
-
-
 def gzip_bomb(inflated_mib: int, *, prefix: bytes = b"", suffix: bytes = b"") -> bytes:
     """`prefix`, then `inflated_mib` MiB of one repeated byte, then `suffix`, as one gzip stream
     (about 1 KB on the wire per MiB inflated); compressed in pieces, never held whole."""
@@ -161,15 +156,9 @@ def provider_settings(provider: str, url: str, **extra: Any) -> Settings:
         return Settings(openai_api_key=KEY, openai_base_url=url + "/v1", **base)
     if provider == "anthropic":
         return Settings(anthropic_api_key=KEY, anthropic_base_url=url, **base)
-    if provider == "gemini":
-        return Settings(gemini_api_key=KEY, gemini_base_url=url + "/v1beta", **base)
-    return Settings(providers=[CompatibleProvider(name="compat", base_url=url + "/v1", api_key_env="HOSTILE_COMPAT_KEY")],
-                    **base)
+    assert provider == "gemini", provider
+    return Settings(gemini_api_key=KEY, gemini_base_url=url + "/v1beta", **base)
 
 
 def ask(provider: str, **extra: Any) -> dict[str, Any]:
     return {"model": MODELS[provider], "messages": [{"role": "user", "content": "hi"}], **extra}
-
-
-async def collect(stream: AsyncIterator[bytes]) -> bytes:
-    return b"".join([part async for part in stream])

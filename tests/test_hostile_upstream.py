@@ -15,6 +15,7 @@ from app.main import create_app
 from app.providers.http import gemini_http_client, openai_http_client
 from tests.hostile_upstream import (
     KEY,
+    PROVIDERS,
     HostileUpstream,
     ask,
     endless_line,
@@ -26,7 +27,6 @@ from tests.hostile_upstream import (
 )
 from tests.support import parse_sse, serve
 
-PROVIDERS = ("openai", "openai-responses", "anthropic", "gemini")
 GUARD = 60
 
 

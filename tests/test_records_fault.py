@@ -14,8 +14,11 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support import REPO, parse_sse
+
+pytestmark = pytest.mark.slow  # starts a gateway process (make test runs the slow tests after the rest)
 
 DEADLINE = 60.0  # the test's own bound, not a performance claim
 ASK = {"model": "mock/simple", "messages": [{"role": "user", "content": "x"}]}

@@ -13,8 +13,11 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from tests.support import REPO
+
+pytestmark = pytest.mark.slow  # starts a gateway process (make test runs the slow tests after the rest)
 
 GUARD = 60.0
 HEAD = b"POST /v1/generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 80\r\n\r\n"

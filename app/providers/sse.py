@@ -55,6 +55,39 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume bytes; return the events completed by them."""
+        lines = self._lines(chunk)
+        if not lines:
+            return []
+        out: list[SSEEvent] = []
+        data = self._data
+        size = self._size  # kept in locals on the hot path; _line() sees them through self
+        max_line, max_event = self._max_line, self._max_event
+        for line in lines:
+            if not line:  # dispatch
+                if data:
+                    if size > max_event:
+                        raise SSELimitExceeded(f"an event's data passed {max_event} bytes")
+                    out.append(SSEEvent(self._event or "message", "\n".join(data), self._id))
+                    self._data = data = []
+                    size = 0
+                self._event = ""
+            elif line[:5] == b"data:":  # the common case, without the general field machine
+                value = line[6:] if line[5:6] == b" " else line[5:]
+                if len(value) > max_line:
+                    raise SSELimitExceeded(f"an event-stream line passed {max_line} bytes")
+                size += len(value)
+                data.append(value.decode("utf-8", "replace"))
+            else:
+                self._size = size
+                self._line(line, out)
+                data, size = self._data, self._size
+        self._size = size
+        if size > max_event:
+            raise SSELimitExceeded(f"an event's data passed {max_event} bytes")
+        return out
+
+    def _lines(self, chunk: bytes) -> list[bytes]:
+        """The lines `chunk` completes (the held unfinished one joined to its end); holds the rest."""
         if not chunk:
             return []
         if self._cr:
@@ -66,30 +99,12 @@ class SSEDecoder:
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = chunk.split(b"\n")
         rest = lines.pop()
-        if not lines:  # no line ended in this chunk
-            self._hold(rest)
-            return []
-        if self._buf:
+        if lines and self._buf:
             lines[0] = bytes(self._buf + lines[0])
             self._buf = bytearray()
         if rest:
             self._hold(rest)
-        out: list[SSEEvent] = []
-        data = self._data
-        for line in lines:
-            if not line:  # dispatch
-                if data:
-                    out.append(SSEEvent(self._event or "message", "\n".join(data), self._id))
-                    self._data = data = []
-                    self._size = 0
-                self._event = ""
-            elif line[:5] == b"data:":  # the common case, without the general field machine
-                value = line[6:] if line[5:6] == b" " else line[5:]
-                self._grow(len(value))
-                data.append(value.decode("utf-8", "replace"))
-            else:
-                self._line(line, out)
-        return out
+        return lines
 
     def flush(self) -> list[SSEEvent]:
         """End of body: the last unterminated line and event, if any."""
