@@ -15,8 +15,11 @@ import httpx
 import pytest
 
 from app.settings import CompatibleProvider
+from app.validation import VALIDATORS, Validator, Verdict
+from app.validation.validators.base import CheckContext
 from tests.auth_support import ADMIN, bearer, gateway, make_key
 from tests.support import parse_sse, read_asgi_request, serve
+from tests.validation_support import drive, make_gate, spec, text_of, tokens
 
 HELLO = [{"role": "user", "content": "Hello"}]
 
@@ -165,3 +168,40 @@ async def test_a_judge_verdict_reason_is_cut_short(policy: str) -> None:
         _, final = await stream(client, None, "mock/simple", [{"name": "llm_judge", "config": {
             "model": "mock/echo", "policy": policy[:8000]}}])
     assert final is not None and final["status"] == "blocked" and len(final["error"]["reason"]) <= 200
+
+
+class OutOfOrder(Validator):
+    """Pipelined: "One" passes only once "Two" failed (checked one at a time, it would wait forever)."""
+
+    name = "out_of_order"
+    inline = False
+    pipelined = True
+    two_failed: asyncio.Event
+
+    async def check_chunk(self, chunk: str, ctx: CheckContext) -> Verdict:
+        if chunk.startswith("Two"):
+            self.two_failed.set()
+            return Verdict.fail("no")
+        if chunk.startswith("One"):
+            await self.two_failed.wait()
+        return Verdict(kind="pass")
+
+
+async def test_pipelined_checks_give_the_verdicts_of_one_at_a_time_and_release_what_passed_before_a_fail() -> None:
+    cls = type("O", (OutOfOrder,), {"two_failed": asyncio.Event()})
+    gate = make_gate(spec("out_of_order"), registry={**VALIDATORS, "out_of_order": cls}, max_pending=4)
+    released, blocked = await drive(gate, tokens("One. Two. Three. Four. ", size=5))
+    assert blocked is not None and blocked.why == "no"
+    assert text_of(released + blocked.released) == "One. "  # "One" passed after "Two" failed: still out
+
+
+@pytest.mark.parametrize(("path", "body", "status"), [
+    ("/v1/stream", {"messages": HELLO}, 422),
+    ("/v1/chat/completions", {"messages": HELLO}, 400),  # the facades answer in their API's own shape
+    ("/v1/messages", {"messages": HELLO, "max_tokens": 10}, 400),
+])
+async def test_model_names_are_capped_at_the_edge(path: str, body: dict[str, Any], status: int) -> None:
+    async with judged(JudgeServer()) as client:
+        response = await client.post(path, json={"model": "mock/" + "x" * 300, **body}, headers=bearer(ADMIN))
+    assert response.status_code == status, response.text
+    assert "model: String should have at most 256 characters" in response.text
