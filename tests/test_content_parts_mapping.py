@@ -73,3 +73,18 @@ def test_chat_and_anthropic_spellings() -> None:
     with pytest.raises(FacadeError) as raised:
         openai_chat_part("m", {"type": "image_url", "image_url": {"url": PNG_URL}}, role="assistant")
     assert raised.value.param == "m.type"
+
+
+def test_chat_text_cache_control_is_carried_and_unknown_part_fields_refused() -> None:
+    assert openai_chat_part("m", {"type": "text", "text": "Rules.", "cache_control": {"type": "ephemeral"}},
+                            role="system") == TextPart(type="text", text="Rules.", cache_control=CacheControl())
+    for part, param in [({"type": "text", "text": "a", "citations": []}, "m.citations"),
+                        ({"type": "image_url", "image_url": {"url": PNG_URL, "size": 3}}, "m.image_url.size"),
+                        ({"type": "file", "file": {"file_data": f"data:application/pdf;base64,{PDF}", "x": 1}},
+                         "m.file.x")]:
+        with pytest.raises(FacadeError) as raised:
+            openai_chat_part("m", part, role="user")
+        assert raised.value.param == param
+    with pytest.raises(FacadeError) as raised:
+        responses_content([{"type": "input_text", "text": "a", "extra": 1}], "input[0].content", role="user")
+    assert raised.value.param == "input[0].content[0].extra"
