@@ -10,7 +10,9 @@ import pytest
 
 from app.api.compat.common import FacadeError
 from app.api.compat.parts import anthropic_part, openai_chat_part, responses_content
+from app.core.messages import Message
 from app.core.parts import CacheControl, DocumentPart, ImagePart, TextPart
+from app.providers.openai_chat import messages_to_openai
 from tests.test_content_parts import PDF, PDF_URL, PNG, PNG_URL
 
 TEXT = TextPart(type="text", text="What is this?")
@@ -88,3 +90,11 @@ def test_chat_text_cache_control_is_carried_and_unknown_part_fields_refused() ->
     with pytest.raises(FacadeError) as raised:
         responses_content([{"type": "input_text", "text": "a", "extra": 1}], "input[0].content", role="user")
     assert raised.value.param == "input[0].content[0].extra"
+
+
+def test_one_text_part_reaches_openai_chat_as_a_string_several_as_parts() -> None:
+    one = Message(role="system", content=(TextPart(type="text", text="Be brief."),))
+    two = Message(role="user", content=(TEXT, TextPart(type="text", text="And this?")))
+    assert messages_to_openai([one, two]) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "What is this?"}, {"type": "text", "text": "And this?"}]}]
