@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from app.api.compat.common import FacadeError
 from app.api.compat.parts import anthropic_part, openai_chat_part, responses_content
@@ -98,3 +99,8 @@ def test_one_text_part_reaches_openai_chat_as_a_string_several_as_parts() -> Non
     assert messages_to_openai([one, two]) == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": [{"type": "text", "text": "What is this?"}, {"type": "text", "text": "And this?"}]}]
+
+
+def test_parts_per_message_are_bounded() -> None:
+    with pytest.raises(ValidationError, match="at most 1000"):
+        Message(role="user", content=[{"type": "text", "text": "a"}] * 1001)
