@@ -7,10 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from app.api.compat.common import FacadeError
 from app.api.compat.parts import anthropic_part, openai_chat_part, responses_content
+from app.core.messages import Message
 from app.core.parts import CacheControl, DocumentPart, ImagePart, TextPart
+from app.providers.openai_chat import messages_to_openai
 from tests.test_content_parts import PDF, PDF_URL, PNG, PNG_URL
 
 TEXT = TextPart(type="text", text="What is this?")
@@ -73,3 +76,31 @@ def test_chat_and_anthropic_spellings() -> None:
     with pytest.raises(FacadeError) as raised:
         openai_chat_part("m", {"type": "image_url", "image_url": {"url": PNG_URL}}, role="assistant")
     assert raised.value.param == "m.type"
+
+
+def test_chat_text_cache_control_is_carried_and_unknown_part_fields_refused() -> None:
+    assert openai_chat_part("m", {"type": "text", "text": "Rules.", "cache_control": {"type": "ephemeral"}},
+                            role="system") == TextPart(type="text", text="Rules.", cache_control=CacheControl())
+    for part, param in [({"type": "text", "text": "a", "citations": []}, "m.citations"),
+                        ({"type": "image_url", "image_url": {"url": PNG_URL, "size": 3}}, "m.image_url.size"),
+                        ({"type": "file", "file": {"file_data": f"data:application/pdf;base64,{PDF}", "x": 1}},
+                         "m.file.x")]:
+        with pytest.raises(FacadeError) as raised:
+            openai_chat_part("m", part, role="user")
+        assert raised.value.param == param
+    with pytest.raises(FacadeError) as raised:
+        responses_content([{"type": "input_text", "text": "a", "extra": 1}], "input[0].content", role="user")
+    assert raised.value.param == "input[0].content[0].extra"
+
+
+def test_one_text_part_reaches_openai_chat_as_a_string_several_as_parts() -> None:
+    one = Message(role="system", content=(TextPart(type="text", text="Be brief."),))
+    two = Message(role="user", content=(TEXT, TextPart(type="text", text="And this?")))
+    assert messages_to_openai([one, two]) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "What is this?"}, {"type": "text", "text": "And this?"}]}]
+
+
+def test_parts_per_message_are_bounded() -> None:
+    with pytest.raises(ValidationError, match="at most 1000"):
+        Message(role="user", content=[{"type": "text", "text": "a"}] * 1001)

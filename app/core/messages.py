@@ -104,6 +104,10 @@ JsonObject = Annotated[dict[str, Any], AfterValidator(_json_object)]
 _FROZEN = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
 
 
+MAX_PARTS = 1000
+"""Parts per message: far above what providers take (Anthropic: 100 images per request)."""
+
+
 def _content_kind(value: Any) -> str | None:
     if isinstance(value, str):
         return CONTENT_TAGS[0]
@@ -114,7 +118,7 @@ def _content_kind(value: Any) -> str | None:
 # that part's problem alone (`messages.0.content.1.data`, app/api/errors.py drops the tags), not as
 # "not a string" too.
 MessageContent = Annotated[
-    Annotated[str, Tag(CONTENT_TAGS[0])] | Annotated[tuple[ContentPart, ...], Tag(CONTENT_TAGS[1])],
+    Annotated[str, Tag(CONTENT_TAGS[0])] | Annotated[tuple[ContentPart, ...], Field(max_length=MAX_PARTS), Tag(CONTENT_TAGS[1])],
     Discriminator(_content_kind, custom_error_type="content_type",
                   custom_error_message="content must be a string or a list of parts"),
 ]

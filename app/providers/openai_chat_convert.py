@@ -91,6 +91,8 @@ def _content(message: Message, i: int) -> str | list[dict[str, Any]]:
     OpenAI caches prompt prefixes on its own."""
     if isinstance(message.content, str):
         return message.content
+    if len(message.content) == 1 and isinstance(message.content[0], TextPart):
+        return message.content[0].text  # one text part is a string to every compatible server
     return [_part(part, i, j, message.role) for j, part in enumerate(message.content)]
 
 

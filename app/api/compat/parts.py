@@ -53,22 +53,40 @@ def _from_url(kind: type[ImagePart] | type[DocumentPart], where: str, url: Any, 
     return _build(kind, where, url=url, **extra)
 
 
+_KEYS = {"text": {"type", "text", "cache_control"}, "refusal": {"type", "refusal"}, "image_url": {"type", "image_url"},
+         "file": {"type", "file"}, "input_text": {"type", "text"}, "output_text": {"type", "text", "annotations"},
+         "input_image": {"type", "image_url", "detail", "file_id"},
+         "input_file": {"type", "file_data", "file_url", "filename", "file_id"}}
+
+
+def _only(where: str, value: dict[str, Any], allowed: set[str]) -> None:
+    """Refuse what a part carries beyond `allowed`: accepted means carried."""
+    extra = sorted(set(value) - allowed)
+    if extra:
+        raise FacadeError(f"{where}.{extra[0]}: not carried by the gateway", param=f"{where}.{extra[0]}")
+
+
 def openai_chat_part(where: str, part: dict[str, Any], *, role: str) -> ContentPart:
-    """One Chat Completions content part."""
+    """One Chat Completions content part. A text part's `cache_control` (as OpenRouter and LiteLLM
+    spell Anthropic's breakpoint here) is carried."""
     kind = part.get("type")
+    if kind in _KEYS:
+        _only(where, part, _KEYS[str(kind)])
     if kind == "text" or (role == "assistant" and kind == "refusal"):
-        return text_part(where, part.get(kind))
+        return text_part(where, part.get(kind), _cache_control(where, part.get("cache_control")))
     if kind == "image_url" and role == "user":
         image = part.get("image_url")
         if not isinstance(image, dict):
             raise FacadeError(f"{where}.image_url: must be an object with a url", param=f"{where}.image_url")
+        _only(f"{where}.image_url", image, {"url", "detail"})
         return _from_url(ImagePart, f"{where}.image_url.url", image.get("url"), type="image",
                          detail=image.get("detail"))
     if kind == "file" and role == "user":
         file = part.get("file")
-        if not isinstance(file, dict) or "file_data" not in file:
+        if not isinstance(file, dict) or "file_data" not in file or file.get("file_id") is not None:
             raise FacadeError(f"{where}.file: only file_data (a PDF as a data URL) is carried; the gateway holds "
                               "no uploaded files (file_id)", param=f"{where}.file")
+        _only(f"{where}.file", file, {"file_data", "filename", "file_id"})
         return _from_url(DocumentPart, f"{where}.file.file_data", file["file_data"], type="document",
                          title=file.get("filename"))
     if kind in ("image_url", "file", "input_audio"):
@@ -125,6 +143,8 @@ def responses_part(where: str, part: dict[str, Any], *, role: str) -> ContentPar
     """One Responses API input content part: `input_text` (`output_text` on an assistant turn),
     `input_image` (`image_url`: a data or https URL) and `input_file` (`file_data` or `file_url`)."""
     kind = part.get("type")
+    if kind in _KEYS:
+        _only(where, part, _KEYS[str(kind)])
     if kind == "input_text" or (role == "assistant" and kind in ("output_text", "refusal")):
         return text_part(where, part.get("refusal" if kind == "refusal" else "text"))
     if kind == "input_image" and role in ("user", "tool"):
