@@ -44,7 +44,8 @@ def main() -> dict[str, Any]:
     args = parser.parse_args()
     events = [TokenEvent(index=i, content=f" tok{i}") for i in range(args.events)]
     run: Any = SimpleNamespace(stream_id="str_" + "0" * 32, tools=SimpleNamespace(runs=lambda name: False),
-                               released=Released(provider="bench"))
+                               released=Released(provider="bench"),
+                               accumulator=SimpleNamespace(start_usage=None))  # message_start reads it
     openai_writer = ChunkWriter(run, model="bench/chunks", include_usage=True)
     anthropic_writer = MessageWriter(run, model="bench/chunks")
     responses_writer = ResponseWriter(run, echo={"model": "bench/chunks"}, stream=True)

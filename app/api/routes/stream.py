@@ -70,8 +70,8 @@ router.add_api_route(
 @router.get(
     "/v1/stream/{stream_id}",
     response_class=SSEResponse,
-    responses={200: _SSE_DOC, 204: {"description": "The stream's final was already delivered (the cursor is at or "
-                                                    "past it): nothing more will come; an EventSource stops reconnecting."},
+    responses={200: _SSE_DOC, 204: {"description": "The stream's final was already delivered (the cursor is its "
+                                                    "id): nothing more will come; an EventSource stops reconnecting."},
                **json_errors(400, 401, 404, 410)},
     summary="Subscribe to a stream: replay after Last-Event-ID or ?after=N, then follow live",
 )
@@ -86,7 +86,7 @@ async def subscribe(
     await _check_owner(gateway, principal, stream_id)
     cursor = parse_cursor(last_event_id, after)
     log = gateway.store.get(stream_id)
-    if log is not None and log.finished and cursor >= log.last_seq:
+    if log is not None and log.finished and cursor == log.last_seq:  # past it: 400 below (CursorAhead)
         # The client has the final already: 204 makes an EventSource stop reconnecting (WHATWG
         # HTML, "server-sent events": a response other than 200 fails the connection for good).
         return Response(status_code=204, headers={"x-stream-id": stream_id})
