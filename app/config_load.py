@@ -13,14 +13,19 @@ import os
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, ValidationError
 from pydantic_settings import SettingsError as PydanticSettingsError
 
 from app.config_file import STRUCTURED, ConfigError, group_of
 from app.settings import Settings
+from app.tools.config import HttpToolConfig
 
-__all__ = ["config_schema", "env_name", "load_settings", "setting_error", "unknown_variables"]
+__all__ = ["config_schema", "env_name", "load_settings", "secret_values", "setting_error", "unknown_variables"]
+
+_SECRET_NAME = re.compile(r"(API_KEY|_KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
+"""FOUNDRY_* and other variables whose values are secrets by their name."""
 
 _OTHER_VARIABLES = frozenset({"FOUNDRY_CONFIG", "FOUNDRY_CHROMIUM"})  # read outside Settings (the browser tests: Chromium)
 
@@ -108,3 +113,20 @@ def config_schema() -> dict[str, Any]:
 def setting_error(field: str, message: str) -> ConfigError:
     """A ConfigError for a setting found wrong after loading (a route naming no served provider)."""
     return ConfigError([f"{_where(field)}: {message}"])
+
+
+def secret_values(settings: Settings) -> list[str]:
+    """Every configured secret: provider keys (settings and the compatible providers' env
+    variables) and FOUNDRY_* variables named like secrets; scrubbed from errors and logs."""
+    named = (settings.openai_api_key, settings.anthropic_api_key, settings.gemini_api_key, settings.admin_key,
+             settings.metrics_token, settings.redis_url, settings.database_url)
+    values = [s.get_secret_value() for s in named if s is not None]
+    values += [key for p in settings.providers if (key := p.api_key())]
+    values += [v.get_secret_value() for t in settings.tools if isinstance(t, HttpToolConfig)
+               for v in t.headers.values()]
+    values += [v for k, v in os.environ.items() if _SECRET_NAME.search(k)]
+    for url in (settings.redis_url, settings.database_url):
+        password = urlsplit(url.get_secret_value()).password if url is not None else None
+        if password:
+            values.append(password)
+    return values

@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 
@@ -21,7 +22,7 @@ from app.api.routes import admin_keys, generate, health, runs, stream, transcrip
 from app.api.routes.web import install_playground
 from app.auth import Auth, build_limiter
 from app.auth.keystore import KeyStore
-from app.config_load import load_settings, setting_error
+from app.config_load import load_settings, secret_values, setting_error
 from app.core import secrets
 from app.core.report import RunObserver
 from app.lifecycle import drain_on_stop_signal
@@ -56,13 +57,10 @@ def create_app(
     one the OTEL_* variables would build (tests pass one with an in-memory exporter). A configuration
     that cannot serve raises `ConfigError` (app/settings.py), one line per mistake."""
     settings = settings or load_settings()
-    secrets.remember(*settings.secret_values())
+    secrets.remember(*secret_values(settings))
     configure_logging(settings.log_level, settings.log_json)
-    metrics = Metrics(known_models=settings.named_models())
-    if tracing is None:
-        tracing = build_tracing(content=settings.trace_content, server_addresses=settings.server_addresses())
-    else:
-        tracing.server_addresses = {**settings.server_addresses(), **tracing.server_addresses}
+    metrics = Metrics(known_models=_named_models(settings))
+    tracing = _tracing(settings, tracing)
     store = build_store(settings, metrics)
     metrics.store_bytes.set_function(lambda: store.total_bytes)
     try:
@@ -91,12 +89,7 @@ def create_app(
     app.state.records = records
     app.state.auth = auth
     app.state.accountant = accountant
-    # Most-used first: FastAPI matches included routers one after another (each router checked
-    # costs ~10-20 us of CPU per request here), so the routes that open runs come first.
-    for router in (stream.router, openai_routes.router, anthropic_routes.router, responses_routes.router,
-                   generate.router, health.router,
-                   transcript.router, runs.router, usage.router, admin_keys.router):
-        app.include_router(router)
+    _install_routes(app)
     install_playground(app)
     install_error_handlers(app)
     install_openapi(app)
@@ -105,6 +98,45 @@ def create_app(
     app.add_middleware(RequestContextMiddleware, metrics=metrics, tracing=tracing,
                        max_body_bytes=settings.max_body_bytes + base64_length(settings.media_request_max_bytes))
     return app
+
+
+def _install_routes(app: FastAPI) -> None:
+    # Most-used first: FastAPI matches included routers one after another (each router checked
+    # costs ~10-20 us of CPU per request here), so the routes that open runs come first.
+    for router in (stream.router, openai_routes.router, anthropic_routes.router, responses_routes.router,
+                   generate.router, health.router,
+                   transcript.router, runs.router, usage.router, admin_keys.router):
+        app.include_router(router)
+
+
+def _tracing(settings: Settings, tracing: Tracing | None) -> Tracing | None:
+    """The tracing the OTEL_* variables ask for (None: off), or the injected one with the
+    configured providers' hosts as `server.address`."""
+    addresses = _server_addresses(settings)
+    if tracing is None:
+        return build_tracing(content=settings.trace_content, server_addresses=addresses)
+    tracing.server_addresses = {**addresses, **tracing.server_addresses}
+    return tracing
+
+
+def _named_models(settings: Settings) -> set[str]:
+    """The models the configuration names (routes and their targets, aliases and theirs, priced
+    models without a pattern) and the mock's fixed scenarios: their own metric label values."""
+    names = {*settings.routes, *settings.aliases, *settings.aliases.values(),
+             *(m for m in settings.prices if "*" not in m)}
+    names.update(t.model for route in settings.routes.values() for t in route.targets)
+    names.update(f"mock/{scenario}" for scenario in ("simple", "tool_call", "echo"))
+    return names
+
+
+def _server_addresses(settings: Settings) -> dict[str, str]:
+    """Each provider's upstream host, as traces name it (`server.address`)."""
+    urls = {"openai": settings.openai_base_url or "https://api.openai.com",
+            "openai-responses": settings.openai_base_url or "https://api.openai.com",
+            "anthropic": settings.anthropic_base_url or "https://api.anthropic.com",
+            "gemini": settings.gemini_base_url or "https://generativelanguage.googleapis.com",
+            **{p.name: p.base_url for p in settings.providers}}
+    return {name: host for name, url in urls.items() if (host := urlsplit(url).hostname)}
 
 
 def _lifespan(settings: Settings, gateway: Gateway, auth: Auth,

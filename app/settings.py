@@ -16,7 +16,6 @@ import os
 import re
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
@@ -27,13 +26,12 @@ from app.config_file import read_config_file
 from app.core.errors import RequestError
 from app.lifecycle import drain_budget
 from app.providers.config import CompatibleProvider, ProviderConfig, ReadLimits
-from app.routing.config import RouteConfig, route_cycle
-from app.tools.config import HttpToolConfig, ToolConfig, default_tools
+from app.routing.config import RouteConfig, check_route_deadlines, check_route_shapes
+from app.tools.config import ToolConfig, default_tools
 from app.validation import ValidatorSpec, check_specs
 
 __all__ = ["CompatibleProvider", "Settings"]  # CompatibleProvider: app/providers/config.py
 
-_SECRET_NAME = re.compile(r"(API_KEY|_KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FOUNDRY_", extra="forbid", populate_by_name=True,
@@ -300,40 +298,9 @@ class Settings(BaseSettings):
                 raise ValueError(f"provider name {name!r} is built in")
         return providers
 
-    def secret_values(self) -> list[str]:
-        """Every configured secret: provider keys (settings and the compatible providers' env
-        variables) and FOUNDRY_* variables named like secrets; scrubbed from errors and logs."""
-        values = [s.get_secret_value() for s in (self.openai_api_key, self.anthropic_api_key, self.gemini_api_key,
-                                                 self.admin_key, self.metrics_token, self.redis_url, self.database_url)
-                  if s is not None]
-        values += [key for p in self.providers if (key := p.api_key())]
-        values += [v.get_secret_value() for t in self.tools if isinstance(t, HttpToolConfig) for v in t.headers.values()]
-        values += [v for k, v in os.environ.items() if _SECRET_NAME.search(k)]
-        for url in (self.redis_url, self.database_url):
-            password = urlsplit(url.get_secret_value()).password if url is not None else None
-            if password:
-                values.append(password)
-        return values
-
     def records_url_masked(self) -> str:
         """The records database URL with its password hidden (for logs and `config check`)."""
         return make_url(self.records_url()).render_as_string(hide_password=True)
-    def named_models(self) -> set[str]:
-        """The models the configuration names (routes and their targets, aliases and theirs, priced
-        models without a pattern) and the mock's fixed scenarios: their own metric label values."""
-        names = {*self.routes, *self.aliases, *self.aliases.values(), *(m for m in self.prices if "*" not in m)}
-        names.update(t.model for route in self.routes.values() for t in route.targets)
-        names.update(f"mock/{scenario}" for scenario in ("simple", "tool_call", "echo"))
-        return names
-
-    def server_addresses(self) -> dict[str, str]:
-        """Each provider's upstream host, as traces name it (`server.address`)."""
-        urls = {"openai": self.openai_base_url or "https://api.openai.com",
-                "openai-responses": self.openai_base_url or "https://api.openai.com",
-                "anthropic": self.anthropic_base_url or "https://api.anthropic.com",
-                "gemini": self.gemini_base_url or "https://generativelanguage.googleapis.com",
-                **{p.name: p.base_url for p in self.providers}}
-        return {name: host for name, url in urls.items() if (host := urlsplit(url).hostname)}
 
     def provider_config(self) -> ProviderConfig:
         """What the provider modules need (they never see Settings)."""
@@ -394,25 +361,13 @@ class Settings(BaseSettings):
     @classmethod
     def _routes_well_formed(cls, routes: dict[str, RouteConfig]) -> dict[str, RouteConfig]:
         # Unknown providers are checked when the app starts (app/routing/router.py check_routes).
-        for name, route in routes.items():
-            if "/" in name or not name:
-                raise ValueError(f"routes.{name}: a route name has no '/' (that is provider/model)")
-            if route.hedge_after_ms is not None and len(route.targets) < 2:
-                raise ValueError(f"routes.{name}.hedge_after_ms: hedging needs a route with two targets or more")
-        cycle = route_cycle(routes)
-        if cycle:
-            raise ValueError(f"routes.{cycle[0]}.targets: the routes form a cycle: {' -> '.join(cycle)}")
-        return routes
+        return check_route_shapes(routes)
 
     @model_validator(mode="after")
     def _route_deadlines_within_caps(self) -> Settings:
-        caps = {"first_token_timeout": self.max_first_token_timeout, "idle_timeout": self.max_idle_timeout,
-                "total_timeout": self.max_total_timeout}
-        for name, route in self.routes.items():
-            for field, cap in caps.items():
-                value = getattr(route, field)
-                if value is not None and value > cap:
-                    raise ValueError(f"routes.{name}.{field}: {value} is above the operator's cap {cap}")
+        check_route_deadlines(self.routes, {"first_token_timeout": self.max_first_token_timeout,
+                                            "idle_timeout": self.max_idle_timeout,
+                                            "total_timeout": self.max_total_timeout})
         return self
 
     @classmethod

@@ -6,6 +6,7 @@ import asyncio
 import pytest
 import redis.asyncio as redis
 
+from app.config_load import secret_values
 from app.core.events import AssistantMessage, FinalEvent, ReasoningEvent, StartEvent, TokenEvent, ToolCallEvent, Usage
 from app.streams.errors import CANCELLED_BY_REQUEST, CursorAhead, ReplayUnavailable, StoreUnavailable
 from app.streams.redis import RedisStreamStore
@@ -232,4 +233,4 @@ async def test_redis_unreachable_at_start_readyz_names_the_store_and_runs_fail_f
         r = await c.post("/v1/stream", json={"model": "mock/simple", "messages": [{"role": "user", "content": "hi"}]})
         assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable"
         assert r.json()["error"]["retryable"] is True and "hunter2" not in r.text
-    assert "hunter2-redis-pass" in Settings(redis_url="redis://:hunter2-redis-pass@h:1/0").secret_values()
+    assert "hunter2-redis-pass" in secret_values(Settings(redis_url="redis://:hunter2-redis-pass@h:1/0"))

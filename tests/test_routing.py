@@ -17,9 +17,10 @@ from app.main import create_app
 from app.providers.registry import ProviderRegistry
 from app.routing.breaker import Breaker
 from app.routing.errors import DeadlineExceeded
-from app.routing.router import Router, retry_after_seconds
+from app.routing.router import Router
 from app.routing.stream import RoutedStream
 from app.routing.targets import Policy
+from app.routing.verdicts import retry_after_seconds
 from app.settings import Settings
 from tests.fakes import FakeAdapter
 

@@ -48,7 +48,8 @@ from app.core.patches import (
     UsagePatch,
 )
 from app.core.released import Released
-from app.providers.base import BaseStreamIterator, ProviderAdapter, ProviderRequest, replay_stream
+from app.providers.base import ProviderAdapter, ProviderRequest
+from app.providers.iterator import BaseStreamIterator, replay_stream
 
 __all__ = [
     "SCENARIOS",

@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["Deadlines", "RouteConfig", "TargetConfig", "flatten_targets", "route_cycle"]
+__all__ = ["Deadlines", "RouteConfig", "TargetConfig", "check_route_deadlines", "check_route_shapes", "flatten_targets",
+           "route_cycle"]
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
@@ -99,3 +100,25 @@ def flatten_targets(routes: dict[str, RouteConfig], name: str) -> list[TargetCon
         else:
             out.append(target)
     return out
+
+
+def check_route_shapes(routes: dict[str, RouteConfig]) -> dict[str, RouteConfig]:
+    """FOUNDRY_ROUTES as a whole: names without '/', hedging with two targets or more, no cycle."""
+    for name, route in routes.items():
+        if "/" in name or not name:
+            raise ValueError(f"routes.{name}: a route name has no '/' (that is provider/model)")
+        if route.hedge_after_ms is not None and len(route.targets) < 2:
+            raise ValueError(f"routes.{name}.hedge_after_ms: hedging needs a route with two targets or more")
+    cycle = route_cycle(routes)
+    if cycle:
+        raise ValueError(f"routes.{cycle[0]}.targets: the routes form a cycle: {' -> '.join(cycle)}")
+    return routes
+
+
+def check_route_deadlines(routes: dict[str, RouteConfig], caps: dict[str, float]) -> None:
+    """Each route's deadlines within the operator's caps (FOUNDRY_MAX_*_TIMEOUT)."""
+    for name, route in routes.items():
+        for field, cap in caps.items():
+            value = getattr(route, field)
+            if value is not None and value > cap:
+                raise ValueError(f"routes.{name}.{field}: {value} is above the operator's cap {cap}")

@@ -16,23 +16,21 @@ never switched to another model mid-conversation.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import functools
 import random
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any
 
 from app.core.errors import (
     GatewayError,
     RequestError,
     UpstreamBadRequest,
-    UpstreamBlocked,
 )
 from app.core.patches import Patch
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest
 from app.providers.registry import ProviderRegistry
+from app.routing import verdicts
 from app.routing.breaker import Breaker, Breakers, BreakerState
 from app.routing.config import Deadlines, RouteConfig, flatten_targets
 from app.routing.errors import CircuitOpen, DeadlineExceeded
@@ -41,71 +39,10 @@ from app.routing.stream import RoutedStream, close_upstream
 from app.routing.targets import Attempt, Outcome, Policy, RouteOutcome, Target
 from app.tracing import Tracing
 
-__all__ = ["RouteConfigError", "RouteSession", "Router", "check_routes", "retry_after_seconds"]
-
-_CONTENT_KINDS = frozenset({"tool_start", "tool_delta", "tool_result_start", "tool_result_delta"})
-_TARGET_FAULTS = frozenset({"upstream_auth", "model_not_found", "upstream_quota"})
-"""Failures of the target's configuration: another target may serve, the same one will not."""
-_NOT_BREAKING = frozenset({"model_not_found", "rate_limited"})
-"""Never a breaker failure: a model that does not exist is the caller's naming (everyone else's
-requests to it would get 503 instead of 404), a 429 is the provider asking to slow down."""
-
+__all__ = ["RouteConfigError", "RouteSession", "Router", "check_routes"]
 
 class RouteConfigError(ValueError):
     """A route names something this gateway does not serve (raised when the app starts)."""
-
-
-def _has_content(batch: list[Patch]) -> bool:
-    for patch in batch:
-        kind = patch.kind
-        if kind in _CONTENT_KINDS or (kind in ("text_delta", "reasoning_delta") and patch.text):  # type: ignore[union-attr]
-            return True
-    return False
-
-
-def _verdict(exc: GatewayError) -> Literal["retry", "fallback", "stop"]:
-    """What a failure before the first content allows: retry the target, try the next, or neither."""
-    if isinstance(exc, (RequestError, UpstreamBadRequest, UpstreamBlocked)):
-        return "stop"  # the caller's request: no target will take it (never retried)
-    if isinstance(exc, DeadlineExceeded):
-        return "stop" if exc.deadline == "total" else "fallback"  # a slow first token: move on
-    if exc.code in _TARGET_FAULTS or isinstance(exc, CircuitOpen):
-        return "fallback"
-    status = exc.upstream_status
-    if exc.retryable or (status is not None and status >= 500):
-        return "retry"
-    return "fallback"
-
-
-def _breaks(exc: GatewayError) -> bool:
-    """Whether a failure counts toward the target's breaker: the target's own faults only."""
-    return _verdict(exc) != "stop" and exc.code not in _NOT_BREAKING and not isinstance(exc, CircuitOpen)
-
-
-def _outcome(exc: GatewayError) -> Outcome:
-    if isinstance(exc, CircuitOpen):
-        return "skipped"
-    if exc.code == "rate_limited":
-        return "rate_limited"
-    if exc.status == 504:
-        return "timeout"
-    return "error"
-
-
-def retry_after_seconds(value: Any) -> float | None:
-    """A Retry-After header value (seconds or an HTTP date) in seconds; None if absent or unreadable."""
-    if value is None:
-        return None
-    text = str(value).strip()
-    try:
-        return max(0.0, float(text))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def check_routes(routes: dict[str, RouteConfig], registry: ProviderRegistry) -> None:
@@ -259,7 +196,7 @@ class RouteSession(ProviderAdapter):
 
     def _failed_late(self, target: Target, exc: GatewayError) -> None:
         """The serving upstream failed after its first content: no fallback, but its breaker counts it."""
-        if _breaks(exc):
+        if verdicts.breaks(exc):
             self.router.breakers[target.name].failure()
 
     def outcome(self) -> RouteOutcome:
@@ -298,7 +235,7 @@ class RouteSession(ProviderAdapter):
             try:
                 opened = await self._try(target, request)
             except GatewayError as exc:
-                verdict = _verdict(exc)
+                verdict = verdicts.verdict(exc)
                 breaker = self._judged(target, breaker, exc)
                 if verdict == "stop":
                     raise TargetFailed(exc, stop=True) from None
@@ -306,7 +243,7 @@ class RouteSession(ProviderAdapter):
                     raise TargetFailed(exc, stop=False) from None
                 tries += 1
                 delay = router.backoff(tries)
-                wait = retry_after_seconds(exc.retry_after)
+                wait = verdicts.retry_after_seconds(exc.retry_after)
                 if wait is not None:
                     if wait > router.policy.retry_after_max:
                         raise TargetFailed(exc, stop=False) from None  # a long wait: move on instead
@@ -325,7 +262,7 @@ class RouteSession(ProviderAdapter):
     def _judged(self, target: Target, breaker: Breaker | None, exc: GatewayError) -> Breaker | None:
         """Count a failure toward the target's breaker (made now if missing) when it is the
         target's own; else only give back a probe slot the attempt held."""
-        if _breaks(exc):
+        if verdicts.breaks(exc):
             breaker = self.router.breakers[target.name]
             breaker.failure()
         elif breaker is not None:
@@ -368,7 +305,7 @@ class RouteSession(ProviderAdapter):
                         ended = True
                         break
                     except Exception as exc:  # sorted just below
-                        if isinstance(exc, GatewayError) and (_verdict(exc) != "stop"
+                        if isinstance(exc, GatewayError) and (verdicts.verdict(exc) != "stop"
                                                               or isinstance(exc, UpstreamBadRequest)):
                             raise  # the provider refused the request before any output: its 400 answers
                         # served, with a failure to report after `start` (not the target's fault)
@@ -376,7 +313,7 @@ class RouteSession(ProviderAdapter):
                                      exc if isinstance(exc, GatewayError) else None)
                         return Opened(target, upstream, iterator, buffered, True, exc)
                     buffered.append(batch)
-                    if _has_content(batch):
+                    if verdicts.has_content(batch):
                         break
         except TimeoutError:
             await _close(upstream, iterator)
@@ -386,7 +323,7 @@ class RouteSession(ProviderAdapter):
             raise error from None
         except GatewayError as exc:
             await _close(upstream, iterator)
-            self._finish(attempt, started, _outcome(exc), exc)
+            self._finish(attempt, started, verdicts.outcome(exc), exc)
             raise
         except BaseException:
             await _close(upstream, iterator)
