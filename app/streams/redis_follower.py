@@ -163,6 +163,15 @@ class RedisFollower:
             return AssistantMessage()
         return Released.of(decode_frames(b"".join(frames)), provider=provider).message()
 
+    async def _ask_again(self, owner: str, stream_id: str) -> int:
+        deadline = time.monotonic() + self._link.lease_ms / 1000
+        heard = 0
+        while not heard and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            async with self._link.answering("cancel"):
+                heard = await self._redis.publish(self._link.cancel_channel(owner), stream_id)
+        return heard
+
     async def key_owner(self, stream_id: str) -> tuple[bool, str | None]:
         async with self._link.answering("read"):
             model, key = await self._redis.hmget(self._link.keys(stream_id).meta, "model", "key")
@@ -191,8 +200,14 @@ class RedisFollower:
             if done is not None:
                 return "finished"
             heard = await self._redis.publish(self._link.cancel_channel(owner.decode()), stream_id)
-            if heard or await self._redis.exists(self._link.lease_key(owner.decode())):
-                return "cancelling"
+            alive = bool(heard) or bool(await self._redis.exists(self._link.lease_key(owner.decode())))
+        if alive and not heard:
+            # The owner holds its lease but does not listen yet (its subscription reconnecting after
+            # Redis came back): ask again until it hears, for at most a lease.
+            heard = await self._ask_again(owner.decode(), stream_id)
+        if alive:
+            return "cancelling"
+        async with self._link.answering("cancel"):
             # Nobody runs it any more: end it here, once, with what it released.
             message = await self._released(keys, provider.decode())
             claimed = await self._link.end(stream_id, model.decode(), provider.decode(), CANCELLED_BY_REQUEST,
