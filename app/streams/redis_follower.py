@@ -146,8 +146,13 @@ class RedisFollower:
                 return None
             if done is not None:
                 return "finished"
-            heard = await self._redis.publish(self._link.cancel_channel(owner.decode()), stream_id)
-            if heard or await self._redis.exists(self._link.lease_key(owner.decode())):
+            # The owner pops its queue (BLPOP); the queue expires with the owner's lease.
+            queue, lease = self._link.cancel_queue(owner.decode()), self._link.lease_key(owner.decode())
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.rpush(queue, stream_id)
+            pipe.pexpire(queue, self._link.lease_ms)
+            pipe.exists(lease)
+            if (await pipe.execute())[2]:
                 return "cancelling"
             # Nobody runs it any more: end it here, once, with what it released.
             message = await self._released(keys, provider.decode())

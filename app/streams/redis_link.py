@@ -14,14 +14,12 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import redis.asyncio as redis
 import structlog
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from app.core.errors import ErrorData
 from app.core.events import STOP_REASON_FOR_STATUS, AssistantMessage, FinalEvent, Usage
+from app.redis_client import connect
 from app.streams.errors import StoreUnavailable
 from app.streams.frames import encode_frame
 
@@ -76,22 +74,22 @@ class RedisLink:
         self.lease_ms = max(100, int(lease_seconds * 1000))
         self.block_ms = max(50, min(1000, self.lease_ms // 4))
         self.timeout = timeout
-        # Short socket timeouts and no retry loop, so an unreachable Redis fails a request at once
-        # instead of hanging it.
-        self.client = redis.from_url(
-            url, socket_timeout=max(timeout, self.block_ms / 1000 + timeout), socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0), health_check_interval=0,
-        )
+        # Short socket timeouts, so an unreachable Redis fails a request at once instead of hanging
+        # it; one Redis or a cluster, by the URL's scheme (app/redis_client.py).
+        self.client = connect(url, socket_timeout=max(timeout, self.block_ms / 1000 + timeout),
+                              socket_connect_timeout=timeout)
         self._claim = self.client.register_script(_CLAIM)
 
     def keys(self, stream_id: str) -> Keys:
         return Keys(self.prefix, stream_id)
 
     def lease_key(self, replica: str) -> str:
-        return f"{self.prefix}:lease:{replica}"
+        return f"{self.prefix}:lease:{{{replica}}}"
 
-    def cancel_channel(self, replica: str) -> str:
-        return f"{self.prefix}:cancel:{replica}"
+    def cancel_queue(self, replica: str) -> str:
+        """The list a replica pops (BLPOP) the ids of its streams to cancel from: a key, not a
+        pub/sub channel, so it lives in one slot of a cluster and outlasts a failover."""
+        return f"{self.prefix}:cancel:{{{replica}}}"
 
     async def ping(self) -> bool:
         try:
