@@ -56,6 +56,20 @@ async def test_the_replicas_say_they_run_on_the_cluster(pair):  # noqa: F811 - t
         assert ready["store_backend"] == "redis" and ready["store"] is True and ready["limits"] == "redis"
 
 
+async def test_a_follower_costs_no_key_lookup_round_trip(cluster, pair):  # noqa: F811
+    """Following from another replica reads with XREAD straight on the slot's node: no
+    COMMAND GETKEYS round trip per read (redis-py asks the server for XREAD's keys otherwise)."""
+    a, b = pair
+    async with httpx.AsyncClient(timeout=30) as c:
+        sid = await start_background(c, a.url, ask("mock/lorem-30", 20))
+        before = cluster.commandstats()
+        followed = parse_sse((await c.get(f"{b.url}/v1/stream/{sid}")).content)
+        after = cluster.commandstats()
+    assert contiguous_with_one_final(followed)
+    assert after.get("xread", 0) > before.get("xread", 0)
+    assert after.get("command|getkeys", 0) == before.get("command|getkeys", 0)
+
+
 def contiguous_with_one_final(events) -> bool:
     return ids(events) == list(range(1, len(events) + 1)) and [e for _, e, _ in events].count("final") == 1 \
         and events[-1][1] == "final"

@@ -69,8 +69,7 @@ class RedisFollower:
         failing_since: float | None = None
         while True:
             try:
-                reply = await self._redis.xread({keys.events: f"{cursor}-0"}, count=_READ_COUNT,
-                                                block=self._link.block_ms)
+                reply = await self._link.xread(keys.events, f"{cursor}-0", count=_READ_COUNT, block=self._link.block_ms)
                 if not reply:
                     if await self._idle(stream_id, keys):
                         return
