@@ -18,7 +18,6 @@ from tests.test_auth_replicas import (  # noqa: F401 - collected again here, on 
 from tests.test_redis_replicas import (  # noqa: F401 - collected again here, on the cluster
     ask,
     ids,
-    pair,
     read_until,
     start_background,
     test_both_replicas_restarted_then_replay,
@@ -49,14 +48,34 @@ def redis_url(cluster):
     return cluster.url
 
 
-async def test_the_replicas_say_they_run_on_the_cluster(pair):  # noqa: F811 - the imported fixture
+@pytest.fixture(scope="module")
+def cluster_pair(cluster):
+    a, b = Replica(cluster.url).start(), Replica(cluster.url).start()
+    try:
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+@pytest.fixture
+def pair(cluster_pair):
+    """The suite's two replicas, shared by this module's scenarios (starting processes is most of
+    their cost); one a scenario killed is started again, on its port."""
+    for replica in cluster_pair:
+        if replica.proc is None or replica.proc.poll() is not None:
+            replica.start()
+    return cluster_pair
+
+
+async def test_the_replicas_say_they_run_on_the_cluster(pair):
     a, _ = pair
     async with httpx.AsyncClient(timeout=30) as c:
         ready = (await c.get(f"{a.url}/readyz")).json()
         assert ready["store_backend"] == "redis" and ready["store"] is True and ready["limits"] == "redis"
 
 
-async def test_a_follower_costs_no_key_lookup_round_trip(cluster, pair):  # noqa: F811
+async def test_a_follower_costs_no_key_lookup_round_trip(cluster, pair):
     """Following from another replica reads with XREAD straight on the slot's node: no
     COMMAND GETKEYS round trip per read (redis-py asks the server for XREAD's keys otherwise)."""
     a, b = pair
@@ -75,7 +94,7 @@ def contiguous_with_one_final(events) -> bool:
         and events[-1][1] == "final"
 
 
-async def test_master_failover_mid_stream_ends_honestly_and_resumes_work(cluster, pair):  # noqa: F811
+async def test_master_failover_mid_stream_ends_honestly_and_resumes_work(cluster, pair):
     """CLUSTER FAILOVER of the master of a running stream's slot (its replica takes over, no write
     lost): the follower on B sees every event once and one final, the stream replays whole
     afterwards, and new runs are served on both replicas."""

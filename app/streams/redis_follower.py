@@ -29,6 +29,9 @@ __all__ = ["RedisFollower"]
 _READ_COUNT = 1000
 _REPLICA_LOST: ErrorData = {"code": "replica_lost", "retryable": True,
                             "message": "the replica running this stream stopped; retry the request"}
+_EVENTS_LOST: ErrorData = {"code": "replay_unavailable", "retryable": False,
+                           "message": "events of this stream are no longer in the stream store (lost in a store "
+                                      "failover, or trimmed); the stream cannot be replayed past this point"}
 _STORE_AWAY: ErrorData = {"code": "store_unavailable", "retryable": True,
                           "message": "the stream store became unreachable; resume from the last event id later"}
 
@@ -85,7 +88,13 @@ class RedisFollower:
                 # Redis stays away: end this reader honestly rather than hang.
                 yield final_frame(cursor + 1, "", "", _STORE_AWAY, "error")
                 return
-            frames, cursor, done = _frames_after(reply[0][1], cursor)
+            try:
+                frames, cursor, done = _frames_after(reply[0][1], cursor, stop_at_hole=True)
+            except ReplayUnavailable:
+                # Events after our cursor are gone from Redis (a master killed before it replicated
+                # them, or trimmed past a slow reader): end this reader honestly, never a cut body.
+                yield final_frame(cursor + 1, "", "", _EVENTS_LOST, "error")
+                return
             if frames:
                 yield b"".join(frames)
             if done:
@@ -168,15 +177,19 @@ def _skip_frames(data: bytes, n: int) -> bytes:
     return data[pos:]
 
 
-def _frames_after(entries: list[tuple[bytes, dict[bytes, bytes]]], cursor: int) -> tuple[list[bytes], int, bool]:
+def _frames_after(entries: list[tuple[bytes, dict[bytes, bytes]]], cursor: int, *,
+                  stop_at_hole: bool = False) -> tuple[list[bytes], int, bool]:
     """The frames of stream entries numbered after `cursor` (an entry that overlaps what was read,
-    a retried write, is cut), the new cursor, and whether the final was among them."""
+    a retried write, is cut), the new cursor, and whether the final was among them. A hole raises
+    ReplayUnavailable; with `stop_at_hole`, only when it comes first (the frames before it first)."""
     frames: list[bytes] = []
     for entry_id, fields in entries:
         last, first = _seq(entry_id), int(fields[FIRST])
         if last <= cursor:
             continue
         if first > cursor + 1:
+            if stop_at_hole and frames:
+                return frames, cursor, False
             raise ReplayUnavailable("reader fell behind the stream's retention window")
         data = fields[FRAMES]
         if first <= cursor:  # the entry starts before our cursor: skip what was delivered
