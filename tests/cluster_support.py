@@ -96,6 +96,13 @@ class RedisClusterServer:
         return f"redis+cluster://{seeds}"
 
     def start(self) -> RedisClusterServer:
+        try:
+            return self._start()
+        except BaseException:  # no node outlives a start that failed half-way
+            self.stop()
+            raise
+
+    def _start(self) -> RedisClusterServer:
         for node in self.nodes:
             node.start()
         subprocess.run(
