@@ -10,7 +10,7 @@ PORT   ?= 8000
 LOCK   := requirements/lock.txt
 UV     ?= uv==0.13.9
 
-.PHONY: run test test-fast test-slow lint install install-test lock openapi docs bench bench-litellm migrate clean
+.PHONY: run test test-fast test-slow lint install install-test lock openapi docs bench bench-litellm migrate clean chaos
 
 run: $(VENV)/.installed-run  ## install and serve the gateway (mock provider by default) on $(HOST):$(PORT)
 	mkdir -p var  # the embedded records database, var/foundry.db (FOUNDRY_DATA_DIR)
@@ -71,6 +71,11 @@ $(VENV)/.installed-docs: pyproject.toml $(LOCK) | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
 	$(BIN)/python -m pip install --quiet --no-deps -e '.[docs]'
 	@touch $@
+
+CHAOS ?= --profile short
+chaos: $(VENV)/.installed-test  ## the chaos soak (bench/chaos.py): 3 replicas behind nginx, Redis, PostgreSQL, faults; fails on a broken invariant
+	mkdir -p bench/results
+	$(BIN)/python bench/chaos.py $(CHAOS) --json bench/results/chaos.json
 
 BENCH_OUT ?= bench/results
 bench: $(VENV)/.installed-test  ## run the benchmarks in bench/; ends with one line per performance goal, from this run

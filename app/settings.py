@@ -78,7 +78,8 @@ class Settings(BaseSettings):
     # Shared stream store (unset: streams live in this process's memory)
     redis_url: SecretStr | None = Field(
         default=None, description="redis://[user:password@]host:port/db: share streams and rate-limit counters between "
-                    "replicas through Redis.",
+                    "replicas through Redis; redis+cluster://[user:password@]host:port[,host:port...] (the seed "
+                    "nodes) for a Redis Cluster.",
     )
     redis_timeout_seconds: float = Field(
         default=2.0, gt=0, le=30, description="Redis connect and reply timeout: a Redis that is away fails fast.",

@@ -70,6 +70,14 @@ def stream_store_label(settings: Settings) -> str:
     from sqlalchemy.engine import make_url  # parses any URL; the whole URL is a remembered secret (scrubbed)
 
     url = settings.redis_url.get_secret_value()
+    from app.redis_client import describe_cluster
+
+    try:
+        cluster = describe_cluster(url)
+    except ValueError as exc:
+        return f"redis+cluster (invalid URL: {exc})"
+    if cluster is not None:
+        return cluster
     try:
         parsed = make_url(url)
     except Exception:  # not a URL SQLAlchemy reads: say only the scheme

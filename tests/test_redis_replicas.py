@@ -332,9 +332,9 @@ async def test_bounds_and_expiry_across_replicas(redis_url):
             assert ids(kept) == list(range(27, 43))
             # Expiry: Redis drops the stream FOUNDRY_STREAM_TTL_SECONDS after its final (no waiting here:
             # the key's time to live is read).
-            import redis.asyncio as redis
+            from app.redis_client import connect
 
-            client = redis.from_url(redis_url)
+            client = connect(redis_url, socket_timeout=2, socket_connect_timeout=2)  # one Redis or a cluster
             for key in ("events", "meta", "transcript"):
                 assert 0 < await client.pttl(f"foundry:{{{sid}}}:{key}") <= 30_000
             await client.aclose()

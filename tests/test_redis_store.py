@@ -234,3 +234,31 @@ async def test_redis_unreachable_at_start_readyz_names_the_store_and_runs_fail_f
         assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable"
         assert r.json()["error"]["retryable"] is True and "hunter2" not in r.text
     assert "hunter2-redis-pass" in secret_values(Settings(redis_url="redis://:hunter2-redis-pass@h:1/0"))
+
+
+async def test_events_lost_by_the_store_end_a_reader_with_an_honest_final_not_a_cut_body(redis_url):
+    # A master SIGKILLed before it replicated a write (Redis Cluster failover) leaves a hole in the
+    # stored events. A reader that reaches it gets what came before and one final saying so; before,
+    # the error escaped the body mid-response and the connection was cut (incomplete chunked read).
+    owner, reader = store(redis_url), store(redis_url)
+    await owner.start()
+    try:
+        log = await owner.create(model="m", provider="p")
+        sid = log.info.stream_id
+        for batch in ((0, 1), (2, 3)):
+            for i in batch:
+                log.append(TokenEvent(index=i, content=f"t{i}"))
+            await owner.flush()  # entries 1..2 and 3..4
+        client = redis.from_url(redis_url)
+        assert await client.xdel(f"foundry:{{{sid}}}:events", "4-0") == 1  # the write the dead master lost
+        await client.aclose()
+        log.append(TokenEvent(index=4, content="t4"))
+        log.append(final())
+        await owner.flush()  # entry 5..6
+        events = parse_sse(await read_all(await reader.open(sid, 0)))
+        assert [i for i, _, _ in events] == [1, 2, 3] and [e for _, e, _ in events].count("final") == 1
+        assert events[-1][1] == "final" and events[-1][2]["error"]["code"] == "replay_unavailable"
+        assert [d["content"] for _, e, d in events if e == "token"] == ["t0", "t1"]
+    finally:
+        await owner.aclose()
+        await reader.aclose()

@@ -214,9 +214,9 @@ class RedisLimiter:
     backend = "redis"
 
     def __init__(self, url: str, *, lease_seconds: float = 600.0) -> None:
-        import redis.asyncio as redis
+        from app.redis_client import connect  # one Redis or a cluster, by the URL (redis+cluster://)
 
-        self.client = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        self.client = connect(url, socket_timeout=2.0, socket_connect_timeout=2.0, fail_fast=False)
         self.lease_seconds = lease_seconds
         self._admit = self.client.register_script(_ADMIT)
         self._add_tokens = self.client.register_script(_ADD_TOKENS)

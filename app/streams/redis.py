@@ -17,8 +17,13 @@ Keys (`{id}` is the stream id, in braces so a stream's keys share a cluster slot
                            slot (for the run's record and its key's slot if the owner dies), and
                            done/status at the end.
   foundry:{id}:transcript  the transcript snapshot as JSON (at most once a second, and at the end).
-  foundry:lease:<replica>  the owner's lease, renewed every lease/3, expiring after the lease.
-  foundry:cancel:<replica> the pub/sub channel a replica listens on for cancels of its streams.
+  foundry:lease:{<replica>}  the owner's lease, renewed every lease/3, expiring after the lease.
+  foundry:cancel:{<replica>} a list of the ids of its streams to cancel, sent by other replicas
+                           (RPUSH) and popped by the owner (BLPOP); it expires with the lease.
+
+Every key carries a hash tag, so on a Redis Cluster (`redis+cluster://` URL, app/redis_client.py)
+each command and each Lua script touches one slot; a batch of writes for many streams is one
+pipeline that redis-py's cluster client splits by node.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ class RedisStreamStore:
 
     @property
     def replica(self) -> str:
-        """This process's id in Redis (its lease and cancel channel)."""
+        """This process's id in Redis (its lease and cancel queue)."""
         return self._link.replica
 
     @property

@@ -4,7 +4,7 @@ Replay with XRANGE/XREAD, then follow with XREAD BLOCK. A follower that sees not
 owner's lease; when it has expired (process killed, node lost) it claims the stream's end with one
 Lua script (`RedisLink.end`): the first claimer appends `final{error: replica_lost, retryable:
 true}`, everyone else reads it. Detection takes at most the lease plus one block interval
-(defaults: 10 s + 1 s). A cancel of a stream owned elsewhere is published to its owner, or, when
+(defaults: 10 s + 1 s). A cancel of a stream owned elsewhere is queued for its owner (a list it pops), or, when
 nobody runs it any more, ends it here.
 """
 
@@ -78,8 +78,7 @@ class RedisFollower:
         failing_since: float | None = None
         while True:
             try:
-                reply = await self._redis.xread({keys.events: f"{cursor}-0"}, count=_READ_COUNT,
-                                                block=self._link.block_ms)
+                reply = await self._link.xread(keys.events, f"{cursor}-0", count=_READ_COUNT, block=self._link.block_ms)
                 if not reply:
                     if await self._idle(stream_id, keys):
                         return
@@ -96,11 +95,12 @@ class RedisFollower:
                 yield final_frame(cursor + 1, "", "", _STORE_AWAY, "error")
                 return
             try:
-                frames, cursor, done = _frames_after(reply[0][1], cursor)
+                frames, cursor, done = _frames_after(reply[0][1], cursor, stop_at_hole=True)
             except ReplayUnavailable as exc:
-                # The owner's writer trimmed past this reader (it opened before the events reached
-                # Redis, or it lags behind the retention window): the body ends with one honest
-                # final saying where a replay can start, never cut short.
+                # Events after our cursor are gone from Redis: the owner's writer trimmed past this
+                # reader (it opened before the events reached Redis, or lags behind the retention
+                # window), or a master was killed before it replicated them. The body ends with one
+                # honest final saying where a replay can start, never cut short.
                 yield final_frame(cursor + 1, "", "", exc.to_dict(), "error")
                 return
             if frames:
@@ -163,15 +163,6 @@ class RedisFollower:
             return AssistantMessage()
         return Released.of(decode_frames(b"".join(frames)), provider=provider).message()
 
-    async def _ask_again(self, owner: str, stream_id: str) -> int:
-        deadline = time.monotonic() + self._link.lease_ms / 1000
-        heard = 0
-        while not heard and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-            async with self._link.answering("cancel"):
-                heard = await self._redis.publish(self._link.cancel_channel(owner), stream_id)
-        return heard
-
     async def key_owner(self, stream_id: str) -> tuple[bool, str | None]:
         async with self._link.answering("read"):
             model, key = await self._redis.hmget(self._link.keys(stream_id).meta, "model", "key")
@@ -199,12 +190,14 @@ class RedisFollower:
                 return None
             if done is not None:
                 return "finished"
-            heard = await self._redis.publish(self._link.cancel_channel(owner.decode()), stream_id)
-            alive = bool(heard) or bool(await self._redis.exists(self._link.lease_key(owner.decode())))
-        if alive and not heard:
-            # The owner holds its lease but does not listen yet (its subscription reconnecting after
-            # Redis came back): ask again until it hears, for at most a lease.
-            heard = await self._ask_again(owner.decode(), stream_id)
+            # The owner pops its queue (BLPOP), also once it listens again after Redis came back;
+            # the queue expires with the owner's lease.
+            queue, lease = self._link.cancel_queue(owner.decode()), self._link.lease_key(owner.decode())
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.rpush(queue, stream_id)
+            pipe.pexpire(queue, self._link.lease_ms)
+            pipe.exists(lease)
+            alive = bool((await pipe.execute())[2])
         if alive:
             return "cancelling"
         async with self._link.answering("cancel"):
@@ -229,15 +222,19 @@ def _skip_frames(data: bytes, n: int) -> bytes:
     return data[pos:]
 
 
-def _frames_after(entries: list[tuple[bytes, dict[bytes, bytes]]], cursor: int) -> tuple[list[bytes], int, bool]:
+def _frames_after(entries: list[tuple[bytes, dict[bytes, bytes]]], cursor: int, *,
+                  stop_at_hole: bool = False) -> tuple[list[bytes], int, bool]:
     """The frames of stream entries numbered after `cursor` (an entry that overlaps what was read,
-    a retried write, is cut), the new cursor, and whether the final was among them."""
+    a retried write, is cut), the new cursor, and whether the final was among them. A hole raises
+    ReplayUnavailable; with `stop_at_hole`, only when it comes first (the frames before it first)."""
     frames: list[bytes] = []
     for entry_id, fields in entries:
         last, first = _seq(entry_id), int(fields[FIRST])
         if last <= cursor:
             continue
         if first > cursor + 1:
+            if stop_at_hole and frames:
+                return frames, cursor, False
             raise ReplayUnavailable(f"events {cursor + 1}..{first - 1} are no longer retained; replay from "
                                     f"{first - 1} or later", first_available=first)
         data = fields[FRAMES]

@@ -14,14 +14,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import redis.asyncio as redis
 import structlog
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+from redis.asyncio import RedisCluster
 from redis.exceptions import RedisError
 
 from app.core.errors import ErrorData
 from app.core.events import STOP_REASON_FOR_STATUS, AssistantMessage, FinalEvent, Usage
+from app.redis_client import connect
 from app.streams.errors import ClaimHook, StoreUnavailable
 from app.streams.frames import encode_frame
 
@@ -76,12 +75,10 @@ class RedisLink:
         self.lease_ms = max(100, int(lease_seconds * 1000))
         self.block_ms = max(50, min(1000, self.lease_ms // 4))
         self.timeout = timeout
-        # Short socket timeouts and no retry loop, so an unreachable Redis fails a request at once
-        # instead of hanging it.
-        self.client = redis.from_url(
-            url, socket_timeout=max(timeout, self.block_ms / 1000 + timeout), socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0), health_check_interval=0,
-        )
+        # Short socket timeouts, so an unreachable Redis fails a request at once instead of hanging
+        # it; one Redis or a cluster, by the URL's scheme (app/redis_client.py).
+        self.client = connect(url, socket_timeout=max(timeout, self.block_ms / 1000 + timeout),
+                              socket_connect_timeout=timeout)
         self._claim = self.client.register_script(_CLAIM)
         self.on_claim: ClaimHook | None = None
         """Told of each run this replica ends for a lost owner (its record, its key's slot)."""
@@ -90,10 +87,22 @@ class RedisLink:
         return Keys(self.prefix, stream_id)
 
     def lease_key(self, replica: str) -> str:
-        return f"{self.prefix}:lease:{replica}"
+        return f"{self.prefix}:lease:{{{replica}}}"
 
-    def cancel_channel(self, replica: str) -> str:
-        return f"{self.prefix}:cancel:{replica}"
+    def cancel_queue(self, replica: str) -> str:
+        """The list a replica pops (BLPOP) the ids of its streams to cancel from: a key, not a
+        pub/sub channel, so it lives in one slot of a cluster and outlasts a failover."""
+        return f"{self.prefix}:cancel:{{{replica}}}"
+
+    async def xread(self, key: str, cursor: str, *, count: int, block: int) -> Any:
+        """XREAD BLOCK of one stream. On a cluster it goes straight to the node of the key's slot:
+        redis-py cannot find XREAD's key by itself and would ask the server first (COMMAND GETKEYS,
+        one more round trip per read: the soak's INFO commandstats showed it)."""
+        if isinstance(self.client, RedisCluster):
+            node = self.client.get_node_from_key(key)
+            return await self.client.execute_command("XREAD", "COUNT", count, "BLOCK", block, "STREAMS", key, cursor,
+                                                     target_nodes=node)
+        return await self.client.xread({key: cursor}, count=count, block=block)
 
     async def ping(self) -> bool:
         try:

@@ -81,6 +81,12 @@ class RedisOwner:
             pass
         for task in self._tasks:
             task.cancel()
+        # redis-py's cluster client can turn a cancel that lands while it connects into a connection
+        # error, which the loops survive: cancel again until every task has stopped.
+        while not all(task.done() for task in self._tasks):
+            await asyncio.wait(self._tasks, timeout=0.1)
+            for task in self._tasks:
+                task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def flush(self) -> None:
@@ -285,16 +291,13 @@ class RedisOwner:
             await asyncio.sleep(self._link.lease_ms / 3000)
 
     async def _cancel_loop(self) -> None:
-        channel = self._link.cancel_channel(self._link.replica)
+        queue = self._link.cancel_queue(self._link.replica)
         while True:
             try:
-                async with self._redis.pubsub() as pubsub:
-                    await pubsub.subscribe(channel)
-                    while True:
-                        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                        if message is not None and message.get("type") == "message":
-                            log = self._local.get(message["data"].decode())
-                            if log is not None:
-                                log.cancel()
+                popped = await self._redis.blpop([queue], timeout=self._link.block_ms / 1000)
+                if popped is not None:
+                    log = self._local.get(popped[1].decode())
+                    if log is not None:
+                        log.cancel()
             except REDIS_ERRORS:
                 await asyncio.sleep(min(1.0, self._link.timeout))

@@ -1,0 +1,168 @@
+"""The replica suite on a Redis Cluster: the same scenarios as tests/test_redis_replicas.py and
+tests/test_auth_replicas.py (start on A follow on B, resume, cancel on B, SIGKILL of the owner,
+bounds and expiry, limits and ownership shared), with FOUNDRY_REDIS_URL a
+`redis+cluster://` URL of a three-master cluster (one replica each) started by the tests
+(tests/cluster_support.py); then a master failover and a master SIGKILL mid-stream. (Both replicas
+restarted, then replay, stays on one Redis only: it restarts four processes and tests nothing the
+cluster changes.)"""
+
+import httpx
+import pytest
+
+from app.redis_client import cluster_seeds
+from tests.cluster_support import RedisClusterServer
+from tests.redis_support import Replica
+from tests.support import parse_sse
+from tests.test_auth_replicas import (  # noqa: F401 - collected again here, on the cluster
+    test_limits_and_revocation_hold_across_two_processes,
+    test_ownership_holds_on_the_replica_that_does_not_run_the_stream,
+)
+from tests.test_redis_replicas import (  # noqa: F401 - collected again here, on the cluster
+    ask,
+    ids,
+    read_until,
+    start_background,
+    test_bounds_and_expiry_across_replicas,
+    test_cancel_on_b_of_a_run_owned_by_a,
+    test_cancel_on_b_of_a_streaming_facade_run_owned_by_a,
+    test_on_disconnect_continue_on_a_resume_on_b,
+    test_owner_sigkilled_while_b_follows_ends_with_one_replica_lost_final,
+    test_start_on_a_follow_on_b_resume_on_a_event_by_event,
+)
+
+pytestmark = pytest.mark.slow  # starts a cluster and gateway processes
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    server = RedisClusterServer(masters=3, replicas=1).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_url(cluster):
+    """The suites' fixture, overridden: every scenario imported above runs on the cluster."""
+    assert cluster_seeds(cluster.url) is not None and cluster.healthy()
+    return cluster.url
+
+
+@pytest.fixture(scope="module")
+def cluster_pair(cluster):
+    a, b = Replica(cluster.url).start(), Replica(cluster.url).start()
+    try:
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+
+
+@pytest.fixture
+def pair(cluster_pair):
+    """The suite's two replicas, shared by this module's scenarios (starting processes is most of
+    their cost); one a scenario killed is started again, on its port."""
+    for replica in cluster_pair:
+        if replica.proc is None or replica.proc.poll() is not None:
+            replica.start()
+    return cluster_pair
+
+
+async def test_the_replicas_say_they_run_on_the_cluster(pair):
+    a, _ = pair
+    async with httpx.AsyncClient(timeout=30) as c:
+        ready = (await c.get(f"{a.url}/readyz")).json()
+        assert ready["store_backend"] == "redis" and ready["store"] is True and ready["limits"] == "redis"
+
+
+async def test_a_follower_costs_no_key_lookup_round_trip(cluster, pair):
+    """Following from another replica reads with XREAD straight on the slot's node: no
+    COMMAND GETKEYS round trip per read (redis-py asks the server for XREAD's keys otherwise)."""
+    a, b = pair
+    async with httpx.AsyncClient(timeout=30) as c:
+        sid = await start_background(c, a.url, ask("mock/lorem-30", 20))
+        before = cluster.commandstats()
+        followed = parse_sse((await c.get(f"{b.url}/v1/stream/{sid}")).content)
+        after = cluster.commandstats()
+    assert contiguous_with_one_final(followed)
+    assert after.get("xread", 0) > before.get("xread", 0)
+    assert after.get("command|getkeys", 0) == before.get("command|getkeys", 0)
+
+
+def contiguous_with_one_final(events) -> bool:
+    return ids(events) == list(range(1, len(events) + 1)) and [e for _, e, _ in events].count("final") == 1 \
+        and events[-1][1] == "final"
+
+
+async def test_master_failover_mid_stream_ends_honestly_and_resumes_work(cluster, pair):
+    """CLUSTER FAILOVER of the master of a running stream's slot (its replica takes over, no write
+    lost): the follower on B sees every event once and one final, the stream replays whole
+    afterwards, and new runs are served on both replicas."""
+    a, b = pair
+    async with httpx.AsyncClient(timeout=60) as c:
+        sid = await start_background(c, a.url, ask("mock/lorem-200", 20))
+        async with c.stream("GET", f"{b.url}/v1/stream/{sid}") as r:
+            chunks = r.aiter_bytes()
+            raw = await read_until(chunks, 5)
+            old, new = cluster.failover(f"foundry:{{{sid}}}:events")
+            assert new.role() == "master" and old.role() == "slave"
+            async for chunk in chunks:
+                raw += chunk
+        events = parse_sse(raw)
+        assert contiguous_with_one_final(events)
+        final = events[-1][2]
+        assert final["status"] == "ok" or (final["error"]["code"] == "store_unavailable"
+                                           and final["error"]["retryable"] is True), final
+        # later: the stream replays from the new master, and new runs work on both replicas
+        replayed = parse_sse((await c.get(f"{b.url}/v1/stream/{sid}")).content)
+        assert contiguous_with_one_final(replayed) and replayed[-1][2]["status"] == "ok"
+        assert parse_sse((await c.get(f"{a.url}/v1/stream/{sid}?after=7")).content) == replayed[7:]
+        for replica in (a, b):
+            r = await c.post(f"{replica.url}/v1/stream", json=ask("mock/lorem-20", 0))
+            assert r.status_code == 200 and parse_sse(r.content)[-1][2]["status"] == "ok"
+
+
+async def test_master_sigkilled_mid_stream_ends_honestly_and_resumes_work(cluster):
+    """SIGKILL of the master of a running stream's slot (the cluster promotes its replica after
+    cluster-node-timeout; writes not yet replicated may be lost): the owner's own client gets the
+    whole answer from memory, a follower on B gets contiguous ids and exactly one final, a replay
+    afterwards is whole or an honest 410, and new runs work. Runs last: the cluster keeps a master
+    without a replica."""
+    a, b = Replica(cluster.url).start(), Replica(cluster.url).start()
+    try:
+        async with httpx.AsyncClient(timeout=60) as c:
+            async with c.stream("POST", f"{a.url}/v1/stream", json=ask("mock/lorem-150", 20)) as owner:
+                sid = owner.headers["x-stream-id"]
+                own = owner.aiter_bytes()
+                mine = await read_until(own, 3)
+                async with c.stream("GET", f"{b.url}/v1/stream/{sid}") as follower:
+                    chunks = follower.aiter_bytes()
+                    raw = await read_until(chunks, 5)
+                    cluster.kill_master_of(f"foundry:{{{sid}}}:events")
+                    async for chunk in chunks:
+                        raw += chunk
+                async for chunk in own:
+                    mine += chunk
+            owned = parse_sse(mine)
+            assert contiguous_with_one_final(owned) and owned[-1][2]["status"] == "ok" and len(owned) == 152
+            events = parse_sse(raw)
+            assert contiguous_with_one_final(events)
+            final = events[-1][2]
+            assert final["status"] == "ok" or (final["error"]["code"] in ("store_unavailable", "replica_lost")
+                                               and final["error"]["retryable"] is True), final
+            replay = await c.get(f"{b.url}/v1/stream/{sid}")
+            if replay.status_code == 200:
+                assert contiguous_with_one_final(parse_sse(replay.content))
+            else:  # events acknowledged by the killed master never reached its replica: said, not hidden
+                assert replay.status_code in (404, 410), replay.text
+            for replica in (a, b):
+                r = await c.post(f"{replica.url}/v1/stream", json=ask("mock/lorem-20", 0))
+                assert r.status_code == 200 and parse_sse(r.content)[-1][2]["status"] == "ok"
+                started = await start_background(c, replica.url, ask("mock/lorem-10", 0))
+                other = b if replica is a else a
+                followed = parse_sse((await c.get(f"{other.url}/v1/stream/{started}")).content)
+                assert contiguous_with_one_final(followed) and followed[-1][2]["status"] == "ok"
+    finally:
+        a.stop()
+        b.stop()
