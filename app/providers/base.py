@@ -35,6 +35,7 @@ from app.core.patches import Patch
 from app.core.released import Released
 from app.providers.config import DEFAULT_LIMITS, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, read_error
+from app.providers.http import bounded_body
 from app.providers.sse import SSEDecoder, SSEEvent, SSELimitExceeded
 
 __all__ = [
@@ -43,7 +44,6 @@ __all__ = [
     "ProviderAdapter",
     "ProviderRequest",
     "SSEPatchStream",
-    "bounded_body",
     "StreamNormalizer",
     "TokenCounter",
     "ToolChoice",
@@ -268,20 +268,6 @@ async def sse_body(response: httpx2.Response, normalizer: StreamNormalizer, *, p
         raise UpstreamError(f"{provider}: expected an event stream, got JSON: {text}", provider=provider)
     chunks = response.aiter_bytes()  # decoded as the response says (gzip, br), in pieces of at most 1 MiB
     return SSEPatchStream(chunks, normalizer, close=response.aclose, provider=provider, limits=limits)
-
-
-async def bounded_body(response: httpx2.Response, limit: int = 65536) -> bytes:
-    """At most `limit` bytes of a body (an error answer), then the response closed: an upstream
-    read is always bounded (DESIGN.md section 4)."""
-    body = bytearray()
-    try:
-        async for part in response.aiter_bytes():
-            body += part
-            if len(body) >= limit:
-                break
-    finally:
-        await response.aclose()
-    return bytes(body[:limit])
 
 
 def incomplete(provider: str) -> UpstreamError:

@@ -57,11 +57,11 @@ from app.core.errors import (
 )
 from app.core.messages import AdapterError, Message, ToolSpec, thaw
 from app.core.parts import TextPart
-from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, bounded_body, sse_body
+from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, sse_body
 from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, status_error, transport_error
 from app.providers.gemini_stream import GeminiNormalizer
-from app.providers.http import gemini_http_client
+from app.providers.http import bounded_body, gemini_http_client
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools
 
 __all__ = [

@@ -29,7 +29,7 @@ import httpx2
 import openai
 from httpx_aiohttp.httpx2 import Httpx2AiohttpClient
 
-__all__ = ["UPSTREAM_LIMITS", "BoundedAnswers", "anthropic_http_client", "bounded_answer", "gemini_http_client",
+__all__ = ["UPSTREAM_LIMITS", "BoundedAnswers", "anthropic_http_client", "bounded_answer", "bounded_body", "gemini_http_client",
            "openai_http_client", "upstream_timeout"]
 
 MAX_BODY_BYTES = 1 << 20
@@ -44,9 +44,9 @@ def upstream_timeout(*, connect: float, read: float) -> httpx2.Timeout:
     return httpx2.Timeout(read, connect=connect)
 
 
-async def bounded_answer(response: httpx2.Response, limit: int) -> httpx2.Response:
-    """The same answer with at most `limit` bytes of its decoded body, already read (the rest is
-    never read: the response is closed)."""
+async def bounded_body(response: httpx2.Response, limit: int = 65536) -> bytes:
+    """At most `limit` bytes of a body (an error answer), then the response closed: an upstream
+    read is always bounded (DESIGN.md section 4)."""
     body = bytearray()
     try:
         async for part in response.aiter_bytes():
@@ -55,7 +55,13 @@ async def bounded_answer(response: httpx2.Response, limit: int) -> httpx2.Respon
                 break
     finally:
         await response.aclose()
-    content = bytes(body[:limit])
+    return bytes(body[:limit])
+
+
+async def bounded_answer(response: httpx2.Response, limit: int) -> httpx2.Response:
+    """The same answer with at most `limit` bytes of its decoded body, already read (the rest is
+    never read: the response is closed)."""
+    content = await bounded_body(response, limit)
     headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _FRAMING]
     headers.append(("content-length", str(len(content))))
     return httpx2.Response(response.status_code, headers=headers, stream=httpx2.ByteStream(content),
