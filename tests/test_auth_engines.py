@@ -69,6 +69,8 @@ async def _decisions(limiter) -> list[str]:
     except Denied as denied:
         out.append(denied.reason + " " + denied.headers["x-ratelimit-remaining-tokens"])
     assert await limiter.spend("key_x", "2026-11") is None
+    await limiter.add_spend("key_x", "2026-11", 0.25)  # a counter the store lost is not restarted from 0
+    out.append(str(await limiter.spend("key_x", "2026-11")))
     await limiter.seed_spend("key_x", "2026-11", 2.5)
     await limiter.seed_spend("key_x", "2026-11", 99)  # another replica seeded first: ignored
     await limiter.add_spend("key_x", "2026-11", 0.5)
@@ -81,7 +83,7 @@ async def test_memory_and_redis_limiters_decide_alike(redis_url: str) -> None:  
     try:
         await redis.client.flushdb()
         assert await _decisions(MemoryLimiter()) == await _decisions(redis) == [
-            "ok", "ok", "concurrency", "ok 0", "tokens 0", "3.0"]
+            "ok", "ok", "concurrency", "ok 0", "tokens 0", "None", "3.0"]
     finally:
         await redis.aclose()
 

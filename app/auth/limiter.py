@@ -91,7 +91,9 @@ class Limiter(Protocol):
     async def seed_spend(self, key_id: str, month: str, usd: float) -> None:
         """Set the month's spend unless a replica already did."""
 
-    async def add_spend(self, key_id: str, month: str, usd: float) -> None: ...
+    async def add_spend(self, key_id: str, month: str, usd: float) -> None:
+        """Add to the month's spend if it was seeded; a counter the store lost stays unset, and the
+        next budget check seeds it from the records."""
 
     async def ping(self) -> bool: ...
 
@@ -163,7 +165,8 @@ class MemoryLimiter:
         self._spend.setdefault((key_id, month), usd)
 
     async def add_spend(self, key_id: str, month: str, usd: float) -> None:
-        self._spend[key_id, month] = self._spend.get((key_id, month), 0.0) + usd
+        if (key_id, month) in self._spend:  # as on Redis: only to a counter seeded from the records
+            self._spend[key_id, month] += usd
 
     async def ping(self) -> bool:
         return True
@@ -207,6 +210,16 @@ redis.call('EXPIRE', tkey, 120)
 
 _SPEND_TTL = 40 * 86400
 
+_ADD_SPEND = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+"""Spend is added only to a counter seeded from the records: one that Redis lost (a restart, a
+failover) is seeded again, from the records, by the next budget check; an INCRBYFLOAT on the
+missing key would start it from this run's cost and forget the month's spend before it."""
+
 
 class RedisLimiter:
     """Counters in Redis (FOUNDRY_REDIS_URL): shared and exact across replicas."""
@@ -220,6 +233,7 @@ class RedisLimiter:
         self.lease_seconds = lease_seconds
         self._admit = self.client.register_script(_ADMIT)
         self._add_tokens = self.client.register_script(_ADD_TOKENS)
+        self._add_spend = self.client.register_script(_ADD_SPEND)
 
     @staticmethod
     def _prefix(key_id: str) -> str:
@@ -253,11 +267,7 @@ class RedisLimiter:
         await self.client.set(self._spend_key(key_id, month), repr(float(usd)), nx=True, ex=_SPEND_TTL)
 
     async def add_spend(self, key_id: str, month: str, usd: float) -> None:
-        key = self._spend_key(key_id, month)
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.incrbyfloat(key, usd)
-            pipe.expire(key, _SPEND_TTL)
-            await pipe.execute()
+        await self._add_spend(keys=[self._spend_key(key_id, month)], args=[repr(float(usd)), _SPEND_TTL])
 
     async def ping(self) -> bool:
         try:
