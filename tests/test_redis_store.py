@@ -8,7 +8,7 @@ import redis.asyncio as redis
 
 from app.config_load import secret_values
 from app.core.events import AssistantMessage, FinalEvent, ReasoningEvent, StartEvent, TokenEvent, ToolCallEvent, Usage
-from app.streams.errors import CANCELLED_BY_REQUEST, CursorAhead, ReplayUnavailable, StoreUnavailable
+from app.streams.errors import CANCELLED_BY_REQUEST, CursorAhead, FinalDelivered, ReplayUnavailable, StoreUnavailable
 from app.streams.redis import RedisStreamStore
 from tests.support import parse_sse
 
@@ -49,7 +49,8 @@ async def test_frames_reach_redis_in_order_and_another_replica_replays_and_follo
         assert await b.open("str_unknown", 0) is None
         with pytest.raises(CursorAhead):
             await b.open(sid, 53)  # past the end of a finished stream: 400, as on the owner
-        assert await read_all(await b.open(sid, 52)) == b""
+        with pytest.raises(FinalDelivered):
+            await b.open(sid, 52)  # at the final: the reader has it all (the API answers 204)
         assert await b.cancel(sid) == "finished"
     finally:
         await a.aclose()
@@ -262,3 +263,26 @@ async def test_events_lost_by_the_store_end_a_reader_with_an_honest_final_not_a_
     finally:
         await owner.aclose()
         await reader.aclose()
+
+
+async def test_a_subscription_at_the_final_is_204_on_the_replica_that_did_not_run_it(redis_url):
+    """An EventSource that did not close on `final` reconnects with Last-Event-ID = the final's id;
+    through a load balancer it may reach the other replica, which reads the stream from Redis."""
+    import httpx
+
+    from app.main import create_app
+    from app.settings import Settings
+    from tests.support import serve
+
+    settings = Settings(redis_url=redis_url)
+    async with serve(create_app(settings)) as a, serve(create_app(settings)) as b, httpx.AsyncClient() as c:
+        answer = await c.post(f"{a}/v1/stream", json={"model": "mock/simple",
+                                                     "messages": [{"role": "user", "content": "hi"}]})
+        last_id, kind, _ = parse_sse(answer.text)[-1]
+        assert kind == "final"
+        sid = answer.headers["x-stream-id"]
+        for replica in (a, b):
+            done = await c.get(f"{replica}/v1/stream/{sid}", headers={"Last-Event-ID": str(last_id)})
+            assert done.status_code == 204 and done.content == b"", (replica, done.text)
+        before = await c.get(f"{b}/v1/stream/{sid}", headers={"Last-Event-ID": str(last_id - 1)})
+        assert [k for _, k, _ in parse_sse(before.text)] == ["final"]

@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from app.core.errors import ErrorData, GatewayError
 
-__all__ = ["CANCELLED_BY_REQUEST", "CancelOutcome", "ClaimHook", "ClaimedRun", "CursorAhead", "ReplayUnavailable", "RunTags",
-           "StoreFull", "StoreUnavailable"]
+__all__ = ["CANCELLED_BY_REQUEST", "CancelOutcome", "ClaimHook", "ClaimedRun", "CursorAhead", "FinalDelivered",
+           "ReplayUnavailable", "RunTags", "StoreFull", "StoreUnavailable"]
 
 
 class ReplayUnavailable(GatewayError):
@@ -23,6 +23,15 @@ class StoreFull(GatewayError):
     status = 503
     code = "overloaded"
     retryable = True
+
+
+class FinalDelivered(Exception):
+    """The cursor is the final's id of a finished stream: the reader has it all (the API answers
+    204, which makes an EventSource stop reconnecting), whichever replica it asks."""
+
+    def __init__(self, last_seq: int) -> None:
+        super().__init__(f"the stream ended at event {last_seq}, the cursor")
+        self.last_seq = last_seq
 
 
 class CursorAhead(GatewayError):

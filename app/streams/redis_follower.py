@@ -25,6 +25,7 @@ from app.streams.errors import (
     CancelOutcome,
     ClaimedRun,
     CursorAhead,
+    FinalDelivered,
     ReplayUnavailable,
     RunTags,
 )
@@ -64,6 +65,8 @@ class RedisFollower:
         if done is not None and after > last_seq:
             # Only a finished stream: a running one's owner may be a write ahead of Redis.
             raise CursorAhead(last_seq)
+        if done is not None and after == last_seq:
+            raise FinalDelivered(last_seq)
         if first:
             first_seq = int(first[0][1][FIRST])
             if after + 1 < first_seq:

@@ -19,7 +19,7 @@ from app.api.routes.runs import stored_run
 from app.api.schemas import CancelResult, GenerateRequest
 from app.api.sse import SSEResponse
 from app.core.errors import RequestError
-from app.streams.errors import CursorAhead
+from app.streams.errors import CursorAhead, FinalDelivered
 from app.streams.memory import parse_cursor
 
 router = APIRouter(tags=["stream"], dependencies=[Authenticated])
@@ -92,6 +92,8 @@ async def subscribe(
         return Response(status_code=204, headers={"x-stream-id": stream_id})
     try:
         frames = await gateway.store.open(stream_id, cursor)
+    except FinalDelivered:  # the same, for a stream another replica ran (read from Redis)
+        return Response(status_code=204, headers={"x-stream-id": stream_id})
     except CursorAhead as exc:  # no client can have seen an event that does not exist yet
         field = "Last-Event-ID" if last_event_id is not None else "after"
         raise RequestError(f"{field} {cursor} is past the stream's last event ({exc.last_seq})",
