@@ -178,6 +178,25 @@ async def test_the_request_reaches_the_upstream() -> None:
     assert (answer.max_output_tokens, answer.top_p, answer.parallel_tool_calls) == (50, 0.5, False)
 
 
+@pytest.mark.parametrize(("model", "wire"), [
+    ("anthropic/text", lambda b: b["messages"][0]["content"][1]),
+    ("openai-responses/text", lambda b: b["input"][0]["content"][1]),
+])
+async def test_the_sdks_vision_call_passes_through(model: str, wire: Any) -> None:
+    """`responses.create` with an `input_image` (a data URL) reaches the provider as its own image."""
+    from tests.test_content_parts import PNG
+
+    upstream = RecordedUpstream()
+    url = f"data:image/png;base64,{PNG}"
+    async with facade_gateway(upstream) as base, sdk(base) as client:
+        answer = await client.responses.create(model=model, input=[{"role": "user", "content": [
+            {"type": "input_text", "text": "What is this?"}, {"type": "input_image", "image_url": url, "detail": "auto"}]}])
+    assert answer.status == "completed"
+    sent = wire(upstream.requests[-1])
+    assert sent in ({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+                    {"type": "input_image", "image_url": url, "detail": "auto"})
+
+
 async def test_a_request_to_another_provider_goes_through_the_canonical_pipeline() -> None:
     upstream = RecordedUpstream()
     async with facade_gateway(upstream) as url, sdk(url) as client:
