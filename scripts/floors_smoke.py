@@ -94,7 +94,8 @@ async def main() -> None:
         assert status == 200, f"POST /v1/stream: {status} {body[:500]!r}"
         events = [line.split(b":", 1)[1].strip() for line in body.splitlines() if line.startswith(b"event:")]
         assert events and events[0] == b"start" and events[-1] == b"final", f"POST /v1/stream events: {events}"
-        final = json.loads(body.rstrip().splitlines()[-1].split(b":", 1)[1])
+        data = [line.split(b":", 1)[1] for line in body.splitlines() if line.startswith(b"data:")]
+        final = json.loads(data[-1])  # the final's data (a `retry:` hint may follow the frames)
         assert final["status"] == "ok", f"final: {final}"
         # A body without a JSON content type is not parsed (FastAPI's strict content type): 422 naming the body.
         status, body = await request(app, "POST", "/v1/stream", ask)
