@@ -111,10 +111,11 @@ class BoundedLabels:
         self._seen: set[str] = set()
         self._cap = cap
 
-    def label(self, value: str) -> str:
+    def label(self, value: str, *, admit: bool = True) -> str:
+        """`value`'s label; with `admit` false a value not yet seen is not taken in (`other`)."""
         if value in self._known or value in self._seen:
             return value
-        if len(self._seen) >= self._cap:
+        if not admit or len(self._seen) >= self._cap:
             return "other"
         self._seen.add(value)
         return value
@@ -172,8 +173,7 @@ class Metrics:
         self.key_cost = Counter("foundry_key_cost_usd", "Spend in USD by key name (priced models).", ["key"],
                                 registry=r)
         self._key_names = BoundedLabels((), MAX_KEY_LABELS)
-        self._target_names: set[str] = set()
-        self.max_target_labels = 256
+        self.targets = BoundedLabels((), 256)
         """Unconfigured targets with their own label value (FOUNDRY_MAX_UNCONFIGURED_TARGETS)."""
 
         self.route_attempts = Counter("foundry_route_attempts", "Upstream attempts before the first content, by "
@@ -248,13 +248,8 @@ class Metrics:
 
     def target_label(self, target: str, *, configured: bool, served: bool) -> str:
         """Targets (`provider/model`) as labels, bounded: a configured one (route, alias) is always
-        its own; another gets its own once it served, up to `max_target_labels`; the rest: `other`."""
-        if configured or target in self._target_names:
-            return target
-        if not served or len(self._target_names) >= self.max_target_labels:
-            return "other"
-        self._target_names.add(target)
-        return target
+        its own; another gets its own once it served, up to `targets`' cap; the rest: `other`."""
+        return target if configured else self.targets.label(target, admit=served)
 
     def count_key_outcome(self, name: str, outcome: str) -> None:
         self.key_requests.labels(self.key_label(name), outcome).inc()

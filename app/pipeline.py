@@ -31,7 +31,7 @@ from app.core.errors import GatewayError
 from app.core.events import Usage
 from app.core.report import RunObserver
 from app.lifecycle import FINALS_SECONDS, Admission, ShuttingDown
-from app.observability import Metrics, get_logger
+from app.observability import BoundedLabels, Metrics, get_logger
 from app.opener import GateFactory, RunOpener, RunSpec
 from app.providers.base import PatchStream, ProviderRequest
 from app.providers.registry import ProviderRegistry
@@ -159,7 +159,7 @@ class Gateway:
                                 gate_factory=gate_factory or self.build_gate, observers=self.observers,
                                 on_failure=lambda provider, code: metrics.upstream_errors.labels(provider, code).inc())
         self.admission = Admission(max_active=settings.max_active_runs)
-        metrics.max_target_labels = settings.max_unconfigured_targets
+        metrics.targets = BoundedLabels((), settings.max_unconfigured_targets)
         metrics.watch_circuits(self.router.breakers.states)
         metrics.active_runs.set_function(lambda: len(self.admission.active))
         metrics.max_active_runs.set(settings.max_active_runs)
