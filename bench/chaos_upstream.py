@@ -15,27 +15,17 @@ import asyncio
 
 import orjson
 
+from bench.upstream import chunk, lifespan, read_body
+
 INTERVAL = 0.02
-_HEAD = {"id": "chatcmpl-chaos", "object": "chat.completion.chunk", "created": 1, "model": "chaos"}
 
 
 def _chunk(delta: dict, finish: str | None = None, usage: dict | None = None, choices: bool = True) -> bytes:
-    body = dict(_HEAD, choices=[{"index": 0, "delta": delta, "finish_reason": finish}] if choices else [],
-                usage=usage)
-    return b"data: " + orjson.dumps(body) + b"\n\n"
+    return chunk(delta, finish, usage, choices, model="chaos")
 
 
 class Reset(Exception):
     """Raised mid-body: uvicorn drops the connection without ending the chunked body."""
-
-
-async def _read_body(receive) -> bytes:
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            return body
 
 
 async def _plain(send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
@@ -62,17 +52,12 @@ async def _stream(send, kind: str, n: int) -> None:
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        await lifespan(receive, send)
+        return
     if scope["path"].endswith("/healthz"):
         await _plain(send, 200, b"ok")
         return
-    model = str(orjson.loads(await _read_body(receive)).get("model", "paced-10"))
+    model = str(orjson.loads(await read_body(receive)).get("model", "paced-10"))
     kind, _, count = model.partition("-")
     n = int(count or 10)
     if kind == "limit":

@@ -12,22 +12,43 @@ import asyncio
 
 import orjson
 
-_HEAD = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": "bench"}
 
-
-def _chunk(delta: dict, finish: str | None = None, usage: dict | None = None, choices: bool = True) -> bytes:
-    body = dict(_HEAD, choices=[{"index": 0, "delta": delta, "finish_reason": finish}] if choices else [],
-                usage=usage)
+def chunk(delta: dict, finish: str | None = None, usage: dict | None = None, choices: bool = True, *,
+          model: str = "bench") -> bytes:
+    """One Chat Completions SSE chunk, as `data: {...}` and its blank line."""
+    body = {"id": f"chatcmpl-{model}", "object": "chat.completion.chunk", "created": 1, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if choices else [], "usage": usage}
     return b"data: " + orjson.dumps(body) + b"\n\n"
 
 
+async def lifespan(receive, send) -> None:
+    """Answer the ASGI lifespan protocol until shutdown."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def read_body(receive) -> bytes:
+    """An HTTP request's whole body."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
 def body_chunks(n: int, *, finish: bool = True) -> list[bytes]:
-    out = [_chunk({"role": "assistant", "content": ""})]
+    out = [chunk({"role": "assistant", "content": ""})]
     # A sentence ends every tenth token, so the sentence chunker (--gate) cuts real chunks.
-    out += [_chunk({"content": f" tok{i}" + ("." if i % 10 == 9 else "")}) for i in range(n)]
+    out += [chunk({"content": f" tok{i}" + ("." if i % 10 == 9 else "")}) for i in range(n)]
     if finish:
-        out.append(_chunk({}, finish="stop"))
-        out.append(_chunk({}, usage={"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5},
+        out.append(chunk({}, finish="stop"))
+        out.append(chunk({}, usage={"prompt_tokens": 5, "completion_tokens": n, "total_tokens": n + 5},
                           choices=False))
         out.append(b"data: [DONE]\n\n")
     return out
@@ -38,24 +59,13 @@ _CACHE: dict[tuple[int, bool], list[bytes]] = {}
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        await lifespan(receive, send)
+        return
     if scope["path"].endswith("/healthz"):
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
         return
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
-    model = orjson.loads(body).get("model", "chunks-10")
+    model = orjson.loads(await read_body(receive)).get("model", "chunks-10")
     kind, _, count = model.partition("-")
     n = int(count or 10)
     hold = kind == "hold"
