@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from app.core.errors import RequestError
-from app.streams.errors import CancelOutcome, ClaimHook, CursorAhead, RunTags, StoreFull
+from app.streams.errors import CancelOutcome, ClaimHook, CursorAhead, FinalDelivered, RunTags, StoreFull
 from app.streams.log import Budget, StreamInfo, StreamLog, StreamRecord
 
 __all__ = ["MemoryStreamStore", "StreamStore", "parse_cursor"]
@@ -53,7 +53,7 @@ class StreamStore(Protocol):
     async def open(self, stream_id: str, after: int) -> AsyncIterator[bytes] | None:
         """A reader: frames after `after`, then live ones until the final; None for an unknown id.
         Raises ReplayUnavailable (410) when events after `after` are no longer retained, CursorAhead
-        when `after` is past the last event."""
+        when `after` is past the last event, FinalDelivered when it is a finished stream's final."""
 
     async def transcript(self, stream_id: str) -> StreamRecord | None: ...
 
@@ -145,6 +145,8 @@ class MemoryStreamStore:
             return None
         if after > log.last_seq:  # no client can have seen an event that does not exist yet
             raise CursorAhead(log.last_seq)
+        if log.finished and after == log.last_seq:
+            raise FinalDelivered(log.last_seq)
         log.check_replay(after)
         return log.follow(after)
 

@@ -85,14 +85,12 @@ async def subscribe(
 ) -> Response:
     await _check_owner(gateway, principal, stream_id)
     cursor = parse_cursor(last_event_id, after)
-    log = gateway.store.get(stream_id)
-    if log is not None and log.finished and cursor == log.last_seq:  # past it: 400 below (CursorAhead)
-        # The client has the final already: 204 makes an EventSource stop reconnecting (WHATWG
-        # HTML, "server-sent events": a response other than 200 fails the connection for good).
-        return Response(status_code=204, headers={"x-stream-id": stream_id})
     try:
         frames = await gateway.store.open(stream_id, cursor)
-    except FinalDelivered:  # the same, for a stream another replica ran (read from Redis)
+    except FinalDelivered:
+        # The client has the final already (this replica ran the stream or another did): 204 makes an
+        # EventSource stop reconnecting (WHATWG HTML, "server-sent events": a response other than
+        # 200 fails the connection for good).
         return Response(status_code=204, headers={"x-stream-id": stream_id})
     except CursorAhead as exc:  # no client can have seen an event that does not exist yet
         field = "Last-Event-ID" if last_event_id is not None else "after"
