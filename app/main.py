@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,7 +31,9 @@ from app.pipeline import Gateway
 from app.providers.base import ProviderAdapter
 from app.providers.registry import build_registry
 from app.recording import RunRecorder, claimed_record
-from app.records import RecordStore, RecordWriter
+from app.records import RecordStore, RecordWriter, RunRecord
+from app.records.store import Inserted
+from app.records.writer import Committed
 from app.routing.router import RouteConfigError
 from app.settings import Settings
 from app.startup import log_startup
@@ -73,6 +75,8 @@ def create_app(
         gateway.add_observer(RunRecorder(records, content=settings.record_content))
     auth = _auth(settings, records, metrics)
     store.on_claim = _claims(settings, records, auth)
+    if records is not None:
+        records.on_committed = _committed(auth)
     accountant = KeyAccountant(auth, metrics)  # each run's own observer, given when it starts (app/api/access.py)
     gateway.add_observer(metrics.observe_run)
 
@@ -187,6 +191,15 @@ def _claims(settings: Settings, records: RecordWriter | None, auth: Auth) -> Cla
             await auth.limiter.release(run.owner, run.tags.slot)
 
     return claimed
+
+
+def _committed(auth: Auth) -> Committed:
+    """After each batch of records commits: the keys' budget counters take their new totals."""
+
+    async def committed(batch: Sequence[RunRecord], inserted: Inserted) -> None:
+        await auth.spend_recorded(inserted.spend)
+
+    return committed
 
 
 def _auth(settings: Settings, records: RecordWriter | None, metrics: Metrics) -> Auth:

@@ -71,9 +71,12 @@ async def _decisions(limiter) -> list[str]:
     assert await limiter.spend("key_x", "2026-11") is None
     await limiter.add_spend("key_x", "2026-11", 0.25)  # a counter the store lost is not restarted from 0
     out.append(str(await limiter.spend("key_x", "2026-11")))
-    await limiter.seed_spend("key_x", "2026-11", 2.5)
-    await limiter.seed_spend("key_x", "2026-11", 99)  # another replica seeded first: ignored
+    await limiter.put_spend("key_x", "2026-11", 2.5, 5)
+    await limiter.put_spend("key_x", "2026-11", 99, 5)  # not newer (the same runs): ignored
+    await limiter.put_spend("key_x", "2026-11", 1.5, 3)  # an older total, arriving late: ignored
     await limiter.add_spend("key_x", "2026-11", 0.5)
+    out.append(str(await limiter.spend("key_x", "2026-11")))
+    await limiter.put_spend("key_x", "2026-11", 4.0, 6)  # a newer total replaces it
     out.append(str(await limiter.spend("key_x", "2026-11")))
     return out
 
@@ -83,7 +86,7 @@ async def test_memory_and_redis_limiters_decide_alike(redis_url: str) -> None:  
     try:
         await redis.client.flushdb()
         assert await _decisions(MemoryLimiter()) == await _decisions(redis) == [
-            "ok", "ok", "concurrency", "ok 0", "tokens 0", "None", "3.0"]
+            "ok", "ok", "concurrency", "ok 0", "tokens 0", "None", "3.0", "4.0"]
     finally:
         await redis.aclose()
 

@@ -88,12 +88,13 @@ class Limiter(Protocol):
     async def spend(self, key_id: str, month: str) -> float | None:
         """The month's spend so far; None when this counter was never set (seed it from the records)."""
 
-    async def seed_spend(self, key_id: str, month: str, usd: float) -> None:
-        """Set the month's spend unless a replica already did."""
+    async def put_spend(self, key_id: str, month: str, usd: float, version: int) -> None:
+        """Set the month's spend to a total from the records, unless the counter holds a total of
+        the same or a later version (the number of runs it counts)."""
 
     async def add_spend(self, key_id: str, month: str, usd: float) -> None:
-        """Add to the month's spend if it was seeded; a counter the store lost stays unset, and the
-        next budget check seeds it from the records."""
+        """Add to the month's spend if it was set (without records: nothing durable to count from);
+        a counter the store lost stays unset, and the next budget check sets it again."""
 
     async def ping(self) -> bool: ...
 
@@ -116,7 +117,7 @@ class MemoryLimiter:
         self._requests: dict[tuple[str, int], int] = defaultdict(int)
         self._tokens: dict[tuple[str, int], int] = defaultdict(int)
         self._slots: dict[str, dict[str, float]] = defaultdict(dict)
-        self._spend: dict[tuple[str, str], float] = {}
+        self._spend: dict[tuple[str, str], tuple[float, int]] = {}
 
     def _window(self) -> tuple[float, int]:
         now = self.clock()
@@ -159,14 +160,18 @@ class MemoryLimiter:
         self._tokens[key_id, window] += tokens
 
     async def spend(self, key_id: str, month: str) -> float | None:
-        return self._spend.get((key_id, month))
+        held = self._spend.get((key_id, month))
+        return held[0] if held is not None else None
 
-    async def seed_spend(self, key_id: str, month: str, usd: float) -> None:
-        self._spend.setdefault((key_id, month), usd)
+    async def put_spend(self, key_id: str, month: str, usd: float, version: int) -> None:
+        held = self._spend.get((key_id, month))
+        if held is None or held[1] < version:
+            self._spend[key_id, month] = (usd, version)
 
     async def add_spend(self, key_id: str, month: str, usd: float) -> None:
-        if (key_id, month) in self._spend:  # as on Redis: only to a counter seeded from the records
-            self._spend[key_id, month] += usd
+        held = self._spend.get((key_id, month))
+        if held is not None:  # as on Redis: only to a counter that was set
+            self._spend[key_id, month] = (held[0] + usd, held[1])
 
     async def ping(self) -> bool:
         return True
@@ -210,15 +215,27 @@ redis.call('EXPIRE', tkey, 120)
 
 _SPEND_TTL = 40 * 86400
 
+# KEYS[1]: the key's month counter, a hash {usd, v}. ARGV: usd, version (runs counted), ttl.
+_PUT_SPEND = """
+local held = redis.call('HGET', KEYS[1], 'v')
+if held and tonumber(held) >= tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'usd', ARGV[1], 'v', ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+"""A total from the records replaces the counter only when it counts more runs: totals committed by
+several replicas may arrive out of order, and a budget check may rebuild the counter from the
+records while runs are being recorded; the newest total wins either way, so the counter equals
+the records (the key_spend table, app/records/spend.py) and no run is lost or counted twice."""
+
 _ADD_SPEND = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
+redis.call('HINCRBYFLOAT', KEYS[1], 'usd', ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 return 1
 """
-"""Spend is added only to a counter seeded from the records: one that Redis lost (a restart, a
-failover) is seeded again, from the records, by the next budget check; an INCRBYFLOAT on the
-missing key would start it from this run's cost and forget the month's spend before it."""
+"""Without records: added only to a counter that was set (to 0 at the first budget check); an
+increment on a missing key would start it from this run's cost and forget the month before it."""
 
 
 class RedisLimiter:
@@ -233,6 +250,7 @@ class RedisLimiter:
         self.lease_seconds = lease_seconds
         self._admit = self.client.register_script(_ADMIT)
         self._add_tokens = self.client.register_script(_ADD_TOKENS)
+        self._put_spend = self.client.register_script(_PUT_SPEND)
         self._add_spend = self.client.register_script(_ADD_SPEND)
 
     @staticmethod
@@ -257,14 +275,14 @@ class RedisLimiter:
         await self._add_tokens(keys=[self._prefix(key_id)], args=[int(tokens)])
 
     def _spend_key(self, key_id: str, month: str) -> str:
-        return f"{self._prefix(key_id)}:spend:{month}"
+        return f"{self._prefix(key_id)}:spendv:{month}"
 
     async def spend(self, key_id: str, month: str) -> float | None:
-        value = await self.client.get(self._spend_key(key_id, month))
+        value = await self.client.hget(self._spend_key(key_id, month), "usd")
         return float(value) if value is not None else None
 
-    async def seed_spend(self, key_id: str, month: str, usd: float) -> None:
-        await self.client.set(self._spend_key(key_id, month), repr(float(usd)), nx=True, ex=_SPEND_TTL)
+    async def put_spend(self, key_id: str, month: str, usd: float, version: int) -> None:
+        await self._put_spend(keys=[self._spend_key(key_id, month)], args=[repr(float(usd)), int(version), _SPEND_TTL])
 
     async def add_spend(self, key_id: str, month: str, usd: float) -> None:
         await self._add_spend(keys=[self._spend_key(key_id, month)], args=[repr(float(usd)), _SPEND_TTL])

@@ -17,15 +17,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
-import sqlalchemy as sa
-
 from app.auth.keys import hash_key, looks_like_key
 from app.auth.keystore import KeyStore, KeysUnavailable
 from app.auth.limiter import Admission, Denied, Limiter, Limits
 from app.auth.policy import ConfiguredKey, KeyPolicy, Principal, model_allowed
 from app.core.errors import ErrorData, GatewayError
 from app.observability import get_logger
-from app.records.tables import runs
+from app.records import spend
+from app.records.spend import SpendTotal, month_of
 
 __all__ = ["AccessDenied", "Auth", "Ticket"]
 
@@ -65,10 +64,6 @@ class Ticket:
     slot: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     done: bool = False
-
-
-def month_of(now: datetime) -> str:
-    return now.strftime("%Y-%m")
 
 
 def _next_month(now: datetime) -> datetime:
@@ -196,8 +191,9 @@ class Auth:
         now = datetime.now(UTC)
         month = month_of(now)
         spent = await self.limiter.spend(key.id, month)
-        if spent is None:
-            await self.limiter.seed_spend(key.id, month, await self._recorded_spend(key.id, now))
+        if spent is None:  # a counter Redis lost (or never had): rebuilt from the records
+            total = await self._recorded_spend(key.id, month)
+            await self.limiter.put_spend(key.id, month, total.usd, total.runs)
             spent = await self.limiter.spend(key.id, month) or 0.0
         if spent >= (key.budget_usd or 0.0):
             self._on_outcome(key.name, "budget_exceeded")
@@ -206,20 +202,24 @@ class Auth:
                                code="budget_exceeded", status=429, retry_after=retry,
                                headers={}, spent_usd=round(spent, 6), budget_usd=key.budget_usd)
 
-    async def _recorded_spend(self, key_id: str, now: datetime) -> float:
-        """This month's spend from the run records, judge calls included (counters start from it
-        after a restart)."""
+    async def _recorded_spend(self, key_id: str, month: str) -> SpendTotal:
+        """This month's spend from the run records, judge calls included (the key_spend table)."""
         if self.keystore is None:
-            return 0.0
-        start = datetime(now.year, now.month, 1, tzinfo=UTC)
-        spent = sa.func.coalesce(runs.c.cost_usd, 0.0) + sa.func.coalesce(runs.c.judge_cost_usd, 0.0)
-        query = sa.select(sa.func.coalesce(sa.func.sum(spent), 0.0)).where(
-            runs.c.owner == key_id, runs.c.created_at >= start)
+            return SpendTotal(owner=key_id, month=month, usd=0.0, runs=0)
         try:
             async with self.keystore.engine.connect() as conn:
-                return float((await conn.execute(query)).scalar_one())
+                return await spend.read(conn, key_id, month)
         except Exception as exc:  # the records database is the key database
             raise KeysUnavailable.of(exc) from None
+
+    async def spend_recorded(self, totals: Sequence[SpendTotal]) -> None:
+        """Keys' spend totals the records writer just committed: each counter takes its total when
+        newer than what it holds (so it equals the records, whatever order totals arrive in)."""
+        for total in totals:
+            try:
+                await self.limiter.put_spend(total.owner, total.month, total.usd, total.runs)
+            except Exception as exc:  # the next budget check rebuilds a counter it cannot read
+                self.log.warning("spend_counter_failed", key_id=total.owner, error=type(exc).__name__)
 
     # -- when the run ends ----------------------------------------------------------------------
 
@@ -245,7 +245,9 @@ class Auth:
                 await self.limiter.release(key.id, ticket.slot)
             if key.tpm and tokens:
                 await self.limiter.add_tokens(key.id, tokens)
-            if key.budget_usd is not None and cost_usd:
+            if key.budget_usd is not None and cost_usd and self.keystore is None:
+                # Without records there is nothing durable to count from: the counter adds it here.
+                # With records, the writer's commit sets it from the key_spend table (spend_recorded).
                 await self.limiter.add_spend(key.id, month_of(datetime.now(UTC)), cost_usd)
         except Exception as exc:  # the lease expires by itself; say so
             self.log.warning("limit_settle_failed", key_id=key.id, error=type(exc).__name__)

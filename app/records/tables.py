@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-__all__ = ["api_keys", "metadata", "run_transcripts", "runs"]
+__all__ = ["api_keys", "key_spend", "metadata", "run_transcripts", "runs"]
 
 metadata = sa.MetaData()
 
@@ -53,6 +53,16 @@ run_transcripts = sa.Table(
     sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
     sa.Column("transcript", JSONDoc, nullable=False),
 )
+
+key_spend = sa.Table(
+    "key_spend", metadata,
+    sa.Column("owner", sa.String(128), primary_key=True, comment="the API key id (runs.owner)"),
+    sa.Column("month", sa.String(7), primary_key=True, comment="YYYY-MM (UTC) the runs started in"),
+    sa.Column("usd", sa.Float, nullable=False, comment="cost_usd + judge_cost_usd of the key's recorded runs"),
+    sa.Column("runs", sa.Integer, nullable=False, comment="how many runs; the version of `usd`"),
+)
+"""Each key's recorded spend per month, kept in the transaction that records its runs (store.py):
+what budgets are counted from, exact whenever a counter cache (Redis) is lost."""
 
 api_keys = sa.Table(
     "api_keys", metadata,

@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from app.observability import get_logger
 from app.records.record import RunRecord
-from app.records.store import RecordStore
+from app.records.store import Inserted, RecordStore
 
-__all__ = ["RecordWriter"]
+__all__ = ["Committed", "RecordWriter"]
+
+Committed = Callable[[Sequence[RunRecord], Inserted], Awaitable[None]]
+"""Told after each batch commits: its records and what the insert did (the keys' new spend for the
+budget counters; the runs now durable, which the stream store's outbox can forget)."""
 
 _MAX_BACKOFF = 5.0
 
@@ -42,6 +46,7 @@ class RecordWriter:
         retention_days: float = 0.0,
         on_drop: Callable[[str, int], None] = lambda reason, n: None,
         on_write: Callable[[int], None] = lambda n: None,
+        on_committed: Committed | None = None,
     ) -> None:
         self.store = store
         self.batch_size = batch_size
@@ -50,6 +55,7 @@ class RecordWriter:
         self.retention = timedelta(days=retention_days) if retention_days > 0 else None
         self._on_drop = on_drop
         self._on_write = on_write
+        self.on_committed = on_committed
         self._queue: asyncio.Queue[RunRecord] = asyncio.Queue(maxsize=queue_size)
         self._hurry = asyncio.Event()  # set: stop lingering (a full batch waits, a flush, closing)
         self._flushes = 0
@@ -169,8 +175,14 @@ class RecordWriter:
         if not self._migrated:
             raise ConnectionError("the records database is not migrated (unreachable at start?)")
         async with asyncio.timeout(self.write_timeout):
-            await self.store.insert(batch)
+            inserted = await self.store.insert(batch)
         self._on_write(len(batch))
+        if self.on_committed is not None:
+            try:  # the batch is durable whatever happens here: never dropped for it
+                async with asyncio.timeout(self.write_timeout):
+                    await self.on_committed(batch, inserted)
+            except Exception as exc:
+                self.log.warning("records_committed_hook_failed", error=type(exc).__name__, count=len(batch))
 
     async def _retention_loop(self) -> None:
         assert self.retention is not None
