@@ -30,7 +30,7 @@ from app.observability import Metrics, configure_logging, get_logger
 from app.pipeline import Gateway
 from app.providers.base import ProviderAdapter
 from app.providers.registry import build_registry
-from app.recording import RunRecorder, claimed_record
+from app.recording import RunRecorder, claimed_record, swept_record
 from app.records import RecordStore, RecordWriter, RunRecord
 from app.records.store import Inserted
 from app.records.writer import Committed
@@ -72,11 +72,12 @@ def create_app(
         raise setting_error("routes", str(exc)) from None
     records = _records(settings, metrics)
     if records is not None:
-        gateway.add_observer(RunRecorder(records, content=settings.record_content))
+        gateway.add_observer(RunRecorder(records, content=settings.record_content, stage=store.stage_record))
+        store.on_swept = lambda swept: records.submit(swept_record(swept, content=settings.record_content))
     auth = _auth(settings, records, metrics)
     store.on_claim = _claims(settings, records, auth)
     if records is not None:
-        records.on_committed = _committed(auth)
+        records.on_committed = _committed(auth, store)
     accountant = KeyAccountant(auth, metrics)  # each run's own observer, given when it starts (app/api/access.py)
     gateway.add_observer(metrics.observe_run)
 
@@ -169,6 +170,10 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth,
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
             await gateway.aclose()  # runs end (their finals reach the stream store) ...
+            if records is not None:  # their records are written while the counters and the outbox are there
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(settings.records_write_timeout):
+                        await records.flush()
             await auth.aclose()
             await store.aclose()  # ... then the stream store flushes and closes
             if records is not None:
@@ -193,11 +198,13 @@ def _claims(settings: Settings, records: RecordWriter | None, auth: Auth) -> Cla
     return claimed
 
 
-def _committed(auth: Auth) -> Committed:
-    """After each batch of records commits: the keys' budget counters take their new totals."""
+def _committed(auth: Auth, store: StreamStore) -> Committed:
+    """After each batch of records commits: the keys' budget counters take their new totals, and
+    the stream store's outbox forgets the runs (app/streams/redis_outbox.py)."""
 
     async def committed(batch: Sequence[RunRecord], inserted: Inserted) -> None:
         await auth.spend_recorded(inserted.spend)
+        await store.records_written([record.stream_id for record in batch])
 
     return committed
 

@@ -7,6 +7,7 @@ background writer. The writer never sees a run, and a run never waits on the dat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,10 +15,10 @@ from app.core.events import STOP_REASON_FOR_STATUS, Usage
 from app.core.report import RunReport
 from app.core.transcript import Transcript
 from app.records import RecordWriter, RunRecord, validation_without_content, without_content
-from app.streams.errors import ClaimedRun
+from app.streams.errors import ClaimedRun, SweptRecord
 from app.streams.log import StreamLog
 
-__all__ = ["RunRecorder", "claimed_record", "live_transcript", "run_record", "transcript_document"]
+__all__ = ["RunRecorder", "claimed_record", "live_transcript", "run_record", "swept_record", "transcript_document"]
 
 
 def transcript_document(stream_id: str, model: str, provider: str, created_at: float,
@@ -101,12 +102,32 @@ def claimed_record(run: ClaimedRun, *, content: bool) -> RunRecord:
     )
 
 
-class RunRecorder:
-    """The Gateway's run observer: every finished run becomes a record in the writer's queue."""
+def swept_record(swept: SweptRecord, *, content: bool) -> RunRecord:
+    """The record another replica built and left in the stream store's outbox, with the final
+    transcript snapshot written beside it, as `run_record` would have stored it."""
+    record = RunRecord.from_payload(swept.payload, None)
+    if swept.transcript is not None:
+        transcript = {"stream_id": record.stream_id, "model": record.model, "provider": record.provider,
+                      "created_at": record.created_at.timestamp(), **swept.transcript, "content_recorded": True}
+        if not record.content_recorded:
+            transcript = without_content(transcript)
+            transcript["content_recorded"] = False
+        record.transcript = transcript
+    return record
 
-    def __init__(self, writer: RecordWriter, *, content: bool) -> None:
+
+class RunRecorder:
+    """The Gateway's run observer: every finished run becomes a record in the writer's queue, and
+    travels with its final in a shared stream store (`stage`: its outbox), for another replica to
+    write if this one cannot."""
+
+    def __init__(self, writer: RecordWriter, *, content: bool, stage: Callable[[str, bytes], None] | None = None) -> None:
         self.writer = writer
         self.content = content
+        self.stage = stage
 
     def __call__(self, report: RunReport) -> None:
-        self.writer.submit(run_record(report, content=self.content))
+        record = run_record(report, content=self.content)
+        if self.stage is not None and report.opened:
+            self.stage(record.stream_id, record.payload())
+        self.writer.submit(record)

@@ -29,7 +29,8 @@ from sqlalchemy.engine import make_url
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.redis_client import connect  # noqa: E402
+from app.auth.limiter import RedisLimiter  # noqa: E402
+from app.records.spend import month_of  # noqa: E402
 from bench.run import cpu_seconds, free_port, rss_bytes  # noqa: E402
 from tests.cluster_support import RedisClusterServer  # noqa: E402
 from tests.redis_support import RedisServer  # noqa: E402
@@ -295,12 +296,12 @@ class Fleet:
         return {row["id"]: dict(row) for row in rows}
 
     async def spend_counter(self, key_id: str = "") -> float | None:
-        client = connect(self.redis_url, socket_timeout=5, socket_connect_timeout=5)
+        """The key's budget counter for this month, as the gateway reads it (its limiter)."""
+        limiter = RedisLimiter(self.redis_url)
         try:
-            value = await client.get(f"fgw:{{{key_id or self.key_id}}}:spend:{datetime.now(UTC):%Y-%m}")
+            return await limiter.spend(key_id or self.key_id, month_of(datetime.now(UTC)))
         finally:
-            await client.aclose()
-        return float(value) if value is not None else None
+            await limiter.aclose()
 
     async def _teardown(self) -> None:
         if self._balancer is not None:

@@ -9,8 +9,10 @@ operators who must not store it (FOUNDRY_RECORD_CONTENT=false).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from app.core.events import Usage
 
@@ -66,6 +68,31 @@ class RunRecord:
             "cost_usd": self.cost_usd, "judge_calls": self.judge_calls, "judge_tokens": self.judge_tokens,
             "judge_cost_usd": self.judge_cost_usd,
         }
+
+
+    def payload(self) -> bytes:
+        """The record without its transcript, as JSON: what travels with the run's final in the
+        shared stream store (its outbox), so that another replica can write it (`from_payload`)."""
+        return orjson.dumps(self.row())
+
+    @classmethod
+    def from_payload(cls, payload: bytes, transcript: dict[str, Any] | None) -> RunRecord:
+        row = orjson.loads(payload)
+        fields = {name: row[name] for name in _PLAIN_FIELDS}
+        usage = Usage(**{name: row[name] or 0 for name in USAGE_FIELDS}, output_unknown=row["output_tokens"] is None,
+                      cost_usd=row["cost_usd"])
+        return cls(stream_id=row["id"], created_at=_time(row["created_at"]), finished_at=_time(row["finished_at"]),
+                   usage=usage, transcript=transcript, **fields)
+
+
+_PLAIN_FIELDS = ("request_id", "owner", "model", "served_model", "provider", "status", "stop_reason", "error_code",
+                 "steps", "tools_run", "validation", "ttft_ms", "duration_ms", "content_recorded", "cost_usd",
+                 "judge_calls", "judge_tokens", "judge_cost_usd")
+
+
+def _time(text: str) -> datetime:
+    at = datetime.fromisoformat(text)
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 # Keys whose values are message content wherever they appear in a transcript.

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from app.core.errors import ErrorData, GatewayError
 
 __all__ = ["CANCELLED_BY_REQUEST", "CancelOutcome", "ClaimHook", "ClaimedRun", "CursorAhead", "FinalDelivered",
-           "ReplayUnavailable", "RunTags", "StoreFull", "StoreUnavailable"]
+           "ReplayUnavailable", "RunTags", "StoreFull", "StoreUnavailable", "SweptHook", "SweptRecord"]
 
 
 class ReplayUnavailable(GatewayError):
@@ -91,3 +91,19 @@ class ClaimedRun:
 
 ClaimHook = Callable[[ClaimedRun], Awaitable[None]]
 """Told of each run this replica ended for another (app/main.py: its run record, its key's slot)."""
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class SweptRecord:
+    """A run's record that travelled with its final in the shared store (its outbox) and that the
+    replica which wrote them did not confirm written (it died, or its writer gave the record up):
+    the record as that replica built it, and the final transcript snapshot written with it."""
+
+    stream_id: str
+    payload: bytes
+    """The record as its owner built it (app/records: `RunRecord.payload`)."""
+    transcript: dict[str, Any] | None
+
+
+SweptHook = Callable[[SweptRecord], None]
+"""Told of each record this replica takes from another's outbox (app/main.py: to the records writer)."""

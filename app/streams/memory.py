@@ -12,11 +12,11 @@ from __future__ import annotations
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
 from app.core.errors import RequestError
-from app.streams.errors import CancelOutcome, ClaimHook, CursorAhead, FinalDelivered, RunTags, StoreFull
+from app.streams.errors import CancelOutcome, ClaimHook, CursorAhead, FinalDelivered, RunTags, StoreFull, SweptHook
 from app.streams.log import Budget, StreamInfo, StreamLog, StreamRecord
 
 __all__ = ["MemoryStreamStore", "StreamStore", "parse_cursor"]
@@ -27,6 +27,9 @@ class StreamStore(Protocol):
     """`memory` or `redis`: named by /readyz and the metrics."""
     on_claim: ClaimHook | None
     """Told of each run this replica ends for a replica that died (a shared store only)."""
+    on_swept: SweptHook | None
+    """Told of each run record another replica's outbox left unwritten (a shared store only;
+    setting it keeps the outbox: app/streams/redis_outbox.py)."""
 
     @property
     def total_bytes(self) -> int:
@@ -65,6 +68,13 @@ class StreamStore(Protocol):
 
     def sweep(self) -> int: ...
 
+    def stage_record(self, stream_id: str, payload: bytes) -> None:
+        """The run's record, as its final is appended: a shared store writes it with the final,
+        so that another replica can write it to the database if this one cannot."""
+
+    async def records_written(self, stream_ids: Sequence[str]) -> None:
+        """Those runs' records are in the database: a shared store forgets them."""
+
     async def ping(self) -> bool: ...
 
 
@@ -79,6 +89,7 @@ class MemoryStreamStore:
 
     name = "memory"
     on_claim: ClaimHook | None = None  # one process: no other replica's runs to end
+    on_swept: SweptHook | None = None  # ... nor records another replica left
 
     def __init__(self, *, ttl: float, max_streams: int, max_events: int, max_bytes: int,
                  max_total_bytes: int | None = None, on_evict: Callable[[str], None] | None = None) -> None:
@@ -159,6 +170,12 @@ class MemoryStreamStore:
         if log is None:
             return None
         return "cancelled" if log.cancel() else "finished"
+
+    def stage_record(self, stream_id: str, payload: bytes) -> None:
+        return None  # the record has only this process's writer to go to
+
+    async def records_written(self, stream_ids: Sequence[str]) -> None:
+        return None
 
     def sweep(self) -> int:
         now = time.monotonic()

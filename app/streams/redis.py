@@ -20,6 +20,10 @@ Keys (`{id}` is the stream id, in braces so a stream's keys share a cluster slot
   foundry:lease:{<replica>}  the owner's lease, renewed every lease/3, expiring after the lease.
   foundry:cancel:{<replica>} a list of the ids of its streams to cancel, sent by other replicas
                            (RPUSH) and popped by the owner (BLPOP); it expires with the lease.
+  foundry:outbox:{<replica>} the ids of its streams whose run record the records database does not
+                           hold yet; the record itself travels with the final in the meta (`record`).
+  foundry:replicas         every replica seen (a sorted set), for the outbox sweepers
+                           (app/streams/redis_outbox.py).
 
 Every key carries a hash tag, so on a Redis Cluster (`redis+cluster://` URL, app/redis_client.py)
 each command and each Lua script touches one slot; a batch of writes for many streams is one
@@ -28,13 +32,14 @@ pipeline that redis-py's cluster client splits by node.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
-from app.streams.errors import CancelOutcome, ClaimHook, RunTags
+from app.streams.errors import CancelOutcome, ClaimHook, RunTags, SweptHook
 from app.streams.log import StreamLog, StreamRecord
 from app.streams.memory import MemoryStreamStore
 from app.streams.redis_follower import RedisFollower
 from app.streams.redis_link import RedisLink, StoreObserver
+from app.streams.redis_outbox import RedisOutbox
 from app.streams.redis_owner import RedisOwner
 
 __all__ = ["RedisStreamStore", "StoreObserver"]
@@ -60,13 +65,15 @@ class RedisStreamStore:
         observer: StoreObserver | None = None,
         max_total_bytes: int | None = None,
         on_evict: Callable[[str], None] | None = None,
+        outbox_retry_seconds: float = 60.0,
     ) -> None:
         self._local = MemoryStreamStore(ttl=ttl, max_streams=max_streams, max_events=max_events,
                                         max_bytes=max_bytes, max_total_bytes=max_total_bytes, on_evict=on_evict)
         self._link = RedisLink(url, ttl=ttl, lease_seconds=lease_seconds, timeout=timeout, prefix=prefix,
                                observer=observer)
-        self._owner = RedisOwner(self._link, self._local, max_pending_bytes=max_pending_bytes)
         self._follower = RedisFollower(self._link)
+        self._outbox = RedisOutbox(self._link, self._follower, retry_after=outbox_retry_seconds)
+        self._owner = RedisOwner(self._link, self._local, self._outbox, max_pending_bytes=max_pending_bytes)
 
     @property
     def replica(self) -> str:
@@ -84,9 +91,11 @@ class RedisStreamStore:
 
     async def start(self) -> None:
         self._owner.start()
+        self._outbox.start()
 
     async def aclose(self) -> None:
         """Flush what is buffered (briefly), give up the lease, close the client."""
+        await self._outbox.aclose()
         await self._owner.aclose()
         await self._link.aclose()
 
@@ -101,6 +110,26 @@ class RedisStreamStore:
         return self._local.sweep()
 
     # -- streams: this replica's from memory, the others' from Redis --------------------------
+
+    @property
+    def on_swept(self) -> SweptHook | None:
+        return self._outbox.on_record
+
+    @on_swept.setter
+    def on_swept(self, hook: SweptHook | None) -> None:
+        self._outbox.on_record = hook
+
+    def stage_record(self, stream_id: str, payload: bytes) -> None:
+        if self._outbox.enabled:
+            self._owner.stage_record(stream_id, payload)
+
+    async def records_written(self, stream_ids: Sequence[str]) -> None:
+        async with self._link.timed("outbox"):
+            await self._outbox.written(stream_ids)
+
+    async def sweep_outbox(self) -> int:
+        """One sweep of the outboxes now (tests; it also runs every lease interval)."""
+        return await self._outbox.sweep_once()
 
     @property
     def on_claim(self) -> ClaimHook | None:

@@ -121,11 +121,24 @@ class RedisFollower:
             return True  # ended (our cursor is at or past its final) or expired
         if await self._redis.exists(self._link.lease_key(owner.decode())):
             return False
-        message = await self._released(keys, provider.decode())
-        if await self._link.end(stream_id, model.decode(), provider.decode(), _REPLICA_LOST, status="error",
-                                message=message) > 0:
-            await self._claimed(stream_id, keys, "error", _REPLICA_LOST)
+        await self.end_lost(stream_id, model.decode(), provider.decode())
         return False  # the next read returns the final (ours or another claimer's)
+
+    async def end_lost(self, stream_id: str, model: str, provider: str) -> bool:
+        """End a stream whose owner is gone (`replica_lost`, with what it released), once: True
+        when this replica wrote the final (and told the hook, for its record and its key's slot)."""
+        keys = self._link.keys(stream_id)
+        message = await self._released(keys, provider)
+        if await self._link.end(stream_id, model, provider, _REPLICA_LOST, status="error", message=message) > 0:
+            await self._claimed(stream_id, keys, "error", _REPLICA_LOST)
+            return True
+        return False
+
+    async def reclaim(self, stream_id: str, status: str) -> None:
+        """Tell the hook again of a run a replica claimed (its final is written) whose record that
+        replica did not confirm (it died too): the store keeps the first record of a run."""
+        error = CANCELLED_BY_REQUEST if status == "cancelled" else _REPLICA_LOST
+        await self._claimed(stream_id, self._link.keys(stream_id), status, error)
 
     async def _claimed(self, stream_id: str, keys: Keys, status: str, error: ErrorData) -> None:
         """This replica wrote the final of a run whose owner cannot: it ends the stored transcript

@@ -45,7 +45,7 @@ local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local seq = 1
 if #top > 0 then seq = tonumber(string.match(top[1][1], '^(%d+)')) + 1 end
 redis.call('XADD', KEYS[1], seq .. '-0', 'f', 'id: ' .. seq .. '\\n' .. ARGV[1], 's', seq, 'e', '1')
-redis.call('HSET', KEYS[2], 'done', '1', 'status', ARGV[3], 'claimed', ARGV[4])
+redis.call('HSET', KEYS[2], 'done', '1', 'status', ARGV[3], 'claimed', ARGV[4], 'ended', ARGV[5])
 for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[2]) end
 return seq
 """
@@ -127,7 +127,7 @@ class RedisLink:
         body = final_frame(0, model, provider, error, status, message).split(b"\n", 1)[1]
         async with self.timed("claim"):
             return int(await self._claim(keys=[keys.events, keys.meta, keys.transcript],
-                                         args=[body, self.ttl_s, status, self.replica]))
+                                         args=[body, self.ttl_s, status, self.replica, repr(time.time())]))
 
     def observe(self, op: str, seconds: float, failed: bool, error: BaseException | None = None) -> None:
         if self.observer is not None:

@@ -23,6 +23,7 @@ from app.streams.errors import RunTags, StoreUnavailable
 from app.streams.log import StreamLog
 from app.streams.memory import MemoryStreamStore
 from app.streams.redis_link import END, FIRST, FRAMES, REDIS_ERRORS, RedisLink
+from app.streams.redis_outbox import RedisOutbox
 
 __all__ = ["Pending", "RedisOwner"]
 
@@ -38,13 +39,17 @@ class Pending:
 
     log: StreamLog
     entries: list[tuple[int, bytes, bool]] = field(default_factory=list)
+    record: bytes | None = None
+    """The run's record, written with its final (app/streams/redis_outbox.py)."""
 
 
 class RedisOwner:
     """Creates this replica's streams and writes them to Redis behind the live path."""
 
-    def __init__(self, link: RedisLink, local: MemoryStreamStore, *, max_pending_bytes: int) -> None:
+    def __init__(self, link: RedisLink, local: MemoryStreamStore, outbox: RedisOutbox, *,
+                 max_pending_bytes: int) -> None:
         self._link = link
+        self._outbox = outbox
         self._local = local
         self._redis = link.client
         self._max_pending = max_pending_bytes
@@ -121,6 +126,7 @@ class RedisOwner:
                 pipe.hset(keys.meta, mapping=meta)
                 pipe.expire(keys.meta, self._link.ttl_s + _RUNNING_GRACE)
                 pipe.set(self._link.lease_key(self._link.replica), "1", px=self._link.lease_ms)
+                self._outbox.enrol(pipe, info.stream_id)
                 await pipe.execute()
         except StoreUnavailable:
             self._metas.pop(info.stream_id, None)
@@ -149,6 +155,13 @@ class RedisOwner:
         self._pending_bytes += len(frame)
         if not self._wake.is_set():
             self._wake.set()
+
+    def stage_record(self, stream_id: str, payload: bytes) -> None:
+        """The run's record, built as its final was appended (the same tick: the final is still
+        pending): it is written with the final, in the same pipelined write."""
+        pending = self._pending.get(stream_id)
+        if pending is not None and pending.entries and pending.entries[-1][2]:
+            pending.record = payload
 
     # -- the writer ---------------------------------------------------------------------------
 
@@ -183,6 +196,7 @@ class RedisOwner:
         for stream_id, later in self._pending.items():
             if stream_id in batch:
                 batch[stream_id].entries.extend(later.entries)
+                batch[stream_id].record = later.record or batch[stream_id].record
             else:
                 batch[stream_id] = later
         self._pending = {sid: p for sid, p in batch.items() if sid not in self._broken}
@@ -211,7 +225,10 @@ class RedisOwner:
                 pipe.xadd(keys.events, fields, id=f"{kept[-1][0]}-0", minid=f"{first}-0", approximate=False)
             if ended:
                 assert log.final is not None
-                pipe.hset(keys.meta, mapping={"done": "1", "status": log.final.status})
+                end: dict[str, str | bytes] = {"done": "1", "status": log.final.status, "ended": repr(time.time())}
+                if pending.record is not None:
+                    end["record"] = pending.record
+                pipe.hset(keys.meta, mapping=end)
                 for key in (keys.events, keys.meta, keys.transcript):
                     pipe.expire(key, ttl_s)
                 self._snapshots.pop(stream_id, None)
@@ -246,6 +263,7 @@ class RedisOwner:
             self._broken.pop(stream_id, None)  # what its buffer dropped is written back from memory
             pipe.delete(keys.events)  # entries the writer added since Redis came back: the log has them
             pipe.hset(keys.meta, mapping=self._metas[stream_id])
+            self._outbox.enrol(pipe, stream_id)
             if log.last_seq >= log.first_seq:
                 pipe.xadd(keys.events, {FRAMES: log.frames_after(log.first_seq - 1), FIRST: log.first_seq},
                           id=f"{log.last_seq}-0")

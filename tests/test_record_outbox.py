@@ -1,0 +1,142 @@
+"""The outbox of run records (app/streams/redis_outbox.py): a run's record travels with its final
+in Redis, and another replica writes it when the one that ran it cannot. On the store against a
+real redis-server, then with gateway processes: a replica SIGKILLed inside its records writer's
+linger (the chaos soak's finding, issue 29), and a run nobody was reading whose replica died."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+import redis.asyncio as redis
+
+from app.core.events import AssistantMessage, FinalEvent, StartEvent, TokenEvent, Usage
+from app.streams.errors import SweptRecord
+from app.streams.redis import RedisStreamStore
+from tests.records_support import postgres, postgres_url  # noqa: F401
+from tests.redis_support import Replica
+
+ADMIN = "admin-secret-for-outbox-tests-0123"
+PRICES = '{"mock/*": {"input": 0, "output": 1000}}'
+
+
+def store(url: str, **kw) -> RedisStreamStore:
+    args = {"ttl": 30.0, "max_streams": 100, "max_events": 1000, "max_bytes": 1 << 20, "lease_seconds": 0.5,
+            "timeout": 0.5} | kw
+    return RedisStreamStore(url, **args)
+
+
+async def run_one(owner: RedisStreamStore, payload: bytes) -> str:
+    """A stream run to its final on `owner`, its record staged as the records observer does."""
+    log = await owner.create(model="m", provider="p")
+    sid = log.info.stream_id
+    log.append(StartEvent(stream_id=sid, model="m", provider="p"))
+    log.append(TokenEvent(index=0, content="hi"))
+    log.append(FinalEvent(status="ok", message=AssistantMessage(content="hi"), usage=Usage(output_tokens=1),
+                          stop_reason="stop", model="m", provider="p"))
+    owner.stage_record(sid, payload)
+    await owner.flush()
+    return sid
+
+
+async def test_a_record_its_writer_gave_up_is_handed_on_again_until_written(redis_url: str) -> None:
+    a = store(redis_url, outbox_retry_seconds=0.0)
+    swept: list[SweptRecord] = []
+    a.on_swept = swept.append  # records on: the outbox is kept
+    await a.start()
+    try:
+        sid = await run_one(a, b'{"id": "the record"}')
+        await a.sweep_outbox()  # overdue (retry after 0 s): the writer may have dropped it
+        mine = [s for s in swept if s.stream_id == sid]
+        assert [s.payload for s in mine] == [b'{"id": "the record"}']
+        assert mine[0].transcript is None  # this stream kept no transcript
+        await a.records_written([sid])  # the database has it: it leaves the outbox
+        swept.clear()
+        await a.sweep_outbox()
+        assert [s for s in swept if s.stream_id == sid] == []
+    finally:
+        await a.aclose()
+
+
+async def test_without_records_nothing_is_kept(redis_url: str) -> None:
+    a = store(redis_url, outbox_retry_seconds=0.0)
+    await a.start()
+    try:
+        sid = await run_one(a, b"{}")
+        client = redis.from_url(redis_url)
+        assert not await client.sismember(f"foundry:outbox:{{{a.replica}}}", sid)
+        assert await client.hget(f"foundry:{{{sid}}}:meta", "record") is None
+        await client.aclose()
+    finally:
+        await a.aclose()
+
+
+async def test_the_outbox_of_a_replica_that_is_gone_is_taken_by_another(redis_url: str) -> None:
+    a, b = store(redis_url), store(redis_url)
+    swept: list[SweptRecord] = []
+    a.on_swept = lambda s: None
+    b.on_swept = swept.append
+    await a.start()
+    await b.start()
+    try:
+        done = await run_one(a, b'{"id": "done"}')
+        running = (await a.create(model="m", provider="p")).info.stream_id  # never ends, nobody reads it
+        await a.flush()
+    finally:
+        await a.aclose()  # gives up its lease at once, as a replica that died loses it after the lease
+    try:
+        await b.sweep_outbox()
+        assert [s.payload for s in swept if s.stream_id == done] == [b'{"id": "done"}']
+        await b.sweep_outbox()  # the run that never ended was ended by the first sweep, once
+        events = b"".join([c async for c in await b.open(running, 0)])
+        assert events.count(b"event: final") == 1 and b"replica_lost" in events
+    finally:
+        await b.aclose()
+
+
+# -- gateway processes ------------------------------------------------------------------------------
+
+
+async def _record(client: httpx.AsyncClient, url: str, sid: str, key: dict[str, str], within: float = 20.0) -> dict:
+    for _ in range(int(within * 10)):
+        run = await client.get(f"{url}/v1/runs/{sid}", headers=key)
+        if run.status_code == 200:
+            return run.json()
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no run record for {sid} after {within} s: {run.status_code} {run.text}")
+
+
+@pytest.mark.slow
+async def test_a_replica_killed_inside_its_records_linger_loses_no_record(redis_url, postgres_url) -> None:  # noqa: F811
+    env = {"FOUNDRY_DATABASE_URL": postgres_url, "FOUNDRY_ADMIN_KEY": ADMIN, "FOUNDRY_PRICES": PRICES}
+    # A's writer lingers 10 s, so its records are still queued when it is killed.
+    a = Replica(redis_url, FOUNDRY_RECORDS_LINGER="10", **env).start()
+    b = Replica(redis_url, FOUNDRY_RECORDS_LINGER="0", **env).start()
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    try:
+        async with httpx.AsyncClient(timeout=30) as c:
+            made = await c.post(f"{b.url}/v1/admin/keys", json={"name": "team-outbox", "budget_usd": 10},
+                                headers=admin)
+            key = {"Authorization": f"Bearer {made.json()['key']}"}
+            body = {"model": "mock/simple", "messages": [{"role": "user", "content": "hi"}]}
+            done = await c.post(f"{a.url}/v1/generate", json=body, headers=key)
+            assert done.status_code == 200, done.text
+            sid, usage = done.headers["x-stream-id"], done.json()["usage"]
+            unread = await c.post(f"{a.url}/v1/generate", headers=key, json={
+                **body, "model": "mock/lorem-2000", "stream": True, "provider_options": {"delay_ms": 30}})
+            assert unread.status_code == 202, unread.text
+            await asyncio.sleep(0.3)
+            a.kill()  # inside the linger: both records are only in A's memory ... and in Redis
+            record = await _record(c, b.url, sid, key)
+            assert record["status"] == "ok" and record["usage"]["output_tokens"] == usage["output_tokens"]
+            assert record["usage"]["cost_usd"] == pytest.approx(usage["cost_usd"])
+            transcript = (await c.get(f"{b.url}/v1/stream/{sid}/transcript", headers=key)).json()
+            assert transcript["status"] == "ok" and transcript["response_messages"][0]["content"] == "Hello, world"
+            lost = await _record(c, b.url, unread.json()["stream_id"], key)  # nobody read it: still recorded
+            assert lost["status"] == "error" and lost["error_code"] == "replica_lost"
+            spent = (await c.get(f"{b.url}/v1/usage", headers=key)).json()["total"]
+            assert spent["requests"] == 2 and spent["cost_usd"] == pytest.approx(usage["cost_usd"])
+    finally:
+        a.stop()
+        b.stop()
