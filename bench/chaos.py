@@ -171,6 +171,7 @@ class Load:
                 await asyncio.sleep(0.3)
                 return last
             if r.status_code == 410:
+                await r.aread()
                 stream.broken.append(f"resume after {url.rsplit('=', 1)[1]}: 410 {r.text[:120]}")
                 raise httpx.HTTPStatusError("410", request=r.request, response=r)
             r.raise_for_status()

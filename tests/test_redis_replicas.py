@@ -282,15 +282,15 @@ async def test_redis_restarted_empty_mid_stream_the_owner_writes_it_back(private
         b.stop()
 
 
-async def test_a_finished_stream_redis_lost_is_410_within_its_ttl_its_transcript_served(private_redis,
-                                                                                          postgres_url):  # noqa: F811
+async def test_a_finished_stream_redis_lost_is_written_back_by_its_owner_else_410(private_redis,
+                                                                                 postgres_url):  # noqa: F811
     env = {"FOUNDRY_DATABASE_URL": postgres_url, "FOUNDRY_RECORDS_LINGER": "0"}
     a, b = Replica(private_redis.url, **env).start(), Replica(private_redis.url, **env).start()
     try:
         async with httpx.AsyncClient(timeout=30) as c:
             r = await c.post(f"{a.url}/v1/stream", json=ask("mock/tool_call", 0))
-            sid = r.headers["x-stream-id"]
-            assert parse_sse(r.content)[-1][2]["status"] == "ok"
+            sid, events = r.headers["x-stream-id"], parse_sse(r.content)
+            assert events[-1][2]["status"] == "ok"
             recorded = await c.get(f"{b.url}/v1/runs/{sid}")
             for _ in range(100):  # the record is written behind the run
                 if recorded.status_code == 200:
@@ -298,8 +298,24 @@ async def test_a_finished_stream_redis_lost_is_410_within_its_ttl_its_transcript
                 await asyncio.sleep(0.1)
                 recorded = await c.get(f"{b.url}/v1/runs/{sid}")
             assert recorded.status_code == 200
+            # Redis restarted empty (as compose runs it) while a reader that left before the final
+            # still has to resume: the owner, which holds the finished stream for its TTL, writes
+            # it back with the running ones, so the resume on the other replica gets its final.
             private_redis.kill()
-            private_redis.start()  # empty, as compose runs it: the finished stream is gone from Redis
+            private_redis.start()
+            resumed = await c.get(f"{b.url}/v1/stream/{sid}", headers={"Last-Event-ID": "1"})
+            for _ in range(100):  # 503 (B's pooled connections fail once each), 410 until A wrote it back
+                if resumed.status_code == 200:
+                    break
+                assert resumed.status_code in (503, 410), resumed.text
+                await asyncio.sleep(0.1)
+                resumed = await c.get(f"{b.url}/v1/stream/{sid}", headers={"Last-Event-ID": "1"})
+            assert resumed.status_code == 200 and parse_sse(resumed.content) == events[1:]
+            # With its owner gone too, nothing holds the events: 410 within the TTL, the transcript
+            # from the records.
+            a.stop()
+            private_redis.kill()
+            private_redis.start()
             gone = await c.get(f"{b.url}/v1/stream/{sid}")
             for _ in range(20):  # B's pooled connections to the old Redis fail once each (503, retryable)
                 if gone.status_code != 503:

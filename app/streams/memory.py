@@ -143,6 +143,11 @@ class MemoryStreamStore:
         self._logs[stream_id] = log
         return log
 
+    def logs(self) -> list[StreamLog]:
+        """Every stream this process holds, running or finished (within its TTL), oldest first."""
+        now = time.monotonic()
+        return [log for log in self._logs.values() if not self._expired(log, now)]
+
     def get(self, stream_id: str) -> StreamLog | None:
         log = self._logs.get(stream_id)
         if log is not None and self._expired(log, time.monotonic()):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 from redis.exceptions import ResponseError
@@ -242,39 +243,52 @@ class RedisOwner:
                 self._link.observe("write_refused", 0.0, True)
 
     async def _write_back(self) -> None:
-        """Redis answers again after failing. A stream this replica runs (or whose final it has
-        not written yet) whose keys Redis lost (it
-        restarted empty, as compose runs it) is written back from memory: its meta, the events
-        the log retains (one entry), its transcript; and the lease. Then followers resume and
-        cancels reach it on every replica again. Runs in the writer task, so no batch interleaves."""
-        logs = [log for sid in list(self._metas) if (log := self._local.get(sid)) is not None]  # final unwritten
+        """Redis answers again after failing. A stream this replica holds (running, or finished
+        and retained for replay) whose keys Redis lost (it restarted empty, as compose runs it) is
+        written back from memory: its meta, the events the log retains (one entry), its
+        transcript; and the lease. Then followers resume, and a reader that left before the
+        final resumes on any replica, and cancels reach it on every replica again. Runs in the
+        writer task, so no batch interleaves."""
+        logs = self._local.logs()
         pipe = self._redis.pipeline(transaction=False)
         for log in logs:
             pipe.exists(self._link.keys(log.info.stream_id).meta)
         present = await pipe.execute() if logs else []
         pipe = self._redis.pipeline(transaction=False)
         pipe.set(self._link.lease_key(self._link.replica), "1", px=self._link.lease_ms)
-        grace = self._link.ttl_s + _RUNNING_GRACE
         for log, there in zip(logs, present, strict=True):
-            if there:
-                continue  # a blip: Redis kept it
-            stream_id = log.info.stream_id
-            keys = self._link.keys(stream_id)
-            self._broken.pop(stream_id, None)  # what its buffer dropped is written back from memory
-            pipe.delete(keys.events)  # entries the writer added since Redis came back: the log has them
-            pipe.hset(keys.meta, mapping=self._metas[stream_id])
-            self._outbox.enrol(pipe, stream_id)
-            if log.last_seq >= log.first_seq:
-                pipe.xadd(keys.events, {FRAMES: log.frames_after(log.first_seq - 1), FIRST: log.first_seq},
-                          id=f"{log.last_seq}-0")
-            snapshot = self._snapshot(log, time.monotonic(), force=True)
-            if snapshot is not None:
-                pipe.set(keys.transcript, snapshot, ex=grace)
-            for key in (keys.events, keys.meta):
-                pipe.expire(key, grace)
-            self._link.observe("write_back", 0.0, False)
+            if not there:  # not a blip: Redis lost it
+                self._restore_one(pipe, log)
         await pipe.execute()
         self._restore = False
+
+    def _restore_one(self, pipe: Any, log: StreamLog) -> None:
+        stream_id = log.info.stream_id
+        keys = self._link.keys(stream_id)
+        self._broken.pop(stream_id, None)  # what its buffer dropped is written back from memory
+        meta = self._metas.get(stream_id)  # running, or its final not written yet
+        if meta is None:  # finished, and its final was written before Redis lost it
+            assert log.final is not None
+            meta = {"model": log.info.model, "provider": log.info.provider, "owner": self._link.replica,
+                    "created_at": repr(log.info.created_at), "done": "1", "status": log.final.status}
+            if log.info.owner is not None:
+                meta["key"] = log.info.owner
+        expire = self._link.ttl_s + (0 if stream_id not in self._metas else _RUNNING_GRACE)
+        pipe.delete(keys.events)  # entries the writer added since Redis came back: the log has them
+        pipe.hset(keys.meta, mapping=meta)
+        if stream_id in self._metas:
+            self._outbox.enrol(pipe, stream_id)
+        if log.last_seq >= log.first_seq:
+            fields: dict[bytes, bytes | int] = {FRAMES: log.frames_after(log.first_seq - 1), FIRST: log.first_seq}
+            if stream_id not in self._metas:
+                fields[END] = b"1"
+            pipe.xadd(keys.events, fields, id=f"{log.last_seq}-0")
+        snapshot = self._snapshot(log, time.monotonic(), force=True)
+        if snapshot is not None:
+            pipe.set(keys.transcript, snapshot, ex=expire)
+        for key in (keys.events, keys.meta):
+            pipe.expire(key, expire)
+        self._link.observe("write_back", 0.0, False)
 
     def _snapshot(self, log: StreamLog, now: float, *, force: bool) -> bytes | None:
         transcript = log.info.transcript
@@ -301,7 +315,10 @@ class RedisOwner:
         while True:
             try:
                 async with self._link.timed("lease"):
-                    await self._redis.set(key, "1", px=self._link.lease_ms)
+                    # The lease missing (the old value None) means Redis lost it: restarted empty
+                    # between two renewals, with no failed command to tell us (the client reconnects).
+                    if await self._redis.set(key, "1", px=self._link.lease_ms, get=True) is None:
+                        self._restore = True
                 if self._restore:
                     self._wake.set()  # Redis is back: the writer writes back what it lost
             except REDIS_ERRORS:
