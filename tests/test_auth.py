@@ -17,7 +17,7 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tests.auth_support import ADMIN, SIMPLE, bearer, gateway, make_key
+from tests.auth_support import ADMIN, SIMPLE, bearer, gateway, make_key, pin_the_minute
 from tests.support import REPO, parse_sse, serve
 
 SLOW = {**SIMPLE, "model": "mock/lorem-30", "provider_options": {"delay_ms": 10}}
@@ -156,19 +156,20 @@ async def test_key_limited_to_mock_models() -> None:
 
 
 async def test_requests_per_minute_429_with_headers() -> None:
-    async with gateway() as (_, client):
+    async with gateway() as (app, client):
+        pin_the_minute(app)  # every request in one window: the counts below are exact
         key = (await make_key(client, rpm=2))["key"]
         first = await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))
         assert first.headers["x-ratelimit-limit-requests"] == "2"
         assert first.headers["x-ratelimit-remaining-requests"] == "1"
-        assert first.headers["x-ratelimit-reset-requests"].endswith("s")
+        assert first.headers["x-ratelimit-reset-requests"] == "30s"  # the window's end, half a minute away
         second = await client.post("/v1/stream", json=SIMPLE, headers=bearer(key))
         assert second.status_code == 200 and second.headers["x-ratelimit-remaining-requests"] == "0"
         third = await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))
         assert third.status_code == 429
         error = third.json()["error"]
         assert error["code"] == "rate_limited" and error["limit"] == "requests" and error["retryable"] is True
-        assert 1 <= int(third.headers["retry-after"]) <= 60
+        assert third.headers["retry-after"] == "30"
         assert third.headers["x-ratelimit-remaining-requests"] == "0"
         # another key has its own counters
         other = (await make_key(client, name="team-b", rpm=2))["key"]
@@ -177,6 +178,7 @@ async def test_requests_per_minute_429_with_headers() -> None:
 
 async def test_tokens_per_minute() -> None:
     async with gateway() as (app, client):
+        pin_the_minute(app)  # the tokens counted and the next admission in one window
         key = (await make_key(client, tpm=2))["key"]
         first = await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))
         assert first.status_code == 200 and first.json()["usage"]["total_tokens"] >= 2
@@ -326,7 +328,8 @@ async def test_keys_in_the_config_file_by_hash(tmp_path: Path, monkeypatch: pyte
 
 
 async def test_metrics_token_and_per_key_counters() -> None:
-    async with gateway(metrics_token="scrape-token-1") as (_, client):
+    async with gateway(metrics_token="scrape-token-1") as (app, client):
+        pin_the_minute(app)  # the second request falls in the first one's window: limited
         key = (await make_key(client, name="team-a", rpm=1))["key"]
         await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))
         await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))
@@ -364,7 +367,8 @@ async def test_no_key_material_in_logs_metrics_or_responses(capsys: pytest.Captu
 
 
 async def test_facades_take_the_same_keys_models_and_limits() -> None:
-    async with gateway() as (_, client):
+    async with gateway() as (app, client):
+        pin_the_minute(app)  # the four admissions below share one window, whatever the wall clock
         key = (await make_key(client, models=["mock/*"], rpm=3))["key"]
         chat = {"model": "mock/simple", "messages": [{"role": "user", "content": "hi"}]}
         anthropic = {**chat, "max_tokens": 32}
