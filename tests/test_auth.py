@@ -14,6 +14,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from app.main import create_app
 from app.settings import Settings
@@ -389,6 +393,39 @@ async def test_facades_take_the_same_keys_models_and_limits() -> None:
         assert (await client.get("/v1/models")).status_code == 401
         assert (await client.get("/v1/models", headers=bearer(key))).status_code == 200
         assert (await client.get("/")).status_code == 200  # the playground page stays open
+
+
+async def test_count_tokens_counts_against_the_keys_requests_per_minute_only() -> None:
+    counted: list[str] = []
+
+    async def count(request: Request) -> JSONResponse:
+        counted.append((await request.json())["model"])
+        return JSONResponse({"input_tokens": 42})
+
+    upstream = Starlette(routes=[Route("/v1/messages/count_tokens", count, methods=["POST"])])
+    body = {"model": "anthropic/claude-x", "messages": [{"role": "user", "content": "hi"}]}
+    async with serve(upstream) as up, gateway(anthropic_api_key="sk-ant-test-upstream", anthropic_base_url=up,
+                                              upstream_max_retries=0) as (app, client):
+        limiter = pin_the_minute(app)
+        created = await make_key(client, models=["anthropic/*"], rpm=2, tpm=10, max_concurrent=1, budget_usd=0)
+        key = created["key"]
+        await limiter.add_tokens(created["id"], 10)  # its tokens spent, like its budget: neither is asked
+        refused = await client.post("/v1/messages/count_tokens", json={**body, "model": "mock/simple"},
+                                    headers={"x-api-key": key})  # a model the key may not use: not counted
+        assert refused.status_code == 403 and refused.json()["error"]["type"] == "permission_error"
+        answers = [await client.post("/v1/messages/count_tokens", json=body, headers={"x-api-key": key})
+                   for _ in range(3)]
+        assert [a.status_code for a in answers] == [200, 200, 429], answers[-1].text
+        assert answers[0].json() == {"input_tokens": 42}  # and one run at once is no bar: it holds no slot
+        assert [a.headers["x-ratelimit-remaining-requests"] for a in answers] == ["1", "0", "0"]
+        limited = answers[-1]
+        assert limited.json()["type"] == "error" and limited.json()["error"]["type"] == "rate_limit_error"
+        assert limited.headers["retry-after"] == "30" and limited.headers["x-ratelimit-limit-requests"] == "2"
+        assert "x-ratelimit-limit-tokens" not in limited.headers
+        # the requests count with the key's runs: its next message is refused too
+        anthropic = {**body, "max_tokens": 32}
+        assert (await client.post("/v1/messages", json=anthropic, headers={"x-api-key": key})).status_code == 429
+    assert counted == ["claude-x", "claude-x"]  # the refused call never reached the upstream
 
 
 async def test_models_lists_only_what_the_calling_key_may_use() -> None:
