@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.auth import MemoryLimiter
 from app.main import create_app
 from app.settings import Settings
 from tests.support import serve
@@ -35,6 +36,22 @@ async def gateway(**settings: Any) -> AsyncIterator[tuple[Any, httpx.AsyncClient
     app = create_app(Settings(**settings))
     async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
         yield app, client
+
+
+MID_MINUTE = 1_800_000_030.0
+"""Half-way through a calendar minute (1_800_000_000 s is a whole number of minutes)."""
+
+
+def pin_the_minute(app: Any) -> MemoryLimiter:
+    """Give the gateway a memory limiter whose clock stays at `MID_MINUTE` (its `clock` seam).
+
+    The limiter's windows are fixed calendar minutes: a test that counts requests or tokens per
+    minute against the wall clock sees the counters reset when it straddles a minute boundary (a
+    200 where it expects a 429, a remaining count off by its requests so far). With the clock held
+    every admission falls in one window and the reset is always 30 s."""
+    limiter = MemoryLimiter(clock=lambda: MID_MINUTE, lease_seconds=app.state.settings.concurrency_lease_seconds)
+    app.state.auth.limiter = limiter
+    return limiter
 
 
 async def make_key(client: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:

@@ -14,10 +14,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from app.main import create_app
 from app.settings import Settings
-from tests.auth_support import ADMIN, SIMPLE, bearer, gateway, make_key
+from tests.auth_support import ADMIN, SIMPLE, bearer, gateway, make_key, pin_the_minute
 from tests.support import REPO, parse_sse, serve
 
 SLOW = {**SIMPLE, "model": "mock/lorem-30", "provider_options": {"delay_ms": 10}}
@@ -156,19 +160,20 @@ async def test_key_limited_to_mock_models() -> None:
 
 
 async def test_requests_per_minute_429_with_headers() -> None:
-    async with gateway() as (_, client):
+    async with gateway() as (app, client):
+        pin_the_minute(app)  # every request in one window: the counts below are exact
         key = (await make_key(client, rpm=2))["key"]
         first = await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))
         assert first.headers["x-ratelimit-limit-requests"] == "2"
         assert first.headers["x-ratelimit-remaining-requests"] == "1"
-        assert first.headers["x-ratelimit-reset-requests"].endswith("s")
+        assert first.headers["x-ratelimit-reset-requests"] == "30s"  # the window's end, half a minute away
         second = await client.post("/v1/stream", json=SIMPLE, headers=bearer(key))
         assert second.status_code == 200 and second.headers["x-ratelimit-remaining-requests"] == "0"
         third = await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))
         assert third.status_code == 429
         error = third.json()["error"]
         assert error["code"] == "rate_limited" and error["limit"] == "requests" and error["retryable"] is True
-        assert 1 <= int(third.headers["retry-after"]) <= 60
+        assert third.headers["retry-after"] == "30"
         assert third.headers["x-ratelimit-remaining-requests"] == "0"
         # another key has its own counters
         other = (await make_key(client, name="team-b", rpm=2))["key"]
@@ -177,6 +182,7 @@ async def test_requests_per_minute_429_with_headers() -> None:
 
 async def test_tokens_per_minute() -> None:
     async with gateway() as (app, client):
+        pin_the_minute(app)  # the tokens counted and the next admission in one window
         key = (await make_key(client, tpm=2))["key"]
         first = await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))
         assert first.status_code == 200 and first.json()["usage"]["total_tokens"] >= 2
@@ -326,7 +332,8 @@ async def test_keys_in_the_config_file_by_hash(tmp_path: Path, monkeypatch: pyte
 
 
 async def test_metrics_token_and_per_key_counters() -> None:
-    async with gateway(metrics_token="scrape-token-1") as (_, client):
+    async with gateway(metrics_token="scrape-token-1") as (app, client):
+        pin_the_minute(app)  # the second request falls in the first one's window: limited
         key = (await make_key(client, name="team-a", rpm=1))["key"]
         await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))
         await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))
@@ -364,7 +371,8 @@ async def test_no_key_material_in_logs_metrics_or_responses(capsys: pytest.Captu
 
 
 async def test_facades_take_the_same_keys_models_and_limits() -> None:
-    async with gateway() as (_, client):
+    async with gateway() as (app, client):
+        pin_the_minute(app)  # the four admissions below share one window, whatever the wall clock
         key = (await make_key(client, models=["mock/*"], rpm=3))["key"]
         chat = {"model": "mock/simple", "messages": [{"role": "user", "content": "hi"}]}
         anthropic = {**chat, "max_tokens": 32}
@@ -385,6 +393,39 @@ async def test_facades_take_the_same_keys_models_and_limits() -> None:
         assert (await client.get("/v1/models")).status_code == 401
         assert (await client.get("/v1/models", headers=bearer(key))).status_code == 200
         assert (await client.get("/")).status_code == 200  # the playground page stays open
+
+
+async def test_count_tokens_counts_against_the_keys_requests_per_minute_only() -> None:
+    counted: list[str] = []
+
+    async def count(request: Request) -> JSONResponse:
+        counted.append((await request.json())["model"])
+        return JSONResponse({"input_tokens": 42})
+
+    upstream = Starlette(routes=[Route("/v1/messages/count_tokens", count, methods=["POST"])])
+    body = {"model": "anthropic/claude-x", "messages": [{"role": "user", "content": "hi"}]}
+    async with serve(upstream) as up, gateway(anthropic_api_key="sk-ant-test-upstream", anthropic_base_url=up,
+                                              upstream_max_retries=0) as (app, client):
+        limiter = pin_the_minute(app)
+        created = await make_key(client, models=["anthropic/*"], rpm=2, tpm=10, max_concurrent=1, budget_usd=0)
+        key = created["key"]
+        await limiter.add_tokens(created["id"], 10)  # its tokens spent, like its budget: neither is asked
+        refused = await client.post("/v1/messages/count_tokens", json={**body, "model": "mock/simple"},
+                                    headers={"x-api-key": key})  # a model the key may not use: not counted
+        assert refused.status_code == 403 and refused.json()["error"]["type"] == "permission_error"
+        answers = [await client.post("/v1/messages/count_tokens", json=body, headers={"x-api-key": key})
+                   for _ in range(3)]
+        assert [a.status_code for a in answers] == [200, 200, 429], answers[-1].text
+        assert answers[0].json() == {"input_tokens": 42}  # and one run at once is no bar: it holds no slot
+        assert [a.headers["x-ratelimit-remaining-requests"] for a in answers] == ["1", "0", "0"]
+        limited = answers[-1]
+        assert limited.json()["type"] == "error" and limited.json()["error"]["type"] == "rate_limit_error"
+        assert limited.headers["retry-after"] == "30" and limited.headers["x-ratelimit-limit-requests"] == "2"
+        assert "x-ratelimit-limit-tokens" not in limited.headers
+        # the requests count with the key's runs: its next message is refused too
+        anthropic = {**body, "max_tokens": 32}
+        assert (await client.post("/v1/messages", json=anthropic, headers={"x-api-key": key})).status_code == 429
+    assert counted == ["claude-x", "claude-x"]  # the refused call never reached the upstream
 
 
 async def test_models_lists_only_what_the_calling_key_may_use() -> None:

@@ -23,7 +23,8 @@ from app.auth.service import AccessDenied
 from app.pipeline import Gateway, RunHandle, RunSpec
 from app.validation import called_models
 
-__all__ = ["AdminDep", "Authenticated", "PrincipalDep", "not_found_unless_owner", "open_run", "principal_of"]
+__all__ = ["AdminDep", "Authenticated", "PrincipalDep", "admit_request", "not_found_unless_owner", "open_run",
+           "principal_of"]
 
 # The security schemes: FastAPI puts them in the OpenAPI document for every route that depends on
 # `principal_of`. Neither refuses a request itself (auto_error=False): the gateway answers a
@@ -71,6 +72,19 @@ def not_found_unless_owner(principal: Principal, owner: str | None, error: Excep
     not confirmed to outsiders). The admin key and open mode see everything."""
     if not principal.may_see(owner):
         raise error
+
+
+async def admit_request(request: Request, gateway: Gateway, principal: Principal, model: str) -> dict[str, str]:
+    """Admit a request that starts no run (Anthropic's count_tokens) through the same check as a
+    run, against the key's models and requests per minute only (403, 429), and give the
+    x-ratelimit-* headers. It produces no tokens, holds no run and costs nothing, so the key's
+    tokens per minute, runs at once and budget are not asked (and nothing is settled after)."""
+    auth: Auth = request.app.state.auth
+    key = principal.key
+    if key is not None:
+        principal = replace(principal, key=replace(key, tpm=None, max_concurrent=None, budget_usd=None))
+    ticket = await auth.admit(principal, model, gateway.settings.aliases.get(model, ""))
+    return ticket.headers if ticket is not None else {}
 
 
 async def open_run(request: Request, gateway: Gateway, spec: RunSpec, principal: Principal,

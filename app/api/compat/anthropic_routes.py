@@ -7,13 +7,12 @@ from dataclasses import replace
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.api.access import Authenticated, PrincipalDep
+from app.api.access import Authenticated, PrincipalDep, admit_request
 from app.api.compat.anthropic_request import FORWARDED, CountTokensRequest, MessagesRequest, to_run_spec
 from app.api.compat.anthropic_response import AnthropicErrors, MessageWriter, message
 from app.api.compat.common import FacadeError, FacadeRoute, answer, open_run, route_responses
 from app.api.deps import GatewayDep, RecordDep
 from app.api.responses import JSON
-from app.auth import model_allowed
 from app.providers.base import TokenCounter
 
 __all__ = ["router"]
@@ -61,15 +60,16 @@ async def messages(body: MessagesRequest, gateway: GatewayDep, record: RecordDep
         example=AnthropicErrors.body(400, "model: count_tokens needs an Anthropic model")),
     summary="Anthropic token counting (drop-in): served when the model's provider is Anthropic",
 )
-async def count_tokens(body: CountTokensRequest, gateway: GatewayDep, principal: PrincipalDep) -> Response:
+async def count_tokens(body: CountTokensRequest, gateway: GatewayDep, request: Request,
+                       principal: PrincipalDep) -> Response:
     """The anthropic SDK's `messages.count_tokens`: the request mapped as a run would be, counted by
-    the upstream. Another provider has no counting endpoint: refused in Anthropic's error shape."""
+    the upstream. Another provider has no counting endpoint: refused in Anthropic's error shape.
+    Each call reaches the upstream, so it counts against the key's requests per minute like any
+    request (not its tokens per minute, runs at once or budget): past it, a 429 with Retry-After."""
     spec = to_run_spec(body)
-    target = gateway.settings.aliases.get(body.model, "")
-    if principal.key is not None and not model_allowed(principal.key.models, body.model, target):
-        raise FacadeError(f"model: this key may not use {body.model!r}", param="model", status=403)
+    limit_headers = await admit_request(request, gateway, principal, body.model)
     adapter, provider, name = gateway.registry.resolve(body.model)
     if not isinstance(adapter, TokenCounter):
         raise FacadeError(f"model: count_tokens is served for Anthropic models; {body.model!r} is served by "
                           f"{provider!r}, which has no token counting", param="model")
-    return JSON({"input_tokens": await adapter.count_tokens(replace(spec.request, model=name))})
+    return JSON({"input_tokens": await adapter.count_tokens(replace(spec.request, model=name))}, headers=limit_headers)
