@@ -70,6 +70,7 @@ def run_record(report: RunReport, *, content: bool) -> RunRecord:
         judge_calls=sum(line["calls"] for line in judged.values()),
         judge_tokens=sum(line["total_tokens"] for line in judged.values()),
         judge_cost_usd=round(sum(costs), 10) if costs else None,
+        opened=report.opened,
         transcript=transcript,
     )
 

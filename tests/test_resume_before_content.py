@@ -59,13 +59,7 @@ async def test_a_stream_the_store_holds_replays_with_its_final(kind: str) -> Non
         assert done.status_code == 204
 
 
-_NOT_RECORDED = pytest.mark.xfail(strict=True, reason=(
-    "the run record cannot tell a run that opened and ended before content (ttft_ms null) from one that "
-    "never opened: it needs RunReport.opened recorded (app/recording.py, app/records/*)"))
-
-
-@pytest.mark.parametrize("kind", ["ok", pytest.param("error", marks=_NOT_RECORDED),
-                                  pytest.param("cancelled", marks=_NOT_RECORDED)])
+@pytest.mark.parametrize("kind", ["ok", "error", "cancelled"])
 async def test_a_stream_the_store_lost_within_its_ttl_is_410_by_its_record(kind: str) -> None:
     app = create_app(Settings(data_dir=tempfile.mkdtemp(prefix="foundry-resume-"), max_streams=1))
     async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:

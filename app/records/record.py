@@ -51,6 +51,8 @@ class RunRecord:
     """`llm_judge` calls the run made (their lines by model: `validation.judge`)."""
     judge_tokens: int = 0
     judge_cost_usd: float | None = None
+    opened: bool | None = True
+    """The run had a stream (False: no target served, nothing to resume; None: recorded before this was kept)."""
     transcript: dict[str, Any] | None
     """As GET /v1/stream/{id}/transcript shows it (without content when content is not recorded)."""
 
@@ -66,7 +68,7 @@ class RunRecord:
             "steps": self.steps, "tools_run": self.tools_run, "validation": self.validation,
             "ttft_ms": self.ttft_ms, "duration_ms": self.duration_ms, "content_recorded": self.content_recorded,
             "cost_usd": self.cost_usd, "judge_calls": self.judge_calls, "judge_tokens": self.judge_tokens,
-            "judge_cost_usd": self.judge_cost_usd,
+            "judge_cost_usd": self.judge_cost_usd, "opened": self.opened,
         }
 
 
@@ -87,7 +89,7 @@ class RunRecord:
 
 _PLAIN_FIELDS = ("request_id", "owner", "model", "served_model", "provider", "status", "stop_reason", "error_code",
                  "steps", "tools_run", "validation", "ttft_ms", "duration_ms", "content_recorded", "cost_usd",
-                 "judge_calls", "judge_tokens", "judge_cost_usd")
+                 "judge_calls", "judge_tokens", "judge_cost_usd", "opened")
 
 
 def _time(text: str) -> datetime:

@@ -223,7 +223,7 @@ def _from_row(row: Any) -> RunRecord:
         stop_reason=row["stop_reason"], error_code=row["error_code"],
         usage=_usage(row, row["cost_usd"]), steps=row["steps"], tools_run=row["tools_run"],
         validation=row["validation"], ttft_ms=row["ttft_ms"], duration_ms=row["duration_ms"],
-        content_recorded=row["content_recorded"], cost_usd=row["cost_usd"], transcript=None,
+        content_recorded=row["content_recorded"], cost_usd=row["cost_usd"], opened=row["opened"], transcript=None,
     )
 
 

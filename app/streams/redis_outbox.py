@@ -132,12 +132,15 @@ class RedisOutbox:
         for replica, live in zip(replicas, alive, strict=True):
             lock = f"{self._link.prefix}:sweeping:{{{replica}}}"
             if not live and await self._redis.set(lock, me, nx=True, px=self._link.lease_ms * 2):
-                handed += await self._sweep(replica, gone=True)
+                try:
+                    handed += await self._sweep(replica, gone=True)
+                finally:
+                    await self._redis.delete(lock)
         return handed + await self._sweep(me, gone=False)
 
     async def _sweep(self, replica: str, *, gone: bool) -> int:
         key = self.key(replica)
-        _, members = await self._redis.sscan(key, 0, count=_PAGE)
+        members = await self._redis.srandmember(key, _PAGE)  # a different page each pass
         if not members:
             if gone:
                 await self._redis.zrem(self.registry, replica)  # a replica that comes back adds itself again

@@ -134,10 +134,11 @@ async def _expired_or_not_found(request: Request, gateway: GatewayDep, principal
     run = await stored_run(request, stream_id)
     if run is None or not principal.may_see(run.owner):
         return _not_found(stream_id)
-    # A run no target served is recorded too, but it never had a stream: it failed (or was
-    # cancelled) before any content, so no content time; one with a stream had content, ended
-    # ok or blocked, or was claimed for its lost owner.
-    if run.ttft_ms is None and run.status not in ("ok", "blocked") and run.error_code != "replica_lost":
+    # A run no target served is recorded too, but it never had a stream (`opened` false). Runs
+    # recorded before that was kept: one that had no content time, did not end ok or blocked and
+    # was not claimed for its lost owner is taken for one that never opened.
+    never = run.ttft_ms is None and run.status not in ("ok", "blocked") and run.error_code != "replica_lost"
+    if run.opened is False or (run.opened is None and never):
         return _not_found(stream_id)
     if run.finished_at < datetime.now(UTC) - timedelta(seconds=gateway.settings.stream_ttl_seconds):
         return _not_found(stream_id)
