@@ -95,6 +95,35 @@ async def test_the_outbox_of_a_replica_that_is_gone_is_taken_by_another(redis_ur
         await b.aclose()
 
 
+async def test_a_record_that_cannot_be_read_blocks_no_other(redis_url: str) -> None:
+    a, b = store(redis_url), store(redis_url)
+    a.on_swept = lambda s: None
+    taken: list[bytes] = []
+
+    def take(swept: SweptRecord) -> None:  # as the records writer's hook: a payload it cannot read raises
+        if swept.payload == b"not a record":
+            raise ValueError("not a record")
+        taken.append(swept.payload)
+
+    b.on_swept = take
+    await a.start()
+    await b.start()
+    try:
+        poison = await run_one(a, b"not a record")
+        good = await run_one(a, b'{"id": "good"}')
+    finally:
+        await a.aclose()
+    try:
+        await b.sweep_outbox()
+        assert b'{"id": "good"}' in taken
+        client = redis.from_url(redis_url)
+        members = await client.smembers(f"foundry:outbox:{{{a.replica}}}")
+        assert poison.encode() not in members and good.encode() in members  # dropped (logged); kept until written
+        await client.aclose()
+    finally:
+        await b.aclose()
+
+
 # -- gateway processes ------------------------------------------------------------------------------
 
 

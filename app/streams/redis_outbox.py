@@ -58,6 +58,7 @@ class RedisOutbox:
         self.on_record: SweptHook | None = None
         """Where swept records go; the outbox is kept only when it is set (records are on)."""
         self._task: asyncio.Task[None] | None = None
+        self._handed: dict[str, float] = {}  # stream id -> when this replica last handed its record on
 
     @property
     def enabled(self) -> bool:
@@ -152,26 +153,50 @@ class RedisOutbox:
                        "claimed")
         metas = await pipe.execute()
         handed = 0
-        now = time.time()
-        for stream_id, (model, provider, done, status, record, ended, claimed) in zip(ids, metas, strict=True):
-            if model is None:  # the stream expired: nothing is left to write
+        for stream_id, meta in zip(ids, metas, strict=True):
+            try:
+                handed += await self._settle(key, replica, stream_id, meta, gone=gone)
+            except REDIS_ERRORS:
+                raise  # the store is away: the next pass tries again
+            except Exception as exc:  # one entry that cannot be read (a record of another version) blocks no other
                 await self._redis.srem(key, stream_id)
-                _log.warning("outbox_record_expired", stream_id=stream_id, replica=replica)
-                continue
-            overdue = ended is not None and now - float(ended) >= self.retry_after
-            if done is None:
-                if gone and await self._follower.end_lost(stream_id, model.decode(), provider.decode()):
-                    handed += 1
-            elif record is not None:
-                if gone or overdue:
-                    await self._hand_on(stream_id, record)
-                    handed += 1
-            elif claimed is not None and (overdue or not await self._alive(claimed)):
-                await self._follower.reclaim(stream_id, status.decode() if status is not None else "error")
-                handed += 1
-            elif gone and overdue:  # a final written without its record (the writer had none): nothing to write
-                await self._redis.srem(key, stream_id)
+                _log.error("outbox_record_unreadable", stream_id=stream_id, replica=replica,
+                           error=type(exc).__name__, detail=str(exc)[:200])
         return handed
+
+    async def _settle(self, key: str, replica: str, stream_id: str, meta: list[bytes | None], *, gone: bool) -> int:
+        """One outbox entry: hand its record on, end its stream, claim its run again, or forget it."""
+        model, provider, done, status, record, ended, claimed = meta
+        if model is None or provider is None:  # the stream expired: nothing is left to write
+            await self._redis.srem(key, stream_id)
+            _log.warning("outbox_record_expired", stream_id=stream_id, replica=replica)
+            return 0
+        now = time.time()
+        overdue = ended is not None and now - float(ended) >= self.retry_after
+        if now - self._handed.get(stream_id, 0.0) < self.retry_after:
+            return 0  # handed on lately: its commit takes it out of the outbox
+        if done is None:
+            if not gone or not await self._follower.end_lost(stream_id, model.decode(), provider.decode()):
+                return 0
+        elif record is not None:
+            if not (gone or overdue):
+                return 0
+            await self._hand_on(stream_id, record)
+        elif claimed is not None and (overdue or not await self._alive(claimed)):
+            await self._follower.reclaim(stream_id, status.decode() if status is not None else "error")
+        else:
+            if gone and overdue:  # a final written without its record (its writer had none): nothing to write
+                await self._redis.srem(key, stream_id)
+            return 0
+        self._remember(stream_id, now)
+        return 1
+
+    def _remember(self, stream_id: str, now: float) -> None:
+        """Not handed on again within `retry_after` (a records database that is away would have
+        the same records queued again every pass)."""
+        self._handed[stream_id] = now
+        if len(self._handed) > 4 * _PAGE:
+            self._handed = {sid: at for sid, at in self._handed.items() if now - at < self.retry_after}
 
     async def _alive(self, replica: bytes) -> bool:
         return bool(await self._redis.exists(self._link.lease_key(replica.decode())))
