@@ -150,7 +150,7 @@ class Metrics:
                                        ["reason"], registry=r)
         self.store_bytes = Gauge("foundry_store_bytes", "Encoded bytes retained by the stream store.", registry=r)
         self.store_errors = Counter("foundry_store_errors", "Stream store operations that failed, by store and "
-                                    "operation (create, write, read, lease, cancel, claim, ping, buffer_full).",
+                                    "operation (create, write, read, lease, cancel, claim, ping, buffer_full, sweep, outbox).",
                                     ["store", "op"], registry=r)
         self.store_seconds = Histogram("foundry_store_seconds", "Duration of one stream store operation (a "
                                        "pipelined write carries many events).", ["store", "op"],
