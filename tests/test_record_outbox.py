@@ -16,6 +16,7 @@ from app.streams.errors import SweptRecord
 from app.streams.redis import RedisStreamStore
 from tests.records_support import postgres, postgres_url  # noqa: F401
 from tests.redis_support import Replica
+from tests.support import parse_sse
 
 ADMIN = "admin-secret-for-outbox-tests-0123"
 PRICES = '{"mock/*": {"input": 0, "output": 1000}}'
@@ -124,6 +125,25 @@ async def test_a_record_that_cannot_be_read_blocks_no_other(redis_url: str) -> N
         await b.aclose()
 
 
+async def test_the_owner_releases_a_frame_to_its_readers_once_redis_holds_it(redis_url: str) -> None:
+    a = store(redis_url)
+    await a.start()
+    try:
+        log = await a.create(model="m", provider="p")
+        sid = log.info.stream_id
+        reader = log.follow(0)
+        log.append(StartEvent(stream_id=sid, model="m", provider="p"))
+        log.append(TokenEvent(index=0, content="hi"))
+        assert log.readable_seq <= 2
+        first = await asyncio.wait_for(anext(reader), 5)  # ... once written
+        client = redis.from_url(redis_url)
+        top = (await client.xrevrange(f"foundry:{{{sid}}}:events", count=1))[0][0]
+        assert int(top.split(b"-")[0]) >= int(first.rsplit(b"id: ", 1)[1].split(b"\n")[0])
+        await client.aclose()
+    finally:
+        await a.aclose()
+
+
 # -- gateway processes ------------------------------------------------------------------------------
 
 
@@ -166,6 +186,43 @@ async def test_a_replica_killed_inside_its_records_linger_loses_no_record(redis_
             assert lost["status"] == "error" and lost["error_code"] == "replica_lost"
             spent = (await c.get(f"{b.url}/v1/usage", headers=key)).json()["total"]
             assert spent["requests"] == 2 and spent["cost_usd"] == pytest.approx(usage["cost_usd"])
+    finally:
+        a.stop()
+        b.stop()
+
+
+@pytest.mark.slow
+async def test_a_reader_of_a_killed_owner_resumes_from_its_last_id_on_another_replica(redis_url) -> None:
+    # The reader reads from the owner's memory. Before, it could read ids the owner had not yet
+    # written to Redis; the replica taking over numbered its final after what Redis held, so the
+    # resume from the reader's last id was refused (400, the cursor past the end) or its ids
+    # repeated with other frames. The owner now releases a frame once Redis holds it.
+    a, b = Replica(redis_url).start(), Replica(redis_url).start()
+    try:
+        async with httpx.AsyncClient(timeout=30) as c:
+            for _ in range(3):
+                started = await c.post(f"{a.url}/v1/generate", json={
+                    "model": "mock/lorem-2000", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+                    "provider_options": {"delay_ms": 1}})
+                sid = started.json()["stream_id"]
+                raw = b""
+                async with c.stream("GET", f"{a.url}/v1/stream/{sid}") as r:
+                    try:
+                        async for chunk in r.aiter_bytes():
+                            raw += chunk
+                            if raw.count(b"\n\n") >= 150 and a.proc.poll() is None:
+                                a.kill()
+                    except httpx.HTTPError:
+                        pass  # the owner died mid-body
+                seen = parse_sse(raw[:raw.rfind(b"\n\n") + 2])
+                last = seen[-1][0]
+                resumed = await c.get(f"{b.url}/v1/stream/{sid}", headers={"Last-Event-ID": str(last)})
+                assert resumed.status_code == 200, resumed.text
+                events = parse_sse(resumed.content)
+                assert [i for i, _, _ in events] == list(range(last + 1, last + 1 + len(events)))
+                assert [e for _, e, _ in events].count("final") == 1 and events[-1][1] == "final"
+                assert events[-1][2]["error"]["code"] == "replica_lost"
+                a.start()
     finally:
         a.stop()
         b.stop()

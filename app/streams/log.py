@@ -64,7 +64,7 @@ class StreamLog:
     """The events of one stream, in order, numbered from 1."""
 
     __slots__ = ("info", "_frames", "_events", "_first_seq", "_next_seq", "_bytes", "_max_events", "_max_bytes",
-                 "_waiter", "final", "finished_at", "_budget", "sink", "canceller", "_held", "_room")
+                 "_waiter", "final", "finished_at", "_budget", "sink", "canceller", "_held", "_room", "_visible")
 
     def __init__(self, info: StreamInfo, *, max_events: int, max_bytes: int, budget: Budget | None = None,
                  keep_events: bool = False, held: bool = False) -> None:
@@ -88,6 +88,8 @@ class StreamLog:
         """The last id the holding reader took (`follow(..., hold=True)`): frames after it are kept.
         A log made `held` is held from its first frame, before that reader starts."""
         self._room: asyncio.Event | None = None
+        self._visible: int | None = None
+        """The last id readers may take (`gate`); None: every appended frame."""
 
     @property
     def first_seq(self) -> int:
@@ -99,8 +101,39 @@ class StreamLog:
         return self._next_seq - 1
 
     @property
+    def readable_seq(self) -> int:
+        """The last id readers may take: every appended one, or on a gated log the last one its
+        store has persisted."""
+        return self._next_seq - 1 if self._visible is None else self._visible
+
+    @property
     def finished(self) -> bool:
         return self.final is not None
+
+    # -- release after persistence (a shared store) ---------------------------------------------
+
+    def gate(self) -> None:
+        """Readers take only what `release` lets go: a shared store releases a frame once it holds
+        it, so that no reader sees an id that the replica taking over a lost run could number
+        differently (app/streams/redis_owner.py)."""
+        self._visible = self.last_seq
+
+    def release(self, seq: int) -> None:
+        """Frames up to `seq` are persisted: readers may take them."""
+        if self._visible is not None and seq > self._visible:
+            self._visible = min(seq, self.last_seq)
+            self._wake()
+
+    def ungate(self) -> None:
+        """Readers take every frame again (the store cannot persist: streams go on from memory)."""
+        if self._visible is not None:
+            self._visible = None
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
 
     @property
     def size_bytes(self) -> int:
@@ -132,7 +165,7 @@ class StreamLog:
             self.finished_at = time.monotonic()
         if self.sink is not None:
             self.sink(self, self._next_seq - 1, frame, final)
-        if self._waiter is not None:
+        if self._waiter is not None and self._visible is None:
             self._waiter.set()
             self._waiter = None
         return frame
@@ -189,21 +222,25 @@ class StreamLog:
             )
 
     def frames_after(self, after: int, max_bytes: int | None = None) -> bytes:
-        """The frames numbered above `after`, joined; at most about `max_bytes` (at least one frame)."""
-        return self._batch(after, max_bytes)[0]
+        """The frames numbered above `after`, joined, released or not (what the store persists);
+        at most about `max_bytes` (at least one frame)."""
+        return self._batch(after, max_bytes, self.last_seq)[0]
 
-    def _batch(self, after: int, max_bytes: int | None) -> tuple[bytes, int]:
-        """Frames above `after` up to `max_bytes` (at least one), and the last id they hold."""
+    def _batch(self, after: int, max_bytes: int | None, end: int) -> tuple[bytes, int]:
+        """Frames above `after` up to `end` and `max_bytes` (at least one), and the last id they hold."""
         start = max(after + 1, self._first_seq)
-        if start >= self._next_seq:
+        if start > end:
             return b"", after
         offset = start - self._first_seq
         if max_bytes is None:
-            frames = self._frames if offset == 0 else itertools.islice(self._frames, offset, None)
-            return b"".join(frames), self.last_seq
+            if end == self.last_seq:
+                frames = self._frames if offset == 0 else itertools.islice(self._frames, offset, None)
+            else:
+                frames = itertools.islice(self._frames, offset, end - self._first_seq + 1)
+            return b"".join(frames), end
         batch: list[bytes] = []
         size = 0
-        for frame in itertools.islice(self._frames, offset, offset + _BATCH_FRAMES):
+        for frame in itertools.islice(self._frames, offset, min(offset + _BATCH_FRAMES, end - self._first_seq + 1)):
             batch.append(frame)
             size += len(frame)
             if size >= max_bytes:
@@ -215,7 +252,7 @@ class StreamLog:
         (about BATCH_BYTES) at a time, never a copy of the whole replay: a reader that stops
         reading stalls on its send with that much, until the send watchdog drops it. The reader
         that owns the run `hold`s its place: nothing it has not taken is dropped (`room`)."""
-        return self._read(after, hold, lambda cursor: self._batch(cursor, BATCH_BYTES))
+        return self._read(after, hold, lambda cursor: self._batch(cursor, BATCH_BYTES, self.readable_seq))
 
     def follow_events(self, after: int = 0, *, hold: bool = False) -> AsyncIterator[list[StreamEvent]]:
         """Like `follow`, the events themselves, in batches (a log made with `keep_events`)."""
@@ -223,7 +260,8 @@ class StreamLog:
         if events is None:
             raise RuntimeError("this log keeps frames only")
         return self._read(after, hold, lambda cursor: (
-            list(itertools.islice(events, cursor + 1 - self._first_seq, None)), self.last_seq))
+            list(itertools.islice(events, cursor + 1 - self._first_seq, self.readable_seq + 1 - self._first_seq)),
+            self.readable_seq))
 
     async def _read(self, after: int, hold: bool, take: Callable[[int], tuple[_T, int]]) -> AsyncIterator[_T]:
         """What `take(cursor)` gives (a batch, and the last id in it) for each new stretch of the
@@ -234,7 +272,7 @@ class StreamLog:
             self._took(cursor)
         try:
             while True:
-                if cursor < self.last_seq:
+                if cursor < self.readable_seq:
                     if cursor + 1 < self._first_seq:  # this reader fell behind the retention window
                         raise ReplayUnavailable("reader fell behind the stream's retention window")
                     batch, cursor = take(cursor)
@@ -242,7 +280,7 @@ class StreamLog:
                         self._took(cursor)
                     yield batch
                     continue
-                if self.final is not None:
+                if self.final is not None and cursor >= self.last_seq:
                     return
                 await self._changed()
         finally:
@@ -256,7 +294,7 @@ class StreamLog:
         return self._waiter.wait()
 
     async def wait_final(self) -> FinalEvent:
-        while self.final is None:
+        while self.final is None or self.readable_seq < self.last_seq:
             await self._changed()
         return self.final
 

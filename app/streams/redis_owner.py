@@ -110,6 +110,7 @@ class RedisOwner:
             raise StoreUnavailable("the redis stream store is not keeping up; retry later")
         log = self._local.create_local(model=model, provider=provider, owner=owner, keep_events=keep_events,
                                        held=held)
+        log.gate()  # its readers here take a frame once Redis holds it (see `write`)
         info = log.info
         keys = self._link.keys(info.stream_id)
         try:
@@ -148,6 +149,7 @@ class RedisOwner:
                 self._pending_bytes -= sum(len(f) for _, f, _ in dropped.entries)
             self._broken[stream_id] = log
             self._link.observe("buffer_full", 0.0, True)
+            log.ungate()  # no longer persisted: its readers here go on from memory
             return
         pending = self._pending.get(stream_id)
         if pending is None:
@@ -182,6 +184,8 @@ class RedisOwner:
                     await self._end_broken()
                 except REDIS_ERRORS:
                     self._restore = True
+                    for log in self._local.logs():  # Redis away: streams go on from memory, as a
+                        log.ungate()                # single process's would (no reader waits on it)
                     self._keep_for_retry(batch)
                     if self._closing:
                         self._pending.clear()
@@ -204,10 +208,13 @@ class RedisOwner:
         self._pending_bytes = sum(len(f) for p in self._pending.values() for _, f, _ in p.entries)
 
     async def write(self, batch: dict[str, Pending]) -> None:
-        """Write one batch of streams' frames in one pipelined round trip."""
+        """Write one batch of streams' frames in one pipelined round trip; then release them to
+        this replica's readers (a gated log: `StreamLog.gate`)."""
         pipe = self._redis.pipeline(transaction=False)
         now = time.monotonic()
         ttl_s = self._link.ttl_s
+        adds: list[tuple[int, StreamLog, int]] = []  # (command index of its XADD, log, its last id)
+        n = 0
         for stream_id, pending in batch.items():
             keys = self._link.keys(stream_id)
             log, entries = pending.log, pending.entries
@@ -215,6 +222,7 @@ class RedisOwner:
             snapshot = self._snapshot(log, now, force=ended)
             if snapshot is not None:  # before the final: a reader that saw the final finds the transcript
                 pipe.set(keys.transcript, snapshot, ex=ttl_s + (0 if ended else _RUNNING_GRACE))
+                n += 1
             # One entry for the batch (one command, whatever the number of events), holding only
             # what the memory log still retains; the stream is trimmed to the same range.
             first = log.first_seq
@@ -224,6 +232,8 @@ class RedisOwner:
                 if ended:
                     fields[END] = b"1"
                 pipe.xadd(keys.events, fields, id=f"{kept[-1][0]}-0", minid=f"{first}-0", approximate=False)
+                n += 1
+            adds.append((n - 1 if kept else -1, log, entries[-1][0]))
             if ended:
                 assert log.final is not None
                 end: dict[str, str | bytes] = {"done": "1", "status": log.final.status, "ended": repr(time.time())}
@@ -232,15 +242,22 @@ class RedisOwner:
                 pipe.hset(keys.meta, mapping=end)
                 for key in (keys.events, keys.meta, keys.transcript):
                     pipe.expire(key, ttl_s)
+                n += 4
                 self._snapshots.pop(stream_id, None)
                 self._metas.pop(stream_id, None)
             else:
                 pipe.expire(keys.events, ttl_s + _RUNNING_GRACE)
+                n += 1
         results = await pipe.execute(raise_on_error=False)
-        for result in results:
+        for index, log, last in adds:
+            result = results[index] if index >= 0 else None
             if isinstance(result, ResponseError) and "equal or smaller" not in str(result):
-                # A stream claimed by another replica (our lease lapsed) refuses our late entries.
+                # A stream claimed by another replica (our lease lapsed) refuses our late entries:
+                # its readers here go on from memory, as before the store was shared.
                 self._link.observe("write_refused", 0.0, True)
+                log.ungate()
+            else:
+                log.release(last)
 
     async def _write_back(self) -> None:
         """Redis answers again after failing. A stream this replica holds (running, or finished
