@@ -8,6 +8,7 @@ operators who must not store it (FOUNDRY_RECORD_CONTENT=false).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -16,7 +17,7 @@ import orjson
 
 from app.core.events import Usage
 
-__all__ = ["RunRecord", "validation_without_content", "without_content"]
+__all__ = ["RunRecord", "as_utc", "validation_without_content", "without_content"]
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "cache_write_tokens",
                 "reasoning_tokens")
@@ -71,7 +72,6 @@ class RunRecord:
             "judge_cost_usd": self.judge_cost_usd, "opened": self.opened,
         }
 
-
     def payload(self) -> bytes:
         """The record without its transcript, as JSON: what travels with the run's final in the
         shared stream store (its outbox), so that another replica can write it (`from_payload`)."""
@@ -80,11 +80,17 @@ class RunRecord:
     @classmethod
     def from_payload(cls, payload: bytes, transcript: dict[str, Any] | None) -> RunRecord:
         row = orjson.loads(payload)
-        fields = {name: row[name] for name in _PLAIN_FIELDS}
+        row["created_at"], row["finished_at"] = (datetime.fromisoformat(row[k]) for k in ("created_at", "finished_at"))
+        return cls.from_row(row, transcript)
+
+    @classmethod
+    def from_row(cls, row: Mapping[Any, Any], transcript: dict[str, Any] | None = None) -> RunRecord:
+        """The record a `runs` row holds (as `row()` makes it, or as the database returns it)."""
+        # output_tokens null: the run ended before the provider reported its output
         usage = Usage(**{name: row[name] or 0 for name in USAGE_FIELDS}, output_unknown=row["output_tokens"] is None,
                       cost_usd=row["cost_usd"])
-        return cls(stream_id=row["id"], created_at=_time(row["created_at"]), finished_at=_time(row["finished_at"]),
-                   usage=usage, transcript=transcript, **fields)
+        return cls(stream_id=row["id"], created_at=as_utc(row["created_at"]), finished_at=as_utc(row["finished_at"]),
+                   usage=usage, transcript=transcript, **{name: row[name] for name in _PLAIN_FIELDS})
 
 
 _PLAIN_FIELDS = ("request_id", "owner", "model", "served_model", "provider", "status", "stop_reason", "error_code",
@@ -92,9 +98,9 @@ _PLAIN_FIELDS = ("request_id", "owner", "model", "served_model", "provider", "st
                  "judge_calls", "judge_tokens", "judge_cost_usd", "opened")
 
 
-def _time(text: str) -> datetime:
-    at = datetime.fromisoformat(text)
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+def as_utc(value: datetime) -> datetime:
+    """A time in UTC; a time without a zone is UTC already (SQLite keeps none: every stored time is UTC)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 # Keys whose values are message content wherever they appear in a transcript.

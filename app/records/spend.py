@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.records.record import RunRecord
+from app.records.record import RunRecord, as_utc
 from app.records.tables import key_spend
 
 __all__ = ["SpendTotal", "add_runs", "month_of", "read"]
@@ -36,7 +36,7 @@ class SpendTotal:
 
 def month_of(at: datetime) -> str:
     """The calendar month (UTC) a budget counts a run in: the month it started."""
-    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).astimezone(UTC).strftime("%Y-%m")
+    return as_utc(at).strftime("%Y-%m")
 
 
 def _cost(record: RunRecord) -> float:

@@ -9,7 +9,7 @@ import base64
 import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.core.events import Usage
 from app.records import spend
 from app.records.migrate import upgrade
-from app.records.record import USAGE_FIELDS, RunRecord
+from app.records.record import RunRecord, as_utc
 from app.records.spend import SpendTotal
 from app.records.tables import run_transcripts, runs
 
@@ -33,14 +32,9 @@ def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def _utc(value: datetime) -> datetime:
-    # SQLite keeps no zone: every stored time is UTC.
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def encode_cursor(created_at: datetime, run_id: str) -> str:
     """An opaque position in the newest-first order: after (created_at, id)."""
-    raw = orjson.dumps({"t": _utc(created_at).isoformat(), "i": run_id})
+    raw = orjson.dumps({"t": as_utc(created_at).isoformat(), "i": run_id})
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -54,7 +48,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise ValueError("not a cursor this gateway issued") from None
     if not isinstance(run_id, str) or not run_id:
         raise ValueError("not a cursor this gateway issued")
-    return _utc(created_at), run_id
+    return as_utc(created_at), run_id
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)
@@ -147,7 +141,7 @@ class RecordStore:
     async def get(self, run_id: str) -> RunRecord | None:
         async with self.engine.connect() as conn:
             row = (await conn.execute(sa.select(runs).where(runs.c.id == run_id))).mappings().first()
-        return _from_row(row) if row is not None else None
+        return RunRecord.from_row(row) if row is not None else None
 
     async def transcript(self, run_id: str) -> dict[str, Any] | None:
         query = sa.select(run_transcripts.c.transcript).where(run_transcripts.c.run_id == run_id)
@@ -166,26 +160,26 @@ class RecordStore:
         if query.request_id is not None:
             stmt = stmt.where(runs.c.request_id == query.request_id)
         if query.since is not None:
-            stmt = stmt.where(runs.c.created_at >= _utc(query.since))
+            stmt = stmt.where(runs.c.created_at >= as_utc(query.since))
         if query.until is not None:
-            stmt = stmt.where(runs.c.created_at < _utc(query.until))
+            stmt = stmt.where(runs.c.created_at < as_utc(query.until))
         if query.after is not None:
             at, run_id = query.after
             stmt = stmt.where(sa.or_(runs.c.created_at < at, sa.and_(runs.c.created_at == at, runs.c.id < run_id)))
         stmt = stmt.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(query.limit + 1)
         async with self.engine.connect() as conn:
             rows = (await conn.execute(stmt)).mappings().all()
-        records = [_from_row(row) for row in rows[: query.limit]]
+        records = [RunRecord.from_row(row) for row in rows[: query.limit]]
         more = len(rows) > query.limit
         cursor = encode_cursor(records[-1].created_at, records[-1].stream_id) if more and records else None
         return RunPage(runs=records, next_cursor=cursor)
 
     async def prune(self, before: datetime) -> int:
         """Delete the runs created before `before` and their transcripts; how many runs."""
-        old = sa.select(runs.c.id).where(runs.c.created_at < _utc(before))
+        old = sa.select(runs.c.id).where(runs.c.created_at < as_utc(before))
         async with self.engine.begin() as conn:
             await conn.execute(sa.delete(run_transcripts).where(run_transcripts.c.run_id.in_(old)))
-            result = await conn.execute(sa.delete(runs).where(runs.c.created_at < _utc(before)))
+            result = await conn.execute(sa.delete(runs).where(runs.c.created_at < as_utc(before)))
         return result.rowcount or 0
 
     async def ping(self) -> bool:
@@ -213,21 +207,3 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA busy_timeout=5000")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
-
-
-def _from_row(row: Any) -> RunRecord:
-    return RunRecord(
-        stream_id=row["id"], request_id=row["request_id"], owner=row["owner"],
-        created_at=_utc(row["created_at"]), finished_at=_utc(row["finished_at"]), model=row["model"],
-        served_model=row["served_model"], provider=row["provider"], status=row["status"],
-        stop_reason=row["stop_reason"], error_code=row["error_code"],
-        usage=_usage(row, row["cost_usd"]), steps=row["steps"], tools_run=row["tools_run"],
-        validation=row["validation"], ttft_ms=row["ttft_ms"], duration_ms=row["duration_ms"],
-        content_recorded=row["content_recorded"], cost_usd=row["cost_usd"], opened=row["opened"], transcript=None,
-    )
-
-
-def _usage(row: Any, cost_usd: float | None) -> Usage:
-    # output_tokens null: the run ended before the provider reported its output
-    return Usage(**{name: row[name] or 0 for name in USAGE_FIELDS}, output_unknown=row["output_tokens"] is None,
-                 cost_usd=cost_usd)
