@@ -24,8 +24,20 @@ __all__ = ["RunRecorder", "claimed_record", "live_transcript", "run_record", "sw
 def transcript_document(stream_id: str, model: str, provider: str, created_at: float,
                         transcript: Transcript) -> dict[str, Any]:
     """A transcript as GET /v1/stream/{id}/transcript shows it."""
-    return {"stream_id": stream_id, "model": model, "provider": provider, "created_at": created_at,
-            **transcript.snapshot(), "content_recorded": True}
+    return _document(stream_id, model, provider, created_at, transcript.snapshot())
+
+
+def _document(stream_id: str, model: str, provider: str, created_at: float, snapshot: dict[str, Any], *,
+              content: bool = True) -> dict[str, Any]:
+    """A transcript snapshot as GET /v1/stream/{id}/transcript shows it; as a record stores it
+    without content when content is not recorded."""
+    document = {"stream_id": stream_id, "model": model, "provider": provider, "created_at": created_at,
+                **snapshot, "content_recorded": True}
+    if content:
+        return document
+    stripped: dict[str, Any] = without_content(document)
+    stripped["content_recorded"] = False
+    return stripped
 
 
 def live_transcript(log: StreamLog) -> dict[str, Any] | None:
@@ -38,12 +50,10 @@ def live_transcript(log: StreamLog) -> dict[str, Any] | None:
 
 def run_record(report: RunReport, *, content: bool) -> RunRecord:
     """The record of a run that ended."""
-    transcript = transcript_document(report.stream_id, report.model, report.provider, report.started_at,
-                                     report.transcript)
+    transcript = _document(report.stream_id, report.model, report.provider, report.started_at,
+                           report.transcript.snapshot(), content=content)
     validation: dict[str, Any] | None = dict(report.validation) if report.validation is not None else None
     if not content:
-        transcript = without_content(transcript)
-        transcript["content_recorded"] = False
         validation = validation_without_content(validation)
     judged = report.validation.get("judge", {}) if report.validation is not None else {}
     costs = [line["cost_usd"] for line in judged.values() if "cost_usd" in line]
@@ -81,13 +91,8 @@ def claimed_record(run: ClaimedRun, *, content: bool) -> RunRecord:
     output of the last one unknown, null)."""
     now = datetime.now(UTC)
     snapshot = run.transcript
-    transcript: dict[str, Any] | None = None
-    if snapshot is not None:
-        transcript = {"stream_id": run.stream_id, "model": run.model, "provider": run.provider,
-                      "created_at": run.created_at, **snapshot, "content_recorded": True}
-        if not content:
-            transcript = without_content(transcript)
-            transcript["content_recorded"] = False
+    transcript = None if snapshot is None else _document(run.stream_id, run.model, run.provider, run.created_at,
+                                                         snapshot, content=content)
     seen = (snapshot or {}).get("usage") or {}
     usage = Usage(input_tokens=seen.get("input_tokens") or 0, cache_read_tokens=seen.get("cache_read_tokens") or 0,
                   cache_write_tokens=seen.get("cache_write_tokens") or 0,
@@ -108,12 +113,8 @@ def swept_record(swept: SweptRecord, *, content: bool) -> RunRecord:
     transcript snapshot written beside it, as `run_record` would have stored it."""
     record = RunRecord.from_payload(swept.payload, None)
     if swept.transcript is not None:
-        transcript = {"stream_id": record.stream_id, "model": record.model, "provider": record.provider,
-                      "created_at": record.created_at.timestamp(), **swept.transcript, "content_recorded": True}
-        if not record.content_recorded:
-            transcript = without_content(transcript)
-            transcript["content_recorded"] = False
-        record.transcript = transcript
+        record.transcript = _document(record.stream_id, record.model, record.provider, record.created_at.timestamp(),
+                                      swept.transcript, content=record.content_recorded)
     return record
 
 
