@@ -165,9 +165,8 @@ class StreamLog:
             self.finished_at = time.monotonic()
         if self.sink is not None:
             self.sink(self, self._next_seq - 1, frame, final)
-        if self._waiter is not None and self._visible is None:
-            self._waiter.set()
-            self._waiter = None
+        if self._visible is None:  # a gated log wakes its readers on `release`
+            self._wake()
         return frame
 
     def _evict_oldest(self) -> None:

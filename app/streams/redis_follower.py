@@ -119,7 +119,7 @@ class RedisFollower:
         done, owner, model, provider = (await pipe.execute())[0]
         if done is not None or owner is None:
             return True  # ended (our cursor is at or past its final) or expired
-        if await self._redis.exists(self._link.lease_key(owner.decode())):
+        if await self._link.alive(owner.decode()):
             return False
         await self.end_lost(stream_id, model.decode(), provider.decode())
         return False  # the next read returns the final (ours or another claimer's)

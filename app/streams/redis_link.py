@@ -104,6 +104,10 @@ class RedisLink:
                                                      target_nodes=node)
         return await self.client.xread({key: cursor}, count=count, block=block)
 
+    async def alive(self, replica: str) -> bool:
+        """Whether a replica's lease is held (it runs, or ran within the lease)."""
+        return bool(await self.client.exists(self.lease_key(replica)))
+
     async def ping(self) -> bool:
         try:
             async with self.timed("ping"):

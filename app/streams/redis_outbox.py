@@ -182,7 +182,7 @@ class RedisOutbox:
             if not (gone or overdue):
                 return 0
             await self._hand_on(stream_id, record)
-        elif claimed is not None and (overdue or not await self._alive(claimed)):
+        elif claimed is not None and (overdue or not await self._link.alive(claimed.decode())):
             await self._follower.reclaim(stream_id, status.decode() if status is not None else "error")
         else:
             if gone and overdue:  # a final written without its record (its writer had none): nothing to write
@@ -197,9 +197,6 @@ class RedisOutbox:
         self._handed[stream_id] = now
         if len(self._handed) > 4 * _PAGE:
             self._handed = {sid: at for sid, at in self._handed.items() if now - at < self.retry_after}
-
-    async def _alive(self, replica: bytes) -> bool:
-        return bool(await self._redis.exists(self._link.lease_key(replica.decode())))
 
     async def _hand_on(self, stream_id: str, record: bytes) -> None:
         snapshot = await self._redis.get(self._link.keys(stream_id).transcript)

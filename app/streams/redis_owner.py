@@ -213,8 +213,7 @@ class RedisOwner:
         pipe = self._redis.pipeline(transaction=False)
         now = time.monotonic()
         ttl_s = self._link.ttl_s
-        adds: list[tuple[int, StreamLog, int]] = []  # (command index of its XADD, log, its last id)
-        n = 0
+        adds: list[tuple[int, StreamLog, int]] = []  # (index of its XADD in the pipeline, or -1; log; its last id)
         for stream_id, pending in batch.items():
             keys = self._link.keys(stream_id)
             log, entries = pending.log, pending.entries
@@ -222,7 +221,6 @@ class RedisOwner:
             snapshot = self._snapshot(log, now, force=ended)
             if snapshot is not None:  # before the final: a reader that saw the final finds the transcript
                 pipe.set(keys.transcript, snapshot, ex=ttl_s + (0 if ended else _RUNNING_GRACE))
-                n += 1
             # One entry for the batch (one command, whatever the number of events), holding only
             # what the memory log still retains; the stream is trimmed to the same range.
             first = log.first_seq
@@ -232,8 +230,7 @@ class RedisOwner:
                 if ended:
                     fields[END] = b"1"
                 pipe.xadd(keys.events, fields, id=f"{kept[-1][0]}-0", minid=f"{first}-0", approximate=False)
-                n += 1
-            adds.append((n - 1 if kept else -1, log, entries[-1][0]))
+            adds.append((len(pipe) - 1 if kept else -1, log, entries[-1][0]))
             if ended:
                 assert log.final is not None
                 end: dict[str, str | bytes] = {"done": "1", "status": log.final.status, "ended": repr(time.time())}
@@ -242,12 +239,10 @@ class RedisOwner:
                 pipe.hset(keys.meta, mapping=end)
                 for key in (keys.events, keys.meta, keys.transcript):
                     pipe.expire(key, ttl_s)
-                n += 4
                 self._snapshots.pop(stream_id, None)
                 self._metas.pop(stream_id, None)
             else:
                 pipe.expire(keys.events, ttl_s + _RUNNING_GRACE)
-                n += 1
         results = await pipe.execute(raise_on_error=False)
         for index, log, last in adds:
             result = results[index] if index >= 0 else None
@@ -284,20 +279,21 @@ class RedisOwner:
         keys = self._link.keys(stream_id)
         self._broken.pop(stream_id, None)  # what its buffer dropped is written back from memory
         meta = self._metas.get(stream_id)  # running, or its final not written yet
+        running = meta is not None
         if meta is None:  # finished, and its final was written before Redis lost it
             assert log.final is not None
             meta = {"model": log.info.model, "provider": log.info.provider, "owner": self._link.replica,
                     "created_at": repr(log.info.created_at), "done": "1", "status": log.final.status}
             if log.info.owner is not None:
                 meta["key"] = log.info.owner
-        expire = self._link.ttl_s + (0 if stream_id not in self._metas else _RUNNING_GRACE)
+        expire = self._link.ttl_s + (_RUNNING_GRACE if running else 0)
         pipe.delete(keys.events)  # entries the writer added since Redis came back: the log has them
         pipe.hset(keys.meta, mapping=meta)
-        if stream_id in self._metas:
+        if running:
             self._outbox.enrol(pipe, stream_id)
         if log.last_seq >= log.first_seq:
             fields: dict[bytes, bytes | int] = {FRAMES: log.frames_after(log.first_seq - 1), FIRST: log.first_seq}
-            if stream_id not in self._metas:
+            if not running:
                 fields[END] = b"1"
             pipe.xadd(keys.events, fields, id=f"{log.last_seq}-0")
         snapshot = self._snapshot(log, time.monotonic(), force=True)
