@@ -39,8 +39,9 @@ _READ_COUNT = 1000
 _log = structlog.get_logger("foundry.streams")
 _REPLICA_LOST: ErrorData = {"code": "replica_lost", "retryable": True,
                             "message": "the replica running this stream stopped; retry the request"}
-_STORE_AWAY: ErrorData = {"code": "store_unavailable", "retryable": True,
-                          "message": "the stream store became unreachable; resume from the last event id later"}
+_AWAY_SECONDS = 30.0
+"""How long a reader waits for a Redis that stopped answering before its body ends (no final: the
+stream has not ended; its client resumes from its last event id)."""
 
 
 class RedisFollower:
@@ -91,11 +92,11 @@ class RedisFollower:
                 self._link.observe("read", 0.0, True)
                 now = time.monotonic()
                 failing_since = failing_since or now
-                if now - failing_since < self._link.lease_ms / 1000:
+                if now - failing_since < max(_AWAY_SECONDS, 3 * self._link.lease_ms / 1000):
                     await asyncio.sleep(min(0.5, self._link.timeout))
                     continue
-                # Redis stays away: end this reader honestly rather than hang.
-                yield final_frame(cursor + 1, "", "", _STORE_AWAY, "error")
+                # Redis stays away: this body ends, without a final (only the stream's end is one,
+                # and it has not come); the client resumes from its last event id, later.
                 return
             try:
                 frames, cursor, done = _frames_after(reply[0][1], cursor, stop_at_hole=True)
