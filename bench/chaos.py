@@ -283,14 +283,15 @@ FAULTS: list[str] = []
 """The faults injected, with their times (printed with a broken stream's timeline)."""
 
 
-def timelines(streams: list[Stream], most: int = 12) -> list[str]:
-    """The faults and each broken stream's timeline: enough to find the cause from CI's log alone."""
+def timelines(streams: list[Stream], fleet: Fleet, most: int = 12) -> list[str]:
+    """Each broken stream's timeline (what its reader did and got, when) and what Redis holds of
+    it; with the faults' times in the figures, enough to find the cause from CI's log alone."""
     broken = [s for s in streams if s.broken]
-    if not broken:
-        return []
     lines = []
     for s in broken[:most]:
         lines.append(f"stream {s.sid or s.n} ({s.kind}, {s.tokens} tokens): {'; '.join(s.broken)[:300]}")
+        if s.sid is not None:
+            lines.append(f"  {fleet.stream_state(s.sid)}")
         shown = s.timeline if len(s.timeline) <= 80 else [*s.timeline[:50], f"... ({len(s.timeline) - 80} lines)",
                                                            *s.timeline[-30:]]
         lines += [f"  {t}" for t in shown]
@@ -400,7 +401,7 @@ def report(args: argparse.Namespace, streams: list[Stream], windows: list[tuple[
             print(f"{name}: {value}")
     for line in broken[:50]:
         print(f"BROKEN {line}")
-    for line in timelines(streams):
+    for line in timelines(streams, fleet):
         print(f"TIMELINE {line}")
     if broken:
         print(f"TIMELINE replica logs: {fleet.keep_logs()}")

@@ -290,6 +290,25 @@ class Fleet:
         finally:
             client.close()
 
+    def stream_state(self, stream_id: str) -> str:
+        """What Redis holds of one stream now (its meta without the record, its events' range),
+        for a broken stream's timeline."""
+        import redis as sync_redis
+
+        port = (self.redis.master_of(f"foundry:{{{stream_id}}}:meta").port if isinstance(self.redis, RedisClusterServer)
+                else self.redis.port)
+        client = sync_redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
+        try:
+            meta = {k.decode(): v.decode(errors="replace")[:40] for k, v in
+                    client.hgetall(f"foundry:{{{stream_id}}}:meta").items() if k != b"record"}
+            events = client.xinfo_stream(f"foundry:{{{stream_id}}}:events") if meta else {}
+            return (f"redis: meta {meta or 'missing'}; events {events.get('length', 0)} entries, last id "
+                    f"{events.get('last-generated-id', b'-').decode()}")
+        except sync_redis.RedisError as exc:
+            return f"redis: {type(exc).__name__}"
+        finally:
+            client.close()
+
     def redis_memory(self) -> int:
         """Bytes Redis holds now (used_memory, summed over the live masters of a cluster)."""
         import redis as sync_redis

@@ -120,7 +120,7 @@ class RedisFollower:
         done, owner, model, provider = (await pipe.execute())[0]
         if done is not None or owner is None:
             return True  # ended (our cursor is at or past its final) or expired
-        if await self._link.alive(owner.decode()):
+        if not await self._link.lost(owner.decode()):
             return False
         await self.end_lost(stream_id, model.decode(), provider.decode())
         return False  # the next read returns the final (ours or another claimer's)
@@ -209,13 +209,13 @@ class RedisFollower:
                 return "finished"
             # The owner pops its queue (BLPOP), also once it listens again after Redis came back;
             # the queue expires with the owner's lease.
-            queue, lease = self._link.cancel_queue(owner.decode()), self._link.lease_key(owner.decode())
+            queue = self._link.cancel_queue(owner.decode())
             pipe = self._redis.pipeline(transaction=False)
             pipe.rpush(queue, stream_id)
             pipe.pexpire(queue, self._link.lease_ms)
-            pipe.exists(lease)
-            alive = bool((await pipe.execute())[2])
-        if alive:
+            await pipe.execute()
+            lost = await self._link.lost(owner.decode())
+        if not lost:
             return "cancelling"
         async with self._link.answering("cancel"):
             # Nobody runs it any more: end it here, once, with what it released.
