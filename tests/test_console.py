@@ -46,7 +46,18 @@ from app.records.tables import api_keys
 from app.settings import Settings
 from tests.fakes import FakeAdapter
 from tests.support import REPO
-from tests.test_playground import CONTRAST_FAILURES, WAIT_MS, DropOnce, browser, expect  # noqa: F401 (fixture)
+from tests.test_playground import (
+    CHROMIUM_ARGS,
+    CONTRAST_FAILURES,
+    HAVE_PLAYWRIGHT,
+    WAIT_MS,
+    DropOnce,
+    _chromium,
+    _unavailable,
+)
+
+if HAVE_PLAYWRIGHT:
+    from playwright.sync_api import expect, sync_playwright
 
 ADMIN = "console-admin-key-for-tests-0123456789"
 DOCS_IMG = REPO / "docs" / "img"
@@ -69,6 +80,20 @@ HOLD_WORDS = [f"word{i} " for i in range(12)]
 # `hold/*`: twelve tokens, then nothing until cancelled: a run that is still running.
 HOLD = [[TextDelta(text=w)] for w in HOLD_WORDS]
 PAGES = ("keys", "runs", "spend", "health")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium (or FOUNDRY_CHROMIUM), as the playground's tests find it."""
+    if not HAVE_PLAYWRIGHT:
+        _unavailable("the playwright package is not installed (pip install -e '.[test]')")
+    path = _chromium()
+    if path is None:
+        _unavailable("no system Chromium found (apt-get install chromium, or set FOUNDRY_CHROMIUM)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
 
 
 @dataclass
@@ -426,11 +451,18 @@ def test_a_two_megabyte_transcript_renders(page: Any, console: Console, capsys: 
       return performance.now() - t;
     }""")
     expect(show).to_have_count(0)
+    end_ms = page.evaluate("""() => {
+      const t = performance.now();
+      [...document.querySelectorAll('#turns .chunk')].at(-1).scrollIntoView();
+      document.body.offsetHeight;
+      return performance.now() - t;
+    }""")
     assert page.evaluate("Math.max(...[...document.querySelectorAll('#turns .data')].map(e => e.textContent.length))") \
         == 2_000_000
     expect(page.locator("#run-tools tbody tr")).to_have_count(200)
     with capsys.disabled():  # measured, reported, not asserted (timings go in notes, not tests)
-        print(f"\n2 MB transcript: first render {render_ms} ms, full answer shown in {shown_ms:.0f} ms")
+        print(f"\n2 MB transcript: first render {render_ms} ms, full answer shown in {shown_ms:.0f} ms, "
+              f"scrolled to its end in {end_ms:.0f} ms")
 
 
 # -- spend and health -------------------------------------------------------------------------------

@@ -44,15 +44,32 @@ export function text(value, tag = "span", cls = "") {
 
 const PREVIEW = 20000;
 
+// Text in blocks of about PREVIEW characters, cut at a space where one is near: each block is
+// laid out only when scrolled to (CSS `content-visibility: auto` on `.chunk`), so a 2 MB answer
+// costs the layout of what is on screen.
+function chunks(s, tag) {
+  const el = h(tag, { class: "data chunks", dir: "auto" });
+  for (let start = 0; start < s.length;) {
+    let end = Math.min(s.length, start + PREVIEW);
+    if (end < s.length) {
+      const space = s.lastIndexOf(" ", end);
+      if (space > end - 200 && space > start) end = space + 1;
+    }
+    el.append(text(s.slice(start, end), "span", "chunk"));
+    start = end;
+  }
+  return el;
+}
+
 // Long text: the first PREVIEW characters, and a button that shows the rest (a 2 MB answer
-// stays one text node away, never parsed as anything).
+// stays text nodes, never parsed as anything).
 export function longText(value, tag = "pre") {
   const s = value === null || value === undefined ? "" : String(value);
   if (s.length <= PREVIEW) return text(s, tag);
   const el = text(s.slice(0, PREVIEW), tag);
   const more = h("button", { type: "button", class: "secondary" }, `Show all ${s.length.toLocaleString("en")} characters`);
   more.addEventListener("click", () => {
-    el.replaceWith(text(s, tag));
+    el.replaceWith(chunks(s, tag));
     more.remove();
   });
   return h("div", {}, el, more);
