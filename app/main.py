@@ -213,6 +213,7 @@ def _auth(settings: Settings, records: RecordWriter | None, metrics: Metrics) ->
     """Keys (the admin key, [[keys]], the records database's api_keys) and the limiter (Redis or memory)."""
     return Auth(
         admin_key=settings.admin_key.get_secret_value() if settings.admin_key else None,
+        admin_key_previous=settings.admin_key_previous.get_secret_value() if settings.admin_key_previous else None,
         config_keys=settings.keys,
         keystore=KeyStore(records.store.engine) if records is not None else None,
         limiter=build_limiter(settings.redis_url.get_secret_value() if settings.redis_url else None,

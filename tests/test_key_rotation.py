@@ -99,3 +99,16 @@ def test_cli_rotate(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Monk
     assert main(["keys", "rotate", "key_nope"]) == 1
     assert main(["keys", "rotate", created["id"], "--overlap-seconds", "-5"]) == 2
     assert "no active key" in capsys.readouterr().err
+
+
+async def test_the_previous_admin_key_works_beside_the_current_one_only() -> None:
+    old, new = "admin-old-key-for-rotation-0123456789", "admin-new-key-for-rotation-0123456789"
+    async with gateway(admin_key=new, admin_key_previous=old) as (_, client):
+        for key in (new, old):
+            assert (await client.get("/v1/admin/keys", headers=bearer(key))).status_code == 200
+        assert (await client.get("/v1/admin/keys", headers=bearer("admin-someone-else-0123456789"))).status_code == 401
+    async with gateway(admin_key=new) as (_, client):  # the rotation done: the old key is refused
+        assert (await client.get("/v1/admin/keys", headers=bearer(old))).status_code == 401
+    async with gateway(admin_key=None, admin_key_previous=old) as (_, client):  # alone it is no admin key
+        refused = await client.get("/v1/admin/keys", headers=bearer(old))
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "admin_disabled"
