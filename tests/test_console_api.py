@@ -45,8 +45,8 @@ async def test_runs_filter_by_key_and_provider() -> None:
         assert other.status_code == 403 and other.json()["error"]["field"] == "key_id"
 
 
-async def test_usage_series_by_day_week_and_month_with_token_splits() -> None:
-    async with gateway() as (app, client):
+async def test_usage_series_by_day_week_and_month_with_token_splits(database_url: str) -> None:
+    async with gateway(database_url=database_url) as (app, client):
         base = datetime(2026, 3, 30, 12, tzinfo=UTC)  # a Monday; the 1st of April is the Wednesday
         records = [_record(i, owner="key_a" if i % 2 else "key_b", model="mock/simple" if i < 6 else "openai/x",
                            at=base + timedelta(days=i % 4)) for i in range(8)]

@@ -23,8 +23,8 @@ async def _status(client, key: str) -> int:
     return (await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))).status_code
 
 
-async def test_rotate_gives_a_new_secret_and_the_old_one_works_for_the_overlap() -> None:
-    async with gateway() as (app, client):
+async def test_rotate_gives_a_new_secret_and_the_old_one_works_for_the_overlap(database_url: str) -> None:
+    async with gateway(database_url=database_url) as (app, client):
         created = await make_key(client, name="team-r", models=["mock/*"], rpm=50)
         old, key_id = created["key"], created["id"]
         response = await client.post(f"/v1/admin/keys/{key_id}/rotate", json={"overlap_seconds": 600},
