@@ -83,12 +83,18 @@ export function badge(state, label = state) {
   return h("span", { class: `badge s-${String(state).replace(/[^a-z_]/g, "")}` }, label);
 }
 
+// A table that turns into one card per row on a phone (CSS `.cards`: each cell then shows its
+// column's name from `data-label`); the explicit roles keep it a table to assistive technology
+// whatever its display.
 export function table(headers, rows, { caption = "", numeric = [] } = {}) {
-  const head = h("tr", {}, headers.map((name, i) => h("th", { scope: "col", class: numeric.includes(i) ? "num" : null }, name)));
-  const body = rows.map((cells) => h("tr", {}, cells.map((cell, i) => h("td", { class: numeric.includes(i) ? "num" : null }, cell))));
-  const t = h("table", {}, caption ? h("caption", { class: "sr-only" }, caption) : null, h("thead", {}, head), h("tbody", {}, body));
+  const cls = (i) => (numeric.includes(i) ? "num" : null);
+  const head = h("tr", { role: "row" }, headers.map((name, i) => h("th", { scope: "col", role: "columnheader", class: cls(i) }, name)));
+  const body = rows.map((cells) => h("tr", { role: "row" }, cells.map((cell, i) =>
+    h("td", { role: "cell", class: cls(i), "data-label": headers[i] }, h("div", {}, cell)))));
+  const t = h("table", { role: "table" }, caption ? h("caption", { class: "sr-only" }, caption) : null,
+    h("thead", { role: "rowgroup" }, head), h("tbody", { role: "rowgroup" }, body));
   // A scrollable region is focusable, so a keyboard can scroll it (axe: scrollable-region-focusable).
-  return h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": caption || "table" }, t);
+  return h("div", { class: "table-wrap cards", tabindex: "0", role: "region", "aria-label": caption || "table" }, t);
 }
 
 export function when(iso) {
