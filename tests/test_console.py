@@ -4,7 +4,9 @@ locally and fail under CI=true).
 
 The gateway runs under uvicorn on loopback in a thread with its own event loop (so a test can
 run a coroutine on it: flush the records writer, insert records directly), keys required. The
-documentation's screenshots (docs/img/console-*.png) are taken here.
+documentation's screenshots (docs/img/console-*.png) are taken here: into docs/img/ with
+FOUNDRY_DOCS_SCREENSHOTS=1, else into artifacts/playwright/ (gitignored), so a test run leaves
+the checkout as it was.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import csv
 import io
 import json
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -60,7 +63,7 @@ if HAVE_PLAYWRIGHT:
     from playwright.sync_api import expect, sync_playwright
 
 ADMIN = "console-admin-key-for-tests-0123456789"
-DOCS_IMG = REPO / "docs" / "img"
+SHOTS = REPO / "docs" / "img" if os.environ.get("FOUNDRY_DOCS_SCREENSHOTS") == "1" else REPO / "artifacts" / "playwright"
 AXE = REPO / "tests" / "vendor" / "axe.min.js"
 HOSTILE_TOOL_OUTPUT = '<img src=x onerror="window.__pwned=1">sunny'
 # `fake/*`: thinks, runs a provider-side tool (HTML in its output), answers, then says what a
@@ -172,8 +175,8 @@ def _goto(page: Any, route: str) -> None:
 
 
 def _shot(page: Any, name: str) -> None:
-    DOCS_IMG.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(DOCS_IMG / f"{name}.png"), full_page=True)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
 def _run(console: Console, body: dict[str, Any]) -> dict[str, Any]:
@@ -362,8 +365,11 @@ def test_gateway_tool_call_in_order_with_its_result(page: Any, console: Console)
 def test_live_follow_resumes_after_a_dropped_connection(page: Any, console: Console) -> None:
     started = _run(console, {"model": "hold/slow", "messages": [{"role": "user", "content": "go"}], "stream": True})
     stream_id = started["stream_id"]
+    _goto(page, "runs")  # running, not recorded yet: listed apart
+    link = page.locator(f"#running a[href='#/runs/{stream_id}']")
+    expect(link).to_be_visible()
     console.dropper.armed.set()  # the console's subscription is cut after event 6: it must resume
-    _goto(page, f"runs/{stream_id}")
+    link.click()
     expect(page.locator("#page")).to_have_attribute("data-live", "true")
     expect(page.locator("#live-answer")).to_have_text("".join(HOLD_WORDS))
     expect(page.locator("#page")).to_have_attribute("data-reconnects", "1")

@@ -1,5 +1,6 @@
-// Runs: the run records, newest first, filtered and paged by the gateway (GET /v1/runs with a
-// cursor): a page holds at most `limit` rows whatever the number of runs.
+// Runs: the runs running now on this replica (GET /v1/admin/health; a run is recorded when it
+// ends), then the run records, newest first, filtered and paged by the gateway (GET /v1/runs with
+// a cursor): a page holds at most `limit` rows whatever the number of runs.
 
 import { api } from "./api.js";
 import { badge, h, ms, num, table, text, usd, when } from "./dom.js";
@@ -82,11 +83,25 @@ export async function render(container) {
     setTimeout(load);  // after the form cleared its fields
   });
 
+  const running = h("section", { class: "panel", id: "running", "aria-labelledby": "running-title", hidden: true });
   container.append(
+    running,
     h("section", { class: "panel", "aria-labelledby": "runs-title" },
       h("h2", { id: "runs-title" }, "Runs"), form),
     h("section", { class: "panel", "aria-label": "Run list" }, error, list,
       h("div", { class: "actions" }, prev, next, pageInfo)));
+  try {
+    const { active_runs: active } = await api("/v1/admin/health");
+    if (active.length) {
+      running.hidden = false;
+      running.append(h("h2", { id: "running-title" }, "Running now"), table(["Run", "Model", "Key", "Started"],
+        active.map((r) => [h("a", { href: `#/runs/${encodeURIComponent(r.stream_id)}` }, r.stream_id), text(r.model),
+          r.key_id ? h("span", { class: "mono" }, r.key_id) : "admin/open", when(r.created_at)]),
+        { caption: "Runs running now on this replica" }));
+    }
+  } catch {
+    // the records below still show
+  }
   try {
     const { data } = await api("/v1/admin/keys");
     for (const key of data) keySelect.append(h("option", { value: key.id }, `${key.name} (${key.id})`));
