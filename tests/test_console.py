@@ -478,6 +478,7 @@ def test_spend_chart_table_and_csv(page: Any, console: Console, tmp_path: Path) 
     now = datetime.now(UTC).replace(hour=12)
     records = [_record(500_000 + i, model=["spend/a", "spend/b"][i % 2], owner=["key_team1", "key_team2"][i % 3 % 2],
                        at=now - timedelta(days=i % 5), cost=0.25) for i in range(20)]
+    records.append(_record(500_100, model='=HYPERLINK("http://x")', owner="key_team1", at=now, cost=0.5))
     console.call(console.app.state.records.store.insert(records))
     _goto(page, "spend")
     page.fill("#s-key", "key_team1")
@@ -490,7 +491,7 @@ def test_spend_chart_table_and_csv(page: Any, console: Console, tmp_path: Path) 
     page.select_option("#s-split", "model")
     page.click("#spend-form button[type=submit]")
     expect(page.locator("#spend-out")).to_have_attribute("data-bucket", "month")
-    expect(page.locator(".legend li")).to_have_text(["spend/a", "spend/b"])
+    expect(page.locator(".legend li")).to_have_text(['=HYPERLINK("http://x")', "spend/a", "spend/b"])
     with page.expect_download() as download:
         page.click("#spend-csv")
     path = tmp_path / "spend.csv"
@@ -500,6 +501,7 @@ def test_spend_chart_table_and_csv(page: Any, console: Console, tmp_path: Path) 
     expected = sum(r.cost_usd or 0 for r in records if r.owner == "key_team1")
     assert abs(sum(float(r["cost_usd"]) for r in table) - expected) < 1e-6
     assert {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"} <= set(table[0])
+    assert "'=HYPERLINK(\"http://x\")" in {r["model"] for r in table}  # never run as a formula
     page.fill("#s-key", "")
     page.select_option("#s-bucket", "day")
     page.select_option("#s-split", "key")
