@@ -94,7 +94,7 @@ export function table(headers, rows, { caption = "", numeric = [] } = {}) {
   const t = h("table", { role: "table" }, caption ? h("caption", { class: "sr-only" }, caption) : null,
     h("thead", { role: "rowgroup" }, head), h("tbody", { role: "rowgroup" }, body));
   // A scrollable region is focusable, so a keyboard can scroll it (axe: scrollable-region-focusable).
-  return h("div", { class: "table-wrap cards", tabindex: "0", role: "region", "aria-label": caption || "table" }, t);
+  return h("div", { class: "table-wrap cards", tabindex: "0", role: "region", "aria-label": `${caption || "Data"} (table)` }, t);
 }
 
 export function when(iso) {
