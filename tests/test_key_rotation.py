@@ -53,7 +53,10 @@ async def test_rotate_gives_a_new_secret_and_the_old_one_works_for_the_overlap(d
 
 
 async def test_rotate_refusals() -> None:
-    async with gateway() as (_, client):
+    configured = {"name": "ops", "hash": hash_key("fgw-" + "c" * 43), "id": "ops"}
+    async with gateway(keys=[configured]) as (_, client):
+        in_config = await client.post("/v1/admin/keys/ops/rotate", headers=bearer(ADMIN))
+        assert in_config.status_code == 409 and in_config.json()["error"]["code"] == "key_in_config"
         created = await make_key(client, name="team-s")
         key_id = created["id"]
         for body, field in (({"overlap_seconds": -1}, "overlap_seconds"), ({"overlap_seconds": 10**9}, "overlap_seconds"),
