@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_keys(commands: Any) -> None:
-    """`keys create|list|revoke`."""
+    """`keys create|list|revoke|rotate`."""
     keys = commands.add_parser("keys", help="create, list or revoke gateway keys in the records database",
                                description="Manage the keys kept in the records database, for an operator "
                                            "without the admin key at hand (the same store as /v1/admin/keys).")
@@ -90,7 +90,15 @@ def _add_keys(commands: Any) -> None:
                                      "(its runs and usage keep naming it).")
     revoke.add_argument("key_id", help="the key's id (from `keys list` or `keys create`)")
     revoke.set_defaults(run=lambda args: asyncio.run(_keys(args)))
-    for name, parser_ in (("create", create), ("list", listing), ("revoke", revoke)):
+    rotate = key_commands.add_parser("rotate", help="give a key a new secret (printed once); the old one works "
+                                                    "for an overlap window", description=(
+        "Give a key a new secret, printed once. The current secret stays accepted for --overlap-seconds "
+        "(default 3600; 0 refuses it at once), so clients can move over; the id, policy, runs and spend stay."))
+    rotate.add_argument("key_id", help="the key's id (from `keys list` or `keys create`)")
+    rotate.add_argument("--overlap-seconds", type=int, default=3600,
+                        help="seconds the current secret still works (0 to 2592000; default 3600)")
+    rotate.set_defaults(run=lambda args: asyncio.run(_keys(args)))
+    for name, parser_ in (("create", create), ("list", listing), ("revoke", revoke), ("rotate", rotate)):
         parser_.set_defaults(key_command=name)
 
 
@@ -189,6 +197,8 @@ async def _keys(args: argparse.Namespace) -> int:
             row, key = await keystore.create(fields)
             print(json.dumps({"id": row.policy.id, "name": fields.name, "key": key}))
             print("Store the key now: it is shown this once and never again.", file=sys.stderr)
+        elif args.key_command == "rotate":
+            return await _rotate(keystore, args.key_id, args.overlap_seconds)
         elif args.key_command == "list":
             for row in await keystore.list():
                 print(json.dumps({"id": row.policy.id, "name": row.policy.name,
@@ -202,6 +212,25 @@ async def _keys(args: argparse.Namespace) -> int:
             print(f"revoked {args.key_id}")
     finally:
         await store.aclose()
+    return 0
+
+
+async def _rotate(keystore: Any, key_id: str, overlap_seconds: int) -> int:
+    from app.auth.keystore import MAX_OVERLAP_SECONDS
+
+    if not 0 <= overlap_seconds <= MAX_OVERLAP_SECONDS:
+        print(f"foundry-gateway: keys rotate: --overlap-seconds must be from 0 to {MAX_OVERLAP_SECONDS}",
+              file=sys.stderr)
+        return CONFIG_ERROR
+    rotated = await keystore.rotate(key_id, overlap_seconds)
+    if rotated is None:
+        print(f"foundry-gateway: keys rotate: no active key {key_id!r}", file=sys.stderr)
+        return 1
+    row, key = rotated
+    until = row.previous_expires_at.isoformat() if row.previous_expires_at else None
+    print(json.dumps({"id": row.policy.id, "name": row.policy.name, "key": key, "previous_expires_at": until}))
+    print("Store the new key now: it is shown this once. The old one works until previous_expires_at.",
+          file=sys.stderr)
     return 0
 
 

@@ -119,7 +119,7 @@ def secret_values(settings: Settings) -> list[str]:
     """Every configured secret: provider keys (settings and the compatible providers' env
     variables) and FOUNDRY_* variables named like secrets; scrubbed from errors and logs."""
     named = (settings.openai_api_key, settings.anthropic_api_key, settings.gemini_api_key, settings.admin_key,
-             settings.metrics_token, settings.redis_url, settings.database_url)
+             settings.admin_key_previous, settings.metrics_token, settings.redis_url, settings.database_url)
     values = [s.get_secret_value() for s in named if s is not None]
     values += [key for p in settings.providers if (key := p.api_key())]
     values += [v.get_secret_value() for t in settings.tools if isinstance(t, HttpToolConfig)

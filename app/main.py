@@ -18,7 +18,7 @@ from app.api.errors import install_error_handlers
 from app.api.media import base64_length
 from app.api.middleware import RequestContextMiddleware
 from app.api.openapi import install_openapi
-from app.api.routes import admin_keys, generate, health, runs, stream, transcript, usage
+from app.api.routes import admin_health, admin_keys, generate, health, runs, stream, transcript, usage
 from app.api.routes.web import install_playground
 from app.auth import Auth, build_limiter
 from app.auth.keystore import KeyStore
@@ -110,7 +110,7 @@ def _install_routes(app: FastAPI) -> None:
     # costs ~10-20 us of CPU per request here), so the routes that open runs come first.
     for router in (stream.router, openai_routes.router, anthropic_routes.router, responses_routes.router,
                    generate.router, health.router,
-                   transcript.router, runs.router, usage.router, admin_keys.router):
+                   transcript.router, runs.router, usage.router, admin_keys.router, admin_health.router):
         app.include_router(router)
 
 
@@ -213,6 +213,7 @@ def _auth(settings: Settings, records: RecordWriter | None, metrics: Metrics) ->
     """Keys (the admin key, [[keys]], the records database's api_keys) and the limiter (Redis or memory)."""
     return Auth(
         admin_key=settings.admin_key.get_secret_value() if settings.admin_key else None,
+        admin_key_previous=settings.admin_key_previous.get_secret_value() if settings.admin_key_previous else None,
         config_keys=settings.keys,
         keystore=KeyStore(records.store.engine) if records is not None else None,
         limiter=build_limiter(settings.redis_url.get_secret_value() if settings.redis_url else None,

@@ -45,13 +45,18 @@ def live_transcript(log: StreamLog) -> dict[str, Any] | None:
     info = log.info
     if info.transcript is None:
         return None
-    return transcript_document(info.stream_id, info.model, info.provider, info.created_at, info.transcript)
+    document = transcript_document(info.stream_id, info.model, info.provider, info.created_at, info.transcript)
+    if log.final is not None and log.final.attempts:  # as the run's record will keep them
+        document["attempts"] = [dict(attempt) for attempt in log.final.attempts]
+    return document
 
 
 def run_record(report: RunReport, *, content: bool) -> RunRecord:
     """The record of a run that ended."""
     transcript = _document(report.stream_id, report.model, report.provider, report.started_at,
                            report.transcript.snapshot(), content=content)
+    if report.final.attempts:
+        transcript["attempts"] = [dict(attempt) for attempt in report.final.attempts]
     validation: dict[str, Any] | None = dict(report.validation) if report.validation is not None else None
     if not content:
         validation = validation_without_content(validation)

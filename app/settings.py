@@ -224,6 +224,10 @@ class Settings(BaseSettings):
         default="auto", description="auto: keys are required once FOUNDRY_ADMIN_KEY or [[keys]] exist, open "
                                     "(with a warning) otherwise; required: refuse to start without them.")
     admin_key: SecretStr | None = Field(default=None, description="The admin key: manages keys, sees every run.")
+    admin_key_previous: SecretStr | None = Field(
+        default=None, description="The admin key being rotated out, accepted as the admin key too (with "
+                                  "FOUNDRY_ADMIN_KEY set): set the new key in FOUNDRY_ADMIN_KEY and the old one "
+                                  "here, roll the replicas, move every client, then unset it.")
     keys: list[ConfiguredKey] = Field(
         default_factory=list, description="Operator keys by hash ([[keys]] in the config file, FOUNDRY_KEYS JSON).")
     key_cache_seconds: float = Field(

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from app.core.errors import ErrorData, RequestError
+from app.core.errors import AttemptData, ErrorData, RequestError
 from app.core.events import EVENT_SCHEMAS, FinalPayload, UsageData
 from app.core.messages import Message, ReasoningBlock, Role, ToolCall, ToolSpec, check_unique_tool_names
 from app.core.parts import CacheControl, TextPart
@@ -252,6 +252,9 @@ class Transcript(BaseModel):
     tool_calls: list[TranscriptToolCall]
     unmatched_outputs: list[UnmatchedOutput] = Field(description="Outputs whose call was never seen.")
     truncated: bool = Field(description="The stream outgrew the transcript's limits; later content is missing.")
+    attempts: list[AttemptData] = Field(
+        default_factory=list, description="A recorded run's upstream attempts before its first content (retries, "
+                                          "fallbacks, hedges) with their timings, as its final gave them.")
     content_recorded: bool = Field(
         default=True, description="False: served from a record kept without content (FOUNDRY_RECORD_CONTENT=false); "
                                   "every content field (message text, tool inputs, fragments, outputs) is null or empty.")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,10 +18,13 @@ from app.auth.policy import KeyFields, KeyPolicy
 from app.core.errors import GatewayError
 from app.records.tables import api_keys
 
-__all__ = ["KEYS_DOWN", "KeyRow", "KeyStore", "KeysUnavailable"]
+__all__ = ["KEYS_DOWN", "MAX_OVERLAP_SECONDS", "KeyRow", "KeyStore", "KeysUnavailable"]
 
 KEYS_DOWN = (sa.exc.SQLAlchemyError, OSError, TimeoutError)
 """What a key database that cannot answer raises (asyncpg's refused connect is an OSError)."""
+
+MAX_OVERLAP_SECONDS = 30 * 24 * 3600
+"""The longest a rotated key's previous secret may stay accepted: a month."""
 
 
 class KeysUnavailable(GatewayError):
@@ -43,17 +46,26 @@ class KeyRow:
     created_at: datetime
     updated_at: datetime
     revoked_at: datetime | None
+    previous_expires_at: datetime | None = None
+    """Until when the secret before the last rotation is still accepted (None: no overlap open)."""
 
 
 def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _row(row: Any) -> KeyRow:
+def _maybe_utc(value: datetime | None) -> datetime | None:
+    return _utc(value) if value is not None else None
+
+
+def _row(row: Any, now: datetime | None = None) -> KeyRow:
     fields = KeyFields.model_validate({"name": row["name"], **row["policy"]})
+    overlap = _maybe_utc(row["previous_expires_at"])
+    if overlap is not None and overlap <= (now or datetime.now(UTC)):
+        overlap = None  # the window closed: the previous secret is refused, nothing to show
     return KeyRow(policy=KeyPolicy.of(row["id"], fields, "database"), created_at=_utc(row["created_at"]),
-                  updated_at=_utc(row["updated_at"]),
-                  revoked_at=_utc(row["revoked_at"]) if row["revoked_at"] is not None else None)
+                  updated_at=_utc(row["updated_at"]), revoked_at=_maybe_utc(row["revoked_at"]),
+                  previous_expires_at=overlap)
 
 
 def _policy_doc(fields: KeyFields) -> dict[str, Any]:
@@ -109,11 +121,36 @@ class KeyStore:
                 api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None)).values(revoked_at=now, updated_at=now))
         return bool(result.rowcount)
 
+    async def rotate(self, key_id: str, overlap_seconds: float) -> tuple[KeyRow, str] | None:
+        """A new secret for a live key (None: no such key, or revoked); the current secret stays
+        accepted for `overlap_seconds` (0: refused at once), the policy and id unchanged, so the
+        key's runs, spend and limits carry on. A second rotation ends the first one's overlap."""
+        key, now = new_key(), datetime.now(UTC)
+        until = now + timedelta(seconds=overlap_seconds) if overlap_seconds > 0 else None
+        async with self._conn(write=True) as conn:
+            result = await conn.execute(sa.update(api_keys).where(
+                api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None)).values(
+                previous_key_hash=api_keys.c.key_hash if until is not None else None,
+                previous_expires_at=until, key_hash=hash_key(key), updated_at=now))
+        if not result.rowcount:
+            return None
+        row = await self.get(key_id)
+        return (row, key) if row is not None else None
+
     async def by_hash(self, key_hash: str) -> KeyPolicy | None:
-        """The live (not revoked) key with this hash."""
-        query = sa.select(api_keys).where(api_keys.c.key_hash == key_hash, api_keys.c.revoked_at.is_(None))
+        """The live (not revoked) key with this hash: its current secret, or its previous one
+        within the rotation's overlap window."""
+        now = datetime.now(UTC)
+        current = api_keys.c.key_hash == key_hash
+        previous = sa.and_(api_keys.c.previous_key_hash == key_hash, api_keys.c.previous_expires_at > now)
+        query = sa.select(api_keys).where(sa.or_(current, previous), api_keys.c.revoked_at.is_(None))
         async with self._conn() as conn:
             row = (await conn.execute(query)).mappings().first()
-        if row is None or not hashes_equal(row["key_hash"], key_hash):
+        if row is None:
             return None
-        return _row(row).policy
+        if hashes_equal(row["key_hash"], key_hash):
+            return _row(row, now).policy
+        stored_previous = row["previous_key_hash"] or ""
+        if hashes_equal(stored_previous, key_hash) and _maybe_utc(row["previous_expires_at"]) is not None:
+            return _row(row, now).policy
+        return None

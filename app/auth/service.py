@@ -75,6 +75,7 @@ class Auth:
         self,
         *,
         admin_key: str | None,
+        admin_key_previous: str | None = None,
         config_keys: list[ConfiguredKey],
         keystore: KeyStore | None,
         limiter: Limiter,
@@ -82,6 +83,9 @@ class Auth:
         on_outcome: Callable[[str, str], None] = lambda name, outcome: None,
     ) -> None:
         self._admin_hash = hashlib.sha256(admin_key.encode()).digest() if admin_key else None
+        # The key being rotated out counts only beside a current one (never an admin of its own).
+        self._admin_hashes = tuple(hashlib.sha256(k.encode()).digest()
+                                   for k in (admin_key, admin_key_previous if admin_key else None) if k)
         self._config = {k.hash: KeyPolicy.of(k.key_id(), k, "config") for k in config_keys}
         self.keystore = keystore
         self.limiter = limiter
@@ -106,8 +110,8 @@ class Auth:
         if self.mode == "open":
             return Principal(kind="open")
         token = _token(authorization, x_api_key)
-        if self._admin_hash is not None and hmac.compare_digest(
-                hashlib.sha256(token.encode()).digest(), self._admin_hash):
+        digest = hashlib.sha256(token.encode()).digest()
+        if any([hmac.compare_digest(digest, admin) for admin in self._admin_hashes]):  # each compared, always
             return Principal(kind="admin")
         if not looks_like_key(token):
             raise unauthorized("the API key is malformed (gateway keys look like fgw-...)")

@@ -58,6 +58,7 @@ class RunQuery:
     model: str | None = None
     status: str | None = None
     request_id: str | None = None
+    provider: str | None = None
     since: datetime | None = None
     until: datetime | None = None
     limit: int = 50
@@ -159,6 +160,8 @@ class RecordStore:
             stmt = stmt.where(runs.c.status == query.status)
         if query.request_id is not None:
             stmt = stmt.where(runs.c.request_id == query.request_id)
+        if query.provider is not None:
+            stmt = stmt.where(runs.c.provider == query.provider)
         if query.since is not None:
             stmt = stmt.where(runs.c.created_at >= as_utc(query.since))
         if query.until is not None:

@@ -74,4 +74,8 @@ api_keys = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("revoked_at", sa.DateTime(timezone=True)),
+    sa.Column("previous_key_hash", sa.String(64), comment="sha256 of the secret before the last rotation"),
+    sa.Column("previous_expires_at", sa.DateTime(timezone=True),
+              comment="until when the previous secret is still accepted"),
+    sa.Index("ix_api_keys_previous_key_hash", "previous_key_hash"),
 )

@@ -4,8 +4,8 @@ for one key or all."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
 from typing import Literal
 
 import sqlalchemy as sa
@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.records.record import USAGE_FIELDS
 from app.records.tables import runs
 
-__all__ = ["UsageQuery", "UsageRow", "usage_sums"]
+__all__ = ["SeriesQuery", "SeriesRow", "UsageQuery", "UsageRow", "usage_series", "usage_sums"]
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)
@@ -67,3 +67,66 @@ async def usage_sums(engine: AsyncEngine, query: UsageQuery) -> list[UsageRow]:
                      judge_calls=int(row["judge_calls"]), judge_tokens=int(row["judge_tokens"]),
                      judge_cost_usd=round(float(row["judge_cost_usd"]), 10))
             for row in rows]
+
+
+@dataclass(slots=True, kw_only=True, frozen=True)
+class SeriesQuery:
+    owner: str | None
+    """One key's runs; None: every run."""
+    since: datetime
+    until: datetime
+    bucket: Literal["day", "week", "month"]
+
+
+@dataclass(slots=True, kw_only=True)
+class SeriesRow:
+    """The sums of one key's runs of one model in one period (a day, an ISO week from its Monday,
+    a month), their judge calls' cost included in `cost_usd`."""
+
+    period: str
+    owner: str | None
+    model: str
+    requests: int = 0
+    errors: int = 0
+    cost_usd: float = 0.0
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(USAGE_FIELDS, 0))
+
+
+def _period(day: str, bucket: Literal["day", "week", "month"]) -> str:
+    if bucket == "day":
+        return day
+    if bucket == "month":
+        return day[:7]
+    start = date.fromisoformat(day)
+    return (start - timedelta(days=start.weekday())).isoformat()
+
+
+async def usage_series(engine: AsyncEngine, query: SeriesQuery) -> list[SeriesRow]:
+    """Per period, key and model, oldest first: the database sums per day (UTC), the days are
+    then rolled up into weeks or months here (at most a few hundred days per query)."""
+    day = _day(engine).label("day")
+    columns = [
+        day, runs.c.owner, runs.c.model,
+        sa.func.count().label("requests"),
+        sa.func.sum(sa.case((runs.c.status == "error", 1), else_=0)).label("errors"),
+        (sa.func.coalesce(sa.func.sum(runs.c.cost_usd), 0.0)
+         + sa.func.coalesce(sa.func.sum(runs.c.judge_cost_usd), 0.0)).label("cost_usd"),
+        *(sa.func.coalesce(sa.func.sum(runs.c[name]), 0).label(name) for name in USAGE_FIELDS),
+    ]
+    stmt = sa.select(*columns).where(runs.c.created_at >= query.since, runs.c.created_at < query.until)
+    if query.owner is not None:
+        stmt = stmt.where(runs.c.owner == query.owner)
+    stmt = stmt.group_by(day, runs.c.owner, runs.c.model)
+    async with engine.connect() as conn:
+        rows = (await conn.execute(stmt)).mappings().all()
+    series: dict[tuple[str, str, str], SeriesRow] = {}
+    for row in rows:
+        period = _period(str(row["day"]), query.bucket)
+        key = (period, row["owner"] or "", row["model"])
+        out = series.setdefault(key, SeriesRow(period=period, owner=row["owner"], model=row["model"]))
+        out.requests += int(row["requests"])
+        out.errors += int(row["errors"] or 0)
+        out.cost_usd = round(out.cost_usd + float(row["cost_usd"]), 10)
+        for name in USAGE_FIELDS:
+            out.tokens[name] += int(row[name])
+    return [series[k] for k in sorted(series)]

@@ -1,4 +1,5 @@
-"""Key administration (the admin key only): create (the key is shown once), list, read, change, revoke."""
+"""Key administration (the admin key only): create (the key is shown once), list, read, change,
+rotate (a new secret, the old one accepted for an overlap window), revoke."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.api.access import AdminDep
-from app.api.key_schemas import KeyCreate, KeyCreated, KeyList, KeyOut, KeyPatch
+from app.api.key_schemas import KeyCreate, KeyCreated, KeyList, KeyOut, KeyPatch, KeyRotate
 from app.api.responses import JSON
 from app.api.schemas import ErrorBody
 from app.auth import Auth
@@ -107,3 +108,18 @@ async def revoke_key(key_id: KeyId, request: Request, _admin: AdminDep) -> Respo
         raise _missing(key_id)
     request.app.state.auth.forget()
     return Response(status_code=204)
+
+
+@router.post("/v1/admin/keys/{key_id}/rotate", response_model=KeyCreated, responses=_ERRORS,
+             summary="Rotate a key: a new secret (shown this once); the current one works for overlap_seconds more")
+async def rotate_key(key_id: KeyId, request: Request, _admin: AdminDep, body: KeyRotate | None = None) -> Response:
+    if _configured(request, key_id) is not None:
+        raise RequestError(f"key {key_id!r} is in configuration: rotate it there (a new hash, then remove the "
+                           "old entry)", code="key_in_config", status=409, field="key_id")
+    rotated = await _keystore(request).rotate(key_id, (body or KeyRotate()).overlap_seconds)
+    if rotated is None:
+        raise _missing(key_id)
+    row, key = rotated
+    request.app.state.auth.forget()
+    return JSON(KeyCreated(**KeyOut.of(row.policy, row).model_dump(), key=key).model_dump(mode="json"),
+                headers={"Cache-Control": "no-store"})

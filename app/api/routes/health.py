@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from typing import Any
 
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -11,6 +12,7 @@ from starlette.responses import Response
 from app.api.deps import GatewayDep
 from app.api.responses import JSON
 from app.auth.service import AccessDenied
+from app.pipeline import Gateway
 
 router = APIRouter(tags=["operations"])
 
@@ -23,6 +25,12 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz", summary="Readiness: configuration loaded, store reachable, providers listed, not draining "
                                "or saturated; circuit breaker states")
 async def readyz(gateway: GatewayDep, request: Request) -> Response:
+    ready, body = await readiness(gateway, request)
+    return JSON(body, status_code=200 if ready else 503)
+
+
+async def readiness(gateway: Gateway, request: Request) -> tuple[bool, dict[str, Any]]:
+    """Ready or not, and the body /readyz answers (also shown by the console's health page)."""
     admission = gateway.admission
     draining, saturated = admission.draining, admission.saturated  # as the request found them
     store_ok = await gateway.store.ping()
@@ -34,7 +42,7 @@ async def readyz(gateway: GatewayDep, request: Request) -> Response:
     keys_ok = not (auth.mode == "keys" and auth.keystore is not None and records == "unreachable")
     ready = store_ok and limiter_ok and keys_ok and any(providers.values()) and not draining and not saturated
     status = "draining" if draining else "saturated" if saturated else "ready" if ready else "not_ready"
-    body = {"status": status, "store": store_ok, "store_backend": gateway.store.name, "providers": providers,
+    body: dict[str, Any] = {"status": status, "store": store_ok, "store_backend": gateway.store.name, "providers": providers,
             "records": records, "auth": auth.mode, "keys": "ok" if keys_ok else "unreachable",
             "limits": auth.limiter.backend if limiter_ok else "unreachable",
             "active_runs": len(admission.active), "max_active_runs": admission.max_active,
@@ -43,7 +51,7 @@ async def readyz(gateway: GatewayDep, request: Request) -> Response:
         body["reason"] = f"the {gateway.store.name} stream store is unreachable"
     elif not keys_ok:
         body["reason"] = "the key database (the records database) is unreachable"
-    return JSON(body, status_code=200 if ready else 503)
+    return ready, body
 
 
 async def _records_state(request: Request) -> str:

@@ -14,6 +14,7 @@ from app.api.access import Authenticated, PrincipalDep, not_found_unless_owner
 from app.api.responses import JSON
 from app.api.run_schemas import RunList, RunOut, RunStatus
 from app.api.schemas import ErrorBody
+from app.auth.service import AccessDenied
 from app.core.errors import GatewayError, RequestError
 from app.records import RecordStore, RecordWriter, RunQuery, RunRecord, decode_cursor
 
@@ -92,7 +93,7 @@ def database_errors() -> Iterator[None]:
 @router.get(
     "/v1/runs",
     response_model=RunList,
-    responses={c: {"model": ErrorBody} for c in (400, 401, 404, 422, 503)},
+    responses={c: {"model": ErrorBody} for c in (400, 401, 403, 404, 422, 503)},
     summary="Run records, newest first, with filters and cursor pagination",
 )
 async def list_runs(
@@ -102,6 +103,9 @@ async def list_runs(
     status: Annotated[RunStatus | None, Query(description="The final status.")] = None,
     request_id: Annotated[str | None, Query(max_length=128, description="The X-Request-ID of the request that "
                                             "started the run (also a run no target served: an HTTP error).")] = None,
+    provider: Annotated[str | None, Query(max_length=64, description="The provider that served it.")] = None,
+    key_id: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_.-]{1,32}$",
+                                        description="The key that ran it (another key's: the admin key only).")] = None,
     since: Annotated[datetime | None, Query(description="Created at or after (ISO 8601; UTC if no zone).")] = None,
     until: Annotated[datetime | None, Query(description="Created before (ISO 8601; UTC if no zone).")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Runs per page.")] = 50,
@@ -113,8 +117,11 @@ async def list_runs(
             after = decode_cursor(cursor)
         except ValueError as exc:
             raise RequestError(f"cursor: {exc}", code="invalid_cursor", field="cursor") from None
-    owner = None if principal.sees_everything else principal.owner
-    query = RunQuery(owner=owner, model=model, status=status, request_id=request_id, since=_utc(since),
+    if not principal.sees_everything and key_id is not None and key_id != principal.owner:
+        raise AccessDenied("only the admin key reads another key's runs", code="admin_only", status=403,
+                           field="key_id")
+    owner = key_id if principal.sees_everything else principal.owner
+    query = RunQuery(owner=owner, model=model, status=status, request_id=request_id, provider=provider, since=_utc(since),
                      until=_utc(until), limit=limit, after=after)
     with database_errors():
         page = await store.list(query)

@@ -1,4 +1,5 @@
-"""GET /v1/usage: a key's requests, tokens, errors and cost over a time range, from the run records."""
+"""GET /v1/usage: a key's requests, tokens, errors and cost over a time range, from the run records;
+GET /v1/usage/series: the same per period (day, week, month), key and model, for charts."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from app.api.access import PrincipalDep
 from app.api.responses import JSON
 from app.api.routes.runs import RecordsDep, database_errors
 from app.api.schemas import ErrorBody
+from app.auth import Principal
 from app.auth.service import AccessDenied
 from app.core.errors import RequestError
 from app.records.record import USAGE_FIELDS
-from app.records.usage import UsageQuery, usage_sums
+from app.records.usage import SeriesQuery, UsageQuery, usage_series, usage_sums
 
 router = APIRouter(tags=["usage"])
 
@@ -65,6 +67,26 @@ def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+def _range(since: datetime | None, until: datetime | None) -> tuple[datetime, datetime]:
+    end = _utc(until) if until is not None else datetime.now(UTC)
+    return (_utc(since) if since is not None else end - timedelta(days=30)), end
+
+
+def _whose(principal: Principal, key_id: str | None, start: datetime, end: datetime) -> str | None:
+    """The key whose usage is asked (None: every key's), after checking the range and the caller."""
+    if start >= end:
+        raise RequestError("since must be before until", code="invalid_request", status=422, field="since")
+    if end - start > MAX_RANGE:
+        raise RequestError(f"at most {MAX_RANGE.days} days per query", code="invalid_request", status=422,
+                           field="since")
+    if principal.sees_everything:
+        return key_id
+    if key_id is not None and key_id != principal.owner:
+        raise AccessDenied("only the admin key reads another key's usage", code="admin_only", status=403,
+                           field="key_id")
+    return principal.owner
+
+
 @router.get("/v1/usage", response_model=UsageReport, responses={c: {"model": ErrorBody} for c in (401, 403, 404, 422, 503)},
             summary="Sums of requests, tokens, errors and cost, by model or day (own key; admin: any key)")
 async def usage(
@@ -77,19 +99,8 @@ async def usage(
     key_id: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_.-]{1,32}$",
                                         description="Admin key only: whose usage (default: every key).")] = None,
 ) -> Response:
-    end = _utc(until) if until is not None else datetime.now(UTC)
-    start = _utc(since) if since is not None else end - timedelta(days=30)
-    if start >= end:
-        raise RequestError("since must be before until", code="invalid_request", status=422, field="since")
-    if end - start > MAX_RANGE:
-        raise RequestError(f"at most {MAX_RANGE.days} days per query", code="invalid_request", status=422,
-                           field="since")
-    owner = key_id
-    if not principal.sees_everything:
-        if key_id is not None and key_id != principal.owner:
-            raise AccessDenied("only the admin key reads another key's usage", code="admin_only", status=403,
-                               field="key_id")
-        owner = principal.owner
+    start, end = _range(since, until)
+    owner = _whose(principal, key_id, start, end)
     with database_errors():
         rows = await usage_sums(store.engine, UsageQuery(owner=owner, since=start, until=end, group_by=group_by))
     data = [UsageGroup(group=r.group, requests=r.requests, errors=r.errors, tokens=UsageTokens(**r.tokens),
@@ -103,4 +114,44 @@ async def usage(
         judge=JudgeSums(calls=sum(g.judge.calls for g in data), tokens=sum(g.judge.tokens for g in data),
                         cost_usd=round(sum(g.judge.cost_usd for g in data), 10)))
     body = UsageReport(key_id=owner, since=start, until=end, group_by=group_by, data=data, total=total)
+    return JSON(body.model_dump(mode="json"))
+
+
+class SeriesPoint(BaseModel):
+    period: str = Field(description="The day (YYYY-MM-DD), the week's Monday (YYYY-MM-DD) or the month (YYYY-MM), UTC.")
+    key_id: str | None = Field(description="The key that ran the runs (null: open mode or the admin key).")
+    model: str = Field(description="As requested.")
+    requests: int
+    errors: int
+    tokens: UsageTokens
+    cost_usd: float = Field(description="Priced runs and their judge calls; unpriced runs count 0.")
+
+
+class UsageSeries(BaseModel):
+    key_id: str | None = Field(description="Whose usage; null: every key's (admin key or open mode).")
+    since: datetime
+    until: datetime
+    bucket: Literal["day", "week", "month"]
+    data: list[SeriesPoint] = Field(description="Oldest period first; within one, by key then model.")
+
+
+@router.get("/v1/usage/series", response_model=UsageSeries,
+            responses={c: {"model": ErrorBody} for c in (401, 403, 404, 422, 503)},
+            summary="Requests, tokens of each kind and cost per day, week or month, key and model (charts)")
+async def usage_series_route(
+    store: RecordsDep,
+    principal: PrincipalDep,
+    since: Annotated[datetime | None, Query(description="From (ISO 8601; UTC if no zone). Default: 30 days ago.")] = None,
+    until: Annotated[datetime | None, Query(description="Before (ISO 8601). Default: now.")] = None,
+    bucket: Annotated[Literal["day", "week", "month"], Query(description="The period of each point.")] = "day",
+    key_id: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_.-]{1,32}$",
+                                        description="Admin key only: whose usage (default: every key).")] = None,
+) -> Response:
+    start, end = _range(since, until)
+    owner = _whose(principal, key_id, start, end)
+    with database_errors():
+        rows = await usage_series(store.engine, SeriesQuery(owner=owner, since=start, until=end, bucket=bucket))
+    data = [SeriesPoint(period=r.period, key_id=r.owner, model=r.model, requests=r.requests, errors=r.errors,
+                        tokens=UsageTokens(**r.tokens), cost_usd=r.cost_usd) for r in rows]
+    body = UsageSeries(key_id=owner, since=start, until=end, bucket=bucket, data=data)
     return JSON(body.model_dump(mode="json"))

@@ -1,8 +1,9 @@
-"""GET /: the playground page, and its static assets under /web/ (issue 18).
+"""GET /: the playground page; GET /admin: the admin console; their static assets under /web/.
 
-The files live in `app/web/` inside the package (package data), so a plain `pip install` serves
-them; nothing is fetched from another origin. The page gets a strict Content-Security-Policy:
-it only ever loads its own scripts and styles and talks to this gateway.
+The files live in `app/web/` (the console in `app/web/admin/`) inside the package (package data),
+so a plain `pip install` serves them; nothing is fetched from another origin. Both pages get a
+strict Content-Security-Policy (no inline script or style): they only ever load their own scripts
+and styles and talk to this gateway.
 """
 
 from __future__ import annotations
@@ -47,7 +48,13 @@ async def playground() -> Response:
     return FileResponse(WEB_DIR / "index.html", media_type="text/html; charset=utf-8", headers=_PAGE_HEADERS)
 
 
+@router.get("/admin", include_in_schema=False)
+async def console() -> Response:
+    return FileResponse(WEB_DIR / "admin" / "index.html", media_type="text/html; charset=utf-8",
+                        headers=_PAGE_HEADERS)
+
+
 def install_playground(app: FastAPI) -> None:
-    """Serve the page at `/` and its assets at `/web/`."""
+    """Serve the playground at `/`, the console at `/admin` and their assets at `/web/`."""
     app.include_router(router)
     app.mount("/web", _Assets(directory=WEB_DIR), name="web")
