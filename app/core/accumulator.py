@@ -356,6 +356,7 @@ class Accumulator:
         self.ignored[p.what] += 1
 
     def _merge_usage(self, patch: UsagePatch) -> None:
+        patch.check(self.provider)  # the normalizers check what they read; this holds for every patch source
         usage = self._usage
         for name in _USAGE_FIELDS:
             value = getattr(patch, name)
