@@ -1,0 +1,39 @@
+"""`POST /v1/messages/count_tokens` is an entry point like any: the same body limits (413), and a
+hostile Anthropic upstream behind it (an event stream, a body cut short, a count that is not a
+count) is the upstream's fault, a 502, never a 500 or a 400 blaming the caller."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from app.main import create_app
+from tests.hostile_upstream import HostileUpstream, json_answer, provider_settings
+from tests.support import serve
+
+GUARD = 60
+ASK = {"model": "anthropic/claude-x", "messages": [{"role": "user", "content": "hi"}]}
+
+
+async def _count(answer: Any, body: dict[str, Any] | None = None, **extra: Any) -> httpx.Response:
+    async with HostileUpstream(answer) as upstream:
+        settings = provider_settings("anthropic", upstream.url, **extra)
+        async with serve(create_app(settings)) as gw, httpx.AsyncClient(base_url=gw, timeout=GUARD) as client:
+            return await client.post("/v1/messages/count_tokens", json=body or ASK)
+
+
+async def test_an_honest_count_is_passed_on() -> None:
+    response = await _count(json_answer(200, {"input_tokens": 42}))
+    assert response.status_code == 200 and response.json() == {"input_tokens": 42}
+
+
+async def test_a_body_past_the_limit_is_413_and_never_forwarded() -> None:
+    """Text past FOUNDRY_MAX_BODY_BYTES (the body limit allows media's base64 on top: text does not get it)."""
+    body = {**ASK, "messages": [{"role": "user", "content": "x" * (2 << 20)}]}
+    async with HostileUpstream(json_answer(200, {"input_tokens": 1})) as upstream:
+        settings = provider_settings("anthropic", upstream.url, max_body_bytes=1 << 20)
+        async with serve(create_app(settings)) as gw, httpx.AsyncClient(base_url=gw, timeout=GUARD) as client:
+            response = await client.post("/v1/messages/count_tokens", json=body)
+    assert response.status_code == 413, response.text[:300]
+    assert upstream.seen == []
