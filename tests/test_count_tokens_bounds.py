@@ -4,12 +4,14 @@ count) is the upstream's fault, a 502, never a 500 or a 400 blaming the caller."
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
+import pytest
 
 from app.main import create_app
-from tests.hostile_upstream import HostileUpstream, json_answer, provider_settings
+from tests.hostile_upstream import HostileUpstream, Seen, json_answer, provider_settings, raw_answer
 from tests.support import serve
 
 GUARD = 60
@@ -37,3 +39,25 @@ async def test_a_body_past_the_limit_is_413_and_never_forwarded() -> None:
             response = await client.post("/v1/messages/count_tokens", json=body)
     assert response.status_code == 413, response.text[:300]
     assert upstream.seen == []
+
+
+def _stream(seen: Seen, writer: asyncio.StreamWriter) -> Any:
+    return raw_answer(200, b'event: message_start\ndata: {"type":"message_start"}\n\n',
+                      [("content-type", "text/event-stream")])(seen, writer)
+
+
+@pytest.mark.parametrize("answer", [
+    _stream,
+    raw_answer(200, b'{"input_tokens": 4', [("content-type", "application/json")]),  # cut short
+    json_answer(200, {"input_tokens": -10_000_000}),
+    json_answer(200, {"input_tokens": "12"}),
+    json_answer(200, {"input_tokens": 1e300}),
+    json_answer(200, {}),
+    json_answer(200, [1, 2]),
+    raw_answer(200, b"<html>hi</html>", [("content-type", "text/html")]),
+], ids=["event-stream", "truncated", "negative", "string", "huge", "missing", "list", "html"])
+async def test_a_hostile_count_answer_is_a_502(answer: Any) -> None:
+    response = await _count(answer)
+    assert response.status_code == 502, response.text[:300]
+    body = response.json()
+    assert body["type"] == "error" and body["error"]["type"] == "api_error", body
