@@ -57,33 +57,60 @@ def guarding() -> bool:
 
 
 class HeldText:
-    """One stream of answer text, scrubbed of the configured secrets however it is split: a piece
-    that ends with what could begin a secret keeps that end back (never more than the longest
-    secret, less one character) until the next piece says whether it is one."""
+    """One stream of answer text, scrubbed of the configured secrets however it is split. A piece
+    that ends with three or more characters that could begin a secret keeps them back (never more
+    than the longest secret, less one character) until the next piece says whether they do; one or
+    two such characters go out (most pieces end with a letter that begins some secret), and a
+    secret they turn out to begin is redacted from the next piece on."""
 
-    __slots__ = ("_held",)
+    __slots__ = ("_held", "_tail")
 
     def __init__(self) -> None:
         self._held = ""
+        self._tail = ""
+        """The last characters released: a secret may have begun in them."""
 
     def feed(self, text: str) -> str:
         """What of the text so far may be released now, scrubbed."""
         if _known_re is None:
             return text
-        text = _known_re.sub(REDACTED, self._held + text) if self._held or len(text) >= _MIN_SECRET else text
-        cut = len(text)
-        for i in range(max(0, cut - _longest + 1), cut):
-            if text[i] in _firsts and text[i:] in _prefixes:
-                cut = i
+        released = len(self._tail)
+        joined = _scrub_after(self._tail + self._held + text, released)
+        cut = len(joined)
+        for i in range(max(0, cut - _longest + 1), cut - _RELEASED):
+            if joined[i] in _firsts and joined[i:] in _prefixes:
+                cut = max(i, released)
                 break
-        self._held = text[cut:]
-        return text[:cut]
+        self._held = joined[cut:]
+        self._tail = joined[max(0, cut - _RELEASED):cut]
+        return joined[released:cut]
 
     def flush(self) -> str:
         """The text ended: what is held (the start of a secret, cut off: redacted when it is long
         enough to matter)."""
-        held, self._held = self._held, ""
+        held, self._held, self._tail = self._held, "", ""
         return REDACTED if len(held) >= _MIN_SECRET else held
+
+
+_RELEASED = 2
+"""Characters that could begin a secret released before the rest arrives (kept as `_tail`)."""
+
+
+def _scrub_after(text: str, start: int) -> str:
+    """`text` with every configured secret that ends past `start` redacted past `start` (what is
+    before it was released already)."""
+    assert _known_re is not None
+    if len(text) < _MIN_SECRET:
+        return text
+    out: list[str] = []
+    pos = start
+    for match in _known_re.finditer(text):
+        if match.end() <= start:
+            continue
+        out += (text[pos:max(match.start(), start)], REDACTED)
+        pos = match.end()
+    out.append(text[pos:])
+    return text[:start] + "".join(out)
 
 
 def scrub(text: str) -> str:
