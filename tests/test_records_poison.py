@@ -77,3 +77,20 @@ async def test_a_record_the_database_refuses_loses_no_other_record(postgres_url:
         assert committed == {r.stream_id for r in batch}
     finally:
         await writer.aclose()
+
+
+async def test_a_count_no_column_holds_is_rejected_before_the_database(database_url: str) -> None:
+    """On both engines (SQLite would take 2^70 as an overflow error, PostgreSQL as a data error):
+    checked against 64 bits before the insert, kept in `run_rejects`, the batch's others written."""
+    huge = dataclasses.replace(record("run_huge", created_at=T0), usage=Usage(input_tokens=1 << 70, output_tokens=-1))
+    batch = _batch({0: huge})
+    writer, drops, committed = await _write_all(database_url, batch)
+    try:
+        async with writer.store.engine.connect() as conn:
+            ids = set((await conn.execute(sa.select(runs.c.id))).scalars())
+            (reject,) = (await conn.execute(sa.select(run_rejects))).all()
+        assert ids == {r.stream_id for r in batch} - {"run_huge"}
+        assert reject.run_id == "run_huge" and "out of range" in reject.error
+        assert drops == Counter({"rejected": 1}) and committed == {r.stream_id for r in batch}
+    finally:
+        await writer.aclose()
