@@ -46,8 +46,17 @@ def _stream(seen: Seen, writer: asyncio.StreamWriter) -> Any:
                       [("content-type", "text/event-stream")])(seen, writer)
 
 
+async def _cut_short(seen: Seen, writer: asyncio.StreamWriter) -> None:
+    """A body that promises 100 bytes and sends 18 before the connection closes."""
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n"
+                 b'{"input_tokens": 4')
+    await writer.drain()
+    writer.close()
+
+
 @pytest.mark.parametrize("answer", [
     _stream,
+    _cut_short,
     raw_answer(200, b'{"input_tokens": 4', [("content-type", "application/json")]),  # cut short
     json_answer(200, {"input_tokens": -10_000_000}),
     json_answer(200, {"input_tokens": "12"}),
@@ -55,7 +64,7 @@ def _stream(seen: Seen, writer: asyncio.StreamWriter) -> Any:
     json_answer(200, {}),
     json_answer(200, [1, 2]),
     raw_answer(200, b"<html>hi</html>", [("content-type", "text/html")]),
-], ids=["event-stream", "truncated", "negative", "string", "huge", "missing", "list", "html"])
+], ids=["event-stream", "connection-closed", "truncated", "negative", "string", "huge", "missing", "list", "html"])
 async def test_a_hostile_count_answer_is_a_502(answer: Any) -> None:
     response = await _count(answer)
     assert response.status_code == 502, response.text[:300]
