@@ -162,8 +162,9 @@ class Metrics:
                                         ["provider", "what"], registry=r)
         self.records_written = Counter("foundry_records_written", "Run records written to the database.",
                                        registry=r)
-        self.records_dropped = Counter("foundry_records_dropped", "Run records lost, by reason (queue_full, "
-                                       "write_failed, shutting_down).", ["reason"], registry=r)
+        self.records_dropped = Counter("foundry_records_dropped", "Run records not written, by reason (queue_full, "
+                                       "write_failed, shutting_down; rejected: refused by the database, kept in "
+                                       "run_rejects).", ["reason"], registry=r)
         self.key_requests = Counter("foundry_key_requests", "Admission decisions by key name and outcome "
                                     "(admitted, model_denied, limited_*, budget_exceeded).", ["key", "outcome"],
                                     registry=r)

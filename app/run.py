@@ -208,14 +208,15 @@ class Run:
         tally, observe, append, keep = self._progress.events, self.transcript.observe, self.log.append, \
             self.released.observe
         for event in events:
-            keep(event)
             if event.__class__ is ReasoningBlockEnd:
+                keep(event)
                 continue
+            append(event)  # first: an event the log refuses (EventTooLarge) was never released
+            keep(event)
             if self.ttft is None and event.type in _CONTENT_EVENTS:
                 self.ttft = time.perf_counter() - self.plan.started
             tally[event.type] += 1
             observe(event)
-            append(event)
 
     async def _close_upstream(self) -> None:
         with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):

@@ -106,6 +106,10 @@ class Settings(BaseSettings):
     upstream_max_event_bytes: int = Field(
         default=1 << 20, ge=1024, le=1 << 30, description="Longest upstream SSE line, and most data in one upstream "
                                                           "SSE event; past it the run ends `upstream_protocol_error`.")
+    upstream_max_idle_lines: int = Field(
+        default=10_000, ge=10, le=10_000_000, description="Most upstream SSE lines that carry nothing (blank lines, "
+                                                          "comments, ignored fields) before an event, and in one read; "
+                                                          "past it the run ends `upstream_protocol_error`.")
     openai_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key"),
         description="OpenAI's key: serves `openai/*` and `openai-responses/*` (unset: not served).")
@@ -315,7 +319,8 @@ class Settings(BaseSettings):
             anthropic_api_key=self.anthropic_api_key, anthropic_base_url=self.anthropic_base_url,
             gemini_api_key=self.gemini_api_key, gemini_base_url=self.gemini_base_url,
             compatible=tuple(self.providers), aliases=dict(self.aliases),
-            limits=ReadLimits(max_body_bytes=self.upstream_max_body_bytes, max_event_bytes=self.upstream_max_event_bytes),
+            limits=ReadLimits(max_body_bytes=self.upstream_max_body_bytes, max_event_bytes=self.upstream_max_event_bytes,
+                              max_idle_lines=self.upstream_max_idle_lines),
         )
 
     @field_validator("keys")

@@ -65,13 +65,17 @@ def run_bytes(
 
 
 def run_sync(coroutine: Coroutine[Any, Any, Any]) -> Any:
-    """Run a coroutine that never suspends (no real I/O) without an event loop."""
-    try:
-        coroutine.send(None)
-    except StopIteration as done:
-        return done.value
-    coroutine.close()
-    raise RuntimeError("the coroutine suspended: it needs an event loop")
+    """Run a coroutine that never waits on I/O without an event loop. A bare yield to the loop
+    (`asyncio.sleep(0)`, which the decoder does after reads that end no event) is resumed at once;
+    a wait on a future (real I/O) is refused."""
+    while True:
+        try:
+            waited = coroutine.send(None)
+        except StopIteration as done:
+            return done.value
+        if waited is not None:
+            coroutine.close()
+            raise RuntimeError("the coroutine suspended: it needs an event loop")
 
 
 def split_at(body: bytes, cuts: Iterable[int]) -> list[bytes]:

@@ -110,6 +110,15 @@ async def test_unknown_stream_and_garbage_last_event_id(client):
     assert r.status_code == 422 and r.json()["error"]["field"] == "query.after"
 
 
+@pytest.mark.parametrize("raw", [b"\xb2", b"\xb3", b"\xb9", b"1\xb2", b" \xb9 "])
+async def test_a_last_event_id_of_latin1_superscripts_is_a_400_not_a_500(client, raw):
+    """Header bytes are Latin-1 (RFC 9110): `\xb2` is `²`, which `str.isdigit()` takes and `int()` refuses."""
+    stream_id = (await client.post("/v1/generate", json={**ASK, "stream": True})).json()["stream_id"]
+    r = await client.get(f"/v1/stream/{stream_id}", headers={"Last-Event-ID": raw})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "invalid_last_event_id" and r.json()["error"]["field"] == "Last-Event-ID"
+
+
 async def test_request_id_is_accepted_and_returned(client):
     r = await client.post("/v1/generate", json={**ASK, "model": "mock/simple"}, headers={"X-Request-ID": "req-42"})
     assert r.headers["x-request-id"] == "req-42"

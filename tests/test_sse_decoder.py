@@ -115,3 +115,34 @@ def test_a_line_that_never_ends_is_buffered_in_linear_time():
     for _ in range(1024):
         assert d.feed(chunk) == []
     assert d.flush() == []  # a field name with no colon: ignored
+
+
+@pytest.mark.parametrize("idle", [b"\n", b"\r\n", b": keep-alive\n", b":\n", b"retry: 5\n", b"x\n"])
+@pytest.mark.parametrize("step", [1, 3, 1 << 20])
+def test_blank_and_comment_lines_without_an_event_are_capped_however_they_are_split(idle, step):
+    """A gzip of empty lines inflates to millions of lines that are no event: past the cap of lines
+    that carry nothing (blank lines that dispatch nothing, comments) the decoder raises, after at
+    most the cap's worth of work, instead of churning through all of them."""
+    from app.providers.sse import SSELimitExceeded
+    d = SSEDecoder(max_idle_lines=100)
+    body = idle * 1000
+    with pytest.raises(SSELimitExceeded, match="blank or comment lines"):
+        for i in range(0, len(body), step):
+            d.feed(body[i:i + step])
+    assert d.comments <= 101
+
+
+def test_idle_lines_within_the_cap_between_events_pass():
+    """Keep-alives between events are fine: the count starts again at each event (in one read or many)."""
+    body = (b": ping\n\n" * 40 + b"data: x\n\n") * 5
+    d = SSEDecoder(max_idle_lines=100)
+    assert [e for i in range(0, len(body), 7) for e in d.feed(body[i:i + 7])] == [SSEEvent("message", "x")] * 5
+
+
+def test_one_read_of_events_padded_with_idle_lines_is_capped_too():
+    """Each event followed by 90 blank lines (under a per-event cap of 100), 20 of them in one read:
+    the read's own count passes the cap."""
+    from app.providers.sse import SSELimitExceeded
+    d = SSEDecoder(max_idle_lines=100)
+    with pytest.raises(SSELimitExceeded):
+        d.feed((b"data: x\n\n" + b"\n" * 90) * 20)

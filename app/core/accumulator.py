@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from app.core import safejson
+from app.core import safejson, secrets
 from app.core.errors import UpstreamError
 from app.core.events import (
     ReasoningBlockEnd,
@@ -62,6 +62,7 @@ from app.core.patches import (
     ToolStart,
     UsagePatch,
 )
+from app.core.secrets import HeldText
 
 __all__ = ["Accumulator", "StreamProtocolError"]
 
@@ -121,6 +122,8 @@ class Accumulator:
         self._reasoning_index = 0
         self._tool_index = 0
         self._open_text: set[BlockKey] = set()
+        self._held: dict[BlockKey, HeldText] | None = {} if secrets.guarding() else None
+        """Per text block, the text kept back while it could be the start of a configured secret."""
         self._reasoning: dict[BlockKey, _ReasoningState] = {}
         self._tools: dict[BlockKey, _ToolState] = {}
         self._calls: deque[_ToolState] = deque()  # calls not wholly out yet, in start order; the first is out now
@@ -208,15 +211,31 @@ class Accumulator:
         if p.key in self._tools or p.key in self._reasoning:
             raise StreamProtocolError(f"text delta for non-text block {p.key!r}")
         self._open_text.add(p.key)
-        if p.text:
-            out.append(TokenEvent(index=self._token_index, content=p.text, refusal=p.refusal) if p.refusal
-                       else TokenEvent(index=self._token_index, content=p.text))
+        text = p.text
+        if self._held is not None and text:  # the gateway's own credentials never reach a client
+            held = self._held.get(p.key)
+            if held is None:
+                held = self._held[p.key] = HeldText()
+            text = held.feed(text)
+        if text:
+            out.append(TokenEvent(index=self._token_index, content=text, refusal=p.refusal) if p.refusal
+                       else TokenEvent(index=self._token_index, content=text))
             self._token_index += 1
 
     def _text_end(self, p: TextEnd, out: list[StreamEvent]) -> None:
         self._open_text.discard(p.key)
+        self._release_held(out)
+
+    def _release_held(self, out: list[StreamEvent]) -> None:
+        """Text kept back (HeldText) goes out before anything that follows it in the answer."""
+        if self._held:
+            for held in self._held.values():
+                if text := held.flush():
+                    out.append(TokenEvent(index=self._token_index, content=text))
+                    self._token_index += 1
 
     def _reasoning_start(self, p: ReasoningStart, out: list[StreamEvent]) -> None:
+        self._release_held(out)
         self._reasoning[p.key] = _ReasoningState(redacted=p.redacted)
 
     def _reasoning_delta(self, p: ReasoningDelta, out: list[StreamEvent]) -> None:
@@ -248,6 +267,7 @@ class Accumulator:
         )
 
     def _tool_start(self, p: ToolStart, out: list[StreamEvent]) -> None:
+        self._release_held(out)
         if p.key in self._tools and not self._tools[p.key].done:
             raise StreamProtocolError(f"tool block {p.key!r} started twice")
         self._tools[p.key] = record = _ToolState(id=p.id, name=p.name, index=self._tool_index, server=p.server)
@@ -321,6 +341,7 @@ class Accumulator:
         self._send(record, final, out)
 
     def _result_start(self, p: ToolResultStart, out: list[StreamEvent]) -> None:
+        self._release_held(out)
         self._results[p.key] = _ResultState(tool_call_id=p.tool_call_id, name=p.name)
 
     def _result_delta(self, p: ToolResultDelta, out: list[StreamEvent]) -> None:
@@ -345,6 +366,7 @@ class Accumulator:
             self._merge_usage(p.usage)
 
     def _message_end(self, p: MessageEnd, out: list[StreamEvent]) -> None:
+        self._release_held(out)
         for record in list(self._tools.values()):
             if not record.done:
                 self._finish_tool(record, None, out)
@@ -356,6 +378,7 @@ class Accumulator:
         self.ignored[p.what] += 1
 
     def _merge_usage(self, patch: UsagePatch) -> None:
+        patch.check(self.provider)  # the normalizers check what they read; this holds for every patch source
         usage = self._usage
         for name in _USAGE_FIELDS:
             value = getattr(patch, name)

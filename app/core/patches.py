@@ -8,9 +8,11 @@ Plain slotted dataclasses: these are built once per upstream chunk on the hot pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from app.core.errors import UpstreamError
 from app.core.events import StopReason
 
 __all__ = [
@@ -33,6 +35,9 @@ __all__ = [
     "ToolResultStart",
     "ToolStart",
     "UsagePatch",
+    "MAX_TOKEN_COUNT",
+    "token_count",
+    "usage_object",
 ]
 
 BlockKey = int | str
@@ -48,6 +53,47 @@ class UsagePatch:
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
+
+    def check(self, provider: str) -> None:
+        """Raise `upstream_protocol_error` unless every count is None or a checked token count."""
+        for name in _USAGE_FIELDS:
+            token_count(getattr(self, name), name, provider=provider)
+
+
+_USAGE_FIELDS = tuple(f.name for f in fields(UsagePatch))
+
+MAX_TOKEN_COUNT = 1_000_000_000
+"""The largest count one field of one provider response may report. A provider's numbers are
+input: a negative count would be a refund, a fraction or 1e300 a cost no budget survives, and the
+records' columns are 64-bit. A billion tokens is orders of magnitude past any context window."""
+
+
+def token_count(value: Any, name: str, *, provider: str) -> int | None:
+    """A provider's token count, checked: None when absent (JSON null), else a whole number from 0
+    to MAX_TOKEN_COUNT (an integral float such as `12.0` is taken as the integer). Anything else (a
+    negative, a fraction, a huge number, a string, a bool, an object) is an `upstream_protocol_error`:
+    the count is never guessed, so budgets and rate limits move only by checked numbers."""
+    if value is None:
+        return None
+    kind = value.__class__
+    if kind is int and 0 <= value <= MAX_TOKEN_COUNT:
+        return int(value)
+    if kind is float and value.is_integer() and 0 <= value <= MAX_TOKEN_COUNT:
+        return int(value)
+    raise UpstreamError(f"{provider}: usage `{name}` is not a token count from 0 to {MAX_TOKEN_COUNT}: "
+                        f"{repr(value)[:60]}", code="upstream_protocol_error", provider=provider)
+
+
+def usage_object(value: Any, name: str, *, provider: str) -> Mapping[str, Any]:
+    """A provider's usage object (or a part of it, `prompt_tokens_details`) when it is a JSON
+    object, {} when absent; anything else is `upstream_protocol_error` (a string or a list carries
+    no count to trust)."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return value
+    raise UpstreamError(f"{provider}: usage `{name}` is not an object: {repr(value)[:60]}",
+                        code="upstream_protocol_error", provider=provider)
 
 
 @dataclass(slots=True, kw_only=True)

@@ -17,12 +17,14 @@ from typing import Any
 import anthropic
 import httpx2
 
+from app.core import safejson
 from app.core.errors import (
     GatewayError,
     RequestError,
     UpstreamError,
 )
 from app.core.messages import AdapterError
+from app.core.patches import token_count
 from app.providers.anthropic_convert import (
     DEFAULT_MAX_TOKENS,
     build_anthropic_request,
@@ -109,8 +111,24 @@ class AnthropicAdapter(ProviderAdapter):
             raise RequestError(f"{self.name}: {exc}", provider=self.name) from None
         params = {key: value for key, value in body.items() if key in _COUNTED}
         with anthropic_errors(self.name):
-            counted = await self._client.messages.count_tokens(**params)
-        return counted.input_tokens
+            raw = await self._client.messages.with_raw_response.count_tokens(**params)
+            content = raw.http_response.content  # read already, bounded (app/providers/http.py)
+        return self._counted(raw.http_response.headers.get("content-type", ""), content)
+
+    def _counted(self, content_type: str, content: bytes) -> int:
+        """The count from the answer's bytes: read here, not by the SDK, whose models take any
+        value as it comes. An answer that is not a JSON object with a checked count (an event stream,
+        a body cut short, `-1`, `"12"`) is the upstream's fault: `upstream_protocol_error`, a 502."""
+        data: Any = None
+        if content_type.split(";")[0].strip() == "application/json":
+            with contextlib.suppress(ValueError):
+                data = safejson.loads(content)
+        count = token_count(data.get("input_tokens"), "input_tokens", provider=self.name) \
+            if isinstance(data, dict) else None
+        if count is None:
+            raise UpstreamError(f"{self.name}: count_tokens answered no count: {content[:200]!r}",
+                                code="upstream_protocol_error", provider=self.name)
+        return count
 
     async def open_stream(self, request: ProviderRequest) -> SSEPatchStream:
         """Send the request; raise GatewayError for anything known before the body starts.

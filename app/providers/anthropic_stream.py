@@ -45,6 +45,8 @@ from app.core.patches import (
     ToolResultStart,
     ToolStart,
     UsagePatch,
+    token_count,
+    usage_object,
 )
 from app.providers.errors import stream_error as shared_stream_error
 from app.providers.sse import SSEEvent
@@ -111,20 +113,20 @@ class UsageTally:
     thinking: int | None = None
 
     def update(self, raw: Mapping[str, Any]) -> UsagePatch:
+        """Take a `usage` object's counts, each checked (`token_count`): a bad one is an
+        `upstream_protocol_error`, and nothing of that object is taken."""
         iterations = raw.get("iterations")
         if isinstance(iterations, list) and iterations:
             raw = {**raw, **_sum_iterations(iterations)}
-        if (v := _int(raw.get("input_tokens"))) is not None:
-            self.input = v
-        if (v := _int(raw.get("cache_read_input_tokens"))) is not None:
-            self.cache_read = v
-        if (v := _int(raw.get("cache_creation_input_tokens"))) is not None:
-            self.cache_write = v
-        if (v := _int(raw.get("output_tokens"))) is not None:
-            self.output = v
-        details = raw.get("output_tokens_details")
-        if isinstance(details, Mapping) and (v := _int(details.get("thinking_tokens"))) is not None:
-            self.thinking = v
+        details = usage_object(raw.get("output_tokens_details"), "output_tokens_details", provider="anthropic")
+        counts = [_count(raw, name) for name in ("input_tokens", "cache_read_input_tokens",
+                                                 "cache_creation_input_tokens", "output_tokens")]
+        thinking = _count(details, "thinking_tokens")
+        for attr, value in zip(("input", "cache_read", "cache_write", "output"), counts, strict=True):
+            if value is not None:
+                setattr(self, attr, value)
+        if thinking is not None:
+            self.thinking = thinking
         return self.patch()
 
     def patch(self) -> UsagePatch:
@@ -138,17 +140,16 @@ class UsageTally:
         )
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def _count(raw: Mapping[str, Any], name: str) -> int | None:
+    return token_count(raw.get(name), name, provider="anthropic")
 
 
 def _sum_iterations(iterations: list[Any]) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in iterations:
-        if not isinstance(item, Mapping):
-            continue
+        item = usage_object(item, "iterations", provider="anthropic")
         for name in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
-            if (v := _int(item.get(name))) is not None:
+            if (v := _count(item, name)) is not None:
                 out[name] = out.get(name, 0) + v
     return out
 
@@ -210,7 +211,7 @@ class AnthropicNormalizer:
             usage = message.get("usage")
             out.append(MessageStart(
                 id=message.get("id"), model=message.get("model"),
-                usage=self.usage.update(usage) if isinstance(usage, Mapping) else None,
+                usage=None if usage is None else self.usage.update(usage_object(usage, "usage", provider="anthropic")),
             ))
         elif kind == "message_delta":
             self._message_delta(data, out)
@@ -331,7 +332,7 @@ class AnthropicNormalizer:
         usage = data.get("usage")
         out.append(MessageDelta(
             stop_reason=STOP_REASON_MAP.get(reason, "stop") if reason else None,
-            usage=self.usage.update(usage) if isinstance(usage, Mapping) else None,
+            usage=None if usage is None else self.usage.update(usage_object(usage, "usage", provider="anthropic")),
         ))
 
 

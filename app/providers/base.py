@@ -11,6 +11,7 @@ an adapter gets it by naming `ProviderAdapter` as its base.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import (
     AsyncGenerator,
@@ -208,13 +209,17 @@ class SSEPatchStream:
         self._closed = False
 
     async def __aiter__(self) -> AsyncIterator[list[Patch]]:
-        decoder = SSEDecoder(max_line_bytes=self._limits.max_event_bytes, max_event_bytes=self._limits.max_event_bytes)
+        limits = self._limits
+        decoder = SSEDecoder(max_line_bytes=limits.max_event_bytes, max_event_bytes=limits.max_event_bytes,
+                             max_idle_lines=limits.max_idle_lines)
         feed = self._normalizer.feed
         try:
             with mid_stream_errors(self._provider), _decoding_limits(self._provider):
                 async for chunk in self._chunks:
                     events = decoder.feed(chunk)
-                    if events:
+                    if not events:  # reads that end no event (decompressed without I/O) yield the loop
+                        await asyncio.sleep(0)
+                    else:
                         out: list[Patch] = []
                         try:
                             for event in events:

@@ -43,6 +43,8 @@ class ReadLimits:
     """An error answer's body (or a JSON one where an event stream was asked), after decompression."""
     max_event_bytes: int = 1 << 20
     """One SSE line, and one SSE event's data."""
+    max_idle_lines: int = 10_000
+    """SSE lines that carry nothing (blank, comments) before an event, and in one read."""
 
 
 DEFAULT_LIMITS = ReadLimits()

@@ -54,6 +54,8 @@ from app.core.patches import (
     ToolResultStart,
     ToolStart,
     UsagePatch,
+    token_count,
+    usage_object,
 )
 from app.providers.errors import stream_error
 from app.providers.sse import SSEEvent
@@ -81,16 +83,22 @@ _FAILED_TOOL_CALL_REASONS = frozenset({"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TO
 _PATH_STEP_RE = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]|\['([^']*)'\]")
 
 
-def gemini_usage(usage: dict[str, Any]) -> UsagePatch | None:
-    """A usageMetadata snapshot -> canonical usage (decision 4); None when it has no counts."""
+def gemini_usage(usage: Any, provider: str = "gemini") -> UsagePatch | None:
+    """A usageMetadata snapshot -> canonical usage (decision 4); None when it has no counts. Every
+    count checked (`token_count`) before any sum."""
+    usage = usage_object(usage, "usageMetadata", provider=provider)
     if "promptTokenCount" not in usage and "totalTokenCount" not in usage:
         return None  # Vertex sends {"trafficType": ...} alone mid-stream
-    thoughts = usage.get("thoughtsTokenCount") or 0
+
+    def count(name: str) -> int:
+        return token_count(usage.get(name), name, provider=provider) or 0
+
+    thoughts = count("thoughtsTokenCount")
     return UsagePatch(
-        input_tokens=(usage.get("promptTokenCount") or 0) + (usage.get("toolUsePromptTokenCount") or 0),
-        output_tokens=(usage.get("candidatesTokenCount") or 0) + thoughts,
-        total_tokens=usage.get("totalTokenCount"),
-        cache_read_tokens=usage.get("cachedContentTokenCount") or 0,
+        input_tokens=count("promptTokenCount") + count("toolUsePromptTokenCount"),
+        output_tokens=count("candidatesTokenCount") + thoughts,
+        total_tokens=token_count(usage.get("totalTokenCount"), "totalTokenCount", provider=provider),
+        cache_read_tokens=count("cachedContentTokenCount"),
         reasoning_tokens=thoughts,
     )
 
@@ -197,7 +205,7 @@ class GeminiNormalizer:
             if candidate.get("index", 0) == 0:
                 self._candidate(candidate, out)
         usage = chunk.get("usageMetadata")
-        if usage and (patch := gemini_usage(usage)) is not None:
+        if usage and (patch := gemini_usage(usage, self._provider)) is not None:
             out.append(MessageDelta(usage=patch))
 
     def _candidate(self, candidate: dict[str, Any], out: list[Patch]) -> None:

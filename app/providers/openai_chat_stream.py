@@ -49,6 +49,8 @@ from app.core.patches import (
     ToolEnd,
     ToolStart,
     UsagePatch,
+    token_count,
+    usage_object,
 )
 from app.providers.errors import stream_error as shared_stream_error
 from app.providers.sse import SSEEvent
@@ -76,21 +78,27 @@ class _ToolSlot:
     id: str
 
 
-def usage_patch(usage: dict[str, Any]) -> UsagePatch:
+def usage_patch(usage: Any, provider: str = "openai") -> UsagePatch:
     """OpenAI `usage` -> canonical usage (cached prompt tokens are cache reads; compatible servers
-    that report `prompt_tokens_details.cache_write_tokens` give the cache writes)."""
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
-    cached = prompt_details.get("cached_tokens")
+    that report `prompt_tokens_details.cache_write_tokens` give the cache writes). Every count is
+    checked (`token_count`): a bad one is an `upstream_protocol_error`."""
+    usage = usage_object(usage, "usage", provider=provider)
+    prompt_details = usage_object(usage.get("prompt_tokens_details"), "prompt_tokens_details", provider=provider)
+    completion_details = usage_object(usage.get("completion_tokens_details"), "completion_tokens_details",
+                                      provider=provider)
+    cached = token_count(prompt_details.get("cached_tokens"), "cached_tokens", provider=provider)
     if cached is None:
-        cached = usage.get("prompt_cache_hit_tokens")  # DeepSeek's own field
+        cached = token_count(usage.get("prompt_cache_hit_tokens"), "prompt_cache_hit_tokens",  # DeepSeek's own
+                             provider=provider)
     return UsagePatch(
-        input_tokens=usage.get("prompt_tokens"),
-        output_tokens=usage.get("completion_tokens"),
-        total_tokens=usage.get("total_tokens"),
+        input_tokens=token_count(usage.get("prompt_tokens"), "prompt_tokens", provider=provider),
+        output_tokens=token_count(usage.get("completion_tokens"), "completion_tokens", provider=provider),
+        total_tokens=token_count(usage.get("total_tokens"), "total_tokens", provider=provider),
         cache_read_tokens=cached,
-        cache_write_tokens=prompt_details.get("cache_write_tokens"),
-        reasoning_tokens=completion_details.get("reasoning_tokens"),
+        cache_write_tokens=token_count(prompt_details.get("cache_write_tokens"), "cache_write_tokens",
+                                       provider=provider),
+        reasoning_tokens=token_count(completion_details.get("reasoning_tokens"), "reasoning_tokens",
+                                     provider=provider),
     )
 
 
@@ -161,7 +169,7 @@ class ChatChunkNormalizer:
                     self._choice(choice, out)
         usage = chunk.get("usage")
         if usage:
-            out.append(MessageDelta(usage=usage_patch(usage)))
+            out.append(MessageDelta(usage=usage_patch(usage, self._provider)))
         error = chunk.get("error")
         if error:
             self._failure = stream_error(error, self._provider)

@@ -51,6 +51,8 @@ from app.core.patches import (
     ToolResultStart,
     ToolStart,
     UsagePatch,
+    token_count,
+    usage_object,
 )
 from app.providers.openai_chat_stream import stream_error
 from app.providers.sse import SSEEvent
@@ -78,16 +80,22 @@ _CODE_PREFIX = '{"code":"'
 _CODE_SUFFIX = '"}'
 
 
-def responses_usage(usage: Mapping[str, Any] | None) -> UsagePatch | None:
-    """Responses `usage` -> canonical usage (cached input tokens are cache reads)."""
+def responses_usage(usage: Any, provider: str) -> UsagePatch | None:
+    """Responses `usage` -> canonical usage (cached input tokens are cache reads); every count
+    checked (`token_count`)."""
     if not usage:
         return None
-    inputs = usage.get("input_tokens_details") or {}
-    outputs = usage.get("output_tokens_details") or {}
+    usage = usage_object(usage, "usage", provider=provider)
+    inputs = usage_object(usage.get("input_tokens_details"), "input_tokens_details", provider=provider)
+    outputs = usage_object(usage.get("output_tokens_details"), "output_tokens_details", provider=provider)
+
+    def count(raw: Mapping[str, Any], name: str) -> int | None:
+        return token_count(raw.get(name), name, provider=provider)
+
     return UsagePatch(
-        input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens"),
-        total_tokens=usage.get("total_tokens"), cache_read_tokens=inputs.get("cached_tokens"),
-        cache_write_tokens=inputs.get("cache_write_tokens"), reasoning_tokens=outputs.get("reasoning_tokens"),
+        input_tokens=count(usage, "input_tokens"), output_tokens=count(usage, "output_tokens"),
+        total_tokens=count(usage, "total_tokens"), cache_read_tokens=count(inputs, "cached_tokens"),
+        cache_write_tokens=count(inputs, "cache_write_tokens"), reasoning_tokens=count(outputs, "reasoning_tokens"),
     )
 
 
@@ -180,7 +188,7 @@ class ResponsesNormalizer:
         elif kind == "response.failed":
             response = data.get("response") or {}
             if response.get("usage"):  # what the provider counted before it failed is billed
-                out.append(MessageDelta(usage=responses_usage(response.get("usage"))))
+                out.append(MessageDelta(usage=responses_usage(response.get("usage"), self._provider)))
             self._failure = stream_error(response.get("error") or {"message": "response failed"}, self._provider)
         elif kind == "error":
             self._failure = stream_error(data, self._provider)
@@ -258,7 +266,7 @@ class ResponsesNormalizer:
         if not self._started:
             self._started = True
             out.append(MessageStart(id=response.get("id"), model=response.get("model")))
-        out.append(MessageDelta(stop_reason=stop, usage=responses_usage(response.get("usage"))))
+        out.append(MessageDelta(stop_reason=stop, usage=responses_usage(response.get("usage"), self._provider)))
         out.append(MessageEnd())
         self._terminal = True
 

@@ -11,17 +11,23 @@ comments, `data` lines join with LF, unknown fields are ignored. Three divergenc
 3. Bounded: a line longer than `max_line_bytes`, or an event whose data passes
    `max_event_bytes`, raises `SSELimitExceeded` (an upstream read is always bounded, DESIGN.md
    section 4). Only the chunk just read is searched for a line end and the unfinished line is
-   kept in a `bytearray`, so a line that never ends costs time linear in its length.
+   kept in a `bytearray`, so a line that never ends costs time linear in its length. Lines that
+   carry nothing (a blank line that dispatches no event, a comment) are counted too: more than
+   `max_idle_lines` of them before an event, or in one read, raise `SSELimitExceeded` (a gzip of
+   empty lines inflates to millions of them; keep-alives come one every few seconds).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["MAX_EVENT_BYTES", "SSEDecoder", "SSEEvent", "SSELimitExceeded"]
+__all__ = ["MAX_EVENT_BYTES", "MAX_IDLE_LINES", "SSEDecoder", "SSEEvent", "SSELimitExceeded"]
 
 MAX_EVENT_BYTES = 1 << 20
 """The default cap on one line and on one event's data (FOUNDRY_UPSTREAM_MAX_EVENT_BYTES)."""
+MAX_IDLE_LINES = 10_000
+"""The default cap on blank and comment lines before an event, and in one read
+(FOUNDRY_UPSTREAM_MAX_IDLE_LINES)."""
 
 
 class SSELimitExceeded(ValueError):
@@ -37,9 +43,11 @@ class SSEEvent(NamedTuple):
 
 
 class SSEDecoder:
-    __slots__ = ("_buf", "_cr", "_event", "_data", "_size", "_id", "comments", "_max_line", "_max_event")
+    __slots__ = ("_buf", "_cr", "_event", "_data", "_size", "_id", "comments", "_max_line", "_max_event", "_idle",
+                 "_max_idle")
 
-    def __init__(self, *, max_line_bytes: int = MAX_EVENT_BYTES, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+    def __init__(self, *, max_line_bytes: int = MAX_EVENT_BYTES, max_event_bytes: int = MAX_EVENT_BYTES,
+                 max_idle_lines: int = MAX_IDLE_LINES) -> None:
         self._buf = bytearray()
         """The unfinished line (no line end in it)."""
         self._cr = False
@@ -52,6 +60,9 @@ class SSEDecoder:
         self.comments = 0
         self._max_line = max_line_bytes
         self._max_event = max_event_bytes
+        self._idle = 0
+        """Blank and comment lines since the last event."""
+        self._max_idle = max_idle_lines
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume bytes; return the events completed by them."""
@@ -62,6 +73,7 @@ class SSEDecoder:
         data = self._data
         size = self._size  # kept in locals on the hot path; _line() sees them through self
         max_line, max_event = self._max_line, self._max_event
+        idle_in_read = 0
         for line in lines:
             if not line:  # dispatch
                 if data:
@@ -70,6 +82,10 @@ class SSEDecoder:
                     out.append(SSEEvent(self._event or "message", "\n".join(data), self._id))
                     self._data = data = []
                     size = 0
+                    self._idle = 0
+                else:
+                    idle_in_read += 1
+                    self._count_idle(idle_in_read)
                 self._event = ""
             elif line[:5] == b"data:":  # the common case, without the general field machine
                 value = line[6:] if line[5:6] == b" " else line[5:]
@@ -79,7 +95,9 @@ class SSEDecoder:
                 data.append(value.decode("utf-8", "replace"))
             else:
                 self._size = size
-                self._line(line, out)
+                if self._line(line, out):
+                    idle_in_read += 1
+                    self._count_idle(idle_in_read)
                 data, size = self._data, self._size
         self._size = size
         if size > max_event:
@@ -122,30 +140,37 @@ class SSEDecoder:
             self._buf = bytearray()
             raise SSELimitExceeded(f"an event-stream line passed {self._max_line} bytes ({size} so far)")
 
+    def _count_idle(self, in_read: int) -> None:
+        self._idle += 1
+        if self._idle > self._max_idle or in_read > self._max_idle:
+            raise SSELimitExceeded(f"more than {self._max_idle} blank or comment lines without an event")
+
     def _grow(self, size: int) -> None:
         self._size += size
         if self._size > self._max_event or size > self._max_line:
             raise SSELimitExceeded(f"an event's data passed {self._max_event} bytes")
 
-    def _line(self, raw: bytes, out: list[SSEEvent]) -> None:
+    def _line(self, raw: bytes, out: list[SSEEvent]) -> bool:
+        """Take one line; True when it carries nothing (a comment, an ignored field)."""
         if not raw:
             if self._data:
                 out.append(SSEEvent(self._event or "message", "\n".join(self._data), self._id))
                 self._data = []
                 self._size = 0
+                self._idle = 0
             self._event = ""
-            return
+            return False
         if len(raw) > self._max_line:
             raise SSELimitExceeded(f"an event-stream line passed {self._max_line} bytes")
         if raw[:5] == b"data:":  # as in feed(): the value decoded once, no copies of the whole line
             data = raw[6:] if raw[5:6] == b" " else raw[5:]
             self._grow(len(data))
             self._data.append(data.decode("utf-8", "replace"))
-            return
-        line = raw.decode("utf-8", "replace")
-        if line[0] == ":":
+            return False
+        if raw[:1] == b":":
             self.comments += 1
-            return
+            return True
+        line = raw.decode("utf-8", "replace")
         name, sep, value = line.partition(":")
         if sep and value[:1] == " ":
             value = value[1:]
@@ -157,4 +182,6 @@ class SSEDecoder:
         elif name == "id":
             if "\0" not in value:
                 self._id = value
-        # "retry" and unknown fields are ignored.
+        else:  # "retry" and unknown fields are ignored: lines that carry nothing, like comments
+            return True
+        return False

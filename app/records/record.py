@@ -72,6 +72,16 @@ class RunRecord:
             "judge_cost_usd": self.judge_cost_usd, "opened": self.opened,
         }
 
+    def out_of_bounds(self) -> str | None:
+        """The first count no column can hold (negative, or past 64 bits), or None: checked before
+        the database, whose refusal would cost a round trip per split of the batch."""
+        counts = {**self.usage.to_dict(), "steps": self.steps, "tools_run": self.tools_run,
+                  "judge_calls": self.judge_calls, "judge_tokens": self.judge_tokens}
+        for name, value in counts.items():
+            if isinstance(value, int) and not 0 <= value <= _BIGINT:
+                return f"{name} out of range: {value}"[:200]
+        return None
+
     def payload(self) -> bytes:
         """The record without its transcript, as JSON: what travels with the run's final in the
         shared stream store (its outbox), so that another replica can write it (`from_payload`)."""
@@ -92,6 +102,8 @@ class RunRecord:
         return cls(stream_id=row["id"], created_at=as_utc(row["created_at"]), finished_at=as_utc(row["finished_at"]),
                    usage=usage, transcript=transcript, **{name: row[name] for name in _PLAIN_FIELDS})
 
+
+_BIGINT = (1 << 63) - 1
 
 _PLAIN_FIELDS = ("request_id", "owner", "model", "served_model", "provider", "status", "stop_reason", "error_code",
                  "steps", "tools_run", "validation", "ttft_ms", "duration_ms", "content_recorded", "cost_usd",

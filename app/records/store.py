@@ -9,7 +9,7 @@ import base64
 import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from app.records import spend
 from app.records.migrate import upgrade
 from app.records.record import RunRecord, as_utc
 from app.records.spend import SpendTotal
-from app.records.tables import run_transcripts, runs
+from app.records.tables import run_rejects, run_transcripts, runs
 
 __all__ = ["Inserted", "RecordStore", "RunPage", "RunQuery", "decode_cursor", "encode_cursor"]
 
@@ -126,6 +126,17 @@ class RecordStore:
                 await conn.execute(self._insert_new(run_transcripts), transcripts)
             totals = await spend.add_runs(conn, self.backend, fresh)
         return Inserted(run_ids=new, spend=totals)
+
+    async def reject(self, record: RunRecord, error: str) -> None:
+        """Keep a record the database refused (`run_rejects`), with why, as JSON bytes (which hold
+        what a text column refuses, a NUL); the first rejection of a run id is kept."""
+        try:
+            kept = orjson.dumps(record.row())
+        except TypeError:  # a number orjson cannot write (past 64 bits)
+            kept = repr(record.row()).encode()
+        row = {"run_id": record.stream_id, "rejected_at": datetime.now(UTC), "error": error[:1024], "record": kept}
+        async with self.engine.begin() as conn:
+            await conn.execute(self._insert_new(run_rejects), [row])
 
     async def spend(self, owner: str, month: str) -> SpendTotal:
         """A key's recorded spend for a month (spend.py)."""

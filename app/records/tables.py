@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-__all__ = ["api_keys", "key_spend", "metadata", "run_transcripts", "runs"]
+__all__ = ["api_keys", "key_spend", "metadata", "run_rejects", "run_transcripts", "runs"]
 
 metadata = sa.MetaData()
 
@@ -25,12 +25,12 @@ runs = sa.Table(
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("stop_reason", sa.String(32)),
     sa.Column("error_code", sa.String(64)),
-    sa.Column("input_tokens", sa.Integer, nullable=False),
-    sa.Column("output_tokens", sa.Integer, comment="null: unknown (the run ended before the provider reported it)"),
-    sa.Column("total_tokens", sa.Integer, comment="null: unknown (the run ended before the provider reported it)"),
-    sa.Column("cache_read_tokens", sa.Integer, nullable=False),
-    sa.Column("cache_write_tokens", sa.Integer, nullable=False),
-    sa.Column("reasoning_tokens", sa.Integer, nullable=False),
+    sa.Column("input_tokens", sa.BigInteger, nullable=False),
+    sa.Column("output_tokens", sa.BigInteger, comment="null: unknown (the run ended before the provider reported it)"),
+    sa.Column("total_tokens", sa.BigInteger, comment="null: unknown (the run ended before the provider reported it)"),
+    sa.Column("cache_read_tokens", sa.BigInteger, nullable=False),
+    sa.Column("cache_write_tokens", sa.BigInteger, nullable=False),
+    sa.Column("reasoning_tokens", sa.BigInteger, nullable=False),
     sa.Column("steps", sa.Integer, nullable=False),
     sa.Column("tools_run", sa.Integer, nullable=False),
     sa.Column("validation", JSONDoc),
@@ -39,7 +39,7 @@ runs = sa.Table(
     sa.Column("content_recorded", sa.Boolean, nullable=False),
     sa.Column("cost_usd", sa.Float, comment="priced with FOUNDRY_PRICES; None when no price is known"),
     sa.Column("judge_calls", sa.Integer, nullable=False, server_default="0", comment="llm_judge calls the run made"),
-    sa.Column("judge_tokens", sa.Integer, nullable=False, server_default="0",
+    sa.Column("judge_tokens", sa.BigInteger, nullable=False, server_default="0",
               comment="tokens of those calls (input + output)"),
     sa.Column("judge_cost_usd", sa.Float, comment="their cost; None when no judge model is priced"),
     sa.Column("opened", sa.Boolean, comment="the run had a stream; false: no target served; null: recorded before 0006"),
@@ -54,6 +54,18 @@ run_transcripts = sa.Table(
     sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
     sa.Column("transcript", JSONDoc, nullable=False),
 )
+
+run_rejects = sa.Table(
+    "run_rejects", metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True, comment="the stream id"),
+    sa.Column("rejected_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("error", sa.String(1024), nullable=False, comment="why the database refused the record"),
+    sa.Column("record", sa.LargeBinary, nullable=False,
+              comment="the record (without its transcript) as JSON bytes: whatever it holds, bytes can keep"),
+)
+"""Records the database refused (a value it cannot hold), each kept with its error once the writer
+has split its batch down to it: never lost silently, never retried forever, never taking the
+other records of its batch with it."""
 
 key_spend = sa.Table(
     "key_spend", metadata,

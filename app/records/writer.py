@@ -8,10 +8,12 @@ transaction, one thread hop to the driver each), more than the rest of the reque
 (bench/run.py: CPU per request, FOUNDRY_RECORDS on against off); in batches that cost is shared.
 
 `submit()` never waits: when the queue is full the record is dropped, counted
-(`foundry_records_dropped_total{reason="queue_full"}`) and logged. A batch the database refuses
-or does not take in time is dropped the same way (`reason="write_failed"`) and the writer backs
-off before the next. Retention runs here too: records older than the retention are deleted at
-start and then periodically.
+(`foundry_records_dropped_total{reason="queue_full"}`) and logged. A batch the database does not
+take (away, locked, out of time) is dropped the same way (`reason="write_failed"`) and the writer
+backs off before the next. A batch the database refuses (a value it cannot hold) is split until the
+refused record is alone; that one is kept in `run_rejects` with its error, counted
+(`reason="rejected"`) and logged, and the rest of the batch is written. Retention runs here too:
+records older than the retention are deleted at start and then periodically.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
+
+import sqlalchemy as sa
 
 from app.observability import get_logger
 from app.records.record import RunRecord
@@ -174,15 +178,48 @@ class RecordWriter:
         await self.ensure_schema()
         if not self._migrated:
             raise ConnectionError("the records database is not migrated (unreachable at start?)")
-        async with asyncio.timeout(self.write_timeout):
-            inserted = await self.store.insert(batch)
-        self._on_write(len(batch))
+        fit = []
+        for record in batch:
+            if (problem := record.out_of_bounds()) is not None:
+                await self._reject(record, problem)
+            else:
+                fit.append(record)
+        done = await self._insert_split(fit)
+        inserted = Inserted(run_ids=frozenset().union(*(d.run_ids for _, d in done)),
+                            spend=[total for _, d in done for total in d.spend])
+        self._on_write(sum(n for n, _ in done))
         if self.on_committed is not None:
-            try:  # the batch is durable whatever happens here: never dropped for it
+            try:  # the batch is durable (rejects included) whatever happens here: never dropped for it
                 async with asyncio.timeout(self.write_timeout):
                     await self.on_committed(batch, inserted)
             except Exception as exc:
                 self.log.warning("records_committed_hook_failed", error=type(exc).__name__, count=len(batch))
+
+    async def _insert_split(self, records: list[RunRecord]) -> list[tuple[int, Inserted]]:
+        """Insert `records`; a batch the database refuses (a value it cannot hold, not a database
+        that is away) is split in halves until the refused record is alone, and that one is
+        rejected: one bad record never takes the others of its batch with it (log2 of the batch
+        more round trips per bad record). Each insert done, with how many records it took."""
+        if not records:
+            return []
+        try:
+            async with asyncio.timeout(self.write_timeout):
+                return [(len(records), await self.store.insert(records))]
+        except Exception as exc:
+            if not _refused(exc):
+                raise
+            if len(records) == 1:
+                await self._reject(records[0], _first_line(exc))
+                return []
+            mid = len(records) // 2
+            return [*await self._insert_split(records[:mid]), *await self._insert_split(records[mid:])]
+
+    async def _reject(self, record: RunRecord, error: str) -> None:
+        """Keep the refused record with its error (`run_rejects`), count and log it."""
+        async with asyncio.timeout(self.write_timeout):
+            await self.store.reject(record, error)
+        self._on_drop("rejected", 1)
+        self.log.error("record_rejected", stream_id=record.stream_id, error=error[:300])
 
     async def _retention_loop(self) -> None:
         assert self.retention is not None
@@ -201,3 +238,16 @@ class RecordWriter:
             return
         if deleted:
             self.log.info("records_pruned", deleted=deleted, retention_days=self.retention.days)
+
+
+def _refused(exc: BaseException) -> bool:
+    """The database refused the statement (a value, a constraint), as opposed to being away,
+    locked or out of disk (OperationalError, InterfaceError, a dropped connection, a timeout)."""
+    return (isinstance(exc, sa.exc.DBAPIError) and not exc.connection_invalidated
+            and not isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError))
+
+
+def _first_line(exc: BaseException) -> str:
+    """The database's reason without the statement and parameters SQLAlchemy appends (the record is
+    kept beside it)."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

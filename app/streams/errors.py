@@ -10,13 +10,22 @@ from typing import Any, Literal
 
 from app.core.errors import ErrorData, GatewayError
 
-__all__ = ["CANCELLED_BY_REQUEST", "CancelOutcome", "ClaimHook", "ClaimedRun", "CursorAhead", "FinalDelivered",
+__all__ = ["CANCELLED_BY_REQUEST", "CancelOutcome", "ClaimHook", "ClaimedRun", "CursorAhead", "EventTooLarge", "FinalDelivered",
            "ReplayUnavailable", "RunTags", "StoreFull", "StoreUnavailable", "SweptHook", "SweptRecord"]
 
 
 class ReplayUnavailable(GatewayError):
     status = 410
     code = "replay_unavailable"
+
+
+class EventTooLarge(GatewayError):
+    """One event (a tool call's whole arguments, a tool's output) whose frame alone passes the
+    stream's byte cap (FOUNDRY_MAX_STREAM_BYTES): no stream may hold it, so the run ends here with
+    an error final instead of an event no reader could be given whole."""
+
+    status = 502
+    code = "stream_too_large"
 
 
 class StoreFull(GatewayError):

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from app.core.events import AssistantMessage, FinalEvent, StreamEvent
 from app.core.transcript import Transcript
-from app.streams.errors import ReplayUnavailable
+from app.streams.errors import EventTooLarge, ReplayUnavailable
 from app.streams.frames import encode_frame
 
 _T = TypeVar("_T")
@@ -149,11 +149,15 @@ class StreamLog:
         return len(self._frames)
 
     def append(self, event: StreamEvent) -> bytes:
-        """Number, encode and store one event; wake the readers. Returns the frame."""
+        """Number, encode and store one event; wake the readers. Returns the frame. An event other
+        than the final whose frame alone passes the byte cap is refused (EventTooLarge)."""
         if self.final is not None:
             raise RuntimeError("stream already ended with its final event")
         frame = encode_frame(self._next_seq, event)
-        if len(frame) > self._max_bytes and isinstance(event, FinalEvent):
+        if len(frame) > self._max_bytes:
+            if not isinstance(event, FinalEvent):
+                raise EventTooLarge(f"a {event.type} event of {len(frame)} bytes passes the stream's cap of "
+                                    f"{self._max_bytes} (FOUNDRY_MAX_STREAM_BYTES)")
             event, frame = fitted_final(event, self._next_seq, self._max_bytes)
         self._next_seq += 1
         self._frames.append(frame)
@@ -192,8 +196,10 @@ class StreamLog:
     @property
     def lagging(self) -> bool:
         """The holding reader is more than `WINDOW` events behind, or what it has not taken keeps
-        the log over its bounds: the writer waits (`room`)."""
-        return self._held != _NOBODY and (self.last_seq - self._held > WINDOW or self.over_bounds)
+        the log over its bounds: the writer waits (`room`). A reader that took everything is never
+        waited for, whatever is left over the bounds."""
+        return self._held != _NOBODY and self._held < self.last_seq and (
+            self.last_seq - self._held > WINDOW or self.over_bounds)
 
     async def room(self) -> None:
         """Until the holding reader is back within `WINDOW` events and the log within its bounds

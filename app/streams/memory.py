@@ -227,7 +227,7 @@ def parse_cursor(last_event_id: str | None, after: int | None) -> int:
     """The replay cursor from `Last-Event-ID` (header) or `?after=N`; the header wins."""
     if last_event_id is not None:
         value = last_event_id.strip()
-        if not value.isdigit() or len(value) > 18:
+        if not (value.isascii() and value.isdigit()) or len(value) > 18:  # `²` is a digit to isdigit
             raise RequestError(
                 f"Last-Event-ID must be a non-negative integer event id, got {last_event_id[:40]!r}",
                 code="invalid_last_event_id", field="Last-Event-ID",

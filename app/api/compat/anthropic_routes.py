@@ -12,6 +12,7 @@ from app.api.compat.anthropic_request import FORWARDED, CountTokensRequest, Mess
 from app.api.compat.anthropic_response import AnthropicErrors, MessageWriter, message
 from app.api.compat.common import FacadeError, FacadeRoute, answer, open_run, route_responses
 from app.api.deps import GatewayDep, RecordDep
+from app.api.media import check_media
 from app.api.responses import JSON
 from app.providers.base import TokenCounter
 
@@ -67,6 +68,7 @@ async def count_tokens(body: CountTokensRequest, gateway: GatewayDep, request: R
     Each call reaches the upstream, so it counts against the key's requests per minute like any
     request (not its tokens per minute, runs at once or budget): past it, a 429 with Retry-After."""
     spec = to_run_spec(body)
+    check_media(spec.request.messages, gateway.settings, request)  # the body limits of every entry point
     limit_headers = await admit_request(request, gateway, principal, body.model)
     adapter, provider, name = gateway.registry.resolve(body.model)
     if not isinstance(adapter, TokenCounter):
