@@ -1,5 +1,5 @@
 // Building the page without markup strings: every piece of data goes in as a text node
-// (textContent, Node.append of a string), never through innerHTML, so a transcript carrying
+// (textContent, Node.append of a string), never parsed as markup, so a transcript carrying
 // HTML or a `javascript:` URL is shown as the characters it is.
 
 const BIDI = /[\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/g;
