@@ -109,6 +109,10 @@ class RedisStreamStore:
     def sweep(self) -> int:
         return self._local.sweep()
 
+    @property
+    def recovering(self) -> bool:
+        return self._link.recovering
+
     # -- streams: this replica's from memory, the others' from Redis --------------------------
 
     @property

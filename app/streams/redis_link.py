@@ -109,6 +109,17 @@ class RedisLink:
         """Whether a replica's lease is held (it runs, or ran within the lease)."""
         return bool(await self.client.exists(self.lease_key(replica)))
 
+    def state_lost(self) -> None:
+        """Redis lost what it held (this replica's lease went missing: restarted empty), with no
+        failed command to tell: judged as a failure, for `lost` and `recovering`."""
+        self._failed_at = time.monotonic()
+
+    @property
+    def recovering(self) -> bool:
+        """Redis failed or lost its state within the last two leases: the replicas holding streams
+        may still be writing them back."""
+        return time.monotonic() - self._failed_at < 2 * self.lease_ms / 1000
+
     async def lost(self, replica: str) -> bool:
         """Whether a replica is gone: its lease missing on a Redis this replica has reached without
         a failure for a whole lease. After Redis stalled or restarted, a lease may be missing only

@@ -369,6 +369,7 @@ class RedisOwner:
                     sent = asyncio.get_running_loop().time()
                     if await self._redis.set(key, "1", px=self._link.lease_ms, get=True) is None:
                         self._restore = True
+                        self._link.state_lost()
                     self._lease_until = sent + self._link.lease_ms / 1000  # from the command's sending
                 if self._restore:
                     self._wake.set()  # Redis is back: the writer writes back what it lost
