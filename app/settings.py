@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import AfterValidator, AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
@@ -25,12 +25,24 @@ from app.auth.policy import MODEL_PATTERN_RE, ConfiguredKey, Price, known_valida
 from app.config_file import read_config_file
 from app.core.errors import RequestError
 from app.lifecycle import drain_budget
-from app.providers.config import CompatibleProvider, ProviderConfig, ReadLimits
+from app.providers.config import BaseUrl, CompatibleProvider, ProviderConfig, ReadLimits
+from app.records.urls import async_database_url
+from app.redis_client import check_url
 from app.routing.config import RouteConfig, check_route_deadlines, check_route_shapes
 from app.tools.config import ToolConfig, default_tools
 from app.validation import ValidatorSpec, check_specs
 
 __all__ = ["CompatibleProvider", "Settings"]  # CompatibleProvider: app/providers/config.py
+
+
+def _redis_url(url: SecretStr) -> SecretStr:
+    check_url(url.get_secret_value())
+    return url
+
+
+RedisUrl = Annotated[SecretStr, AfterValidator(_redis_url)]
+DatabaseUrl = Annotated[SecretStr, AfterValidator(lambda url: SecretStr(async_database_url(url.get_secret_value())))]
+"""`postgresql://` and `postgres://` as users write them, read as the asyncpg URL the store opens."""
 
 
 class Settings(BaseSettings):
@@ -76,7 +88,7 @@ class Settings(BaseSettings):
     )
 
     # Shared stream store (unset: streams live in this process's memory)
-    redis_url: SecretStr | None = Field(
+    redis_url: RedisUrl | None = Field(
         default=None, description="redis://[user:password@]host:port/db: share streams and rate-limit counters between "
                     "replicas through Redis; redis+cluster://[user:password@]host:port[,host:port...] (the seed "
                     "nodes) for a Redis Cluster.",
@@ -109,19 +121,19 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key"),
         description="OpenAI's key: serves `openai/*` and `openai-responses/*` (unset: not served).")
-    openai_base_url: str | None = Field(
+    openai_base_url: BaseUrl | None = Field(
         default=None, validation_alias=AliasChoices("OPENAI_BASE_URL", "openai_base_url"),
         description="OpenAI's API base URL (default https://api.openai.com/v1).")
     anthropic_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("ANTHROPIC_API_KEY", "anthropic_api_key"),
         description="Anthropic's key: serves `anthropic/*` (unset: not served).")
-    anthropic_base_url: str | None = Field(
+    anthropic_base_url: BaseUrl | None = Field(
         default=None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL", "anthropic_base_url"),
         description="Anthropic's API base URL (default https://api.anthropic.com).")
     gemini_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("GEMINI_API_KEY", "GOOGLE_API_KEY", "gemini_api_key"),
         description="Google's Gemini API key (GEMINI_API_KEY or GOOGLE_API_KEY): serves `gemini/*` (unset: not served).")
-    gemini_base_url: str | None = Field(
+    gemini_base_url: BaseUrl | None = Field(
         default=None, validation_alias=AliasChoices("GEMINI_BASE_URL", "gemini_base_url"),
         description="The Gemini API's base URL (default https://generativelanguage.googleapis.com).")
     provider_options_allow: dict[str, list[str]] = Field(
@@ -200,8 +212,8 @@ class Settings(BaseSettings):
     # Run records (app/records): one durable record and transcript per run, in SQL
     records: bool = Field(
         default=True, description="Keep a record of every run (FOUNDRY_RECORDS=off: none, no database).")
-    database_url: SecretStr | None = Field(
-        default=None, description="SQLAlchemy async URL, e.g. postgresql+asyncpg://user@host/db; default: "
+    database_url: DatabaseUrl | None = Field(
+        default=None, description="postgresql://user:password@host/db (read with asyncpg) or sqlite:///path; default: "
                                   "sqlite+aiosqlite:///<data_dir>/foundry.db. Secret (it may hold a password).")
     data_dir: str = Field(default="var", description="Where the embedded SQLite database lives.")
     record_content: bool = Field(

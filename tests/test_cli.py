@@ -56,6 +56,17 @@ def test_an_empty_variable_is_an_unset_one_for_every_setting(monkeypatch: pytest
     ({"FOUNDRY_ROUTES": '{"r": {"targets": ["nowhere/x"]}}'}, "routes.r.targets.0.model", "unknown provider"),
     ({"FOUNDRY_STOP_GRACE_SECONDS": "20", "FOUNDRY_SHUTDOWN_GRACE_SECONDS": "19"}, "FOUNDRY_SHUTDOWN_GRACE_SECONDS",
      "does not fit"),
+    ({"FOUNDRY_REDIS_URL": "localhost:6379"}, "FOUNDRY_REDIS_URL", "must start with redis://"),
+    ({"FOUNDRY_REDIS_URL": "redis://localhost:sixty/0"}, "FOUNDRY_REDIS_URL", "cannot be read"),
+    ({"FOUNDRY_REDIS_URL": "redis:///0"}, "FOUNDRY_REDIS_URL", "has no host"),
+    ({"OPENAI_BASE_URL": "api.openai.com/v1"}, "OPENAI_BASE_URL", "must start with http:// or https://"),
+    ({"ANTHROPIC_BASE_URL": "htps://api.anthropic.com"}, "ANTHROPIC_BASE_URL", "must start with http://"),
+    ({"GEMINI_BASE_URL": "https://"}, "GEMINI_BASE_URL", "has no host"),
+    ({"FOUNDRY_PROVIDERS": '[{"name": "vllm", "base_url": "localhost:8000/v1"}]'}, "FOUNDRY_PROVIDERS: 0.base_url",
+     "must start with http://"),
+    ({"FOUNDRY_DATABASE_URL": "mysql://db/foundry"}, "FOUNDRY_DATABASE_URL", "'mysql' is not supported"),
+    ({"FOUNDRY_DATABASE_URL": "postgresql+psycopg2://db/foundry"}, "FOUNDRY_DATABASE_URL", "not installed"),
+    ({"FOUNDRY_DATABASE_URL": "db:5432/foundry"}, "FOUNDRY_DATABASE_URL", "not a database URL"),
 ])
 @pytest.mark.parametrize("command", [("config", "check"), ("serve",)])
 def test_each_mistake_is_one_line_and_exit_status_2(
@@ -68,6 +79,17 @@ def test_each_mistake_is_one_line_and_exit_status_2(
     [line] = err.splitlines()
     assert line.startswith("foundry-gateway: configuration error: ") and names in line and reason in line
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
+def test_a_postgresql_url_as_users_write_it_opens_with_asyncpg(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, postgres_url: str, scheme: str) -> None:
+    """Provider consoles and libpq write postgresql:// or postgres://; the store runs on asyncpg."""
+    written = scheme + postgres_url[postgres_url.index(":"):]
+    monkeypatch.setenv("FOUNDRY_DATABASE_URL", written)
+    assert load_settings().records_url().startswith("postgresql+asyncpg://")
+    status, out, _ = run(capsys, "migrate")
+    assert status == 0 and "(postgresql) migrated" in out
 
 
 def test_a_toml_mistake_names_the_file_the_table_and_the_key(
