@@ -129,8 +129,7 @@ def _serve(args: argparse.Namespace) -> int:
     from app.main import create_app
     from app.observability import logging_config
 
-    _warn_unknown()
-    settings = load_settings()
+    settings = load_settings()  # unknown FOUNDRY_* variables: warned at start, through the log (app/startup.py)
     app = create_app(settings)  # a ConfigError here (a route naming no served provider) is exit 2 too
     uvicorn.run(app, host=args.host, port=args.port, log_config=logging_config(settings.log_level, settings.log_json),
                 access_log=False,  # the gateway logs one line per request itself

@@ -85,7 +85,7 @@ def create_app(
         title="Foundry Gateway",
         version=VERSION,
         description="One canonical SSE event stream for every LLM provider, with in-process chunk validation.",
-        lifespan=_lifespan(settings, gateway, auth, records),
+        lifespan=_lifespan(settings, gateway, auth, records, frozenset({**(clients or {}), **(adapters or {})})),
         docs_url=None,  # Swagger UI loads from a CDN (blank offline); the document is /openapi.json
         redoc_url=None,
     )
@@ -144,15 +144,15 @@ def _server_addresses(settings: Settings) -> dict[str, str]:
     return {name: host for name, url in urls.items() if (host := urlsplit(url).hostname)}
 
 
-def _lifespan(settings: Settings, gateway: Gateway, auth: Auth,
-              records: RecordWriter | None) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordWriter | None,
+              injected: frozenset[str]) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """Start-up and shutdown: the stores, the sweeper, the drain on SIGTERM; runs end before their
     stores close."""
     store = gateway.store
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        log_startup(settings, gateway.registry.names, auth.mode)
+        log_startup(settings, gateway.registry.names, auth.mode, injected)
         await store.start()
         sweeper = asyncio.create_task(_sweep(store, settings.stream_ttl_seconds))
         restore = drain_on_stop_signal(lambda: gateway.end_runs(settings.shutdown_grace_seconds))
