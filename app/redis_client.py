@@ -15,15 +15,16 @@ their client here, so the choice between one Redis and a cluster is made once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import AfterValidator, SecretStr
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff, NoBackoff
 
-__all__ = ["ClusterSeeds", "RedisClient", "check_url", "cluster_seeds", "connect", "describe_cluster"]
+__all__ = ["ClusterSeeds", "RedisClient", "RedisUrl", "check_url", "cluster_seeds", "connect", "describe_cluster"]
 
 RedisClient = Any
 """`Redis` or `RedisCluster`: both answer the same commands, pipelines and scripts the gateway uses,
@@ -101,6 +102,15 @@ def check_url(url: str) -> None:
         parse_url(url)  # redis-py's own parse, as Redis.from_url reads it: a port that is not a number
     except ValueError as exc:
         raise ValueError(f"cannot be read: {exc}".replace(url, "<url>")) from None
+
+
+def _checked(url: SecretStr) -> SecretStr:
+    check_url(url.get_secret_value())
+    return url
+
+
+RedisUrl = Annotated[SecretStr, AfterValidator(_checked)]
+"""FOUNDRY_REDIS_URL as a setting: checked when the configuration loads."""
 
 
 def connect(url: str, *, socket_timeout: float, socket_connect_timeout: float, fail_fast: bool = True,

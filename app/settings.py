@@ -15,34 +15,25 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
+from app.auth.keys import AdminKey
 from app.auth.policy import MODEL_PATTERN_RE, ConfiguredKey, Price, known_validators
 from app.config_file import read_config_file
 from app.core.errors import RequestError
 from app.lifecycle import drain_budget
 from app.providers.config import BaseUrl, CompatibleProvider, ProviderConfig, ReadLimits
-from app.records.urls import async_database_url
-from app.redis_client import check_url
+from app.records.urls import DatabaseUrl
+from app.redis_client import RedisUrl
 from app.routing.config import RouteConfig, check_route_deadlines, check_route_shapes
 from app.tools.config import ToolConfig, default_tools
 from app.validation import ValidatorSpec, check_specs
 
 __all__ = ["CompatibleProvider", "Settings"]  # CompatibleProvider: app/providers/config.py
-
-
-def _redis_url(url: SecretStr) -> SecretStr:
-    check_url(url.get_secret_value())
-    return url
-
-
-RedisUrl = Annotated[SecretStr, AfterValidator(_redis_url)]
-DatabaseUrl = Annotated[SecretStr, AfterValidator(lambda url: SecretStr(async_database_url(url.get_secret_value())))]
-"""`postgresql://` and `postgres://` as users write them, read as the asyncpg URL the store opens."""
 
 
 class Settings(BaseSettings):
@@ -235,7 +226,8 @@ class Settings(BaseSettings):
     auth: Literal["auto", "required"] = Field(
         default="auto", description="auto: keys are required once FOUNDRY_ADMIN_KEY or [[keys]] exist, open "
                                     "(with a warning) otherwise; required: refuse to start without them.")
-    admin_key: SecretStr | None = Field(default=None, description="The admin key: manages keys, sees every run.")
+    admin_key: AdminKey | None = Field(
+        default=None, description="The admin key: manages keys, sees every run. At least 32 random characters.")
     keys: list[ConfiguredKey] = Field(
         default_factory=list, description="Operator keys by hash ([[keys]] in the config file, FOUNDRY_KEYS JSON).")
     key_cache_seconds: float = Field(

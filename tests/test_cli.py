@@ -67,6 +67,8 @@ def test_an_empty_variable_is_an_unset_one_for_every_setting(monkeypatch: pytest
     ({"FOUNDRY_DATABASE_URL": "mysql://db/foundry"}, "FOUNDRY_DATABASE_URL", "'mysql' is not supported"),
     ({"FOUNDRY_DATABASE_URL": "postgresql+psycopg2://db/foundry"}, "FOUNDRY_DATABASE_URL", "not installed"),
     ({"FOUNDRY_DATABASE_URL": "db:5432/foundry"}, "FOUNDRY_DATABASE_URL", "not a database URL"),
+    ({"FOUNDRY_ADMIN_KEY": "abc"}, "FOUNDRY_ADMIN_KEY", "too short or too repetitive (3 characters)"),
+    ({"FOUNDRY_ADMIN_KEY": "ab" * 20}, "FOUNDRY_ADMIN_KEY", "at least 32 random characters"),
 ])
 @pytest.mark.parametrize("command", [("config", "check"), ("serve",)])
 def test_each_mistake_is_one_line_and_exit_status_2(
@@ -123,7 +125,7 @@ def test_config_check_masks_secrets_and_says_why_a_provider_is_not_served(
     key, password = "sk-proj-0123456789abcdefABCDEF", "db-pass-0123456789"
     monkeypatch.setenv("OPENAI_API_KEY", key)
     monkeypatch.setenv("FOUNDRY_DATABASE_URL", f"postgresql+asyncpg://foundry:{password}@db:5432/foundry")
-    monkeypatch.setenv("FOUNDRY_ADMIN_KEY", "admin-0123456789abcdef")
+    monkeypatch.setenv("FOUNDRY_ADMIN_KEY", "admin-0123456789abcdef-0123456789abcdef")
     monkeypatch.setenv("FOUNDRY_PROVIDERS", json.dumps([{"name": "groq", "base_url": "https://api.groq.com/openai/v1",
                                                           "api_key_env": "GROQ_API_KEY"}]))
     monkeypatch.delenv("GROQ_API_KEY", raising=False)
@@ -131,7 +133,7 @@ def test_config_check_masks_secrets_and_says_why_a_provider_is_not_served(
     assert status == 0
     assert "openai: served (OPENAI_API_KEY set)" in out and "groq: not served: GROQ_API_KEY is not set" in out
     assert "mock: served (embedded)" in out and "postgresql+asyncpg://foundry:***@db:5432/foundry" in out
-    assert key not in out and password not in out and "admin-0123456789abcdef" not in out
+    assert key not in out and password not in out and "admin-0123456789abcdef-0123456789abcdef" not in out
     assert 'admin_key = "********"' in out
 
 

@@ -9,10 +9,13 @@ scheme or driver is a configuration error naming it (never the URL: it may hold 
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import AfterValidator, SecretStr
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-__all__ = ["async_database_url"]
+__all__ = ["DatabaseUrl", "async_database_url"]
 
 _DRIVERS = {"postgresql": "asyncpg", "sqlite": "aiosqlite"}
 _BACKENDS = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
@@ -34,3 +37,7 @@ def async_database_url(url: str) -> str:
                          f"{_DRIVERS[backend]})")
     url = url.strip()
     return f"{backend}+{driver}" + url[url.index(":"):]  # the rest as written (SQLAlchemy would re-quote it)
+
+
+DatabaseUrl = Annotated[SecretStr, AfterValidator(lambda url: SecretStr(async_database_url(url.get_secret_value())))]
+"""FOUNDRY_DATABASE_URL as a setting: read with the store's driver when the configuration loads."""
