@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from app.auth.policy import KeyFields
 from app.main import create_app
 from app.settings import Settings
 from tests.auth_support import ADMIN, SIMPLE, bearer, gateway, make_key, pin_the_minute
@@ -105,9 +106,24 @@ async def test_admin_creates_lists_changes_and_revokes_a_key() -> None:
         assert (await client.delete(f"/v1/admin/keys/{key_id}", headers=bearer(ADMIN))).status_code == 204
         refused = await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))
         assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
-        assert (await client.delete(f"/v1/admin/keys/{key_id}", headers=bearer(ADMIN))).status_code == 404
+        again = await client.delete(f"/v1/admin/keys/{key_id}", headers=bearer(ADMIN))
+        assert again.status_code == 409 and again.json()["error"]["code"] == "already_revoked"
+        assert again.json()["error"]["field"] == "key_id" and "already revoked at" in again.json()["error"]["message"]
+        assert (await client.delete("/v1/admin/keys/key_nope", headers=bearer(ADMIN))).status_code == 404
         assert (await client.get("/v1/admin/keys/key_nope", headers=bearer(ADMIN))).status_code == 404
         assert (await client.get(f"/v1/admin/keys/{key_id}", headers=bearer(ADMIN))).json()["revoked_at"]
+
+
+async def test_a_key_past_its_expiry_is_listed_expired_not_active() -> None:
+    async with gateway() as (app, client):
+        live = await make_key(client, name="live", expires_at=(datetime.now(UTC) + timedelta(days=30)).isoformat())
+        row, _ = await app.state.auth.keystore.create(KeyFields(name="old", expires_at=datetime.now(UTC)))
+        listed = (await client.get("/v1/admin/keys", headers=bearer(ADMIN))).json()["data"]
+        assert {k["name"]: k["state"] for k in listed} == {"live": "active", "old": "expired"}
+        one = await client.get(f"/v1/admin/keys/{row.policy.id}", headers=bearer(ADMIN))
+        assert one.json()["state"] == "expired"
+        await client.delete(f"/v1/admin/keys/{live['id']}", headers=bearer(ADMIN))
+        assert (await client.get(f"/v1/admin/keys/{live['id']}", headers=bearer(ADMIN))).json()["state"] == "revoked"
 
 
 @pytest.mark.parametrize("body, field", [
@@ -118,6 +134,7 @@ async def test_admin_creates_lists_changes_and_revokes_a_key() -> None:
     ({"name": "a", "models": ["openai/gpt 4"]}, "models"),
     ({"name": "a", "models": "mock/*"}, "models"),
     ({"name": "a", "expires_at": "tomorrow"}, "expires_at"),
+    ({"name": "a", "expires_at": "2020-01-01T00:00:00Z"}, "expires_at"),
     ({"name": "a", "validators": [{"name": "no_such_validator"}]}, "validators"),
     ({"name": "", "rpm": 1}, "name"),
     ({"rpm": 1}, "name"),
@@ -135,9 +152,9 @@ async def test_invalid_key_fields_are_422_naming_the_field(body: dict, field: st
 
 
 async def test_expired_key_is_401() -> None:
-    async with gateway() as (_, client):
-        past = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
-        key = (await make_key(client, expires_at=past))["key"]
+    async with gateway() as (app, client):  # a key whose expiry passed (the API refuses to make one so)
+        await make_key(client)  # the key database is ready
+        _, key = await app.state.auth.keystore.create(KeyFields(name="old", expires_at=datetime.now(UTC)))
         response = await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))
         assert response.status_code == 401 and response.json()["error"]["code"] == "key_expired"
 

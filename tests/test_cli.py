@@ -4,17 +4,23 @@ FOUNDRY_* variable is a warning naming the closest setting; deploy/foundry.examp
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from app.auth.keystore import KeyStore
+from app.auth.policy import KeyFields
 from app.cli import main
 from app.config_file import STRUCTURED
 from app.config_load import load_settings
+from app.records.store import RecordStore
 from app.settings import Settings
 from tests.support import REPO
 
@@ -170,8 +176,48 @@ def test_keys_create_list_revoke_through_the_key_store(capsys: pytest.CaptureFix
     assert created["key"] not in out
     assert run(capsys, "keys", "revoke", created["id"])[0] == 0
     assert json.loads(run(capsys, "keys", "list")[1])["state"] == "revoked"
-    assert run(capsys, "keys", "revoke", created["id"])[0] == 1
+    status, _, err = run(capsys, "keys", "revoke", created["id"])
+    assert status == 1 and f"key {created['id']!r} was already revoked at " in err
+    status, _, err = run(capsys, "keys", "revoke", "key_nope")
+    assert status == 1 and "'key_nope' does not exist" in err
     assert run(capsys, "keys", "create", "bad name!")[0] == 2
+
+
+def test_no_example_key_expiry_is_a_fixed_date() -> None:
+    """A fixed date in an example passes one day, and the example then makes a key refused at once."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "deploy").glob("*"))]
+    fixed = re.compile(r"(expires_at\W+|--expires-at\s+)\d{4}-\d{2}-\d{2}")
+    found = [f"{page.name}: {match.group(0)}" for page in pages if page.is_file()
+             for match in fixed.finditer(page.read_text(errors="replace"))]
+    assert not found
+
+
+def test_keys_list_prints_the_policy_and_an_expired_key_as_expired(capsys: pytest.CaptureFixture[str]) -> None:
+    soon = (datetime.now(UTC) + timedelta(days=90)).isoformat()
+    status, out, _ = run(capsys, "keys", "create", "team-a", "--models", "mock/*", "--rpm", "60", "--tpm", "1000",
+                         "--max-concurrent", "2", "--budget-usd", "5", "--expires-at", soon)
+    assert status == 0
+    status, _, err = run(capsys, "keys", "create", "team-b", "--expires-at", "2020-01-01T00:00:00Z")
+    assert status == 2 and err.splitlines() == [
+        "foundry-gateway: keys create: expires_at: Value error, is in the past: a key would be refused from the start "
+        "(revoke a key to stop it now)"]
+
+    async def expired_key() -> None:  # as a key made earlier would be once its expiry passed
+        store = RecordStore(load_settings().records_url())
+        try:
+            await KeyStore(store.engine).create(KeyFields(name="team-old", expires_at=datetime.now(UTC)))
+        finally:
+            await store.aclose()
+
+    asyncio.run(expired_key())
+    status, out, _ = run(capsys, "keys", "list")
+    listed = {line["name"]: line for line in map(json.loads, out.splitlines())}
+    assert listed["team-a"]["state"] == "active" and listed["team-old"]["state"] == "expired"
+    policy = {k: listed["team-a"][k] for k in ("models", "rpm", "tpm", "max_concurrent", "budget_usd")}
+    assert policy == {"models": ["mock/*"], "rpm": 60, "tpm": 1000, "max_concurrent": 2, "budget_usd": 5.0}
+    assert listed["team-a"]["expires_at"] and "key" not in listed["team-a"]
+    _, help_text, _ = run(capsys, "keys", "list", "--help")
+    assert "expired" in help_text and "budget_usd" in help_text
 
 
 def test_migrate_and_prune(capsys: pytest.CaptureFixture[str]) -> None:

@@ -103,7 +103,12 @@ async def revoke_key(key_id: KeyId, request: Request, _admin: AdminDep) -> Respo
     if _configured(request, key_id) is not None:
         raise RequestError(f"key {key_id!r} is in configuration: remove it there", code="key_in_config",
                            status=409, field="key_id")
-    if not await _keystore(request).revoke(key_id):
-        raise _missing(key_id)
+    store = _keystore(request)
+    if not await store.revoke(key_id):
+        row = await store.get(key_id)
+        if row is None or row.revoked_at is None:
+            raise _missing(key_id)
+        raise RequestError(f"key {key_id!r} was already revoked at {row.revoked_at.isoformat()}",
+                           code="already_revoked", status=409, field="key_id")
     request.app.state.auth.forget()
     return Response(status_code=204)
