@@ -15,7 +15,7 @@ from app import VERSION
 from app.accounting import KeyAccountant
 from app.api.compat import anthropic_routes, openai_routes, responses_routes
 from app.api.errors import install_error_handlers
-from app.api.media import base64_length
+from app.api.media import largest_body
 from app.api.middleware import RequestContextMiddleware
 from app.api.openapi import install_openapi
 from app.api.routes import admin_keys, generate, health, runs, stream, transcript, usage
@@ -101,7 +101,7 @@ def create_app(
     # Raised by the media allowance's base64 only; what else the body holds is held to max_body_bytes
     # once the parts are known (app/api/media.py).
     app.add_middleware(RequestContextMiddleware, metrics=metrics, tracing=tracing,
-                       max_body_bytes=settings.max_body_bytes + base64_length(settings.media_request_max_bytes))
+                       max_body_bytes=largest_body(settings))
     return app
 
 
