@@ -204,6 +204,7 @@ def _committed(auth: Auth, store: StreamStore) -> Committed:
 
     async def committed(batch: Sequence[RunRecord], inserted: Inserted) -> None:
         await auth.spend_recorded(inserted.spend)
+        await auth.runs_recorded([(record.owner, record.stream_id) for record in batch if record.owner is not None])
         await store.records_written([record.stream_id for record in batch])
 
     return committed

@@ -235,6 +235,9 @@ class Settings(BaseSettings):
                                                "replica within this time.")
     concurrency_lease_seconds: float = Field(
         default=600.0, gt=0, description="A concurrency slot of a replica that died is freed after this.")
+    output_estimate_tokens: int = Field(
+        default=1024, ge=1, le=1_000_000, description="Output tokens a run without max_tokens is expected to take: "
+        "reserved (with its prompt, at its price) from its key's tokens per minute and budget until it ends.")
     prices: dict[str, Price] = Field(
         default_factory=dict, description="USD per million tokens by model or pattern (`openai/gpt-4o`, "
                                           "`mock/*`): {input, output, cache_read, cache_write}.")

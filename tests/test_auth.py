@@ -4,6 +4,7 @@ the metrics token, and no key material anywhere after creation."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -19,7 +20,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from app.auth.policy import KeyFields
+from app.accounting import estimate
+from app.auth.policy import KeyFields, Price
+from app.core.messages import Message
 from app.main import create_app
 from app.settings import Settings
 from tests.auth_support import ADMIN, SIMPLE, bearer, gateway, make_key, pin_the_minute
@@ -254,6 +257,26 @@ async def test_budget_exhaustion_with_a_price_table(tmp_path: Path) -> None:
     # after a restart the month's spend comes back from the run records
     async with gateway(prices=prices, data_dir=str(tmp_path)) as (_, client):
         assert (await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))).status_code == 429
+
+
+async def test_a_burst_of_one_replica_passes_budget_and_tpm_by_one_estimate_at_most() -> None:
+    """The memory limiter reserves like the Redis one (tests/test_auth_replicas.py runs two replicas)."""
+    price = Price(input=1000.0, output=1000.0)
+    body = {**SIMPLE, "model": "mock/lorem-40", "max_tokens": 40, "provider_options": {"delay_ms": 5}}
+    reserved = estimate([Message(**m) for m in SIMPLE["messages"]], 40, 1024, price)
+    async with gateway(prices={"mock/*": price.model_dump()}) as (app, client):
+        pin_the_minute(app)
+        budget = (await make_key(client, budget_usd=0.05))["key"]
+        tpm = (await make_key(client, tpm=100))["key"]
+        for key in (budget, tpm):
+            answers = await asyncio.gather(*(client.post("/v1/generate", json=body, headers=bearer(key))
+                                             for _ in range(12)))
+            ran = [r.json()["usage"] for r in answers if r.status_code == 200]
+            assert ran and {r.status_code for r in answers} == {200, 429}
+            if key == budget:
+                assert sum(u["cost_usd"] for u in ran) <= 0.05 + reserved.usd
+            else:
+                assert sum(u["total_tokens"] for u in ran) <= 100 + reserved.tokens
 
 
 async def test_key_validators_apply_to_its_requests() -> None:
