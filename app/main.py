@@ -155,6 +155,7 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordW
         log_startup(settings, gateway.registry.names, auth.mode, injected)
         await store.start()
         sweeper = asyncio.create_task(_sweep(store, settings.stream_ttl_seconds))
+        watcher = asyncio.create_task(_revocations(gateway, auth, settings.key_cache_seconds))
         restore = drain_on_stop_signal(lambda: gateway.end_runs(settings.shutdown_grace_seconds))
         if records is not None:
             await records.start()  # migrate, prune, start writing (a database that is down: retried)
@@ -166,9 +167,10 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordW
             yield
         finally:
             restore()
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in (sweeper, watcher):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await gateway.aclose()  # runs end (their finals reach the stream store) ...
             if records is not None:  # their records are written while the counters and the outbox are there
                 with contextlib.suppress(TimeoutError):
@@ -254,6 +256,27 @@ def build_store(settings: Settings, metrics: Metrics) -> StreamStore:
         timeout=settings.redis_timeout_seconds, max_pending_bytes=settings.redis_max_pending_bytes,
         observer=metrics.observe_store,
     )
+
+
+async def _revocations(gateway: Gateway, auth: Auth, period: float) -> None:
+    """End the runs of keys revoked on another replica (the revoking replica ends its own at once):
+    every FOUNDRY_KEY_CACHE_SECONDS, the keys of the runs in progress here are looked up, one
+    query per key, and only while such runs exist."""
+    log = get_logger("foundry.auth")
+    while True:
+        await asyncio.sleep(max(period, 0.5))
+        if auth.keystore is None:
+            continue
+        for owner in gateway.running_owners():
+            if auth.configured(owner) is not None:
+                continue
+            try:
+                row = await auth.keystore.get(owner)
+            except Exception as exc:  # the database is away: the next pass asks again
+                log.warning("revocation_check_failed", key_id=owner, error=type(exc).__name__)
+                break
+            if row is not None and row.revoked_at is not None and (ended := gateway.end_runs_of(owner)):
+                log.info("key_revoked_runs_ended", key_id=owner, runs=ended)
 
 
 async def _sweep(store: StreamStore, ttl: float) -> None:

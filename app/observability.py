@@ -26,7 +26,7 @@ from app.core.secrets import scrub
 
 __all__ = ["BoundedLabels", "Metrics", "configure_logging", "get_logger"]
 
-_NOT_UPSTREAM = frozenset({"internal_error", "shutdown"})
+_NOT_UPSTREAM = frozenset({"internal_error", "shutdown", "key_revoked"})
 """Error codes of a run's final that are the gateway's, not the upstream's."""
 _TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _CHECK_BUCKETS = (0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5)

@@ -279,6 +279,29 @@ async def test_a_burst_of_one_replica_passes_budget_and_tpm_by_one_estimate_at_m
                 assert sum(u["total_tokens"] for u in ran) <= 100 + reserved.tokens
 
 
+@pytest.mark.parametrize("where", ["this replica", "the database"])
+async def test_a_revoked_keys_running_stream_ends_with_key_revoked(where: str) -> None:
+    """Revoked through this replica's admin API, its runs here end at once; revoked elsewhere (the
+    database, as another replica's revocation reaches it), within FOUNDRY_KEY_CACHE_SECONDS."""
+    long = {**SIMPLE, "model": "mock/lorem-2000", "provider_options": {"delay_ms": 20}}  # 40 s unrevoked
+    async with gateway(key_cache_seconds=0.5) as (app, client):
+        created = await make_key(client)
+        async with client.stream("POST", "/v1/stream", json=long, headers=bearer(created["key"])) as running:
+            lines = running.aiter_lines()
+            async for line in lines:
+                if line.startswith("event: token"):
+                    break
+            if where == "this replica":
+                assert (await client.delete(f"/v1/admin/keys/{created['id']}", headers=bearer(ADMIN))).status_code == 204
+            else:
+                assert await app.state.auth.keystore.revoke(created["id"])
+            events = parse_sse("\n".join([line async for line in lines]))
+        assert [kind for _, kind, _ in events].count("final") == 1 and events[-1][1] == "final"
+        final = events[-1][2]
+        assert final["status"] == "error" and final["error"]["code"] == "key_revoked"
+        assert final["error"]["retryable"] is False and len(final["message"]["content"].split()) < 2000
+
+
 async def test_key_validators_apply_to_its_requests() -> None:
     async with gateway() as (_, client):
         key = (await make_key(client, validators=[{"name": "regex_deny", "config": {"patterns": ["(?i)world"]}}]))["key"]
