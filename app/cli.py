@@ -83,8 +83,11 @@ def _add_keys(commands: Any) -> None:
     create.add_argument("--budget-usd", type=float, help="spend per calendar month (UTC)")
     create.add_argument("--expires-at", help="ISO 8601 instant after which the key is refused")
     create.set_defaults(run=lambda args: asyncio.run(_keys(args)))
-    listing = key_commands.add_parser("list", help="list keys (ids, names, policies; never the keys)",
-                                      description="List the keys: id, name, state and policy as JSON lines.")
+    listing = key_commands.add_parser("list", help="list keys (ids, names, states, policies; never the keys)",
+                                      description="List the keys kept in the records database, one JSON line each: "
+                                                  "id, name, state (active, expired, revoked), the policy (models, "
+                                                  "rpm, tpm, max_concurrent, budget_usd, expires_at, validators) "
+                                                  "and when it was created, changed and revoked.")
     listing.set_defaults(run=lambda args: asyncio.run(_keys(args)))
     revoke = key_commands.add_parser("revoke", help="revoke a key by id", description="Revoke a key by id "
                                      "(its runs and usage keep naming it).")
@@ -137,8 +140,7 @@ def _serve(args: argparse.Namespace) -> int:
     from app.main import create_app
     from app.observability import logging_config
 
-    _warn_unknown()
-    settings = load_settings()
+    settings = load_settings()  # unknown FOUNDRY_* variables: warned at start, through the log (app/startup.py)
     app = create_app(settings)  # a ConfigError here (a route naming no served provider) is exit 2 too
     uvicorn.run(app, host=args.host, port=args.port, log_config=logging_config(settings.log_level, settings.log_json),
                 access_log=False,  # the gateway logs one line per request itself
@@ -170,8 +172,8 @@ async def _records_command(command: str) -> int:
 async def _keys(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from app.api.key_schemas import KeyCreate, KeyOut
     from app.auth.keystore import KeyStore
-    from app.auth.policy import KeyFields
     from app.records.store import RecordStore
 
     _warn_unknown()
@@ -188,7 +190,7 @@ async def _keys(args: argparse.Namespace) -> int:
                      "max_concurrent": args.max_concurrent, "budget_usd": args.budget_usd,
                      "expires_at": args.expires_at}
             try:
-                fields = KeyFields.model_validate({k: v for k, v in given.items() if v is not None})
+                fields = KeyCreate.model_validate({k: v for k, v in given.items() if v is not None})
             except ValidationError as exc:
                 for error in exc.errors():
                     print(f"foundry-gateway: keys create: {'.'.join(map(str, error['loc']))}: {error['msg']}",
@@ -201,12 +203,12 @@ async def _keys(args: argparse.Namespace) -> int:
             return await _rotate(keystore, args.key_id, args.overlap_seconds)
         elif args.key_command == "list":
             for row in await keystore.list():
-                print(json.dumps({"id": row.policy.id, "name": row.policy.name,
-                                  "state": "revoked" if row.revoked_at else "active",
-                                  "created_at": row.created_at.isoformat(),
-                                  "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None}))
+                print(json.dumps(KeyOut.of(row.policy, row).model_dump(mode="json", exclude={"source"})))
         elif not await keystore.revoke(args.key_id):
-            print(f"foundry-gateway: keys revoke: no active key {args.key_id!r}", file=sys.stderr)
+            held = await keystore.get(args.key_id)
+            said = f"was already revoked at {held.revoked_at.isoformat()}" if held is not None and held.revoked_at \
+                else "does not exist"
+            print(f"foundry-gateway: keys revoke: key {args.key_id!r} {said}", file=sys.stderr)
             return 1
         else:
             print(f"revoked {args.key_id}")

@@ -32,7 +32,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "tool_runs": ("max_steps", "tool_max_output_chars", "transcript_max_chars", "transcript_max_items"),
     "run_records": ("records", "database_url", "data_dir", "record_content", "record_media_bytes", "record_retention_days",
                     "records_queue_size", "records_batch_size", "records_linger", "records_write_timeout"),
-    "access": ("auth", "admin_key", "admin_key_previous", "key_cache_seconds", "concurrency_lease_seconds", "metrics_token"),
+    "access": ("auth", "admin_key", "admin_key_previous", "key_cache_seconds", "concurrency_lease_seconds",
+               "output_estimate_tokens", "metrics_token"),
     "logging": ("log_level", "log_json", "trace_content"),
 }
 """The TOML file's tables for scalar settings, by the part of the gateway that owns them (a scalar

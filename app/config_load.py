@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pydantic import AliasChoices, ValidationError
 from pydantic_settings import SettingsError as PydanticSettingsError
@@ -119,14 +119,25 @@ def secret_values(settings: Settings) -> list[str]:
     """Every configured secret: provider keys (settings and the compatible providers' env
     variables) and FOUNDRY_* variables named like secrets; scrubbed from errors and logs."""
     named = (settings.openai_api_key, settings.anthropic_api_key, settings.gemini_api_key, settings.admin_key,
-             settings.admin_key_previous, settings.metrics_token, settings.redis_url, settings.database_url)
+             settings.admin_key_previous, settings.metrics_token)
     values = [s.get_secret_value() for s in named if s is not None]
     values += [key for p in settings.providers if (key := p.api_key())]
     values += [v.get_secret_value() for t in settings.tools if isinstance(t, HttpToolConfig)
                for v in t.headers.values()]
     values += [v for k, v in os.environ.items() if _SECRET_NAME.search(k)]
     for url in (settings.redis_url, settings.database_url):
-        password = urlsplit(url.get_secret_value()).password if url is not None else None
-        if password:
-            values.append(password)
+        if url is not None:
+            values += _url_secrets(url.get_secret_value())
     return values
+
+
+def _url_secrets(url: str) -> list[str]:
+    """A store URL's password, alone and as the URL's user part (`user:password@`, so that a short
+    one is scrubbed where a URL quotes it), and password query values. Not the whole URL: its
+    host, port and database are what an operator reads in the start-up lines."""
+    parts = urlsplit(url.split(",")[0])  # a cluster's seeds share one user part
+    found = [value for name, value in parse_qsl(parts.query) if name.lower() == "password"]
+    userinfo, at, _ = url.partition("://")[2].rpartition("@")
+    if at and parts.password:
+        found += [parts.password, unquote(parts.password), f"{userinfo}@"]
+    return found

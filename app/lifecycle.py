@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from types import FrameType
 
 from app.core.errors import GatewayError
+from app.observability import get_logger
 
 __all__ = ["FINALS_SECONDS", "SERVER_CLOSE_SECONDS", "Admission", "Overloaded", "ShuttingDown", "drain_budget",
            "drain_on_stop_signal"]
@@ -108,9 +109,13 @@ class _StopSignals:
         self.loop.call_soon_threadsafe(self.start, sig)
 
     def start(self, sig: int) -> None:
+        # Said when the signal arrives: the drain's own line comes only when it ends, a grace later.
+        log = get_logger("foundry.lifecycle")
         if self.tasks:  # already draining: stop now
+            log.warning("stop_signal", signal=signal.Signals(sig).name, then="stop now (a second signal)")
             self.pass_on(sig)
             return
+        log.info("stop_signal", signal=signal.Signals(sig).name, then="drain: not ready, new runs refused")
         self.tasks.append(self.loop.create_task(self.drain_then_pass_on(sig), name="drain"))
 
     async def drain_then_pass_on(self, sig: int) -> None:

@@ -15,7 +15,7 @@ from app import VERSION
 from app.accounting import KeyAccountant
 from app.api.compat import anthropic_routes, openai_routes, responses_routes
 from app.api.errors import install_error_handlers
-from app.api.media import base64_length
+from app.api.media import largest_body
 from app.api.middleware import RequestContextMiddleware
 from app.api.openapi import install_openapi
 from app.api.routes import admin_health, admin_keys, generate, health, runs, stream, transcript, usage
@@ -85,7 +85,7 @@ def create_app(
         title="Foundry Gateway",
         version=VERSION,
         description="One canonical SSE event stream for every LLM provider, with in-process chunk validation.",
-        lifespan=_lifespan(settings, gateway, auth, records),
+        lifespan=_lifespan(settings, gateway, auth, records, frozenset({**(clients or {}), **(adapters or {})})),
         docs_url=None,  # Swagger UI loads from a CDN (blank offline); the document is /openapi.json
         redoc_url=None,
     )
@@ -101,7 +101,7 @@ def create_app(
     # Raised by the media allowance's base64 only; what else the body holds is held to max_body_bytes
     # once the parts are known (app/api/media.py).
     app.add_middleware(RequestContextMiddleware, metrics=metrics, tracing=tracing,
-                       max_body_bytes=settings.max_body_bytes + base64_length(settings.media_request_max_bytes))
+                       max_body_bytes=largest_body(settings))
     return app
 
 
@@ -144,17 +144,18 @@ def _server_addresses(settings: Settings) -> dict[str, str]:
     return {name: host for name, url in urls.items() if (host := urlsplit(url).hostname)}
 
 
-def _lifespan(settings: Settings, gateway: Gateway, auth: Auth,
-              records: RecordWriter | None) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordWriter | None,
+              injected: frozenset[str]) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """Start-up and shutdown: the stores, the sweeper, the drain on SIGTERM; runs end before their
     stores close."""
     store = gateway.store
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        log_startup(settings, gateway.registry.names, auth.mode)
+        log_startup(settings, gateway.registry.names, auth.mode, injected)
         await store.start()
         sweeper = asyncio.create_task(_sweep(store, settings.stream_ttl_seconds))
+        watcher = asyncio.create_task(_revocations(gateway, auth, settings.key_cache_seconds))
         restore = drain_on_stop_signal(lambda: gateway.end_runs(settings.shutdown_grace_seconds))
         if records is not None:
             await records.start()  # migrate, prune, start writing (a database that is down: retried)
@@ -166,9 +167,10 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth,
             yield
         finally:
             restore()
-            sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            for task in (sweeper, watcher):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await gateway.aclose()  # runs end (their finals reach the stream store) ...
             if records is not None:  # their records are written while the counters and the outbox are there
                 with contextlib.suppress(TimeoutError):
@@ -204,6 +206,7 @@ def _committed(auth: Auth, store: StreamStore) -> Committed:
 
     async def committed(batch: Sequence[RunRecord], inserted: Inserted) -> None:
         await auth.spend_recorded(inserted.spend)
+        await auth.runs_recorded([(record.owner, record.stream_id) for record in batch if record.owner is not None])
         await store.records_written([record.stream_id for record in batch])
 
     return committed
@@ -254,6 +257,27 @@ def build_store(settings: Settings, metrics: Metrics) -> StreamStore:
         timeout=settings.redis_timeout_seconds, max_pending_bytes=settings.redis_max_pending_bytes,
         observer=metrics.observe_store,
     )
+
+
+async def _revocations(gateway: Gateway, auth: Auth, period: float) -> None:
+    """End the runs of keys revoked on another replica (the revoking replica ends its own at once):
+    every FOUNDRY_KEY_CACHE_SECONDS, the keys of the runs in progress here are looked up, one
+    query per key, and only while such runs exist."""
+    log = get_logger("foundry.auth")
+    while True:
+        await asyncio.sleep(max(period, 0.5))
+        if auth.keystore is None:
+            continue
+        for owner in gateway.running_owners():
+            if auth.configured(owner) is not None:
+                continue
+            try:
+                row = await auth.keystore.get(owner)
+            except Exception as exc:  # the database is away: the next pass asks again
+                log.warning("revocation_check_failed", key_id=owner, error=type(exc).__name__)
+                break
+            if row is not None and row.revoked_at is not None and (ended := gateway.end_runs_of(owner)):
+                log.info("key_revoked_runs_ended", key_id=owner, runs=ended)
 
 
 async def _sweep(store: StreamStore, ttl: float) -> None:

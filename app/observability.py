@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
@@ -26,7 +26,7 @@ from app.core.secrets import scrub
 
 __all__ = ["BoundedLabels", "Metrics", "configure_logging", "get_logger"]
 
-_NOT_UPSTREAM = frozenset({"internal_error", "shutdown"})
+_NOT_UPSTREAM = frozenset({"internal_error", "shutdown", "key_revoked"})
 """Error codes of a run's final that are the gateway's, not the upstream's."""
 _TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _CHECK_BUCKETS = (0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5)
@@ -125,6 +125,9 @@ class Metrics:
     def __init__(self, known_models: Iterable[str] = ()) -> None:
         """`known_models`: the models the configuration names (routes, their targets, aliases,
         prices), always their own label value."""
+        # No `_created` series: a start time beside every labelled counter and histogram doubles
+        # the exposition and no dashboard reads it (process-wide, as prometheus-client offers it).
+        disable_created_metrics()
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("foundry_requests", "HTTP requests by route and status.", ["route", "method", "status"],

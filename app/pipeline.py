@@ -70,10 +70,12 @@ def routing_policy(settings: Settings) -> Policy:
 class RunHandle:
     """The API's hold on one run: wait for it to open, cancel it. The task is the gateway's."""
 
-    __slots__ = ("task", "reason", "detached", "trace", "_run", "_opened", "_begun")
+    __slots__ = ("task", "reason", "detached", "trace", "owner", "_run", "_opened", "_begun")
 
-    def __init__(self) -> None:
+    def __init__(self, owner: str | None = None) -> None:
         self.task: asyncio.Task[None] | None = None
+        self.owner = owner
+        """The API key id that started the run (None: open mode, the admin key)."""
         self.reason: CancelReason | None = None
         """Why the task was cancelled (the first reason given wins)."""
         self._run: Run | None = None
@@ -176,7 +178,7 @@ class Gateway:
         gateway (503) are refused at once, everything else through `RunHandle.opened()`.
         `observers` get this run's report only."""
         session = self.router.session(spec.model, spec.timeouts)
-        handle = RunHandle()
+        handle = RunHandle(spec.owner)
         self.admission.admit(handle)  # 503 when draining or full
         if self.tracing is not None:  # the span starts with the request, the caller's context its parent
             request = spec.request
@@ -242,6 +244,14 @@ class Gateway:
         run.log.canceller = lambda: handle.cancel("cancel_request")
         handle.opened_as(run)
         return run
+
+    def running_owners(self) -> set[str]:
+        """The keys of the runs in progress here."""
+        return {handle.owner for handle in self.runs if handle.owner is not None}
+
+    def end_runs_of(self, owner: str) -> int:
+        """A key was revoked: its runs here end at once with `final{error: key_revoked}`; how many."""
+        return sum(handle.cancel("key_revoked") for handle in list(self.runs) if handle.owner == owner)
 
     async def end_runs(self, grace: float) -> int:
         """Drain (SIGTERM): refuse new runs at once (/readyz 503), let running streams finish for

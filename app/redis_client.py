@@ -15,14 +15,16 @@ their client here, so the choice between one Redis and a cluster is made once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import AfterValidator, SecretStr
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
+from redis.asyncio.connection import parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff, NoBackoff
 
-__all__ = ["ClusterSeeds", "RedisClient", "cluster_seeds", "connect", "describe_cluster"]
+__all__ = ["ClusterSeeds", "RedisClient", "RedisUrl", "check_url", "cluster_seeds", "connect", "describe_cluster"]
 
 RedisClient = Any
 """`Redis` or `RedisCluster`: both answer the same commands, pipelines and scripts the gateway uses,
@@ -76,6 +78,39 @@ def cluster_seeds(url: str) -> ClusterSeeds | None:
     if not nodes:
         raise ValueError("redis+cluster:// needs at least one seed node: redis+cluster://host:port[,host:port...]")
     return ClusterSeeds(nodes=nodes, username=username, password=password, tls=_CLUSTER_SCHEMES[scheme.lower()])
+
+
+_SCHEMES = ("redis", "rediss", "unix")
+
+
+def check_url(url: str) -> None:
+    """Raise ValueError (never echoing the URL: it may hold a password) unless `url` is one the
+    clients here can connect to: `host:port` without a scheme would otherwise pass the
+    configuration check and fail in redis-py at start."""
+    if cluster_seeds(url) is not None:
+        return
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in _SCHEMES:
+        raise ValueError("must start with redis://, rediss://, unix:// or redis+cluster:// "
+                         "(e.g. redis://localhost:6379/0)")
+    if scheme.lower() == "unix":
+        return
+    netloc = rest.partition("/")[0].rpartition("@")[2]
+    if not netloc.strip():
+        raise ValueError("has no host: redis://[user:password@]host[:port][/db]")
+    try:
+        parse_url(url)  # redis-py's own parse, as Redis.from_url reads it: a port that is not a number
+    except ValueError as exc:
+        raise ValueError(f"cannot be read: {exc}".replace(url, "<url>")) from None
+
+
+def _checked(url: SecretStr) -> SecretStr:
+    check_url(url.get_secret_value())
+    return url
+
+
+RedisUrl = Annotated[SecretStr, AfterValidator(_checked)]
+"""FOUNDRY_REDIS_URL as a setting: checked when the configuration loads."""
 
 
 def connect(url: str, *, socket_timeout: float, socket_connect_timeout: float, fail_fast: bool = True,

@@ -56,9 +56,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CANCEL_ERRORS", "CancelReason", "Run", "RunPlan"]
 
-CancelReason = Literal["client_gone", "cancel_request", "shutdown"]
+CancelReason = Literal["client_gone", "cancel_request", "shutdown", "key_revoked"]
 """Why a run's task was cancelled: its reader's client left (`on_disconnect: "cancel"`), the API's
-`POST /v1/stream/{id}/cancel`, or the gateway's drain."""
+`POST /v1/stream/{id}/cancel`, the gateway's drain, or the revocation of the key that started it."""
 
 _CLOSE_TIMEOUT = 1.0  # DESIGN.md section 6: the upstream is closed within a second
 _CONTENT_EVENTS = frozenset({"token", "reasoning", "tool_call", "tool_result"})
@@ -67,6 +67,8 @@ CANCEL_ERRORS: dict[CancelReason, tuple[FinalStatus, ErrorData]] = {
     "client_gone": ("cancelled", {"code": "cancelled", "message": "the client went away", "retryable": False}),
     "cancel_request": ("cancelled", CANCELLED_BY_REQUEST),
     "shutdown": ("error", {"code": "shutdown", "message": "the gateway is shutting down; retry", "retryable": True}),
+    "key_revoked": ("error", {"code": "key_revoked", "message": "the API key that started this run was revoked",
+                              "retryable": False}),
 }
 """The final's status and error for each way a run's task is cancelled. A cancel with no reason
 (the event loop itself going away) is a shutdown."""

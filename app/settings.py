@@ -21,11 +21,14 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator, model_vali
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
+from app.auth.keys import AdminKey
 from app.auth.policy import MODEL_PATTERN_RE, ConfiguredKey, Price, known_validators
 from app.config_file import read_config_file
 from app.core.errors import RequestError
 from app.lifecycle import drain_budget
-from app.providers.config import CompatibleProvider, ProviderConfig, ReadLimits
+from app.providers.config import BaseUrl, CompatibleProvider, ProviderConfig, ReadLimits
+from app.records.urls import DatabaseUrl
+from app.redis_client import RedisUrl
 from app.routing.config import RouteConfig, check_route_deadlines, check_route_shapes
 from app.tools.config import ToolConfig, default_tools
 from app.validation import ValidatorSpec, check_specs
@@ -76,7 +79,7 @@ class Settings(BaseSettings):
     )
 
     # Shared stream store (unset: streams live in this process's memory)
-    redis_url: SecretStr | None = Field(
+    redis_url: RedisUrl | None = Field(
         default=None, description="redis://[user:password@]host:port/db: share streams and rate-limit counters between "
                     "replicas through Redis; redis+cluster://[user:password@]host:port[,host:port...] (the seed "
                     "nodes) for a Redis Cluster.",
@@ -113,19 +116,19 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key"),
         description="OpenAI's key: serves `openai/*` and `openai-responses/*` (unset: not served).")
-    openai_base_url: str | None = Field(
+    openai_base_url: BaseUrl | None = Field(
         default=None, validation_alias=AliasChoices("OPENAI_BASE_URL", "openai_base_url"),
         description="OpenAI's API base URL (default https://api.openai.com/v1).")
     anthropic_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("ANTHROPIC_API_KEY", "anthropic_api_key"),
         description="Anthropic's key: serves `anthropic/*` (unset: not served).")
-    anthropic_base_url: str | None = Field(
+    anthropic_base_url: BaseUrl | None = Field(
         default=None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL", "anthropic_base_url"),
         description="Anthropic's API base URL (default https://api.anthropic.com).")
     gemini_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("GEMINI_API_KEY", "GOOGLE_API_KEY", "gemini_api_key"),
         description="Google's Gemini API key (GEMINI_API_KEY or GOOGLE_API_KEY): serves `gemini/*` (unset: not served).")
-    gemini_base_url: str | None = Field(
+    gemini_base_url: BaseUrl | None = Field(
         default=None, validation_alias=AliasChoices("GEMINI_BASE_URL", "gemini_base_url"),
         description="The Gemini API's base URL (default https://generativelanguage.googleapis.com).")
     provider_options_allow: dict[str, list[str]] = Field(
@@ -204,8 +207,8 @@ class Settings(BaseSettings):
     # Run records (app/records): one durable record and transcript per run, in SQL
     records: bool = Field(
         default=True, description="Keep a record of every run (FOUNDRY_RECORDS=off: none, no database).")
-    database_url: SecretStr | None = Field(
-        default=None, description="SQLAlchemy async URL, e.g. postgresql+asyncpg://user@host/db; default: "
+    database_url: DatabaseUrl | None = Field(
+        default=None, description="postgresql://user:password@host/db (read with asyncpg) or sqlite:///path; default: "
                                   "sqlite+aiosqlite:///<data_dir>/foundry.db. Secret (it may hold a password).")
     data_dir: str = Field(default="var", description="Where the embedded SQLite database lives.")
     record_content: bool = Field(
@@ -227,8 +230,9 @@ class Settings(BaseSettings):
     auth: Literal["auto", "required"] = Field(
         default="auto", description="auto: keys are required once FOUNDRY_ADMIN_KEY or [[keys]] exist, open "
                                     "(with a warning) otherwise; required: refuse to start without them.")
-    admin_key: SecretStr | None = Field(default=None, description="The admin key: manages keys, sees every run.")
-    admin_key_previous: SecretStr | None = Field(
+    admin_key: AdminKey | None = Field(
+        default=None, description="The admin key: manages keys, sees every run. At least 32 random characters.")
+    admin_key_previous: AdminKey | None = Field(
         default=None, description="The admin key being rotated out, accepted as the admin key too (with "
                                   "FOUNDRY_ADMIN_KEY set): set the new key in FOUNDRY_ADMIN_KEY and the old one "
                                   "here, roll the replicas, move every client, then unset it.")
@@ -239,6 +243,9 @@ class Settings(BaseSettings):
                                                "replica within this time.")
     concurrency_lease_seconds: float = Field(
         default=600.0, gt=0, description="A concurrency slot of a replica that died is freed after this.")
+    output_estimate_tokens: int = Field(
+        default=1024, ge=1, le=1_000_000, description="Output tokens a run without max_tokens is expected to take: "
+        "reserved (with its prompt, at its price) from its key's tokens per minute and budget until it ends.")
     prices: dict[str, Price] = Field(
         default_factory=dict, description="USD per million tokens by model or pattern (`openai/gpt-4o`, "
                                           "`mock/*`): {input, output, cache_read, cache_write}.")

@@ -112,12 +112,13 @@ def _json_ready(value: Any) -> Any:
     return str(value)
 
 
-def log_startup(settings: Settings, served: list[str], auth_mode: str) -> None:
-    """One line per provider, then the stream store, the records database and the auth mode."""
+def log_startup(settings: Settings, served: list[str], auth_mode: str, injected: frozenset[str] = frozenset()) -> None:
+    """One line per provider, then the stream store, the records database and the auth mode
+    (`injected`: the providers create_app was handed clients or adapters for)."""
     log = get_logger("foundry.startup")
     for warning in unknown_variables():
         log.warning("unknown_setting", message=warning)
-    statuses = provider_statuses(settings, injected=frozenset(served) - {"mock"})
+    statuses = provider_statuses(settings, injected=injected - {"mock"})
     for status in statuses:
         log.info("provider", provider=status.name, served=status.served, why=status.why)
     for name in sorted(set(served) - {s.name for s in statuses}):  # adapters injected under names of their own

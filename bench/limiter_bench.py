@@ -36,7 +36,7 @@ async def per_request(auth: Auth, key: str, n: int) -> float:
         principal = await auth.authenticate(f"Bearer {key}", None)
         ticket = await auth.admit(principal, "mock/simple")
         assert ticket is not None
-        auth.run_ended(ticket, 30, None)
+        auth.run_ended(ticket, 30, None, "str_bench")
         await auth.settled()
     return (time.perf_counter() - started) / n * 1e6
 

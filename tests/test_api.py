@@ -140,6 +140,7 @@ async def test_health_readiness_and_metrics(client):
     assert "gen_ai_server_time_to_first_token_seconds_count" in text
     assert 'foundry_runs_finished_total{provider="mock",status="ok"} 1.0' in text
     assert "foundry_active_runs 0.0" in text
+    assert "_created" not in text  # a timestamp per labelled series that no dashboard reads
     # A second request to each run route: the labels stay the route's.
     await client.post("/v1/stream", json=ASK)
     await client.post("/v1/generate", json={**ASK, "model": "nope/x"})

@@ -4,6 +4,7 @@ the metrics token, and no key material anywhere after creation."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -19,6 +20,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from app.accounting import estimate
+from app.auth.policy import KeyFields, Price
+from app.core.messages import Message
 from app.main import create_app
 from app.settings import Settings
 from tests.auth_support import ADMIN, SIMPLE, bearer, gateway, make_key, pin_the_minute
@@ -105,9 +109,24 @@ async def test_admin_creates_lists_changes_and_revokes_a_key() -> None:
         assert (await client.delete(f"/v1/admin/keys/{key_id}", headers=bearer(ADMIN))).status_code == 204
         refused = await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))
         assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
-        assert (await client.delete(f"/v1/admin/keys/{key_id}", headers=bearer(ADMIN))).status_code == 404
+        again = await client.delete(f"/v1/admin/keys/{key_id}", headers=bearer(ADMIN))
+        assert again.status_code == 409 and again.json()["error"]["code"] == "already_revoked"
+        assert again.json()["error"]["field"] == "key_id" and "already revoked at" in again.json()["error"]["message"]
+        assert (await client.delete("/v1/admin/keys/key_nope", headers=bearer(ADMIN))).status_code == 404
         assert (await client.get("/v1/admin/keys/key_nope", headers=bearer(ADMIN))).status_code == 404
         assert (await client.get(f"/v1/admin/keys/{key_id}", headers=bearer(ADMIN))).json()["revoked_at"]
+
+
+async def test_a_key_past_its_expiry_is_listed_expired_not_active() -> None:
+    async with gateway() as (app, client):
+        live = await make_key(client, name="live", expires_at=(datetime.now(UTC) + timedelta(days=30)).isoformat())
+        row, _ = await app.state.auth.keystore.create(KeyFields(name="old", expires_at=datetime.now(UTC)))
+        listed = (await client.get("/v1/admin/keys", headers=bearer(ADMIN))).json()["data"]
+        assert {k["name"]: k["state"] for k in listed} == {"live": "active", "old": "expired"}
+        one = await client.get(f"/v1/admin/keys/{row.policy.id}", headers=bearer(ADMIN))
+        assert one.json()["state"] == "expired"
+        await client.delete(f"/v1/admin/keys/{live['id']}", headers=bearer(ADMIN))
+        assert (await client.get(f"/v1/admin/keys/{live['id']}", headers=bearer(ADMIN))).json()["state"] == "revoked"
 
 
 @pytest.mark.parametrize("body, field", [
@@ -118,6 +137,7 @@ async def test_admin_creates_lists_changes_and_revokes_a_key() -> None:
     ({"name": "a", "models": ["openai/gpt 4"]}, "models"),
     ({"name": "a", "models": "mock/*"}, "models"),
     ({"name": "a", "expires_at": "tomorrow"}, "expires_at"),
+    ({"name": "a", "expires_at": "2020-01-01T00:00:00Z"}, "expires_at"),
     ({"name": "a", "validators": [{"name": "no_such_validator"}]}, "validators"),
     ({"name": "", "rpm": 1}, "name"),
     ({"rpm": 1}, "name"),
@@ -135,9 +155,9 @@ async def test_invalid_key_fields_are_422_naming_the_field(body: dict, field: st
 
 
 async def test_expired_key_is_401() -> None:
-    async with gateway() as (_, client):
-        past = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
-        key = (await make_key(client, expires_at=past))["key"]
+    async with gateway() as (app, client):  # a key whose expiry passed (the API refuses to make one so)
+        await make_key(client)  # the key database is ready
+        _, key = await app.state.auth.keystore.create(KeyFields(name="old", expires_at=datetime.now(UTC)))
         response = await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))
         assert response.status_code == 401 and response.json()["error"]["code"] == "key_expired"
 
@@ -237,6 +257,49 @@ async def test_budget_exhaustion_with_a_price_table(tmp_path: Path) -> None:
     # after a restart the month's spend comes back from the run records
     async with gateway(prices=prices, data_dir=str(tmp_path)) as (_, client):
         assert (await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))).status_code == 429
+
+
+async def test_a_burst_of_one_replica_passes_budget_and_tpm_by_one_estimate_at_most() -> None:
+    """The memory limiter reserves like the Redis one (tests/test_auth_replicas.py runs two replicas)."""
+    price = Price(input=1000.0, output=1000.0)
+    body = {**SIMPLE, "model": "mock/lorem-40", "max_tokens": 40, "provider_options": {"delay_ms": 5}}
+    reserved = estimate([Message(**m) for m in SIMPLE["messages"]], 40, 1024, price)
+    async with gateway(prices={"mock/*": price.model_dump()}) as (app, client):
+        pin_the_minute(app)
+        budget = (await make_key(client, budget_usd=0.05))["key"]
+        tpm = (await make_key(client, tpm=100))["key"]
+        for key in (budget, tpm):
+            answers = await asyncio.gather(*(client.post("/v1/generate", json=body, headers=bearer(key))
+                                             for _ in range(12)))
+            ran = [r.json()["usage"] for r in answers if r.status_code == 200]
+            assert ran and {r.status_code for r in answers} == {200, 429}
+            if key == budget:
+                assert sum(u["cost_usd"] for u in ran) <= 0.05 + reserved.usd
+            else:
+                assert sum(u["total_tokens"] for u in ran) <= 100 + reserved.tokens
+
+
+@pytest.mark.parametrize("where", ["this replica", "the database"])
+async def test_a_revoked_keys_running_stream_ends_with_key_revoked(where: str) -> None:
+    """Revoked through this replica's admin API, its runs here end at once; revoked elsewhere (the
+    database, as another replica's revocation reaches it), within FOUNDRY_KEY_CACHE_SECONDS."""
+    long = {**SIMPLE, "model": "mock/lorem-2000", "provider_options": {"delay_ms": 20}}  # 40 s unrevoked
+    async with gateway(key_cache_seconds=0.5) as (app, client):
+        created = await make_key(client)
+        async with client.stream("POST", "/v1/stream", json=long, headers=bearer(created["key"])) as running:
+            lines = running.aiter_lines()
+            async for line in lines:
+                if line.startswith("event: token"):
+                    break
+            if where == "this replica":
+                assert (await client.delete(f"/v1/admin/keys/{created['id']}", headers=bearer(ADMIN))).status_code == 204
+            else:
+                assert await app.state.auth.keystore.revoke(created["id"])
+            events = parse_sse("\n".join([line async for line in lines]))
+        assert [kind for _, kind, _ in events].count("final") == 1 and events[-1][1] == "final"
+        final = events[-1][2]
+        assert final["status"] == "error" and final["error"]["code"] == "key_revoked"
+        assert final["error"]["retryable"] is False and len(final["message"]["content"].split()) < 2000
 
 
 async def test_key_validators_apply_to_its_requests() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +18,10 @@ from typing import IO
 import httpx
 import pytest
 
+from app.accounting import estimate
+from app.auth.policy import Price
+from app.core.events import Usage
+from app.core.messages import Message
 from app.redis_client import connect
 from tests.auth_support import ADMIN, SIMPLE, bearer, free_port, redis_url  # noqa: F401 - fixture
 from tests.support import REPO
@@ -36,9 +41,9 @@ def _read_logs(directory: Path) -> str:
 
 
 @contextlib.asynccontextmanager
-async def replicas(n: int, tmp_path: Path, redis: str | None) -> AsyncIterator[list[str]]:
+async def replicas(n: int, tmp_path: Path, redis: str | None, **more: str) -> AsyncIterator[list[str]]:
     env = {**os.environ, "FOUNDRY_ADMIN_KEY": ADMIN, "FOUNDRY_DATA_DIR": str(tmp_path),
-           "FOUNDRY_KEY_CACHE_SECONDS": "0.5", "FOUNDRY_LOG_LEVEL": "info"}
+           "FOUNDRY_KEY_CACHE_SECONDS": "0.5", "FOUNDRY_LOG_LEVEL": "info", **more}
     if redis:
         env["FOUNDRY_REDIS_URL"] = redis
     procs, urls = [], []
@@ -151,3 +156,47 @@ async def test_ownership_holds_on_the_replica_that_does_not_run_the_stream(
                     break
         assert "event: final" in frames and "event: start" in frames
         assert (await client.get(b + f"/v1/stream/{stream_id}/transcript", headers=bearer(ADMIN))).status_code == 200
+
+
+PRICE = Price(input=1000.0, output=1000.0)  # USD per million tokens: a tenth of a cent a token
+BURST = 16
+
+
+async def _burst(client: httpx.AsyncClient, urls: list[str], key: str, body: dict) -> list[httpx.Response]:
+    """BURST runs of one key at once, half on each replica."""
+    return list(await asyncio.gather(*(client.post(urls[i % 2] + "/v1/generate", json=body, headers=bearer(key))
+                                       for i in range(BURST))))
+
+
+async def test_a_burst_overshoots_a_budget_and_tpm_by_one_estimate_at_most(
+        tmp_path: Path, redis_url: str) -> None:  # noqa: F811
+    """Runs admitted together see each other's reserved estimates (prompt and max_tokens at the
+    model's price) on both replicas: a burst passes the budget and the tokens per minute by at
+    most one run's estimate, where counting only at the end let every run of the burst through."""
+    body = {**SIMPLE, "model": "mock/lorem-40", "max_tokens": 40, "provider_options": {"delay_ms": 20}}
+    reserved = estimate([Message(**m) for m in SIMPLE["messages"]], 40, 1024, PRICE)
+    prices = json.dumps({"mock/*": PRICE.model_dump()})
+    async with replicas(2, tmp_path, redis_url, FOUNDRY_PRICES=prices, FOUNDRY_RECORDS_LINGER="0") as urls, \
+            httpx.AsyncClient(timeout=60) as client:
+        budget = 0.05
+        created = await client.post(urls[0] + "/v1/admin/keys", json={"name": "team-budget", "budget_usd": budget},
+                                    headers=bearer(ADMIN))
+        answers = await _burst(client, urls, created.json()["key"], body)
+        ran = [r.json() for r in answers if r.status_code == 200]
+        assert {r.status_code for r in answers} <= {200, 429}
+        spent = sum(PRICE.cost(Usage(**{k: v for k, v in r["usage"].items() if k != "total_tokens"})) for r in ran)
+        assert all(PRICE.cost(Usage(output_tokens=r["usage"]["output_tokens"])) <= reserved.usd for r in ran)
+        assert ran and spent <= budget + reserved.usd, (len(ran), spent)
+
+        for _ in range(2):  # a burst that straddled a minute of the Redis clock is run again, with a new key
+            tpm = 100
+            created = await client.post(urls[0] + "/v1/admin/keys", json={"name": "team-tpm", "tpm": tpm},
+                                        headers=bearer(ADMIN))
+            minute = await _redis_minute(redis_url)
+            answers = await _burst(client, urls, created.json()["key"], body)
+            if await _redis_minute(redis_url) == minute:
+                break
+        else:
+            pytest.fail("two bursts in a row straddled a minute of the Redis clock")
+        tokens = sum(r.json()["usage"]["total_tokens"] for r in answers if r.status_code == 200)
+        assert tokens <= tpm + reserved.tokens, (tokens, [r.status_code for r in answers])

@@ -4,17 +4,23 @@ FOUNDRY_* variable is a warning naming the closest setting; deploy/foundry.examp
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from app.auth.keystore import KeyStore
+from app.auth.policy import KeyFields
 from app.cli import main
 from app.config_file import STRUCTURED
 from app.config_load import load_settings
+from app.records.store import RecordStore
 from app.settings import Settings
 from tests.support import REPO
 
@@ -56,6 +62,19 @@ def test_an_empty_variable_is_an_unset_one_for_every_setting(monkeypatch: pytest
     ({"FOUNDRY_ROUTES": '{"r": {"targets": ["nowhere/x"]}}'}, "routes.r.targets.0.model", "unknown provider"),
     ({"FOUNDRY_STOP_GRACE_SECONDS": "20", "FOUNDRY_SHUTDOWN_GRACE_SECONDS": "19"}, "FOUNDRY_SHUTDOWN_GRACE_SECONDS",
      "does not fit"),
+    ({"FOUNDRY_REDIS_URL": "localhost:6379"}, "FOUNDRY_REDIS_URL", "must start with redis://"),
+    ({"FOUNDRY_REDIS_URL": "redis://localhost:sixty/0"}, "FOUNDRY_REDIS_URL", "cannot be read"),
+    ({"FOUNDRY_REDIS_URL": "redis:///0"}, "FOUNDRY_REDIS_URL", "has no host"),
+    ({"OPENAI_BASE_URL": "api.openai.com/v1"}, "OPENAI_BASE_URL", "must start with http:// or https://"),
+    ({"ANTHROPIC_BASE_URL": "htps://api.anthropic.com"}, "ANTHROPIC_BASE_URL", "must start with http://"),
+    ({"GEMINI_BASE_URL": "https://"}, "GEMINI_BASE_URL", "has no host"),
+    ({"FOUNDRY_PROVIDERS": '[{"name": "vllm", "base_url": "localhost:8000/v1"}]'}, "FOUNDRY_PROVIDERS: 0.base_url",
+     "must start with http://"),
+    ({"FOUNDRY_DATABASE_URL": "mysql://db/foundry"}, "FOUNDRY_DATABASE_URL", "'mysql' is not supported"),
+    ({"FOUNDRY_DATABASE_URL": "postgresql+psycopg2://db/foundry"}, "FOUNDRY_DATABASE_URL", "not installed"),
+    ({"FOUNDRY_DATABASE_URL": "db:5432/foundry"}, "FOUNDRY_DATABASE_URL", "not a database URL"),
+    ({"FOUNDRY_ADMIN_KEY": "abc"}, "FOUNDRY_ADMIN_KEY", "too short or too repetitive (3 characters)"),
+    ({"FOUNDRY_ADMIN_KEY": "ab" * 20}, "FOUNDRY_ADMIN_KEY", "at least 32 random characters"),
 ])
 @pytest.mark.parametrize("command", [("config", "check"), ("serve",)])
 def test_each_mistake_is_one_line_and_exit_status_2(
@@ -68,6 +87,17 @@ def test_each_mistake_is_one_line_and_exit_status_2(
     [line] = err.splitlines()
     assert line.startswith("foundry-gateway: configuration error: ") and names in line and reason in line
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
+def test_a_postgresql_url_as_users_write_it_opens_with_asyncpg(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, postgres_url: str, scheme: str) -> None:
+    """Provider consoles and libpq write postgresql:// or postgres://; the store runs on asyncpg."""
+    written = scheme + postgres_url[postgres_url.index(":"):]
+    monkeypatch.setenv("FOUNDRY_DATABASE_URL", written)
+    assert load_settings().records_url().startswith("postgresql+asyncpg://")
+    status, out, _ = run(capsys, "migrate")
+    assert status == 0 and "(postgresql) migrated" in out
 
 
 def test_a_toml_mistake_names_the_file_the_table_and_the_key(
@@ -101,7 +131,7 @@ def test_config_check_masks_secrets_and_says_why_a_provider_is_not_served(
     key, password = "sk-proj-0123456789abcdefABCDEF", "db-pass-0123456789"
     monkeypatch.setenv("OPENAI_API_KEY", key)
     monkeypatch.setenv("FOUNDRY_DATABASE_URL", f"postgresql+asyncpg://foundry:{password}@db:5432/foundry")
-    monkeypatch.setenv("FOUNDRY_ADMIN_KEY", "admin-0123456789abcdef")
+    monkeypatch.setenv("FOUNDRY_ADMIN_KEY", "admin-0123456789abcdef-0123456789abcdef")
     monkeypatch.setenv("FOUNDRY_PROVIDERS", json.dumps([{"name": "groq", "base_url": "https://api.groq.com/openai/v1",
                                                           "api_key_env": "GROQ_API_KEY"}]))
     monkeypatch.delenv("GROQ_API_KEY", raising=False)
@@ -109,7 +139,7 @@ def test_config_check_masks_secrets_and_says_why_a_provider_is_not_served(
     assert status == 0
     assert "openai: served (OPENAI_API_KEY set)" in out and "groq: not served: GROQ_API_KEY is not set" in out
     assert "mock: served (embedded)" in out and "postgresql+asyncpg://foundry:***@db:5432/foundry" in out
-    assert key not in out and password not in out and "admin-0123456789abcdef" not in out
+    assert key not in out and password not in out and "admin-0123456789abcdef-0123456789abcdef" not in out
     assert 'admin_key = "********"' in out
 
 
@@ -146,8 +176,48 @@ def test_keys_create_list_revoke_through_the_key_store(capsys: pytest.CaptureFix
     assert created["key"] not in out
     assert run(capsys, "keys", "revoke", created["id"])[0] == 0
     assert json.loads(run(capsys, "keys", "list")[1])["state"] == "revoked"
-    assert run(capsys, "keys", "revoke", created["id"])[0] == 1
+    status, _, err = run(capsys, "keys", "revoke", created["id"])
+    assert status == 1 and f"key {created['id']!r} was already revoked at " in err
+    status, _, err = run(capsys, "keys", "revoke", "key_nope")
+    assert status == 1 and "'key_nope' does not exist" in err
     assert run(capsys, "keys", "create", "bad name!")[0] == 2
+
+
+def test_no_example_key_expiry_is_a_fixed_date() -> None:
+    """A fixed date in an example passes one day, and the example then makes a key refused at once."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "deploy").glob("*"))]
+    fixed = re.compile(r"(expires_at\W+|--expires-at\s+)\d{4}-\d{2}-\d{2}")
+    found = [f"{page.name}: {match.group(0)}" for page in pages if page.is_file()
+             for match in fixed.finditer(page.read_text(errors="replace"))]
+    assert not found
+
+
+def test_keys_list_prints_the_policy_and_an_expired_key_as_expired(capsys: pytest.CaptureFixture[str]) -> None:
+    soon = (datetime.now(UTC) + timedelta(days=90)).isoformat()
+    status, out, _ = run(capsys, "keys", "create", "team-a", "--models", "mock/*", "--rpm", "60", "--tpm", "1000",
+                         "--max-concurrent", "2", "--budget-usd", "5", "--expires-at", soon)
+    assert status == 0
+    status, _, err = run(capsys, "keys", "create", "team-b", "--expires-at", "2020-01-01T00:00:00Z")
+    assert status == 2 and err.splitlines() == [
+        "foundry-gateway: keys create: expires_at: Value error, is in the past: a key would be refused from the start "
+        "(revoke a key to stop it now)"]
+
+    async def expired_key() -> None:  # as a key made earlier would be once its expiry passed
+        store = RecordStore(load_settings().records_url())
+        try:
+            await KeyStore(store.engine).create(KeyFields(name="team-old", expires_at=datetime.now(UTC)))
+        finally:
+            await store.aclose()
+
+    asyncio.run(expired_key())
+    status, out, _ = run(capsys, "keys", "list")
+    listed = {line["name"]: line for line in map(json.loads, out.splitlines())}
+    assert listed["team-a"]["state"] == "active" and listed["team-old"]["state"] == "expired"
+    policy = {k: listed["team-a"][k] for k in ("models", "rpm", "tpm", "max_concurrent", "budget_usd")}
+    assert policy == {"models": ["mock/*"], "rpm": 60, "tpm": 1000, "max_concurrent": 2, "budget_usd": 5.0}
+    assert listed["team-a"]["expires_at"] and "key" not in listed["team-a"]
+    _, help_text, _ = run(capsys, "keys", "list", "--help")
+    assert "expired" in help_text and "budget_usd" in help_text
 
 
 def test_migrate_and_prune(capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,6 +5,7 @@ observability."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 
 import httpx
 
@@ -123,6 +124,17 @@ async def test_the_transcript_of_a_two_step_run():
     assert call["id"] == "c1" and call["state"] == "has_output" and call["output"] == "5"
     assert call["gateway"] and call["output_source"] == "gateway" and "".join(call["fragments"]) == '{"a": 2, "b": 3}'
     assert call["created_at"] <= call["completed_at"] <= call["output_at"] and t["truncated"] is False
+
+
+async def test_the_transcript_gives_its_times_in_iso_8601_like_the_run_records():
+    adapter = StepAdapter(calls_step(("c1", "add", {"a": 2, "b": 3}), text="Adding"), answer_step("It is 5"))
+    _, r, _ = await run(adapter, tools=[ADD])
+    t = r.json()
+    times = [t["created_at"], *(call[k] for call in t["tool_calls"] for k in ("created_at", "completed_at", "output_at")),
+             *(m["timestamp"] for m in t["reasoning_messages"] + t["response_messages"])]
+    assert len(times) == 1 + 3 + 4
+    for at in times:
+        assert isinstance(at, str) and datetime.fromisoformat(at).utcoffset() == timedelta(0), at
 
 
 async def test_unknown_transcripts_are_a_json_404():

@@ -14,11 +14,12 @@ from typing import Annotated
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from app.accounting import KeyAccountant
+from app.accounting import KeyAccountant, estimate
 from app.api.media import check_media
 from app.api.middleware import RequestLog
 from app.api.readers import opened
 from app.auth import Auth, Principal
+from app.auth.policy import price_for
 from app.auth.service import AccessDenied
 from app.pipeline import Gateway, RunHandle, RunSpec
 from app.validation import called_models
@@ -97,7 +98,10 @@ async def open_run(request: Request, gateway: Gateway, spec: RunSpec, principal:
     auth: Auth = request.app.state.auth
     aliases = gateway.settings.aliases
     judges = [(field, model, aliases.get(model, "")) for field, model in called_models(spec.validators)]
-    ticket = await auth.admit(principal, spec.model, aliases.get(spec.model, ""), also=judges)
+    settings = gateway.settings
+    price = price_for(settings.prices, spec.model, aliases.get(spec.model, "")) if settings.prices else None
+    reserve = estimate(spec.request.messages, spec.request.max_tokens, settings.output_estimate_tokens, price)
+    ticket = await auth.admit(principal, spec.model, aliases.get(spec.model, ""), also=judges, reserve=reserve)
     if principal.key is not None:
         spec = replace(spec, owner=principal.key.id, policy_validators=principal.key.validators,
                        slot=ticket.slot if ticket is not None else None)

@@ -17,12 +17,18 @@ from app.core.messages import Message
 from app.core.parts import TextPart
 from app.settings import Settings
 
-__all__ = ["base64_length", "check_media"]
+__all__ = ["base64_length", "check_media", "largest_body"]
 
 
 def base64_length(size: int) -> int:
     """Characters of the base64 of `size` bytes (padded)."""
     return (size + 2) // 3 * 4
+
+
+def largest_body(settings: Settings) -> int:
+    """The most bytes a request body may have at the door (a proxy in front must allow as many):
+    FOUNDRY_MAX_BODY_BYTES plus the base64 of FOUNDRY_MEDIA_REQUEST_MAX_BYTES."""
+    return settings.max_body_bytes + base64_length(settings.media_request_max_bytes)
 
 
 def _too_large(message: str, field: str) -> RequestError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -184,9 +185,9 @@ class TranscriptToolCall(BaseModel):
     output_source: Literal["provider", "gateway", "caller"] | None = Field(
         description="Who produced the output: the provider's stream, the gateway, or the caller's `tool` message."
     )
-    created_at: float
-    completed_at: float | None
-    output_at: float | None
+    created_at: datetime
+    completed_at: datetime | None
+    output_at: datetime | None
 
 
 class TranscriptMessage(BaseModel):
@@ -198,7 +199,7 @@ class TranscriptMessage(BaseModel):
     step: int
     turn: int
     content: Any = Field(description="Text, or the tool's input/output as shaped by its display processor.")
-    timestamp: float
+    timestamp: datetime
 
 
 class UnmatchedOutput(BaseModel):
@@ -241,7 +242,7 @@ class Transcript(BaseModel):
     stream_id: str
     model: str
     provider: str
-    created_at: float
+    created_at: datetime
     status: Literal["running", "ok", "blocked", "error", "cancelled"]
     stop_reason: str | None
     steps: int

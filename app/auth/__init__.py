@@ -1,13 +1,14 @@
 """Access control (issue 15): gateway API keys, per-key models and limits, ownership, usage.
 
 `keys.py` makes and recognises keys (only hashes are stored), `policy.py` is a key's typed
-policy (models, limits, budget, validators), `limiter.py` the counters (memory or Redis),
+policy (models, limits, budget, validators), `limiter.py` the counters (in memory; `redis_limiter.py` in Redis),
 `keystore.py` keys in the records database, `service.py` the `Auth` service the API calls.
 """
 
 from app.auth.keys import KEY_PREFIX, hash_key, looks_like_key, new_key
-from app.auth.limiter import Denied, Limiter, MemoryLimiter, RedisLimiter, build_limiter
+from app.auth.limiter import Denied, Limiter, MemoryLimiter, build_limiter
 from app.auth.policy import KeyPolicy, Price, Principal, model_allowed
+from app.auth.redis_limiter import RedisLimiter
 from app.auth.service import Auth
 
 __all__ = [

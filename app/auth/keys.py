@@ -12,12 +12,32 @@ import hashlib
 import hmac
 import re
 import secrets
+from typing import Annotated
 
-__all__ = ["KEY_PREFIX", "hash_key", "hashes_equal", "looks_like_key", "new_key", "new_key_id"]
+from pydantic import AfterValidator, SecretStr
+
+__all__ = ["ADMIN_KEY_MIN_LENGTH", "KEY_PREFIX", "AdminKey", "hash_key", "hashes_equal", "looks_like_key", "new_key",
+           "new_key_id"]
 
 KEY_PREFIX = "fgw-"
 _KEY_RE = re.compile(r"^fgw-[A-Za-z0-9_-]{43}$")
 HASH_RE = r"^[0-9a-f]{64}$"
+
+
+ADMIN_KEY_MIN_LENGTH = 32
+"""An operator's admin key sees every run and mints keys: it is refused at start below this length
+(`openssl rand -hex 32` gives 64 characters), or when a few characters repeat to make it up."""
+
+
+def _strong_admin_key(key: SecretStr) -> SecretStr:
+    value = key.get_secret_value()
+    if len(value) < ADMIN_KEY_MIN_LENGTH or len(set(value)) < 8:
+        raise ValueError(f"too short or too repetitive ({len(value)} characters): use at least "
+                         f"{ADMIN_KEY_MIN_LENGTH} random characters, e.g. $(openssl rand -hex 32)")
+    return key
+
+
+AdminKey = Annotated[SecretStr, AfterValidator(_strong_admin_key)]
 
 
 def new_key() -> str:

@@ -1,8 +1,15 @@
 """Per-key counters: requests and tokens per minute, runs at once, spend per month.
 
 Two implementations behind one interface: `MemoryLimiter` (one process) and `RedisLimiter`
-(every replica shares the counts, exactly: each admission is one Lua script, registered once,
-so the check and the increment are atomic). Windows are fixed calendar minutes of the Redis
+(app/auth/redis_limiter.py: every replica shares the counts, exactly: each admission is one Lua
+script, registered once, so the check and the increment are atomic).
+
+Tokens and spend are reserved at admission and settled when the run ends: a run takes its
+estimate (prompt and `max_tokens` at the model's price) out of the minute's tokens and the month's
+budget as it is admitted, and gives back the difference to its real usage at the end. A burst of
+runs admitted together then sees each other's estimates, so a limit is passed by at most one run's
+estimate (the last one admitted below it), however many run at once on however many replicas;
+counting only at the end let every run of a burst pass. Windows are fixed calendar minutes of the Redis
 clock (`TIME`), so replicas with skewed clocks still agree. Concurrency is a sorted set of leases
 (slot id -> expiry): a replica that dies without releasing frees its slots when the lease runs out.
 """
@@ -13,11 +20,11 @@ import math
 import secrets
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, cast
+from typing import Any, Literal, Protocol
 
-__all__ = ["Admission", "Denied", "Limiter", "Limits", "MemoryLimiter", "RedisLimiter", "build_limiter"]
+__all__ = ["Admission", "Denied", "HoldResult", "Limiter", "Limits", "MemoryLimiter", "build_limiter"]
 
 WINDOW = 60.0
 DenialReason = Literal["requests", "tokens", "concurrency"]
@@ -64,7 +71,15 @@ class Admission:
     slot: str | None
     """The concurrency lease to release when the run ends (None: the key has no such limit)."""
     headers: dict[str, str] = field(default_factory=dict)
+    window: int = 0
+    """The minute whose tokens hold the run's reserved estimate."""
 
+
+HoldResult = tuple[bool, float] | None
+"""A budget hold's answer: (taken, what the month counts: recorded spend plus every hold), or None
+when the month's counter is not set (seed it from the records, then ask again)."""
+GONE_SECONDS = 600.0
+"""How long a run whose record was counted stays remembered (a settle that comes after it holds nothing)."""
 
 class Denied(Exception):
     def __init__(self, reason: DenialReason, retry_after: int,
@@ -78,12 +93,29 @@ class Denied(Exception):
 class Limiter(Protocol):
     backend: str
 
-    async def admit(self, key_id: str, limits: Limits) -> Admission:
-        """Count one request and take a concurrency slot, or raise Denied."""
+    async def admit(self, key_id: str, limits: Limits, reserve_tokens: int = 0) -> Admission:
+        """Count one request, take a concurrency slot and reserve `reserve_tokens` of the minute's
+        tokens, or raise Denied."""
 
     async def release(self, key_id: str, slot: str) -> None: ...
 
     async def add_tokens(self, key_id: str, tokens: int) -> None: ...
+
+    async def settle_tokens(self, key_id: str, window: int, reserved: int, used: int) -> None:
+        """The run reserved `reserved` tokens in `window` and used `used`: that minute takes the
+        difference while it lasts; past it, only what the run used beyond its estimate counts now."""
+
+    async def hold(self, key_id: str, month: str, hold_id: str, usd: float, budget: float) -> HoldResult:
+        """Hold `usd` of the month's budget when recorded spend plus every live hold is below `budget`."""
+
+    async def settle_hold(self, key_id: str, month: str, hold_id: str, usd: float, run_id: str | None) -> None:
+        """The run ended costing `usd`. Without records (`run_id` None) the hold goes and its cost joins
+        the month's counter (when set). With records the hold becomes the run's real cost under its
+        run id, until its record is counted (`release_holds(..., recorded=True)`)."""
+
+    async def release_holds(self, key_id: str, hold_ids: Sequence[str], *, recorded: bool) -> None:
+        """Drop holds: a run that never started, or runs whose records now count them (`recorded`:
+        remembered for GONE_SECONDS so that a settle arriving later holds nothing)."""
 
     async def spend(self, key_id: str, month: str) -> float | None:
         """The month's spend so far; None when this counter was never set (seed it from the records)."""
@@ -101,7 +133,7 @@ class Limiter(Protocol):
     async def aclose(self) -> None: ...
 
 
-def _denied(reason: DenialReason, limits: Limits, usage: Usage) -> Denied:
+def denied(reason: DenialReason, limits: Limits, usage: Usage) -> Denied:
     retry = 1 if reason == "concurrency" else max(1, math.ceil(usage.reset))
     return Denied(reason, retry, rate_headers(limits, usage))
 
@@ -118,20 +150,24 @@ class MemoryLimiter:
         self._tokens: dict[tuple[str, int], int] = defaultdict(int)
         self._slots: dict[str, dict[str, float]] = defaultdict(dict)
         self._spend: dict[tuple[str, str], tuple[float, int]] = {}
+        self._holds: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
+        """key -> hold id -> (usd, expiry)."""
+        self._gone: dict[str, dict[str, float]] = defaultdict(dict)
+        """key -> run id -> expiry: runs whose records were counted."""
 
     def _window(self) -> tuple[float, int]:
         now = self.clock()
         return now, int(now // WINDOW)
 
-    async def admit(self, key_id: str, limits: Limits) -> Admission:
+    async def admit(self, key_id: str, limits: Limits, reserve_tokens: int = 0) -> Admission:
         now, window = self._window()
         self._forget_old(window)
         usage = Usage(requests=self._requests[key_id, window], tokens=self._tokens[key_id, window],
                       reset=(window + 1) * WINDOW - now)
         if limits.rpm and usage.requests >= limits.rpm:
-            raise _denied("requests", limits, usage)
+            raise denied("requests", limits, usage)
         if limits.tpm and usage.tokens >= limits.tpm:
-            raise _denied("tokens", limits, usage)
+            raise denied("tokens", limits, usage)
         slot = None
         if limits.max_concurrent:
             slots = self._slots[key_id]
@@ -139,12 +175,13 @@ class MemoryLimiter:
                 if expiry <= now:
                     del slots[held]
             if len(slots) >= limits.max_concurrent:
-                raise _denied("concurrency", limits, usage)
+                raise denied("concurrency", limits, usage)
             slot = secrets.token_hex(8)
             slots[slot] = now + self.lease_seconds
         self._requests[key_id, window] += 1
+        self._tokens[key_id, window] += reserve_tokens
         usage = Usage(requests=usage.requests + 1, tokens=usage.tokens, reset=usage.reset)
-        return Admission(slot=slot, headers=rate_headers(limits, usage))
+        return Admission(slot=slot, headers=rate_headers(limits, usage), window=window)
 
     def _forget_old(self, window: int) -> None:
         for table in (self._requests, self._tokens):
@@ -158,6 +195,46 @@ class MemoryLimiter:
     async def add_tokens(self, key_id: str, tokens: int) -> None:
         _, window = self._window()
         self._tokens[key_id, window] += tokens
+
+    async def settle_tokens(self, key_id: str, window: int, reserved: int, used: int) -> None:
+        _, now = self._window()
+        if now == window:
+            self._tokens[key_id, window] += used - reserved
+        elif used > reserved:
+            self._tokens[key_id, now] += used - reserved
+
+    async def hold(self, key_id: str, month: str, hold_id: str, usd: float, budget: float) -> HoldResult:
+        spent = self._spend.get((key_id, month))
+        if spent is None:
+            return None
+        holds = self._live(self._holds[key_id])
+        counted = spent[0] + sum(usd for usd, _ in holds.values())
+        if counted >= budget:
+            return False, counted
+        holds[hold_id] = (usd, self.clock() + self.lease_seconds)
+        return True, counted
+
+    def _live(self, table: dict[str, Any]) -> dict[str, Any]:
+        now = self.clock()
+        for name, value in list(table.items()):
+            if (value[1] if isinstance(value, tuple) else value) <= now:
+                del table[name]
+        return table
+
+    async def settle_hold(self, key_id: str, month: str, hold_id: str, usd: float, run_id: str | None) -> None:
+        holds = self._live(self._holds[key_id])
+        holds.pop(hold_id, None)
+        if run_id is None:
+            await self.add_spend(key_id, month, usd)
+        elif run_id not in self._live(self._gone[key_id]):
+            holds[run_id] = (usd, self.clock() + self.lease_seconds)
+
+    async def release_holds(self, key_id: str, hold_ids: Sequence[str], *, recorded: bool) -> None:
+        holds, gone = self._holds[key_id], self._live(self._gone[key_id])
+        for hold_id in hold_ids:
+            holds.pop(hold_id, None)
+            if recorded:
+                gone[hold_id] = self.clock() + GONE_SECONDS
 
     async def spend(self, key_id: str, month: str) -> float | None:
         held = self._spend.get((key_id, month))
@@ -180,124 +257,9 @@ class MemoryLimiter:
         return None
 
 
-# KEYS[1]: the key's prefix `fgw:{<key id>}` (one hash slot). ARGV: rpm, tpm, max_concurrent (0 = none),
-# slot id, lease seconds. Returns {admitted, reason, requests, tokens, reset}.
-_ADMIT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local window = math.floor(now / 60)
-local reset = (window + 1) * 60 - now
-local rkey = KEYS[1] .. ':r:' .. window
-local tkey = KEYS[1] .. ':t:' .. window
-local ckey = KEYS[1] .. ':c'
-local rpm, tpm, maxc = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local used_r = tonumber(redis.call('GET', rkey) or '0')
-local used_t = tonumber(redis.call('GET', tkey) or '0')
-if rpm > 0 and used_r >= rpm then return {0, 'requests', used_r, used_t, tostring(reset)} end
-if tpm > 0 and used_t >= tpm then return {0, 'tokens', used_r, used_t, tostring(reset)} end
-if maxc > 0 then
-  redis.call('ZREMRANGEBYSCORE', ckey, '-inf', now)
-  if redis.call('ZCARD', ckey) >= maxc then return {0, 'concurrency', used_r, used_t, tostring(reset)} end
-  redis.call('ZADD', ckey, now + tonumber(ARGV[5]), ARGV[4])
-  redis.call('EXPIRE', ckey, math.ceil(tonumber(ARGV[5])))
-end
-used_r = redis.call('INCR', rkey)
-redis.call('EXPIRE', rkey, 120)
-return {1, '', used_r, used_t, tostring(reset)}
-"""
-
-_ADD_TOKENS = """
-local t = redis.call('TIME')
-local tkey = KEYS[1] .. ':t:' .. math.floor(tonumber(t[1]) / 60)
-redis.call('INCRBY', tkey, ARGV[1])
-redis.call('EXPIRE', tkey, 120)
-"""
-
-_SPEND_TTL = 40 * 86400
-
-# KEYS[1]: the key's month counter, a hash {usd, v}. ARGV: usd, version (runs counted), ttl.
-_PUT_SPEND = """
-local held = redis.call('HGET', KEYS[1], 'v')
-if held and tonumber(held) >= tonumber(ARGV[2]) then return 0 end
-redis.call('HSET', KEYS[1], 'usd', ARGV[1], 'v', ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-return 1
-"""
-"""A total from the records replaces the counter only when it counts more runs: totals committed by
-several replicas may arrive out of order, and a budget check may rebuild the counter from the
-records while runs are being recorded; the newest total wins either way, so the counter equals
-the records (the key_spend table, app/records/spend.py) and no run is lost or counted twice."""
-
-_ADD_SPEND = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HINCRBYFLOAT', KEYS[1], 'usd', ARGV[1])
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-return 1
-"""
-"""Without records: added only to a counter that was set (to 0 at the first budget check); an
-increment on a missing key would start it from this run's cost and forget the month before it."""
-
-
-class RedisLimiter:
-    """Counters in Redis (FOUNDRY_REDIS_URL): shared and exact across replicas."""
-
-    backend = "redis"
-
-    def __init__(self, url: str, *, lease_seconds: float = 600.0) -> None:
-        from app.redis_client import connect  # one Redis or a cluster, by the URL (redis+cluster://)
-
-        self.client = connect(url, socket_timeout=2.0, socket_connect_timeout=2.0, fail_fast=False)
-        self.lease_seconds = lease_seconds
-        self._admit = self.client.register_script(_ADMIT)
-        self._add_tokens = self.client.register_script(_ADD_TOKENS)
-        self._put_spend = self.client.register_script(_PUT_SPEND)
-        self._add_spend = self.client.register_script(_ADD_SPEND)
-
-    @staticmethod
-    def _prefix(key_id: str) -> str:
-        return f"fgw:{{{key_id}}}"
-
-    async def admit(self, key_id: str, limits: Limits) -> Admission:
-        slot = secrets.token_hex(8) if limits.max_concurrent else None
-        admitted, reason, requests, tokens, reset = await self._admit(
-            keys=[self._prefix(key_id)],
-            args=[limits.rpm or 0, limits.tpm or 0, limits.max_concurrent or 0, slot or "", self.lease_seconds])
-        usage = Usage(requests=int(requests), tokens=int(tokens), reset=float(reset))
-        if not admitted:
-            name = reason.decode() if isinstance(reason, bytes) else str(reason)
-            raise _denied(cast(DenialReason, name), limits, usage)
-        return Admission(slot=slot, headers=rate_headers(limits, usage))
-
-    async def release(self, key_id: str, slot: str) -> None:
-        await self.client.zrem(self._prefix(key_id) + ":c", slot)
-
-    async def add_tokens(self, key_id: str, tokens: int) -> None:
-        await self._add_tokens(keys=[self._prefix(key_id)], args=[int(tokens)])
-
-    def _spend_key(self, key_id: str, month: str) -> str:
-        return f"{self._prefix(key_id)}:spendv:{month}"
-
-    async def spend(self, key_id: str, month: str) -> float | None:
-        value = await self.client.hget(self._spend_key(key_id, month), "usd")
-        return float(value) if value is not None else None
-
-    async def put_spend(self, key_id: str, month: str, usd: float, version: int) -> None:
-        await self._put_spend(keys=[self._spend_key(key_id, month)], args=[repr(float(usd)), int(version), _SPEND_TTL])
-
-    async def add_spend(self, key_id: str, month: str, usd: float) -> None:
-        await self._add_spend(keys=[self._spend_key(key_id, month)], args=[repr(float(usd)), _SPEND_TTL])
-
-    async def ping(self) -> bool:
-        try:
-            return bool(await self.client.ping())
-        except Exception:  # any failure means "not reachable" to readiness
-            return False
-
-    async def aclose(self) -> None:
-        await self.client.aclose()
-
-
 def build_limiter(redis_url: str | None, *, lease_seconds: float = 600.0) -> Limiter:
     if redis_url:
+        from app.auth.redis_limiter import RedisLimiter  # the redis client is imported only when used
+
         return RedisLimiter(redis_url, lease_seconds=lease_seconds)
     return MemoryLimiter(lease_seconds=lease_seconds)

@@ -9,8 +9,10 @@ lookup per key per replica per period.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,14 +58,30 @@ def unauthorized(message: str, code: str = "invalid_api_key") -> AccessDenied:
     return AccessDenied(message, code=code, status=401, headers={"WWW-Authenticate": "Bearer"})
 
 
+@dataclass(slots=True, kw_only=True, frozen=True)
+class Reservation:
+    """What a run is expected to take, reserved at admission and settled to its real usage at the end:
+    its prompt and output tokens (an estimate) and their price (0 when the model has none)."""
+
+    tokens: int = 0
+    usd: float = 0.0
+
+
 @dataclass(slots=True, kw_only=True)
 class Ticket:
-    """One admitted request of a key: the concurrency slot to give back and the headers to send."""
+    """One admitted request of a key: the concurrency slot to give back, the tokens and budget it
+    reserved, and the headers to send."""
 
     key: KeyPolicy
     slot: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
     done: bool = False
+    reserved: Reservation = field(default_factory=Reservation)
+    window: int = 0
+    """The minute whose tokens hold the reservation."""
+    hold: str | None = None
+    """The id of the budget hold (None: the key has no budget)."""
+    month: str = ""
 
 
 def _next_month(now: datetime) -> datetime:
@@ -156,9 +174,10 @@ class Auth:
     # -- may they run this ----------------------------------------------------------------------
 
     async def admit(self, principal: Principal, model: str, alias_target: str = "",
-                    also: Sequence[tuple[str, str, str]] = ()) -> Ticket | None:
+                    also: Sequence[tuple[str, str, str]] = (), reserve: Reservation = Reservation()) -> Ticket | None:
         """Check the model (and `also`: (field, model, alias target) of every other model the run
-        calls, e.g. an llm_judge's) and take the key's limits; None for the admin key and open mode."""
+        calls, e.g. an llm_judge's) and take the key's limits, reserving `reserve` of its tokens per
+        minute and budget until the run ends; None for the admin key and open mode."""
         key = principal.key
         if key is None:
             return None
@@ -167,9 +186,10 @@ class Auth:
                 self._on_outcome(key.name, "model_denied")
                 raise AccessDenied(f"API key {key.id} may not use model {name[:256]!r}", code="model_not_allowed",
                                    status=403, field=field_name)
+        ticket = Ticket(key=key, reserved=reserve if key.tpm or key.budget_usd is not None else Reservation())
         if key.budget_usd is not None:
             try:
-                await self._check_budget(key)
+                await self._hold_budget(ticket)
             except (AccessDenied, KeysUnavailable):
                 raise
             except Exception as exc:  # the counter store's failure, as the rate limits tell it
@@ -177,9 +197,29 @@ class Auth:
         limits = Limits(rpm=key.rpm, tpm=key.tpm, max_concurrent=key.max_concurrent)
         if not limits.any:
             self._on_outcome(key.name, "admitted")
-            return Ticket(key=key)
+            return ticket
         try:
-            admission: Admission = await self.limiter.admit(key.id, limits)
+            admission = await self._limits(ticket, limits)
+        except BaseException:
+            await self._release_hold(ticket)
+            raise
+        return self._admitted(ticket, admission)
+
+    def _admitted(self, ticket: Ticket, admission: Admission) -> Ticket:
+        self._on_outcome(ticket.key.name, "admitted")
+        ticket.slot, ticket.headers, ticket.window = admission.slot, admission.headers, admission.window
+        return ticket
+
+    async def _release_hold(self, ticket: Ticket) -> None:
+        if ticket.hold is not None:
+            hold, ticket.hold = ticket.hold, None
+            with contextlib.suppress(Exception):  # it expires with its lease anyway
+                await self.limiter.release_holds(ticket.key.id, [hold], recorded=False)
+
+    async def _limits(self, ticket: Ticket, limits: Limits) -> Admission:
+        key = ticket.key
+        try:
+            return await self.limiter.admit(key.id, limits, ticket.reserved.tokens if key.tpm else 0)
         except Denied as denied:
             self._on_outcome(key.name, f"limited_{denied.reason}")
             what = {"requests": f"{key.rpm} requests per minute", "tokens": f"{key.tpm} tokens per minute",
@@ -188,23 +228,30 @@ class Auth:
                                headers=denied.headers, retry_after=denied.retry_after, limit=denied.reason) from None
         except Exception as exc:  # the counter store's failure: refuse fast, never unlimited
             raise store_unavailable(exc) from None
-        self._on_outcome(key.name, "admitted")
-        return Ticket(key=key, slot=admission.slot, headers=admission.headers)
 
-    async def _check_budget(self, key: KeyPolicy) -> None:
+    async def _hold_budget(self, ticket: Ticket) -> None:
+        """Hold the run's estimated cost of the month's budget, or refuse (429) when the recorded
+        spend and the holds of runs in progress reach it."""
+        key = ticket.key
         now = datetime.now(UTC)
         month = month_of(now)
-        spent = await self.limiter.spend(key.id, month)
-        if spent is None:  # a counter Redis lost (or never had): rebuilt from the records
+        hold = secrets.token_hex(8)
+        held = await self.limiter.hold(key.id, month, hold, ticket.reserved.usd, key.budget_usd or 0.0)
+        if held is None:  # a counter Redis lost (or never had): rebuilt from the records
             total = await self._recorded_spend(key.id, month)
             await self.limiter.put_spend(key.id, month, total.usd, total.runs)
-            spent = await self.limiter.spend(key.id, month) or 0.0
-        if spent >= (key.budget_usd or 0.0):
-            self._on_outcome(key.name, "budget_exceeded")
-            retry = max(1, int((_next_month(now) - now).total_seconds()))
-            raise AccessDenied(f"API key {key.id} spent its budget of {key.budget_usd} USD for {month}",
-                               code="budget_exceeded", status=429, retry_after=retry,
-                               headers={}, spent_usd=round(spent, 6), budget_usd=key.budget_usd)
+            held = await self.limiter.hold(key.id, month, hold, ticket.reserved.usd, key.budget_usd or 0.0)
+        if held is None:  # the counter went again at once: admitted unheld (the next check rebuilds it)
+            return
+        taken, counted = held
+        if taken:
+            ticket.hold, ticket.month = hold, month
+            return
+        self._on_outcome(key.name, "budget_exceeded")
+        retry = max(1, int((_next_month(now) - now).total_seconds()))
+        raise AccessDenied(f"API key {key.id} spent its budget of {key.budget_usd} USD for {month}",
+                           code="budget_exceeded", status=429, retry_after=retry,
+                           headers={}, spent_usd=round(counted, 6), budget_usd=key.budget_usd)
 
     async def _recorded_spend(self, key_id: str, month: str) -> SpendTotal:
         """This month's spend from the run records, judge calls included (the key_spend table)."""
@@ -228,33 +275,53 @@ class Auth:
     # -- when the run ends ----------------------------------------------------------------------
 
     async def abandon(self, ticket: Ticket | None) -> None:
-        """The run never started (open failed): give the slot back."""
-        if ticket is not None and not ticket.done and ticket.slot is not None:
+        """The run never started (open failed): give the slot, the tokens and the hold back."""
+        if ticket is not None and not ticket.done:
             ticket.done = True
-            await self.limiter.release(ticket.key.id, ticket.slot)
+            if ticket.slot is not None:
+                await self.limiter.release(ticket.key.id, ticket.slot)
+            if ticket.key.tpm and ticket.reserved.tokens:
+                await self.limiter.settle_tokens(ticket.key.id, ticket.window, ticket.reserved.tokens, 0)
+            await self._release_hold(ticket)
 
-    def run_ended(self, ticket: Ticket, tokens: int, cost_usd: float | None) -> None:
-        """Release the slot, count the tokens and the spend (in the background: observers never wait)."""
+    def run_ended(self, ticket: Ticket, tokens: int, cost_usd: float | None, run_id: str) -> None:
+        """Release the slot, settle the tokens and the spend (in the background: observers never wait)."""
         if ticket.done:
             return
         ticket.done = True
-        task = asyncio.get_running_loop().create_task(self._settle(ticket, tokens, cost_usd))
+        task = asyncio.get_running_loop().create_task(self._settle(ticket, tokens, cost_usd, run_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _settle(self, ticket: Ticket, tokens: int, cost_usd: float | None) -> None:
+    async def _settle(self, ticket: Ticket, tokens: int, cost_usd: float | None, run_id: str) -> None:
         key = ticket.key
         try:
             if ticket.slot is not None:
                 await self.limiter.release(key.id, ticket.slot)
-            if key.tpm and tokens:
-                await self.limiter.add_tokens(key.id, tokens)
-            if key.budget_usd is not None and cost_usd and self.keystore is None:
-                # Without records there is nothing durable to count from: the counter adds it here.
-                # With records, the writer's commit sets it from the key_spend table (spend_recorded).
+            if key.tpm and (tokens or ticket.reserved.tokens):
+                await self.limiter.settle_tokens(key.id, ticket.window, ticket.reserved.tokens, tokens)
+            if ticket.hold is not None:
+                # Without records the counter adds the cost here. With records the hold keeps the real
+                # cost until the writer's commit counts the run (runs_recorded), so that no moment
+                # has the run in neither the counter nor a hold.
+                await self.limiter.settle_hold(key.id, ticket.month, ticket.hold, cost_usd or 0.0,
+                                               run_id if self.keystore is not None else None)
+            elif key.budget_usd is not None and cost_usd and self.keystore is None:
                 await self.limiter.add_spend(key.id, month_of(datetime.now(UTC)), cost_usd)
         except Exception as exc:  # the lease expires by itself; say so
             self.log.warning("limit_settle_failed", key_id=key.id, error=type(exc).__name__)
+
+    async def runs_recorded(self, runs: Sequence[tuple[str, str]]) -> None:
+        """(key id, run id) of runs whose records the writer just committed: their budget holds go
+        (their costs are in the totals `spend_recorded` just set)."""
+        by_key: dict[str, list[str]] = {}
+        for owner, run_id in runs:
+            by_key.setdefault(owner, []).append(run_id)
+        for owner, run_ids in by_key.items():
+            try:
+                await self.limiter.release_holds(owner, run_ids, recorded=True)
+            except Exception as exc:  # they expire with their lease
+                self.log.warning("spend_holds_failed", key_id=owner, error=type(exc).__name__)
 
     async def settled(self) -> None:
         """Wait until every ended run's slot, tokens and spend are counted."""

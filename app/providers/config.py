@@ -9,12 +9,34 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Annotated
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr
 
-__all__ = ["DEFAULT_LIMITS", "PROVIDER_NAME_RE", "CompatibleProvider", "ProviderConfig", "ReadLimits"]
+__all__ = ["DEFAULT_LIMITS", "PROVIDER_NAME_RE", "BaseUrl", "CompatibleProvider", "ProviderConfig", "ReadLimits",
+           "check_base_url"]
 
 PROVIDER_NAME_RE = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+
+
+def check_base_url(url: str) -> str:
+    """An upstream base URL is http(s)://host[...]: anything else would be reported served and then
+    fail every request (a retried 502), so it is refused with the configuration. The URL is not
+    echoed (its user part may hold a credential)."""
+    try:
+        parts = urlsplit(url.strip())
+        parts.port  # noqa: B018 -- parsing the port raises ValueError for one that is not a number
+    except ValueError:
+        raise ValueError("not a URL: expected http(s)://host[:port][/path]") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError("must start with http:// or https:// (e.g. https://api.openai.com/v1)")
+    if not parts.hostname:
+        raise ValueError("has no host: expected http(s)://host[:port][/path]")
+    return url.strip()
+
+
+BaseUrl = Annotated[str, AfterValidator(check_base_url)]
 
 
 class CompatibleProvider(BaseModel):
@@ -23,7 +45,7 @@ class CompatibleProvider(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=PROVIDER_NAME_RE)
-    base_url: str
+    base_url: BaseUrl
     api_key_env: str | None = Field(
         default=None, description="Environment variable holding the key; None for servers that need none."
     )

@@ -31,12 +31,17 @@ def _mock(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, Provi
 
 
 _BUILDERS: list[Builder] = [_mock, build_anthropic, build_openai, build_openai_responses, build_gemini]
+_BUILT_IN = frozenset({"openai", "openai-responses", "anthropic", "gemini"})
+"""The providers the builders serve once their credentials are set."""
 
 
 class ProviderRegistry:
-    def __init__(self, adapters: Mapping[str, ProviderAdapter], aliases: Mapping[str, str] | None = None) -> None:
+    def __init__(self, adapters: Mapping[str, ProviderAdapter], aliases: Mapping[str, str] | None = None,
+                 unserved: frozenset[str] = frozenset()) -> None:
         self._adapters = dict(adapters)
         self._aliases = dict(aliases or {})
+        self._unserved = unserved
+        """Providers this gateway knows but does not serve (no credentials): not "unknown" to a caller."""
 
     @property
     def names(self) -> list[str]:
@@ -61,8 +66,10 @@ class ProviderRegistry:
             )
         adapter = self._adapters.get(provider)
         if adapter is None:
+            what = f"provider {provider!r} is not served by this gateway (its credentials are not configured)" \
+                if provider in self._unserved else f"unknown provider {provider!r}"
             raise RequestError(
-                f"unknown provider {provider!r}; served: {', '.join(self.names)}",
+                f"{what}; served: {', '.join(self.names)}",
                 code="model_not_found", status=404, field="model",
             )
         return adapter, provider, name
@@ -87,4 +94,5 @@ def build_registry(
     for builder in _BUILDERS:
         built.update(builder(config, clients))
     built.update(adapters or {})
-    return ProviderRegistry(built, config.aliases)
+    known = _BUILT_IN | {provider.name for provider in config.compatible}
+    return ProviderRegistry(built, config.aliases, unserved=frozenset(known - set(built)))

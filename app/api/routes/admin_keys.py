@@ -99,14 +99,21 @@ async def patch_key(key_id: KeyId, body: KeyPatch, request: Request, _admin: Adm
 
 
 @router.delete("/v1/admin/keys/{key_id}", status_code=204, responses=_ERRORS,
-               summary="Revoke a key (refused by every replica within FOUNDRY_KEY_CACHE_SECONDS)")
+               summary="Revoke a key (refused by every replica within FOUNDRY_KEY_CACHE_SECONDS; its running streams end "
+                       "with final error key_revoked)")
 async def revoke_key(key_id: KeyId, request: Request, _admin: AdminDep) -> Response:
     if _configured(request, key_id) is not None:
         raise RequestError(f"key {key_id!r} is in configuration: remove it there", code="key_in_config",
                            status=409, field="key_id")
-    if not await _keystore(request).revoke(key_id):
-        raise _missing(key_id)
+    store = _keystore(request)
+    if not await store.revoke(key_id):
+        row = await store.get(key_id)
+        if row is None or row.revoked_at is None:
+            raise _missing(key_id)
+        raise RequestError(f"key {key_id!r} was already revoked at {row.revoked_at.isoformat()}",
+                           code="already_revoked", status=409, field="key_id")
     request.app.state.auth.forget()
+    request.app.state.gateway.end_runs_of(key_id)  # other replicas: app/main.py _revocations
     return Response(status_code=204)
 
 

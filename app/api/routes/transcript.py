@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
@@ -31,7 +32,24 @@ async def transcript(
 ) -> Response:
     missing = RequestError(f"no stream {stream_id!r} (unknown, or expired and not recorded)",
                            code="stream_not_found", status=404, field="stream_id")
-    return JSON(await find_transcript(gateway, request, principal, stream_id, missing))
+    return JSON(with_iso_times(await find_transcript(gateway, request, principal, stream_id, missing)))
+
+
+def _iso(at: Any) -> Any:
+    if isinstance(at, (int, float)) and not isinstance(at, bool):
+        return datetime.fromtimestamp(at, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return at
+
+
+def with_iso_times(document: dict[str, Any]) -> dict[str, Any]:
+    """The document with its instants in ISO 8601 (UTC), as the run records and every other answer
+    give them; the stores keep Unix seconds, so live, shared and recorded transcripts alike are
+    turned here, at the edge."""
+    calls = [{**call, **{k: _iso(call.get(k)) for k in ("created_at", "completed_at", "output_at")}}
+             for call in document.get("tool_calls", [])]
+    messages = {kind: [{**m, "timestamp": _iso(m.get("timestamp"))} for m in document.get(kind, [])]
+                for kind in ("reasoning_messages", "response_messages")}
+    return {**document, "created_at": _iso(document.get("created_at")), "tool_calls": calls, **messages}
 
 
 async def find_transcript(gateway: Gateway, request: Request, principal: Principal, stream_id: str,

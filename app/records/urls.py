@@ -1,0 +1,43 @@
+"""The records database URL as users write it, mapped to the async driver the store runs on.
+
+Operators copy `postgresql://` and `postgres://` URLs from their provider's console (Heroku, RDS,
+libpq); SQLAlchemy would load the synchronous psycopg2 dialect for the first (not installed) and
+no dialect for the second, and the gateway would pass `config check` and crash at start. The
+store runs on asyncpg and aiosqlite only, so the plain schemes mean those drivers, and any other
+scheme or driver is a configuration error naming it (never the URL: it may hold a password).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, SecretStr
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+__all__ = ["DatabaseUrl", "async_database_url"]
+
+_DRIVERS = {"postgresql": "asyncpg", "sqlite": "aiosqlite"}
+_BACKENDS = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
+
+
+def async_database_url(url: str) -> str:
+    """`url` with the async driver the store uses; ValueError for a URL the store cannot open."""
+    try:
+        parsed = make_url(url.strip())
+    except (ArgumentError, ValueError):
+        raise ValueError("not a database URL: postgresql://user:password@host:5432/db or sqlite:///path/foundry.db") \
+            from None
+    backend = _BACKENDS.get(parsed.get_backend_name())
+    if backend is None:
+        raise ValueError(f"the database {parsed.get_backend_name()!r} is not supported: postgresql://... or sqlite:///...")
+    driver = parsed.get_driver_name() if "+" in parsed.drivername else _DRIVERS[backend]
+    if driver != _DRIVERS[backend]:
+        raise ValueError(f"the driver {driver!r} is not installed: write {backend}://... (the gateway uses "
+                         f"{_DRIVERS[backend]})")
+    url = url.strip()
+    return f"{backend}+{driver}" + url[url.index(":"):]  # the rest as written (SQLAlchemy would re-quote it)
+
+
+DatabaseUrl = Annotated[SecretStr, AfterValidator(lambda url: SecretStr(async_database_url(url.get_secret_value())))]
+"""FOUNDRY_DATABASE_URL as a setting: read with the store's driver when the configuration loads."""
