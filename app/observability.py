@@ -179,7 +179,6 @@ class Metrics:
         self._key_names = BoundedLabels((), MAX_KEY_LABELS)
         self.targets = BoundedLabels((), 256)
         """Unconfigured targets with their own label value (FOUNDRY_MAX_UNCONFIGURED_TARGETS)."""
-
         self.route_attempts = Counter("foundry_route_attempts", "Upstream attempts before the first content, by "
                                       "target and outcome (ok, error, timeout, rate_limited, skipped, cancelled).",
                                       ["target", "outcome"], registry=r)

@@ -227,20 +227,18 @@ class Settings(BaseSettings):
     records_write_timeout: float = Field(default=10.0, gt=0, description="Longest wait on one batch insert.")
 
     # Access control (app/auth): keys, limits, prices
-    auth: Literal["auto", "required"] = Field(
-        default="auto", description="auto: keys are required once FOUNDRY_ADMIN_KEY or [[keys]] exist, open "
-                                    "(with a warning) otherwise; required: refuse to start without them.")
+    auth: Literal["auto", "required"] = Field(default="auto", description=(
+        "auto: keys are required once FOUNDRY_ADMIN_KEY or [[keys]] exist, open (with a warning) otherwise; "
+        "required: refuse to start without them."))
     admin_key: AdminKey | None = Field(
         default=None, description="The admin key: manages keys, sees every run. At least 32 random characters.")
-    admin_key_previous: AdminKey | None = Field(
-        default=None, description="The admin key being rotated out, accepted as the admin key too (with "
-                                  "FOUNDRY_ADMIN_KEY set): set the new key in FOUNDRY_ADMIN_KEY and the old one "
-                                  "here, roll the replicas, move every client, then unset it.")
+    admin_key_previous: AdminKey | None = Field(default=None, description=(
+        "The admin key being rotated out, accepted as the admin key too (with FOUNDRY_ADMIN_KEY set): set the new key "
+        "in FOUNDRY_ADMIN_KEY and the old one here, roll the replicas, move every client, then unset it."))
     keys: list[ConfiguredKey] = Field(
         default_factory=list, description="Operator keys by hash ([[keys]] in the config file, FOUNDRY_KEYS JSON).")
-    key_cache_seconds: float = Field(
-        default=2.0, gt=0, le=300, description="How long a key lookup is cached: revocations reach every "
-                                               "replica within this time.")
+    key_cache_seconds: float = Field(default=2.0, gt=0, le=300, description=(
+        "How long a key lookup is cached: revocations reach every replica within this time."))
     concurrency_lease_seconds: float = Field(
         default=600.0, gt=0, description="A concurrency slot of a replica that died is freed after this.")
     output_estimate_tokens: int = Field(
