@@ -239,8 +239,7 @@ class Settings(BaseSettings):
         default_factory=list, description="Operator keys by hash ([[keys]] in the config file, FOUNDRY_KEYS JSON).")
     key_cache_seconds: float = Field(default=2.0, gt=0, le=300, description=(
         "How long a key lookup is cached: revocations reach every replica within this time."))
-    concurrency_lease_seconds: float = Field(
-        default=600.0, gt=0, description="A concurrency slot of a replica that died is freed after this.")
+    concurrency_lease_seconds: float = Field(default=600.0, gt=0, description="A dead replica's concurrency slots go after this.")
     output_estimate_tokens: int = Field(
         default=1024, ge=1, le=1_000_000, description="Output tokens a run without max_tokens is expected to take: "
         "reserved (with its prompt, at its price) from its key's tokens per minute and budget until it ends.")
