@@ -77,8 +77,7 @@ class StreamStore(Protocol):
 
     async def ping(self) -> bool: ...
 
-    @property
-    def recovering(self) -> bool:
+    async def recovering(self) -> bool:
         """The store lost or could not reach its state moments ago: a stream it does not hold
         now may be written back within a lease by the replica that holds it (a shared store)."""
 
@@ -187,7 +186,8 @@ class MemoryStreamStore:
     async def records_written(self, stream_ids: Sequence[str]) -> None:
         return None
 
-    recovering = False  # a process's own memory is never written back
+    async def recovering(self) -> bool:
+        return False  # a process's own memory is never written back
 
     def sweep(self) -> int:
         now = time.monotonic()

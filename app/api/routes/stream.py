@@ -97,7 +97,7 @@ async def subscribe(
         raise RequestError(f"{field} {cursor} is past the stream's last event ({exc.last_seq})",
                            code="cursor_ahead", status=400, field=field) from None
     if frames is None:
-        if gateway.store.recovering:  # its replica may be writing it back: come again, not "gone"
+        if await gateway.store.recovering():  # its replica may be writing it back: come again, not "gone"
             raise StoreUnavailable(f"stream {stream_id!r} is not in the stream store while it recovers "
                                    f"(Redis failed or restarted moments ago); retry shortly", retry_after="2")
         raise await _expired_or_not_found(request, gateway, principal, stream_id)
