@@ -29,7 +29,7 @@ from sqlalchemy.engine import make_url
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.auth.limiter import RedisLimiter  # noqa: E402
+from app.auth.redis_limiter import RedisLimiter  # noqa: E402
 from app.records.spend import month_of  # noqa: E402
 from bench.run import cpu_seconds, free_port, rss_bytes  # noqa: E402
 from tests.cluster_support import RedisClusterServer  # noqa: E402
