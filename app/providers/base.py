@@ -86,7 +86,8 @@ class ProviderRequest:
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice | None = None
-    temperature: float = 0.0
+    temperature: float | None = None
+    """None: not sent, the provider's own default applies (nothing is invented for the caller)."""
     max_tokens: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
     """`provider_options` from the request: wire extras the caller asked for explicitly."""

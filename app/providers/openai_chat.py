@@ -77,8 +77,9 @@ def stream_params(
         "model": request.model,
         "messages": messages_to_openai(request.messages),
         "stream": True,
-        "temperature": request.temperature,
     }
+    if request.temperature is not None:
+        params["temperature"] = request.temperature
     if include_usage:
         params["stream_options"] = {"include_usage": True}
     if request.tools:

@@ -156,7 +156,7 @@ def responses_request(request: ProviderRequest) -> dict[str, Any]:
     reasoning = {key: options.pop(f"reasoning_{key}") for key in ("effort", "summary") if f"reasoning_{key}" in options}
     if reasoning:
         body["reasoning"] = reasoning
-    elif not _NO_TEMPERATURE_RE.match(request.model):
+    elif request.temperature is not None and not _NO_TEMPERATURE_RE.match(request.model):
         body["temperature"] = request.temperature
     if request.max_tokens is not None:
         body["max_output_tokens"] = request.max_tokens

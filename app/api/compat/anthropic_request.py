@@ -77,7 +77,7 @@ class MessagesRequest(GatewayExtras):
     messages: list[MessageIn] = Field(min_length=1, max_length=10_000)
     system: str | list[dict[str, Any]] | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=1.0, strict=True,
-                                      description="Defaults to the gateway's 0.")
+                                      description="Sent only when given: the provider's own default applies.")
     tools: list[ToolIn] | None = Field(default=None, max_length=512)
     tool_choice: ToolChoiceIn | None = None
     stream: bool = Field(default=False, strict=True)
@@ -116,7 +116,7 @@ def to_run_spec(body: MessagesRequest) -> RunSpec:
         messages.extend(_message(i, m))
     return run_spec(
         model=body.model, messages=tuple(messages), tools=tools, tool_choice=_choice(body.tool_choice, tools),
-        temperature=body.temperature if body.temperature is not None else 0.0, max_tokens=body.max_tokens,
+        temperature=body.temperature, max_tokens=body.max_tokens,
         options=_options(body), extras=body, stop=tuple(body.stop_sequences or ()), cache_control=body.cache_control,
         output_schema=body.output_config.format.schema_ if body.output_config and body.output_config.format else None,
         parallel_tool_calls=False if body.tool_choice and body.tool_choice.disable_parallel_tool_use else None,

@@ -153,7 +153,7 @@ async def translate(log: StreamLog, translator: Translator) -> AsyncIterator[byt
 
 
 def run_spec(*, model: str, messages: tuple[Message, ...], tools: tuple[ToolSpec, ...], tool_choice: str | None,
-             temperature: float, max_tokens: int | None, options: dict[str, Any], extras: GatewayExtras,
+             temperature: float | None, max_tokens: int | None, options: dict[str, Any], extras: GatewayExtras,
              stop: tuple[str, ...] = (), parallel_tool_calls: bool | None = None,
              cache_control: dict[str, Any] | None = None, output_schema: dict[str, Any] | None = None) -> RunSpec:
     """The canonical request, as /v1/stream builds it (validators and chunker checked: 422)."""

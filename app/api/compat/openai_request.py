@@ -38,7 +38,7 @@ def to_run_spec(body: ChatCompletionRequest) -> RunSpec:
         messages=tuple(_messages(body.messages)),
         tools=tools,
         tool_choice=choice,
-        temperature=body.temperature if body.temperature is not None else 0.0,
+        temperature=body.temperature,
         max_tokens=body.max_completion_tokens or body.max_tokens,
         options={name: getattr(body, name) for name in FORWARDED if getattr(body, name) is not None},
         extras=body,

@@ -55,7 +55,7 @@ def to_run_spec(body: ResponsesRequest, history: tuple[Message, ...] = (),
         raise FacadeError("input: the conversation needs at least one message", param="input")
     return run_spec(model=body.model, messages=tuple(messages), tools=tools,
                     tool_choice=_tool_choice(body.tool_choice, tools),
-                    temperature=body.temperature if body.temperature is not None else 0.0,
+                    temperature=body.temperature,
                     max_tokens=body.max_output_tokens, options=_options(body), extras=body)
 
 

@@ -96,7 +96,7 @@ def _echo(body: ResponsesRequest) -> dict[str, Any]:
         "reasoning": {"effort": reasoning.effort if reasoning else None,
                       "summary": (reasoning.summary or reasoning.generate_summary) if reasoning else None},
         "store": body.store if body.store is not None else True,
-        "temperature": body.temperature if body.temperature is not None else 0.0, "top_p": body.top_p,
+        "temperature": body.temperature, "top_p": body.top_p,
         "text": {"format": {"type": "text"}}, "tool_choice": body.tool_choice or "auto",
         "tools": [{"description": None, "parameters": None, "strict": None, **t} for t in body.tools or ()],
         "truncation": "disabled", "user": body.user, "metadata": body.metadata or {},

@@ -88,7 +88,7 @@ class ResponsesRequest(GatewayExtras):
     tools: list[dict[str, Any]] | None = Field(default=None, max_length=512, description="Function tools only.")
     tool_choice: Literal["auto", "none", "required"] | dict[str, Any] | None = None
     temperature: float | None = Field(default=None, strict=True, ge=0.0, le=2.0,
-                                      description="Defaults to the gateway's 0.")
+                                      description="Sent only when given: the provider's own default applies.")
     max_output_tokens: int | None = Field(default=None, strict=True, ge=1, le=1_000_000)
     reasoning: ReasoningIn | None = None
     metadata: dict[_MetadataKey, _MetadataValue] | None = Field(default=None, max_length=16,
