@@ -25,7 +25,7 @@ from app.auth.policy import MODEL_PATTERN_RE, ConfiguredKey, Price, known_valida
 from app.config_file import read_config_file
 from app.core.errors import RequestError
 from app.lifecycle import drain_budget
-from app.providers.config import CompatibleProvider, ProviderConfig, ReadLimits
+from app.providers.config import DEFAULT_MODEL_PATTERNS, CompatibleProvider, ProviderConfig, ReadLimits
 from app.routing.config import RouteConfig, check_route_deadlines, check_route_shapes
 from app.tools.config import ToolConfig, default_tools
 from app.validation import ValidatorSpec, check_specs
@@ -64,6 +64,13 @@ class Settings(BaseSettings):
                     "the drain is fitted into it: shutdown_grace_seconds defaults to it less the time for the "
                     "cut streams' finals and the server's close (8 s), and a larger one is refused.")
     aliases: dict[str, str] = Field(default_factory=dict, description="Model aliases: alias -> provider/model.")
+    model_patterns: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_MODEL_PATTERNS),
+        description="Bare model names (no `provider/`) as clients send them: glob pattern -> provider, first match "
+                    "wins; aliases win over them. On /v1/responses `openai` means openai-responses.")
+    dropin_passthrough: bool = Field(
+        default=True, description="A drop-in request whose provider speaks the facade's wire is passed through as "
+        "the client wrote it and its events relayed as sent (false: always translated; docs/drop-in.md).")
 
     # Stream log
     stream_ttl_seconds: float = Field(default=300.0, gt=0, description="How long a finished stream stays replayable.")
@@ -310,7 +317,7 @@ class Settings(BaseSettings):
             openai_api_key=self.openai_api_key, openai_base_url=self.openai_base_url,
             anthropic_api_key=self.anthropic_api_key, anthropic_base_url=self.anthropic_base_url,
             gemini_api_key=self.gemini_api_key, gemini_base_url=self.gemini_base_url,
-            compatible=tuple(self.providers), aliases=dict(self.aliases),
+            compatible=tuple(self.providers), aliases=dict(self.aliases), model_patterns=dict(self.model_patterns),
             limits=ReadLimits(max_body_bytes=self.upstream_max_body_bytes, max_event_bytes=self.upstream_max_event_bytes),
         )
 

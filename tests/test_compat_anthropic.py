@@ -45,7 +45,7 @@ def summary(message: Any, with_ids: bool) -> tuple[str, str, list[Any]]:
 
 
 async def test_every_recording_through_the_anthropic_sdk() -> None:
-    async with facade_gateway() as url, sdk(url) as client:
+    async with facade_gateway(dropin_passthrough=False) as url, sdk(url) as client:
         for rec in ALL_RECORDINGS:
             exp = expect(rec)
             model, name, with_ids = exp.model, exp.name, exp.ids
@@ -122,7 +122,7 @@ async def test_validators_through_extra_body_end_in_refusal() -> None:
 
 
 @pytest.mark.parametrize(("ask", "error", "names"), [
-    ({"messages": [{"role": "system", "content": "hi"}]}, anthropic.BadRequestError, "messages.0.role"),
+    ({"messages": [{"role": "tool", "content": "hi"}]}, anthropic.BadRequestError, "messages.0.role"),
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {
         "type": "url", "url": "http://x/y.png"}}]}]}, anthropic.UnprocessableEntityError, "messages.0.content.0"),
     ({"messages": [{"role": "user", "content": [{"type": "search_result", "source": "x", "title": "t",
@@ -221,7 +221,7 @@ async def test_the_request_maps_to_the_canonical_one() -> None:
                                          "content": [{"type": "text", "text": "sunny"}]},
                                         {"type": "text", "text": "And tomorrow?"}]}]
     tool = {"name": "weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
-    async with facade_gateway(upstream) as url, sdk(url) as client:
+    async with facade_gateway(upstream, dropin_passthrough=False) as url, sdk(url) as client:
         await client.messages.create(model="anthropic/text", max_tokens=77, system=[{"type": "text", "text": "Brief."}],
                                      messages=ask, tools=[tool], tool_choice={"type": "any"},
                                      stop_sequences=["END"], metadata={"user_id": "u1"})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -32,8 +32,11 @@ from app.streams.log import StreamLog
 from app.validation import ValidatorSpec, check_specs
 
 __all__ = ["ErrorWriter", "FacadeError", "FacadeRoute", "GatewayExtras", "Translator", "answer", "caller_call",
-           "failure", "field_path", "forwarded_fields", "open_run", "route_responses", "run_spec", "translate",
-           "validation_reason"]
+           "failure", "field_path", "forwarded_fields", "lenient", "open_run", "refuse_unknown", "route_responses",
+           "run_spec", "translate", "validation_reason"]
+
+
+_T = TypeVar("_T")
 
 
 class FacadeError(Exception):
@@ -124,6 +127,24 @@ def _first_problem(errors: Any, brackets: bool) -> tuple[str, str]:
 _TAGS = {"str", "list", "dict", "int", "float", "bool", "none", "literal"}
 
 
+def refuse_unknown(body: BaseModel) -> None:
+    """A translated request carries only the fields the facade knows: any other is a 400 naming
+    it (a same-wire request passes them through instead)."""
+    for name in body.model_extra or {}:
+        raise FacadeError(f"{name}: unrecognized request argument: {name}", param=name)
+
+
+def lenient(convert: Callable[[], _T], passthrough: bool, default: _T) -> _T:
+    """`convert()`; on a same-wire request, what cannot be translated is only left out of the
+    canonical request (records, validators), since the provider gets the client's own."""
+    try:
+        return convert()
+    except FacadeError:
+        if not passthrough:
+            raise
+        return default
+
+
 def failure(final: FinalEvent) -> tuple[str, str]:
     """The code and message of a run that did not end ok or blocked."""
     if final.error is None:
@@ -168,14 +189,15 @@ def run_spec(*, model: str, messages: tuple[Message, ...], tools: tuple[ToolSpec
 
 
 async def open_run(gateway: Gateway, spec: RunSpec, record: RequestLog, *, request: Request, principal: Principal,
-                   body: GatewayExtras, forwards: Iterable[str]) -> tuple[RunHandle, dict[str, str]]:
+                   body: GatewayExtras, forwards: Iterable[str], held: bool = True) -> tuple[RunHandle, dict[str, str]]:
     """Open the run through the same Gateway and the same admission as /v1/stream (app/api/access.py:
     the key's models, limits, ownership; GatewayError before any event), and give the x-ratelimit-*
-    headers. A refused provider option that the caller sent as a top-level field of `body` (one of
-    the facade's `forwards`) is named as that field, which is what the caller wrote."""
+    headers. `held`: the response reads the log (not a relayed stream, which has its own bound).
+    A refused provider option that the caller sent as a top-level field of `body` (one of the
+    facade's `forwards`) is named as that field, which is what the caller wrote."""
     forwarded = forwarded_fields(body, forwards, body.provider_options)
     try:
-        return await admit_and_open(request, gateway, replace(spec, keep_events=True, held=True), principal, record)
+        return await admit_and_open(request, gateway, replace(spec, keep_events=True, held=held), principal, record)
     except GatewayError as exc:
         field = exc.field
         prefix, _, key = field.partition(".") if isinstance(field, str) else ("", "", "")

@@ -95,7 +95,7 @@ REFUSED = {
 
 class ChatCompletionRequest(GatewayExtras):
     model_config = ConfigDict(
-        extra="forbid",
+        extra="allow",
         json_schema_extra={"examples": [{"model": "mock/simple", "messages": [{"role": "user", "content": "hi"}],
                                          "stream": True, "stream_options": {"include_usage": True}}]},
     )

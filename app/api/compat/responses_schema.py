@@ -28,14 +28,20 @@ class ReasoningIn(BaseModel):
 
 
 class FormatIn(BaseModel):
-    model_config = _STRICT
-    type: Literal["text"] = Field(description='Only `"text"`: structured output is refused (400 naming '
-                                              '`text.format`).')
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    type: Literal["text", "json_schema"] = Field(
+        description='`"text"`, or `"json_schema"`: structured output, translated to every provider.')
+    name: str | None = Field(default=None, max_length=64)
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema", description="The JSON Schema of the answer.")
+    description: str | None = None
+    strict: bool | None = None
 
 
 class TextIn(BaseModel):
     model_config = _STRICT
     format: FormatIn | None = None
+    verbosity: Literal["low", "medium", "high"] | None = Field(
+        default=None, description="Carried to OpenAI Responses (a same-wire request); refused elsewhere.")
 
 
 class FunctionToolIn(BaseModel):
@@ -73,7 +79,7 @@ REFUSED = {
 
 class ResponsesRequest(GatewayExtras):
     model_config = ConfigDict(
-        extra="forbid",
+        extra="allow",
         json_schema_extra={"examples": [{"model": "mock/simple", "input": "hi", "stream": True}]},
     )
 
@@ -98,7 +104,8 @@ class ResponsesRequest(GatewayExtras):
     stream: bool | None = Field(default=False, strict=True)
     stream_options: StreamOptionsIn | None = None
     text: TextIn | None = None
-    include: list[str] | None = Field(default=None, description="Only empty: nothing extra is included.")
+    include: list[str] | None = Field(default=None, description="Carried to OpenAI Responses; elsewhere only "
+                                      "`reasoning.encrypted_content` (a no-op where the provider has none).")
     truncation: Literal["disabled"] | None = Field(default=None, description='Only `"disabled"`.')
 
     # Forwarded as provider options (see FORWARDED)
