@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from starlette.responses import Response
 
 from app.api.access import open_run as admit_and_open
-from app.api.middleware import RequestLog
+from app.api.middleware import RequestLog, note_refusal
 from app.api.readers import events_or_gone
 from app.api.responses import JSON, final_status_code
 from app.api.schemas import refuse_invalid_unicode
@@ -76,10 +76,13 @@ class FacadeRoute(APIRoute):
                 return await handler(request)
             except RequestValidationError as exc:
                 message, param = _first_problem(exc.errors(), brackets)
+                note_refusal(request.scope, "invalid_request", param, message)
                 return writer.request_error(message, param, 400, None)
             except FacadeError as exc:
+                note_refusal(request.scope, exc.code, exc.param, exc.message)
                 return writer.request_error(exc.message, exc.param, exc.status, exc.code)
             except GatewayError as exc:
+                note_refusal(request.scope, exc.code, exc.field if isinstance(exc.field, str) else None, exc.message)
                 response = writer.gateway_error(exc)
                 response.headers.update(getattr(exc, "headers", None) or {})  # AccessDenied: WWW-Authenticate, x-ratelimit-*
                 return response
