@@ -111,7 +111,7 @@ def to_run_spec(body: MessagesRequest, *, passthrough: bool = False) -> RunSpec:
     """The canonical request. `passthrough`: Anthropic gets the client's own request; what does not
     translate is only left out of the canonical one (records, validators)."""
     if not passthrough:
-        refuse_unknown(body)
+        refuse_unknown(body, brackets=False)
     specs: list[ToolSpec] = []
     for i, tool in enumerate(body.tools or ()):
         specs += lenient(lambda: [_tool(i, tool)], passthrough, [])  # noqa: B023

@@ -130,11 +130,20 @@ def _first_problem(errors: Any, brackets: bool) -> tuple[str, str]:
 _TAGS = {"str", "list", "dict", "int", "float", "bool", "none", "literal"}
 
 
-def refuse_unknown(body: BaseModel) -> None:
-    """A translated request carries only the fields the facade knows: any other is a 400 naming
-    it (a same-wire request passes them through instead)."""
+def refuse_unknown(body: BaseModel, path: str = "", brackets: bool = True) -> None:
+    """A translated request carries only the fields the facade knows, at any depth: any other is a
+    400 naming it (a same-wire request passes them through instead)."""
     for name in body.model_extra or {}:
-        raise FacadeError(f"{name}: unrecognized request argument: {name}", param=name)
+        where = f"{path}.{name}" if path else name
+        raise FacadeError(f"{where}: unrecognized request argument: {where}", param=where)
+    for name in type(body).model_fields:
+        value, where = getattr(body, name), f"{path}.{name}" if path else name
+        if isinstance(value, BaseModel):
+            refuse_unknown(value, where, brackets)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    refuse_unknown(item, f"{where}[{i}]" if brackets else f"{where}.{i}", brackets)
 
 
 def lenient(convert: Callable[[], _T], passthrough: bool, default: _T) -> _T:

@@ -13,7 +13,9 @@ from app.api.compat.common import GatewayExtras
 
 __all__ = ["FORWARDED", "REFUSED", "FunctionToolIn", "ReasoningIn", "ResponsesRequest", "TextIn"]
 
-_STRICT = ConfigDict(extra="forbid")
+_STRICT = ConfigDict(extra="allow")
+"""Nested fields the facade does not know pass through to an OpenAI Responses model; translated,
+they are refused by name (`refuse_unknown`)."""
 _Items = Annotated[list[dict[str, Any]], Field(min_length=1, max_length=10_000)]
 _MetadataKey = Annotated[str, StringConstraints(max_length=64)]
 _MetadataValue = Annotated[str, StringConstraints(max_length=512)]
@@ -28,7 +30,7 @@ class ReasoningIn(BaseModel):
 
 
 class FormatIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
     type: Literal["text", "json_schema"] = Field(
         description='`"text"`, or `"json_schema"`: structured output, translated to every provider.')
     name: str | None = Field(default=None, max_length=64)
