@@ -151,3 +151,35 @@ async def test_across_formats_an_unknown_field_is_refused_by_name(path: str, bod
     answer = await _post(upstream, path, body)
     assert answer.status_code == 400
     assert field in answer.text and not upstream.requests
+
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+          "additionalProperties": False}
+
+
+@pytest.mark.parametrize("model", ["anthropic/text", "openai/text-include-usage", "gemini/text"])
+async def test_responses_structured_output_is_translated_across_formats(model: str) -> None:
+    """`text.format` json_schema (responses.parse, the Agents SDK's output_type, pydantic-ai's
+    NativeOutput) becomes the target's structured output."""
+    upstream = RecordedUpstream()
+    answer = await _post(upstream, "/v1/responses", {
+        "model": model, "input": "Capital of France?", "include": ["reasoning.encrypted_content"],
+        "text": {"format": {"type": "json_schema", "name": "city", "schema": SCHEMA, "strict": True}}})
+    assert answer.status_code == 200, answer.text
+    sent = upstream.requests[-1]
+    if model.startswith("anthropic/"):
+        assert sent["output_config"]["format"] == {"type": "json_schema", "schema": SCHEMA}
+    elif model.startswith("openai/"):
+        assert sent["response_format"]["json_schema"]["schema"] == SCHEMA
+    else:
+        assert sent["generationConfig"]["responseJsonSchema"] == SCHEMA
+    assert answer.json()["text"]["format"]["type"] == "json_schema"
+
+
+async def test_a_system_message_inside_messages_is_translated() -> None:
+    upstream = RecordedUpstream()
+    translated = {k: v for k, v in CLAUDE_CODE.items() if k not in ("context_management", "thinking")}
+    answer = await _post(upstream, "/v1/messages", {**translated, "model": "openai/text-include-usage"})
+    assert answer.status_code == 200, answer.text
+    roles = [m["role"] for m in upstream.requests[-1]["messages"]]
+    assert roles[:3] == ["system", "user", "system"]
