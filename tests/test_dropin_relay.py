@@ -156,3 +156,19 @@ async def test_message_start_and_each_fragment_reach_a_messages_client_as_they_c
     assert len(arrived) == len(FRAGMENTS)
     lags = [a - s for a, s in zip(arrived, upstream.sent, strict=True)]
     assert max(lags) < 2.0, lags  # a guard far above the 0.3 s the design asks for (shared CPU)
+
+
+async def test_a_rewriting_validator_turns_the_relay_off() -> None:
+    """`pii` with `action: redact` may release text other than the provider's, which its own
+    events carry: the run's answer is translated instead (the gateway's ids), still passed through
+    upstream; a judging validator keeps the relay (the provider's ids)."""
+    upstream = RecordedUpstream()
+    ask = {"model": "openai/text-include-usage", "messages": HI, "stream": True}
+    redact = {"validators": [{"name": "pii", "config": {"action": "redact"}}]}
+    async with facade_gateway(upstream) as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        translated = await http.post("/v1/chat/completions", json={**ask, **redact})
+        relayed = await http.post("/v1/chat/completions", json={**ask, **deny("nothing-matches-this")})
+    first = [orjson.loads(d) for _, d in events(translated.content) if d != "[DONE]"][0]
+    assert first["id"] == "chatcmpl-" + translated.headers["x-stream-id"]
+    assert orjson.loads(events(relayed.content)[0][1])["id"] == "chatcmpl-C2P1wP1damHwC6sXvGAIh5PMvH6wM"
+    assert "validators" not in upstream.requests[0] and upstream.requests[0]["messages"] == HI
