@@ -30,6 +30,7 @@ from app.run import Run, RunPlan
 from app.settings import Settings
 from app.streams.errors import RunTags
 from app.streams.memory import StreamStore
+from app.streams.relay import Relay
 from app.tools import ToolRegistry
 from app.validation import Gate, PassThroughGate, ValidatorSpec
 
@@ -107,6 +108,9 @@ class RunOpener:
             spec = replace(spec, request=replace(spec.request, tools=(*spec.tools, *tools.specs)))
         gate = self.gate_factory(spec) or _PASS_THROUGH
         request = replace(spec.request, model=primary.upstream_model)
+        passthrough = request.passthrough
+        if passthrough is not None and passthrough.relay and gate.rewrites:  # a redaction needs translation
+            request = replace(request, passthrough=replace(passthrough, relay=False))
         try:
             upstream = await session.open_stream(request)
         except (GatewayError, asyncio.CancelledError) as exc:
@@ -127,7 +131,8 @@ class RunOpener:
         plan = RunPlan(model=model, provider=served.provider, adapter=session, request=request, max_steps=max_steps,
                        request_id=request_id, started=started, started_at=started_at, route=session,
                        owner=spec.owner, price=self._price(model), observers=(*self.observers, *observers))
-        return Run(plan, log=log, upstream=upstream, gate=gate, tools=tools, transcript=transcript)
+        relay = Relay() if request.passthrough is not None and request.passthrough.relay else None
+        return Run(plan, log=log, upstream=upstream, gate=gate, tools=tools, transcript=transcript, relay=relay)
 
     def _not_opened(self, spec: RunSpec, session: RouteSession, request: ProviderRequest,
                     exc: GatewayError | asyncio.CancelledError, started: float, started_at: float,

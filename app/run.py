@@ -35,6 +35,7 @@ from app.core.events import (
     FinalEvent,
     FinalStatus,
     ReasoningBlockEnd,
+    RelayedFrame,
     StartEvent,
     StopReason,
     StreamEvent,
@@ -48,6 +49,7 @@ from app.observability import get_logger
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, response_events
 from app.streams.errors import CANCELLED_BY_REQUEST
 from app.streams.log import StreamLog
+from app.streams.relay import Relay
 from app.tools import Execution, RunTools
 from app.validation import Blocked, Gate
 
@@ -118,9 +120,11 @@ class _Progress:
 
 class Run:
     def __init__(self, plan: RunPlan, *, log: StreamLog, upstream: PatchStream, gate: Gate, tools: RunTools,
-                 transcript: Transcript) -> None:
+                 transcript: Transcript, relay: Relay | None = None) -> None:
         self.plan = plan
         self.log = log
+        self.relay = relay
+        """The provider's own events for a same-wire facade (app/streams/relay.py), when it relays."""
         self.gate = gate
         self.tools = tools
         self.transcript = transcript
@@ -195,7 +199,7 @@ class Run:
         """One provider response: upstream -> accumulator -> gate -> log. `start` and the first
         batch reach the log before the first wait, so a reader takes them in one send. A lagging
         reader that holds the log pauses the run here (flow control, `StreamLog.room`)."""
-        admit, emit, log = self.gate.admit_all, self._emit, self.log
+        admit, emit, log, relay = self.gate.admit_all, self._emit, self.log, self.relay
         async with contextlib.aclosing(response_events(self.upstream, self.accumulator)) as batches:
             async for events in batches:
                 released = await admit(events)
@@ -203,6 +207,8 @@ class Run:
                     emit(released)
                     if log.lagging:  # the reader that owns the run lags: wait for it, not the upstream
                         await log.room()
+                    if relay is not None and relay.lagging:
+                        await relay.room()
 
     def _emit(self, events: list[StreamEvent]) -> None:
         """Append released events to the log (and the transcript, and what was released). A
@@ -210,6 +216,10 @@ class Run:
         tally, observe, append, keep = self._progress.events, self.transcript.observe, self.log.append, \
             self.released.observe
         for event in events:
+            if event.__class__ is RelayedFrame:
+                if self.relay is not None:
+                    self.relay.push(event.frame)
+                continue
             if event.__class__ is ReasoningBlockEnd:
                 keep(event)
                 continue
@@ -274,7 +284,9 @@ class Run:
         choice = first.tool_choice
         if choice not in (None, "auto", "none"):
             choice = None  # "required" or a named tool applies to the first step: it would loop forever
-        request = replace(first, messages=(*first.messages, *self.released.added), tool_choice=choice)
+        # a later step is the gateway's own request (the conversation grew): never the client's as sent
+        request = replace(first, messages=(*first.messages, *self.released.added), tool_choice=choice,
+                          passthrough=None)
         progress.steps += 1
         self.transcript.step = progress.steps
         upstream = await self.plan.adapter.open_stream(request)
@@ -337,6 +349,8 @@ class Run:
             except Exception:  # the final itself cannot be encoded: a bare one says so
                 final = self._bare_final("error", _INTERNAL)
                 self.log.append(final)
+            if self.relay is not None:
+                self.relay.finish(final)
             self.transcript.finish(status=final.status, stop_reason=final.stop_reason, usage=final.usage,
                                    steps=progress.steps)
             self._report(final, time.perf_counter() - self.plan.started)

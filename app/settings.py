@@ -26,7 +26,7 @@ from app.auth.policy import MODEL_PATTERN_RE, ConfiguredKey, Price, known_valida
 from app.config_file import read_config_file
 from app.core.errors import RequestError
 from app.lifecycle import drain_budget
-from app.providers.config import BaseUrl, CompatibleProvider, ProviderConfig, ReadLimits
+from app.providers.config import DEFAULT_MODEL_PATTERNS, BaseUrl, CompatibleProvider, ProviderConfig, ReadLimits
 from app.records.urls import DatabaseUrl
 from app.redis_client import RedisUrl
 from app.routing.config import RouteConfig, check_route_deadlines, check_route_shapes
@@ -41,21 +41,19 @@ class Settings(BaseSettings):
                                       env_ignore_empty=True)
 
     # HTTP edge
-    max_body_bytes: int = Field(default=1 << 20, ge=1024, description="Largest accepted request body "
-                                "(besides its image and document parts: media_request_max_bytes).")
-    media_part_max_bytes: int = Field(default=10 << 20, ge=0, description="Largest image or document part "
-                                      "(decoded bytes); a larger one is 413 naming the part.")
+    max_body_bytes: int = Field(default=1 << 20, ge=1024, description=(
+        "Largest accepted request body (besides its image and document parts: media_request_max_bytes)."))
+    media_part_max_bytes: int = Field(default=10 << 20, ge=0, description=(
+        "Largest image or document part (decoded bytes); a larger one is 413 naming the part."))
     media_request_max_bytes: int = Field(
         default=20 << 20, ge=0, description="Most image and document bytes (decoded) in one request: 413 naming "
         "the part past it. The body may pass max_body_bytes by these parts' base64, and by nothing else.")
     ping_seconds: float = Field(default=5.0, gt=0, description="SSE keep-alive comment after this much silence.")
-    request_timeout_seconds: float = Field(
-        default=30.0, gt=0, le=3600, description="Longest a request's head and body may take to arrive (from the "
-                                                 "connection or the request's first byte); then 408 and closed. "
-                                                 "Applied by `foundry-gateway serve`.")
-    send_timeout_seconds: float = Field(
-        default=30.0, gt=0, description="An SSE reader whose send is stuck this long (it stopped reading) is dropped."
-    )
+    request_timeout_seconds: float = Field(default=30.0, gt=0, le=3600, description=(
+        "Longest a request's head and body may take to arrive (from the connection or the request's first byte); then "
+        "408 and closed. Applied by `foundry-gateway serve`."))
+    send_timeout_seconds: float = Field(default=30.0, gt=0, description=(
+        "An SSE reader whose send is stuck this long (it stopped reading) is dropped."))
     shutdown_grace_seconds: float = Field(
         default=5.0, ge=0, le=300,
         description="On SIGTERM, running streams get this long to finish (readyz 503, new runs refused); then "
@@ -67,16 +65,20 @@ class Settings(BaseSettings):
                     "the drain is fitted into it: shutdown_grace_seconds defaults to it less the time for the "
                     "cut streams' finals and the server's close (8 s), and a larger one is refused.")
     aliases: dict[str, str] = Field(default_factory=dict, description="Model aliases: alias -> provider/model.")
+    model_patterns: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_MODEL_PATTERNS), description=(
+        "Bare model names (no `provider/`) as clients send them: glob pattern -> provider, first match wins; aliases "
+        "win over them. On /v1/responses `openai` means openai-responses."))
+    dropin_passthrough: bool = Field(default=True, description=(
+        "A drop-in request whose provider speaks the facade's wire is passed through as the client wrote it and its "
+        "events relayed as sent (false: always translated; docs/drop-in.md)."))
 
     # Stream log
     stream_ttl_seconds: float = Field(default=300.0, gt=0, description="How long a finished stream stays replayable.")
     max_stream_events: int = Field(default=100_000, ge=16, description="Events kept per stream (oldest dropped past it).")
     max_stream_bytes: int = Field(default=8 << 20, ge=4096, description="Encoded bytes kept per stream.")
     max_streams: int = Field(default=10_000, ge=1, description="Streams kept in the store at once.")
-    max_store_bytes: int = Field(
-        default=256 << 20, ge=4096,
-        description="Encoded bytes kept by all streams together; past it the oldest finished streams are evicted.",
-    )
+    max_store_bytes: int = Field(default=256 << 20, ge=4096, description=(
+        "Encoded bytes kept by all streams together; past it the oldest finished streams are evicted."))
 
     # Shared stream store (unset: streams live in this process's memory)
     redis_url: RedisUrl | None = Field(
@@ -109,10 +111,9 @@ class Settings(BaseSettings):
     upstream_max_event_bytes: int = Field(
         default=1 << 20, ge=1024, le=1 << 30, description="Longest upstream SSE line, and most data in one upstream "
                                                           "SSE event; past it the run ends `upstream_protocol_error`.")
-    upstream_max_idle_lines: int = Field(
-        default=10_000, ge=10, le=10_000_000, description="Most upstream SSE lines that carry nothing (blank lines, "
-                                                          "comments, ignored fields) before an event, and in one read; "
-                                                          "past it the run ends `upstream_protocol_error`.")
+    upstream_max_idle_lines: int = Field(default=10_000, ge=10, le=10_000_000, description=(
+        "Most upstream SSE lines that carry nothing (blank lines, comments, ignored fields) before an event, and in one "
+        "read; past it the run ends `upstream_protocol_error`."))
     openai_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key"),
         description="OpenAI's key: serves `openai/*` and `openai-responses/*` (unset: not served).")
@@ -181,16 +182,10 @@ class Settings(BaseSettings):
     default_chunking: str = Field(default="sentence", description="Chunker when a request names none.")
 
     # Gateway-executed tools (app/tools/config.py has the format; JSON list in FOUNDRY_TOOLS)
-    tools: list[ToolConfig] = Field(
-        default_factory=default_tools,
-        description="Tools the gateway offers to the model and runs itself. Default: the built-in calculator "
-                    "for the mock provider only.",
-    )
-    max_steps: int = Field(
-        default=8, ge=1, le=100,
-        description="Most provider calls one run may make when the gateway runs tools: the default and the cap "
-                    "of the request's max_steps.",
-    )
+    tools: list[ToolConfig] = Field(default_factory=default_tools, description=(
+        "Tools the gateway offers to the model and runs itself. Default: the built-in calculator for the mock provider only."))
+    max_steps: int = Field(default=8, ge=1, le=100, description=(
+        "Most provider calls one run may make when the gateway runs tools: the default and the cap of the request's max_steps."))
     tool_max_output_chars: int = Field(
         default=100_000, ge=100,
         description="A gateway-run tool's output is cut past this many characters before the model sees it "
@@ -240,9 +235,9 @@ class Settings(BaseSettings):
     key_cache_seconds: float = Field(default=2.0, gt=0, le=300, description=(
         "How long a key lookup is cached: revocations reach every replica within this time."))
     concurrency_lease_seconds: float = Field(default=600.0, gt=0, description="A dead replica's concurrency slots go after this.")
-    output_estimate_tokens: int = Field(
-        default=1024, ge=1, le=1_000_000, description="Output tokens a run without max_tokens is expected to take: "
-        "reserved (with its prompt, at its price) from its key's tokens per minute and budget until it ends.")
+    output_estimate_tokens: int = Field(default=1024, ge=1, le=1_000_000, description=(
+        "Output tokens a run without max_tokens is expected to take: reserved (with its prompt, at its price) from its "
+        "key's tokens per minute and budget until it ends."))
     prices: dict[str, Price] = Field(
         default_factory=dict, description="USD per million tokens by model or pattern (`openai/gpt-4o`, "
                                           "`mock/*`): {input, output, cache_read, cache_write}.")
@@ -322,7 +317,7 @@ class Settings(BaseSettings):
             openai_api_key=self.openai_api_key, openai_base_url=self.openai_base_url,
             anthropic_api_key=self.anthropic_api_key, anthropic_base_url=self.anthropic_base_url,
             gemini_api_key=self.gemini_api_key, gemini_base_url=self.gemini_base_url,
-            compatible=tuple(self.providers), aliases=dict(self.aliases),
+            compatible=tuple(self.providers), aliases=dict(self.aliases), model_patterns=dict(self.model_patterns),
             limits=ReadLimits(max_body_bytes=self.upstream_max_body_bytes, max_event_bytes=self.upstream_max_event_bytes,
                               max_idle_lines=self.upstream_max_idle_lines),
         )

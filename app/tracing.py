@@ -114,7 +114,7 @@ class Tracing:
 
     # -- spans ------------------------------------------------------------------------------
 
-    def start_run(self, *, model: str, messages: tuple[Message, ...], temperature: float,
+    def start_run(self, *, model: str, messages: tuple[Message, ...], temperature: float | None,
                   max_tokens: int | None, parent: Context | None) -> RunTrace:
         """The run's span, started now (the request's time): its parent is the caller's context."""
         span = self.tracer.start_span(f"chat {model}", context=parent, kind=self.api.SpanKind.SERVER,
@@ -232,9 +232,10 @@ class RunTrace:
         span.end(end_time=time.time_ns())
 
 
-def _request_attributes(model: str, temperature: float, max_tokens: int | None) -> dict[str, Any]:
-    attributes: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
-                                  "gen_ai.request.temperature": temperature}
+def _request_attributes(model: str, temperature: float | None, max_tokens: int | None) -> dict[str, Any]:
+    attributes: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
+    if temperature is not None:
+        attributes["gen_ai.request.temperature"] = temperature
     if max_tokens is not None:
         attributes["gen_ai.request.max_tokens"] = max_tokens
     return attributes

@@ -48,6 +48,10 @@ class RecordedUpstream:
 
     hold: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    """Each request's headers (lower-case names), beside its body in `requests`."""
+    queries: list[str] = field(default_factory=list)
+    """Each request's query string."""
     closed: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def _reply(self, provider: str, model: str) -> Response:
@@ -68,6 +72,8 @@ class RecordedUpstream:
     async def _json_model(self, request: Request, provider: str) -> Response:
         body = await request.json()
         self.requests.append(body)
+        self.headers.append(dict(request.headers))
+        self.queries.append(request.url.query)
         return await self._reply(provider, body["model"])
 
     async def chat(self, request: Request) -> Response:

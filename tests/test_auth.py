@@ -502,13 +502,17 @@ async def test_models_lists_only_what_the_calling_key_may_use() -> None:
             return [m["id"] for m in response.json()["data"]]
 
         everything = await ids(ADMIN)  # the admin key sees every served model
+        # with the bare-name patterns clients use (`claude-*`, `gpt-*`: settings.model_patterns)
         assert everything == ["mock/simple", "mock/tool_call", "mock/echo", "mock/lorem-100", "deep", "fast",
-                              "anthropic/*", "openai/*", "openai-responses/*"]
+                              "anthropic/*", "claude-*", "openai/*", "gpt-*", "o[0-9]*", "codex-*", "chatgpt-*",
+                              "openai-responses/*"]
         narrow = (await make_key(client, models=["mock/simple", "openai/gpt-4o-mini"]))["key"]
-        assert await ids(narrow) == ["mock/simple", "fast", "openai/gpt-4o-mini"]  # the alias's target is allowed
-        assert await ids(narrow, anthropic=True) == ["mock/simple", "fast", "openai/gpt-4o-mini"]
+        # the alias's target is allowed; the exact model also by its bare name
+        assert await ids(narrow) == ["mock/simple", "fast", "openai/gpt-4o-mini", "gpt-4o-mini"]
+        assert await ids(narrow, anthropic=True) == ["mock/simple", "fast", "openai/gpt-4o-mini", "gpt-4o-mini"]
         wide = (await make_key(client, models=["mock/*", "anthropic/*"]))["key"]
-        assert await ids(wide) == ["mock/simple", "mock/tool_call", "mock/echo", "mock/lorem-100", "deep", "anthropic/*"]
+        assert await ids(wide) == ["mock/simple", "mock/tool_call", "mock/echo", "mock/lorem-100", "deep", "anthropic/*",
+                                   "claude-*"]
         assert (await client.get("/v1/models/openai/gpt-4o-mini", headers=bearer(narrow))).status_code == 200
         refused = await client.get("/v1/models/openai/gpt-4o-mini", headers=bearer(wide))
         assert refused.status_code == 404 and refused.json()["error"]["code"] == "model_not_found"

@@ -45,7 +45,7 @@ def summary(message: Any, with_ids: bool) -> tuple[str, str, list[Any]]:
 
 
 async def test_every_recording_through_the_anthropic_sdk() -> None:
-    async with facade_gateway() as url, sdk(url) as client:
+    async with facade_gateway(dropin_passthrough=False) as url, sdk(url) as client:
         for rec in ALL_RECORDINGS:
             exp = expect(rec)
             model, name, with_ids = exp.model, exp.name, exp.ids
@@ -122,7 +122,7 @@ async def test_validators_through_extra_body_end_in_refusal() -> None:
 
 
 @pytest.mark.parametrize(("ask", "error", "names"), [
-    ({"messages": [{"role": "system", "content": "hi"}]}, anthropic.BadRequestError, "messages.0.role"),
+    ({"messages": [{"role": "tool", "content": "hi"}]}, anthropic.BadRequestError, "messages.0.role"),
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {
         "type": "url", "url": "http://x/y.png"}}]}]}, anthropic.UnprocessableEntityError, "messages.0.content.0"),
     ({"messages": [{"role": "user", "content": [{"type": "search_result", "source": "x", "title": "t",
@@ -195,13 +195,17 @@ async def test_the_wire_format() -> None:
         frames = [f.split("\n") for f in response.text.split("\n\n") if f and not f.startswith(":")]
         events = [(f[0].removeprefix("event: "), json.loads(f[1].removeprefix("data: "))) for f in frames]
         assert all(name == data["type"] for name, data in events)
+        # the tool's argument fragments stream as they come (one delta each), not held until the call is whole
+        tool_deltas = [data["delta"] for name, data in events[6:-3]]
         assert [name for name, _ in events] == [
             "message_start", "ping", "content_block_start", "content_block_delta", "content_block_stop",
-            "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"]
+            "content_block_start", *["content_block_delta"] * len(tool_deltas), "content_block_stop",
+            "message_delta", "message_stop"]
         assert events[5][1]["content_block"] == {"type": "tool_use", "id": "call_mock_1", "name": "calculator",
                                                  "input": {}}
-        assert events[6][1]["delta"] == {"type": "input_json_delta", "partial_json": '{"expression":"2 + 2"}'}
-        assert events[8][1]["delta"]["stop_reason"] == "tool_use"
+        assert len(tool_deltas) > 1 and {d["type"] for d in tool_deltas} == {"input_json_delta"}
+        assert json.loads("".join(d["partial_json"] for d in tool_deltas)) == {"expression": "2 + 2"}
+        assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
         paused = (await http.post("/v1/messages", json={"model": "mock/tool_call", "max_tokens": 64, "messages": HI,
                                                         "max_steps": 1})).json()
         assert paused["stop_reason"] == "pause_turn" and paused["content"] == [{"type": "text",
@@ -221,7 +225,7 @@ async def test_the_request_maps_to_the_canonical_one() -> None:
                                          "content": [{"type": "text", "text": "sunny"}]},
                                         {"type": "text", "text": "And tomorrow?"}]}]
     tool = {"name": "weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
-    async with facade_gateway(upstream) as url, sdk(url) as client:
+    async with facade_gateway(upstream, dropin_passthrough=False) as url, sdk(url) as client:
         await client.messages.create(model="anthropic/text", max_tokens=77, system=[{"type": "text", "text": "Brief."}],
                                      messages=ask, tools=[tool], tool_choice={"type": "any"},
                                      stop_sequences=["END"], metadata={"user_id": "u1"})

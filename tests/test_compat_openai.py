@@ -45,7 +45,8 @@ def calls_of(message: Any, *, with_ids: bool) -> list[tuple[str | None, str, dic
 
 async def test_every_recording_through_the_openai_sdk() -> None:
     assert any(expect(r).usage["cache_read_tokens"] for r in ALL_RECORDINGS)  # cached tokens are exercised
-    async with facade_gateway() as url, sdk(url) as client:
+    # Translated, same-wire routes too (the operator's switch): tests/test_dropin_relay.py relays them
+    async with facade_gateway(dropin_passthrough=False) as url, sdk(url) as client:
         for exp in map(expect, ALL_RECORDINGS):
             model, name, with_ids = exp.model, exp.name, exp.ids
             expected_usage = exp.usage_of("input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens")
@@ -249,7 +250,7 @@ async def test_the_request_maps_to_the_canonical_one() -> None:
            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
     tool = {"type": "function", "function": {"name": "weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-    async with facade_gateway(upstream) as url, sdk(url) as client:
+    async with facade_gateway(upstream, dropin_passthrough=False) as url, sdk(url) as client:
         await client.chat.completions.create(
             model="openai/text-include-usage", messages=ask, tools=[tool], temperature=0.3,
             tool_choice={"type": "function", "function": {"name": "weather"}}, max_completion_tokens=50,

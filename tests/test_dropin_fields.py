@@ -117,7 +117,8 @@ async def test_the_chat_facade_carries_strict_parallel_and_stop(stream: bool) ->
             sent = upstream.requests[-1]
             if model.startswith("openai/"):
                 assert sent["tools"][0]["function"]["strict"] is True
-                assert sent["parallel_tool_calls"] is False and sent["stop"] == ["STOP"]
+                # a same-wire request goes as the client wrote it (DESIGN.md section 10)
+                assert sent["parallel_tool_calls"] is False and sent["stop"] == "STOP"
             else:
                 assert sent["tools"][0]["strict"] is True
                 assert sent["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}

@@ -131,7 +131,8 @@ def test_gemini_request_body_and_options() -> None:
     assert body["toolConfig"] == {"functionCallingConfig": {"mode": "AUTO"}}
     assert body["safetySettings"] == [{"category": "X", "threshold": "Y"}]
     assert body["systemInstruction"]["parts"][0] == {"text": "Be brief."}
-    plain = gemini_request(request())
+    assert gemini_request(request())["generationConfig"] == {}  # none asked for: none invented
+    plain = gemini_request(request(temperature=0.0))
     assert plain == {"contents": [{"role": "user", "parts": [{"text": "Hi"}]}], "generationConfig": {"temperature": 0.0}}
 
 

@@ -187,7 +187,7 @@ def test_stream_params() -> None:
         "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "max_completion_tokens": 9,
         "seed": 7, "response_format": {"type": "json_object"},
     }
-    compat = stream_params(_request(max_tokens=5), include_usage=False, max_tokens_field="max_tokens")
+    compat = stream_params(_request(max_tokens=5, temperature=0.0), include_usage=False, max_tokens_field="max_tokens")
     assert compat == {"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}], "stream": True,
                       "temperature": 0.0, "max_tokens": 5}
 

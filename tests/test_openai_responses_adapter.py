@@ -112,8 +112,9 @@ def test_reasoning_options_and_temperature_on_reasoning_models() -> None:
     body = responses_request(request(options={"reasoning_effort": "high", "reasoning_summary": "detailed"}))
     assert body["reasoning"] == {"effort": "high", "summary": "detailed"} and "temperature" not in body
     for model in ("o3-mini", "gpt-5", "gpt-5-nano", "o4-mini"):
-        assert "temperature" not in responses_request(request(model))
-    assert responses_request(request("gpt-4.1"))["temperature"] == 0.0
+        assert "temperature" not in responses_request(request(model, temperature=0.0))
+    assert responses_request(request("gpt-4.1", temperature=0.0))["temperature"] == 0.0
+    assert "temperature" not in responses_request(request("gpt-4.1"))  # none asked for: none invented
 
 
 def test_provider_options_pass_through_and_may_drop_fields() -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api.middleware import note_refusal
 from app.api.responses import JSON
 from app.core.errors import GatewayError, RequestError
 from app.core.parts import CONTENT_TAGS, PART_KINDS
@@ -83,11 +85,15 @@ def _validation_response(exc: RequestValidationError) -> JSON:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(GatewayError)
     async def _gateway(request: Request, exc: GatewayError) -> JSON:
+        note_refusal(request.scope, exc.code, exc.field if isinstance(exc.field, str) else None, exc.message)
         return gateway_error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSON:
-        return _validation_response(exc)
+        response = _validation_response(exc)
+        error = orjson.loads(response.body)["error"]
+        note_refusal(request.scope, error["code"], error.get("field"), error["message"])
+        return response
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSON:

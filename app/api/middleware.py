@@ -16,13 +16,23 @@ import orjson
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.core.secrets import scrub
 from app.observability import Metrics, get_logger
 from app.tracing import Tracing
 
 if TYPE_CHECKING:
     from app.run import Run
 
-__all__ = ["RequestContextMiddleware", "RequestLog"]
+__all__ = ["RequestContextMiddleware", "RequestLog", "note_refusal"]
+
+_MAX_MESSAGE = 300
+
+
+def note_refusal(scope: Scope, code: str | None, field: str | None, message: str) -> None:
+    """The request's log line (if the middleware made one) says why it was refused."""
+    record = scope.get("state", {}).get("record")
+    if isinstance(record, RequestLog):
+        record.refused(code, field, message)
 
 
 @dataclass(slots=True)
@@ -41,9 +51,18 @@ class RequestLog:
     key_name: str | None = None
     trace_id: str | None = None
     """The run's trace id (app/tracing.py), when tracing is on and the request started a run."""
+    refusal: dict[str, str] | None = None
+    """Why the request was refused before any run (error code, field, scrubbed message)."""
+
+    def refused(self, code: str | None, field: str | None, message: str) -> None:
+        """Explain a refusal in the log line: its code, field and message, scrubbed of secrets."""
+        self.refusal = {"error_code": code or "invalid_request", "error_field": field or "",
+                        "error_message": scrub(message)[:_MAX_MESSAGE]}
 
     def fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {"request_id": self.request_id, "method": self.method, "path": self.path}
+        if self.refusal is not None:
+            out.update(self.refusal)
         if self.trace_id is not None:
             out["trace_id"] = self.trace_id
         if self.key_id is not None:

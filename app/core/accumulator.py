@@ -33,6 +33,7 @@ from app.core.errors import UpstreamError
 from app.core.events import (
     ReasoningBlockEnd,
     ReasoningEvent,
+    RelayedFrame,
     StopReason,
     StreamEvent,
     TokenEvent,
@@ -51,6 +52,7 @@ from app.core.patches import (
     ReasoningDelta,
     ReasoningEnd,
     ReasoningStart,
+    Relay,
     TextDelta,
     TextEnd,
     TextStart,
@@ -148,6 +150,7 @@ class Accumulator:
             "message_delta": self._message_delta,
             "message_end": self._message_end,
             "ignored": self._ignored,
+            "relay": self._relay,
         }
 
     # -- the contract ---------------------------------------------------------------------
@@ -373,6 +376,9 @@ class Accumulator:
         if self.block_ends:  # blocks the provider never closed end with the response
             out.extend(ReasoningBlockEnd(block=self._reasoning_block(state)) for state in self._reasoning.values())
         self.completed = True
+
+    def _relay(self, p: Relay, out: list[StreamEvent]) -> None:
+        out.append(RelayedFrame(frame=p.frame))
 
     def _ignored(self, p: Ignored, out: list[StreamEvent]) -> None:
         self.ignored[p.what] += 1

@@ -29,6 +29,7 @@ __all__ = [
     "FinalStatus",
     "ReasoningBlockEnd",
     "ReasoningEvent",
+    "RelayedFrame",
     "StartEvent",
     "StopReason",
     "StreamEvent",
@@ -373,4 +374,17 @@ class FinalEvent:
         return out
 
 
-StreamEvent = StartEvent | TokenEvent | ReasoningEvent | ToolCallEvent | ToolResultEvent | FinalEvent
+@dataclass(slots=True, frozen=True, kw_only=True)
+class RelayedFrame:
+    """Internal to the pipeline, never written to the log: a provider's own event (its SSE frame)
+    that a same-wire facade relays. It passes the gate in order, behind any held text, and goes to
+    the run's relay (app/streams/relay.py) instead of the log."""
+
+    type: Literal["relay"] = "relay"
+    frame: bytes
+
+    def data(self) -> dict[str, str]:
+        return {"frame": self.frame.decode("utf-8", "replace")}
+
+
+StreamEvent = StartEvent | TokenEvent | ReasoningEvent | ToolCallEvent | ToolResultEvent | FinalEvent | RelayedFrame

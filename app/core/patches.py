@@ -25,6 +25,7 @@ __all__ = [
     "ReasoningDelta",
     "ReasoningEnd",
     "ReasoningStart",
+    "Relay",
     "TextDelta",
     "TextEnd",
     "TextStart",
@@ -227,6 +228,16 @@ class Ignored:
     """A short, bounded label, e.g. `anthropic:signature_delta_on_text`."""
 
 
+@dataclass(slots=True, kw_only=True)
+class Relay:
+    """A provider event as the upstream sent it (its SSE frame), for a facade that speaks the
+    provider's own wire to pass on. It follows the patches made from the same event, so it goes
+    through the gate behind the text it carries (DESIGN.md section 10)."""
+
+    kind: Literal["relay"] = "relay"
+    frame: bytes
+
+
 Patch = (
     MessageStart
     | TextStart
@@ -244,4 +255,5 @@ Patch = (
     | MessageDelta
     | MessageEnd
     | Ignored
+    | Relay
 )

@@ -37,6 +37,7 @@ from app.providers.base import ProviderAdapter, ProviderRequest, SSEPatchStream,
 from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, status_error, transport_error
 from app.providers.http import anthropic_http_client, upstream_timeout
+from app.providers.passthrough import Wire, passthrough_for
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -88,6 +89,9 @@ _COUNTED = frozenset({"model", "messages", "system", "tools", "tool_choice", "th
 class AnthropicAdapter(ProviderAdapter):
     """Messages API through an injected `AsyncAnthropic`; streams are read as raw bytes."""
 
+    wire: Wire = "anthropic-messages"
+    """The drop-in facade of this wire passes its clients' requests through (DESIGN.md section 10)."""
+
     def __init__(self, client: anthropic.AsyncAnthropic, *, name: str = "anthropic", owns_client: bool = False,
                  limits: ReadLimits = DEFAULT_LIMITS) -> None:
         self.name = name
@@ -137,15 +141,20 @@ class AnthropicAdapter(ProviderAdapter):
         documented `client.post(..., cast_to=httpx2.Response)` with the raw-stream header, as
         openai_chat does: the same request without the typed-params transform, the body unread.
         """
-        try:
-            body = build_anthropic_request(request, provider=self.name)
-        except AdapterError as exc:
-            raise RequestError(f"{self.name}: {exc}", provider=self.name, field=exc.field) from None
-        body["stream"] = True
+        passthrough = passthrough_for(request.passthrough, "anthropic-messages")
+        if passthrough is not None:  # the client's own Messages request (DESIGN.md section 10)
+            body = passthrough.wire_body(request.model, request.options)
+        else:
+            try:
+                body = build_anthropic_request(request, provider=self.name)
+            except AdapterError as exc:
+                raise RequestError(f"{self.name}: {exc}", provider=self.name, field=exc.field) from None
+            body["stream"] = True
         with anthropic_errors(self.name):
             http = await self._client.post("/v1/messages", body=body, cast_to=httpx2.Response,
-                                           options=raw_stream(request.trace_headers))
-        return await sse_body(http, AnthropicNormalizer(), provider=self.name, limits=self._limits)
+                                           options=raw_stream(request.trace_headers, passthrough))
+        return await sse_body(http, AnthropicNormalizer(), provider=self.name, limits=self._limits,
+                              relay=passthrough is not None and passthrough.relay)
 
 
 # -- registry builder -------------------------------------------------------------------------

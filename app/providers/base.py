@@ -32,11 +32,12 @@ from app.core.accumulator import Accumulator
 from app.core.errors import GatewayError, UpstreamError
 from app.core.events import FinalEvent, ReasoningBlockEnd, StreamEvent
 from app.core.messages import AdapterError, Message, ToolSpec, assistant_message
-from app.core.patches import Patch
+from app.core.patches import Patch, Relay
 from app.core.released import Released
 from app.providers.config import DEFAULT_LIMITS, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, read_error
 from app.providers.http import bounded_body
+from app.providers.passthrough import Passthrough, relay_frame
 from app.providers.sse import SSEDecoder, SSEEvent, SSELimitExceeded
 
 __all__ = [
@@ -68,11 +69,17 @@ redirect to another origin (DESIGN.md section 4), whatever the injected client's
 
 
 
-def raw_stream(headers: Mapping[str, str] | None) -> Any:
-    """`RAW_STREAM`, with the request's extra headers (its trace context) when it has any."""
-    if not headers:
+def raw_stream(headers: Mapping[str, str] | None, passthrough: Passthrough | None = None) -> Any:
+    """`RAW_STREAM`, with the request's extra headers (its trace context) when it has any, and a
+    passthrough's namespace headers and query string."""
+    if passthrough is not None:
+        headers = {**(headers or {}), **passthrough.headers}
+    if not headers and (passthrough is None or not passthrough.query):
         return RAW_STREAM
-    return {**RAW_STREAM, "headers": {**RAW_STREAM["headers"], **headers}}
+    options = {**RAW_STREAM, "headers": {**RAW_STREAM["headers"], **(headers or {})}}
+    if passthrough is not None and passthrough.query:
+        options["params"] = dict(passthrough.query)
+    return options
 
 
 ToolChoice = Literal["auto", "none", "required"] | str
@@ -87,7 +94,8 @@ class ProviderRequest:
     messages: tuple[Message, ...]
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice | None = None
-    temperature: float = 0.0
+    temperature: float | None = None
+    """None: not sent, the provider's own default applies (nothing is invented for the caller)."""
     max_tokens: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
     """`provider_options` from the request: wire extras the caller asked for explicitly."""
@@ -104,6 +112,8 @@ class ProviderRequest:
     itself (OpenAI, Gemini) has nothing to send for it."""
     trace_headers: Mapping[str, str] | None = None
     """Trace context for the upstream (`traceparent`, ...), sent as request headers when tracing is on."""
+    passthrough: Passthrough | None = None
+    """The client's own request, for a provider of the facade's wire (a same-wire route)."""
 
 
 @runtime_checkable
@@ -190,7 +200,7 @@ class SSEPatchStream:
     """An SSE body, parsed once: bytes -> SSEDecoder -> normalizer -> patch batches. A line or an
     event past `limits.max_event_bytes` ends it with `upstream_protocol_error`."""
 
-    __slots__ = ("_chunks", "_normalizer", "_close", "_provider", "_closed", "_limits")
+    __slots__ = ("_chunks", "_normalizer", "_close", "_provider", "_closed", "_limits", "_relay")
 
     def __init__(
         self,
@@ -200,8 +210,11 @@ class SSEPatchStream:
         close: Callable[[], Awaitable[None]],
         provider: str,
         limits: ReadLimits = DEFAULT_LIMITS,
+        relay: bool = False,
     ) -> None:
         self._limits = limits
+        self._relay = relay
+        """Each event also as a `Relay` patch, after the patches made from it."""
         self._chunks = chunks
         self._normalizer = normalizer
         self._close = close
@@ -212,7 +225,7 @@ class SSEPatchStream:
         limits = self._limits
         decoder = SSEDecoder(max_line_bytes=limits.max_event_bytes, max_event_bytes=limits.max_event_bytes,
                              max_idle_lines=limits.max_idle_lines)
-        feed = self._normalizer.feed
+        feed = _relaying(self._normalizer.feed) if self._relay else self._normalizer.feed
         try:
             with mid_stream_errors(self._provider), _decoding_limits(self._provider):
                 async for chunk in self._chunks:
@@ -251,6 +264,16 @@ class SSEPatchStream:
                 await self._close()
 
 
+def _relaying(feed: Callable[[SSEEvent, list[Patch]], None]) -> Callable[[SSEEvent, list[Patch]], None]:
+    """`feed`, each event followed by its `Relay` patch (after the patches made from it)."""
+
+    def relaying(event: SSEEvent, out: list[Patch]) -> None:
+        feed(event, out)
+        out.append(Relay(frame=relay_frame(event)))
+
+    return relaying
+
+
 @contextlib.contextmanager
 def _decoding_limits(provider: str) -> Iterator[None]:
     try:
@@ -260,7 +283,7 @@ def _decoding_limits(provider: str) -> Iterator[None]:
 
 
 async def sse_body(response: httpx2.Response, normalizer: StreamNormalizer, *, provider: str,
-                   limits: ReadLimits = DEFAULT_LIMITS) -> SSEPatchStream:
+                   limits: ReadLimits = DEFAULT_LIMITS, relay: bool = False) -> SSEPatchStream:
     """An open streaming response as patches.
 
     A JSON body where an event stream was asked for (a proxy that dropped `stream`, Gemini's
@@ -272,7 +295,7 @@ async def sse_body(response: httpx2.Response, normalizer: StreamNormalizer, *, p
             text = (await bounded_body(response, 500)).decode("utf-8", "replace")
         raise UpstreamError(f"{provider}: expected an event stream, got JSON: {text}", provider=provider)
     chunks = response.aiter_bytes()  # decoded as the response says (gzip, br), in pieces of at most 1 MiB
-    return SSEPatchStream(chunks, normalizer, close=response.aclose, provider=provider, limits=limits)
+    return SSEPatchStream(chunks, normalizer, close=response.aclose, provider=provider, limits=limits, relay=relay)
 
 
 def incomplete(provider: str) -> UpstreamError:

@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr
 
-__all__ = ["DEFAULT_LIMITS", "PROVIDER_NAME_RE", "BaseUrl", "CompatibleProvider", "ProviderConfig", "ReadLimits",
-           "check_base_url"]
+__all__ = ["DEFAULT_LIMITS", "DEFAULT_MODEL_PATTERNS", "PROVIDER_NAME_RE", "BaseUrl", "CompatibleProvider",
+           "ProviderConfig", "ReadLimits", "check_base_url"]
 
 PROVIDER_NAME_RE = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
 
@@ -72,6 +72,11 @@ class ReadLimits:
 DEFAULT_LIMITS = ReadLimits()
 
 
+DEFAULT_MODEL_PATTERNS = {"claude-*": "anthropic", "gpt-*": "openai", "o[0-9]*": "openai", "codex-*": "openai",
+                          "chatgpt-*": "openai", "gemini-*": "gemini"}
+"""The providers of the names their own SDKs and agents send (`claude-sonnet-4-5`, `gpt-5`, `o3`)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProviderConfig:
     connect_timeout: float = 10.0
@@ -88,4 +93,6 @@ class ProviderConfig:
     compatible: tuple[CompatibleProvider, ...] = ()
     aliases: Mapping[str, str] = field(default_factory=dict)
     """Model aliases: alias -> provider/model."""
+    model_patterns: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_MODEL_PATTERNS))
+    """Bare model names as clients send them: glob pattern -> provider, the first match wins."""
     limits: ReadLimits = field(default_factory=ReadLimits)

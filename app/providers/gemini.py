@@ -219,7 +219,7 @@ def gemini_request(request: ProviderRequest, *, provider: str = "gemini") -> dic
 
 
 def _generation_config(request: ProviderRequest) -> dict[str, Any]:
-    config: dict[str, Any] = {"temperature": request.temperature}
+    config: dict[str, Any] = {} if request.temperature is None else {"temperature": request.temperature}
     if request.max_tokens is not None:
         config["maxOutputTokens"] = request.max_tokens
     if request.stop:

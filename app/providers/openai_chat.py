@@ -38,6 +38,7 @@ from app.providers.openai_chat_convert import (
     tool_specs_to_openai,
 )
 from app.providers.openai_chat_stream import ChatChunkNormalizer
+from app.providers.passthrough import Wire, passthrough_for
 
 __all__ = [
     "OpenAIAdapter",
@@ -77,8 +78,9 @@ def stream_params(
         "model": request.model,
         "messages": messages_to_openai(request.messages),
         "stream": True,
-        "temperature": request.temperature,
     }
+    if request.temperature is not None:
+        params["temperature"] = request.temperature
     if include_usage:
         params["stream_options"] = {"include_usage": True}
     if request.tools:
@@ -183,6 +185,9 @@ class OpenAIAdapter(ProviderAdapter):
     `AdapterError`. Every other adapter answers `generate()` through its stream (base.py).
     """
 
+    wire: Wire = "openai-chat"
+    """The drop-in facade of this wire passes its clients' requests through (DESIGN.md section 10)."""
+
     def __init__(
         self,
         client: openai.AsyncOpenAI,
@@ -242,19 +247,25 @@ class OpenAIAdapter(ProviderAdapter):
 
     async def open_stream(self, request: ProviderRequest) -> PatchStream:
         """Send the request; raise GatewayError for anything known before the body starts."""
-        try:
-            params = stream_params(request, include_usage=self._include_usage,
-                                   max_tokens_field=self._max_tokens_field)
-        except AdapterError as exc:
-            raise RequestError(f"{self.name}: {exc}", provider=self.name, field=exc.field) from None
+        passthrough = passthrough_for(request.passthrough, "openai-chat")
+        if passthrough is not None:  # the client's own chat request (DESIGN.md section 10)
+            params = passthrough.wire_body(request.model, request.options)
+            if self._include_usage:  # the gateway counts usage whatever the client asked
+                params["stream_options"] = {**(params.get("stream_options") or {}), "include_usage": True}
+        else:
+            try:
+                params = stream_params(request, include_usage=self._include_usage,
+                                       max_tokens_field=self._max_tokens_field)
+            except AdapterError as exc:
+                raise RequestError(f"{self.name}: {exc}", provider=self.name, field=exc.field) from None
         # Through the SDK's documented `client.post(..., cast_to=httpx2.Response)` with the
         # raw-stream header rather than `chat.completions.with_streaming_response`: the same
         # request without the typed-params transform (~0.5 ms CPU per request here).
         with upstream_errors(self.name):
             http = await self._client.post("/chat/completions", body=params, cast_to=httpx2.Response,
-                                           options=raw_stream(request.trace_headers))
+                                           options=raw_stream(request.trace_headers, passthrough))
         return await sse_body(http, ChatChunkNormalizer(provider=self.name), provider=self.name,
-                              limits=self._limits)
+                              limits=self._limits, relay=passthrough is not None and passthrough.relay)
 
 
 # -- configuration ------------------------------------------------------------------------

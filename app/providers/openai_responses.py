@@ -42,6 +42,7 @@ from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.openai_chat import OPENAI_BASE_URL, make_client, upstream_errors
 from app.providers.openai_chat_convert import json_schema_format, tool_output
 from app.providers.openai_responses_stream import ResponsesNormalizer
+from app.providers.passthrough import Wire, passthrough_for
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools
 
 __all__ = [
@@ -156,7 +157,7 @@ def responses_request(request: ProviderRequest) -> dict[str, Any]:
     reasoning = {key: options.pop(f"reasoning_{key}") for key in ("effort", "summary") if f"reasoning_{key}" in options}
     if reasoning:
         body["reasoning"] = reasoning
-    elif not _NO_TEMPERATURE_RE.match(request.model):
+    elif request.temperature is not None and not _NO_TEMPERATURE_RE.match(request.model):
         body["temperature"] = request.temperature
     if request.max_tokens is not None:
         body["max_output_tokens"] = request.max_tokens
@@ -186,6 +187,9 @@ class OpenAIResponsesAdapter(ProviderAdapter):
     SDK and transport errors are mapped by `openai_chat.upstream_errors`: same SDK, same rules.
     """
 
+    wire: Wire = "openai-responses"
+    """The drop-in facade of this wire passes its clients' requests through (DESIGN.md section 10)."""
+
     def __init__(self, client: openai.AsyncOpenAI, *, name: str = PROVIDER, owns_client: bool = False,
                  limits: ReadLimits = DEFAULT_LIMITS) -> None:
         self.name = name
@@ -212,11 +216,14 @@ class OpenAIResponsesAdapter(ProviderAdapter):
         As openai_chat does: the SDK's `client.post` with the raw-stream header (no typed-params
         transform, the body unread).
         """
-        body = self._body(request)
+        passthrough = passthrough_for(request.passthrough, "openai-responses")
+        # the client's own Responses request on a same-wire route (DESIGN.md section 10)
+        body = passthrough.wire_body(request.model, request.options) if passthrough is not None else self._body(request)
         with upstream_errors(self.name):
             http = await self._client.post("/responses", body=body, cast_to=httpx2.Response,
-                                           options=raw_stream(request.trace_headers))
-        return await sse_body(http, ResponsesNormalizer(provider=self.name), provider=self.name, limits=self._limits)
+                                           options=raw_stream(request.trace_headers, passthrough))
+        return await sse_body(http, ResponsesNormalizer(provider=self.name), provider=self.name, limits=self._limits,
+                              relay=passthrough is not None and passthrough.relay)
 
 
 # -- registry builder -------------------------------------------------------------------------

@@ -6,8 +6,9 @@ The gateway streams one choice and caps the answer's length, so whatever a provi
   `maxOutputTokens`, `max_tokens_to_sample`) gets the cap of the request's `max_tokens`.
 Beyond that, each provider has an allow-list of option keys: the operator's
 (`FOUNDRY_PROVIDER_OPTIONS_ALLOW`, per provider name) or the safe default below, which leaves out
-what multiplies cost or reaches other resources (server tools, MCP servers, service tiers,
-vector stores). Anything else is a 422 naming `provider_options.<key>`.
+what reaches other resources (server tools, MCP servers, vector stores) but takes every field the
+drop-in facades carry (docs/drop-in.md: `store`, `metadata`, `prompt_cache_key`, `service_tier`,
+`safety_identifier`, `verbosity`). Anything else is a 422 naming `provider_options.<key>`.
 """
 
 from __future__ import annotations
@@ -26,13 +27,15 @@ _LIMITS = frozenset({"max_tokens", "max_completion_tokens", "max_output_tokens",
 _NESTED = ("generationConfig",)  # Gemini puts counts and limits one level down
 
 _OPENAI_CHAT = ("top_p", "stop", "seed", "presence_penalty", "frequency_penalty", "logit_bias", "response_format",
-                "parallel_tool_calls", "reasoning_effort", "max_completion_tokens", "user", "logprobs", "top_logprobs")
+                "parallel_tool_calls", "reasoning_effort", "max_completion_tokens", "user", "logprobs", "top_logprobs",
+                "store", "metadata", "prompt_cache_key", "service_tier", "safety_identifier", "verbosity")
 DEFAULT_ALLOWED: dict[str, tuple[str, ...]] = {
     "mock": ("delay_ms", "fail_after"),
     "openai": _OPENAI_CHAT,
     "openai-responses": ("reasoning_effort", "reasoning_summary", "top_p", "max_output_tokens", "truncation",
-                         "parallel_tool_calls", "user", "text", "store", "include"),
-    "anthropic": ("top_k", "top_p", "stop_sequences", "thinking", "metadata", "output_config"),
+                         "parallel_tool_calls", "user", "text", "store", "include", "metadata", "prompt_cache_key",
+                         "service_tier", "safety_identifier"),
+    "anthropic": ("top_k", "top_p", "stop_sequences", "thinking", "metadata", "output_config", "service_tier"),
     "gemini": ("generationConfig", "safetySettings"),
     "*": _OPENAI_CHAT,  # the OpenAI-compatible servers of FOUNDRY_PROVIDERS
 }

@@ -9,13 +9,14 @@ builder, listed in `_BUILDERS` (explicit, no import-time registration).
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from app.core.errors import RequestError
 from app.providers.anthropic import build_anthropic
 from app.providers.base import ProviderAdapter
-from app.providers.config import ProviderConfig
+from app.providers.config import DEFAULT_MODEL_PATTERNS, ProviderConfig
 from app.providers.gemini import build_gemini
 from app.providers.mock import MockAdapter
 from app.providers.openai_chat import build_openai
@@ -37,11 +38,13 @@ _BUILT_IN = frozenset({"openai", "openai-responses", "anthropic", "gemini"})
 
 class ProviderRegistry:
     def __init__(self, adapters: Mapping[str, ProviderAdapter], aliases: Mapping[str, str] | None = None,
-                 unserved: frozenset[str] = frozenset()) -> None:
+                 unserved: frozenset[str] = frozenset(), patterns: Mapping[str, str] | None = None) -> None:
         self._adapters = dict(adapters)
         self._aliases = dict(aliases or {})
         self._unserved = unserved
         """Providers this gateway knows but does not serve (no credentials): not "unknown" to a caller."""
+        self.patterns = dict(DEFAULT_MODEL_PATTERNS if patterns is None else patterns)
+        """Bare model names -> provider: glob pattern -> provider name, the first match wins."""
 
     @property
     def names(self) -> list[str]:
@@ -54,6 +57,23 @@ class ProviderRegistry:
 
     def get(self, name: str) -> ProviderAdapter | None:
         return self._adapters.get(name)
+
+    def qualify(self, model: str, *, responses: bool = False) -> str:
+        """A bare model name as a client sends it (`claude-sonnet-4-5`, `gpt-5`) -> `provider/model`
+        by the first pattern it matches, when that provider is served; an alias or a qualified
+        name as it is. `responses`: on the Responses facade, `openai` names openai-responses."""
+        if model in self._aliases or "/" in model:
+            return model
+        for pattern, provider in self.patterns.items():
+            if fnmatch.fnmatchcase(model, pattern):
+                if responses and provider == "openai" and "openai-responses" in self._adapters:
+                    provider = "openai-responses"
+                return f"{provider}/{model}" if provider in self._adapters else model
+        return model
+
+    def bare_names(self, provider: str) -> list[str]:
+        """The patterns that name `provider`'s models by their bare names."""
+        return [pattern for pattern, name in self.patterns.items() if name == provider]
 
     def resolve(self, model: str) -> tuple[ProviderAdapter, str, str]:
         """`provider/model` (or an alias) -> (adapter, provider name, upstream model name)."""
@@ -95,4 +115,4 @@ def build_registry(
         built.update(builder(config, clients))
     built.update(adapters or {})
     known = _BUILT_IN | {provider.name for provider in config.compatible}
-    return ProviderRegistry(built, config.aliases, unserved=frozenset(known - set(built)))
+    return ProviderRegistry(built, config.aliases, unserved=frozenset(known - set(built)), patterns=config.model_patterns)

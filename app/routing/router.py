@@ -292,6 +292,8 @@ class RouteSession(ProviderAdapter):
         iterator: Any = None
         buffered: list[list[Patch]] = []
         options = {**target.options, **request.options} if target.options else request.options
+        # a relayed provider event goes to the client as it comes: the first one ends the opening
+        relaying = request.passthrough is not None and request.passthrough.relay
         try:
             async with asyncio.timeout_at(min(first_token_at, self.total_at)):
                 upstream = await target.adapter.open_stream(replace(request, model=target.upstream_model,
@@ -313,7 +315,7 @@ class RouteSession(ProviderAdapter):
                                      exc if isinstance(exc, GatewayError) else None)
                         return Opened(target, upstream, iterator, buffered, True, exc)
                     buffered.append(batch)
-                    if verdicts.has_content(batch):
+                    if verdicts.has_content(batch) or (relaying and verdicts.has_relay(batch)):
                         break
         except TimeoutError:
             await _close(upstream, iterator)

@@ -13,7 +13,7 @@ from app.core.patches import Patch
 from app.routing.errors import CircuitOpen, DeadlineExceeded
 from app.routing.targets import Outcome
 
-__all__ = ["breaks", "has_content", "outcome", "retry_after_seconds", "verdict"]
+__all__ = ["breaks", "has_content", "has_relay", "outcome", "retry_after_seconds", "verdict"]
 
 _CONTENT_KINDS = frozenset({"tool_start", "tool_delta", "tool_result_start", "tool_result_delta"})
 _TARGET_FAULTS = frozenset({"upstream_auth", "model_not_found", "upstream_quota"})
@@ -29,6 +29,12 @@ def has_content(batch: list[Patch]) -> bool:
         if kind in _CONTENT_KINDS or (kind in ("text_delta", "reasoning_delta") and patch.text):  # type: ignore[union-attr]
             return True
     return False
+
+
+def has_relay(batch: list[Patch]) -> bool:
+    """A provider event for the client (a same-wire relay): released at once, so nothing of the
+    response can be retried after it."""
+    return any(patch.kind == "relay" for patch in batch)
 
 
 def verdict(exc: GatewayError) -> Literal["retry", "fallback", "stop"]:

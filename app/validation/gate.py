@@ -32,6 +32,7 @@ from app.core.events import (
     JudgeUsageData,
     ReasoningBlockEnd,
     ReasoningEvent,
+    RelayedFrame,
     StreamEvent,
     TokenEvent,
     ToolCallEvent,
@@ -61,6 +62,10 @@ class Gate(Protocol):
     """The validation gate as a run uses it: `ValidationGate`, or `PassThroughGate` when no
     validator applies."""
 
+    @property
+    def rewrites(self) -> bool:
+        """A validator may release text other than the provider's (a redaction)."""
+
     async def admit_all(self, events: list[StreamEvent]) -> list[StreamEvent]:
         """Take a batch of events; return the events released (whole, in order; maybe none)."""
 
@@ -83,6 +88,8 @@ class PassThroughGate:
     """No validator applies: every event is released as it comes, at no added latency."""
 
     __slots__ = ()
+
+    rewrites = False
 
     async def admit_all(self, events: list[StreamEvent]) -> list[StreamEvent]:
         return events
@@ -138,10 +145,10 @@ class ValidationGate:
         if self._blocked is not None:
             raise self._blocked
         try:
+            if event.__class__ in (RelayedFrame, ReasoningBlockEnd):  # out right after the text before it
+                self._held.append(_Held(event, None))
+                return self._release()
             if isinstance(event, (TokenEvent, ReasoningEvent)):
-                if event.__class__ is ReasoningBlockEnd:  # a block boundary: out right after the block's text
-                    self._held.append(_Held(event, None))
-                    return self._release()
                 lane, other = (self._text, self._reasoning) if event.type == "token" else (self._reasoning, self._text)
                 if other.pending:
                     await self._flush(other)
@@ -168,6 +175,10 @@ class ValidationGate:
         except Blocked as blocked:
             self._block(blocked)
             raise
+
+    @property
+    def rewrites(self) -> bool:  # app/validation/validators/base.py
+        return any(m.validator.rewrites for lane in (self._text, self._reasoning) for m in lane.members)
 
     async def admit_all(self, events: list[StreamEvent]) -> list[StreamEvent]:
         released: list[StreamEvent] = []
@@ -327,7 +338,6 @@ class ValidationGate:
             out.append(replace(event, args_fragment=text, arguments=freeze(redacted)))
         if event.is_final:
             del self._passed[event.id]
-
 
 
 def _members(specs: Sequence[ValidatorSpec], env: GateEnv, *, operator: bool, registry: Registry | None,

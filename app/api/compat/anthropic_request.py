@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.api.compat.common import FacadeError, GatewayExtras, run_spec, validation_reason
+from app.api.compat.common import FacadeError, GatewayExtras, lenient, refuse_unknown, run_spec, validation_reason
 from app.api.compat.parts import anthropic_part
 from app.core.messages import ContentPart, Message, ReasoningBlock, ToolCall, ToolSpec, check_unique_tool_names
 from app.pipeline import RunSpec
@@ -28,7 +28,8 @@ under the same name (the Anthropic provider takes them; another may refuse them,
 
 class MessageIn(BaseModel):
     model_config = _STRICT
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"] = Field(
+        description="`system` inside `messages` (as Claude Code sends it) is a system message.")
     content: str | list[dict[str, Any]]
 
 
@@ -37,7 +38,8 @@ class ToolIn(BaseModel):
     name: str
     description: str = ""
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
-    type: Literal["custom"] | None = Field(default=None, description="Server tools are not offered through the facade.")
+    type: str | None = Field(default=None, description="`custom` (or none). A server tool passes through to "
+                             "Anthropic; elsewhere it is refused.")
     cache_control: dict[str, Any] | None = Field(default=None, description="Carried to Anthropic; a no-op elsewhere.")
     strict: bool | None = None
     eager_input_streaming: bool | None = Field(default=None, description="Delivery only: carried to Anthropic.")
@@ -67,7 +69,7 @@ class OutputConfigIn(BaseModel):
 
 class MessagesRequest(GatewayExtras):
     model_config = ConfigDict(
-        extra="forbid",
+        extra="allow",
         json_schema_extra={"examples": [{"model": "mock/simple", "max_tokens": 256,
                                          "messages": [{"role": "user", "content": "hi"}], "stream": True}]},
     )
@@ -77,7 +79,7 @@ class MessagesRequest(GatewayExtras):
     messages: list[MessageIn] = Field(min_length=1, max_length=10_000)
     system: str | list[dict[str, Any]] | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=1.0, strict=True,
-                                      description="Defaults to the gateway's 0.")
+                                      description="Sent only when given: the provider's own default applies.")
     tools: list[ToolIn] | None = Field(default=None, max_length=512)
     tool_choice: ToolChoiceIn | None = None
     stream: bool = Field(default=False, strict=True)
@@ -105,18 +107,25 @@ class CountTokensRequest(MessagesRequest):
                                    description="Not needed to count; accepted.")
 
 
-def to_run_spec(body: MessagesRequest) -> RunSpec:
-    tools = tuple(_tool(i, t) for i, t in enumerate(body.tools or ()))
+def to_run_spec(body: MessagesRequest, *, passthrough: bool = False) -> RunSpec:
+    """The canonical request. `passthrough`: Anthropic gets the client's own request; what does not
+    translate is only left out of the canonical one (records, validators)."""
+    if not passthrough:
+        refuse_unknown(body, brackets=False)
+    specs: list[ToolSpec] = []
+    for i, tool in enumerate(body.tools or ()):
+        specs += lenient(lambda: [_tool(i, tool)], passthrough, [])  # noqa: B023
+    tools = tuple(specs)
     try:
         check_unique_tool_names(tools)
     except ValueError as exc:
         raise FacadeError(str(exc), param="tools") from None
     messages = [_build("system", role="system", content=s) for s in [_system(body.system)] if s]
     for i, m in enumerate(body.messages):
-        messages.extend(_message(i, m))
+        messages.extend(lenient(lambda: _message(i, m), passthrough, []))  # noqa: B023
     return run_spec(
         model=body.model, messages=tuple(messages), tools=tools, tool_choice=_choice(body.tool_choice, tools),
-        temperature=body.temperature if body.temperature is not None else 0.0, max_tokens=body.max_tokens,
+        temperature=body.temperature, max_tokens=body.max_tokens,
         options=_options(body), extras=body, stop=tuple(body.stop_sequences or ()), cache_control=body.cache_control,
         output_schema=body.output_config.format.schema_ if body.output_config and body.output_config.format else None,
         parallel_tool_calls=False if body.tool_choice and body.tool_choice.disable_parallel_tool_use else None,
@@ -131,6 +140,9 @@ def _options(body: MessagesRequest) -> dict[str, Any]:
 
 
 def _tool(i: int, tool: ToolIn) -> ToolSpec:
+    if tool.type not in (None, "custom"):
+        raise FacadeError(f"tools.{i}.type: server tools ({tool.type!r}) are served by Anthropic models only",
+                          param=f"tools.{i}.type")
     try:
         return ToolSpec(name=tool.name, description=tool.description, parameters=tool.input_schema, strict=tool.strict,
                         cache_control=tool.cache_control, eager_input_streaming=tool.eager_input_streaming)

@@ -54,16 +54,17 @@ def _frame(kind: bytes, data: dict[str, Any]) -> bytes:
 class MessageWriter:
     """One stream's events. `feed()` takes released events, gives the bytes to send."""
 
-    __slots__ = ("run", "model", "_index", "_open", "_thinking", "_redacted", "_starting")
+    __slots__ = ("run", "model", "_index", "_open", "_thinking", "_redacted", "_starting", "_sent_args")
 
     def __init__(self, run: Run, *, model: str) -> None:
         self.run = run
         self.model = model
         self._index = -1  # the open (or last) block's index
-        self._open: str | None = None  # "text" | "thinking" | None
+        self._open: str | None = None  # "text" | "thinking" | "tool_use:<id>" | None
         self._thinking: list[str] = []  # the open thinking block's text, to find its signature
         self._redacted: set[str] = set()  # redacted thinking already sent (it has no events of its own)
         self._starting = False  # `start` seen, `message_start` not sent yet (it waits for the upstream's usage)
+        self._sent_args = False  # the open tool_use block sent argument text
 
     def feed(self, events: list[StreamEvent]) -> bytes:
         out: list[bytes] = []
@@ -141,13 +142,23 @@ class MessageWriter:
         return None
 
     def _tool_use(self, out: list[bytes], event: ToolCallEvent) -> None:
-        if not event.is_final or not caller_call(self.run, event):
+        """Each fragment as it is released (a call's fragments come together, in order), so a
+        client sees a long argument grow; an empty call's arguments as `{}`."""
+        if not caller_call(self.run, event):
             return
-        self._start(out, "tool_use", {"type": "tool_use", "id": event.id, "name": event.name, "input": {}})
-        arguments = orjson.dumps(event.arguments or {}).decode()
-        out.append(_frame(b"content_block_delta", {"type": "content_block_delta", "index": self._index,
-                                                    "delta": {"type": "input_json_delta", "partial_json": arguments}}))
-        self._close(out)
+        if self._open != "tool_use:" + event.id:
+            self._start(out, "tool_use:" + event.id, {"type": "tool_use", "id": event.id, "name": event.name,
+                                                      "input": {}})
+            self._sent_args = False
+        fragment = event.args_fragment
+        if event.is_final and not self._sent_args and not fragment:
+            fragment = orjson.dumps(event.arguments or {}).decode()
+        if fragment:
+            self._sent_args = True
+            out.append(_frame(b"content_block_delta", {"type": "content_block_delta", "index": self._index,
+                                                        "delta": {"type": "input_json_delta", "partial_json": fragment}}))
+        if event.is_final:
+            self._close(out)
 
     def _end(self, out: list[bytes], final: FinalEvent) -> None:
         self._close(out)

@@ -11,14 +11,17 @@ from app.api.access import Authenticated, PrincipalDep, admit_request
 from app.api.compat.anthropic_request import FORWARDED, CountTokensRequest, MessagesRequest, to_run_spec
 from app.api.compat.anthropic_response import AnthropicErrors, MessageWriter, message
 from app.api.compat.common import FacadeError, FacadeRoute, answer, open_run, route_responses
+from app.api.compat.relay import AnthropicEnding, passthrough_spec, relay_answer, same_wire
 from app.api.deps import GatewayDep, RecordDep
 from app.api.media import check_media
 from app.api.responses import JSON
 from app.providers.base import TokenCounter
+from app.providers.passthrough import Wire
 
 __all__ = ["router"]
 
 ERRORS = AnthropicErrors()
+WIRE: Wire = "anthropic-messages"
 
 
 class AnthropicRoute(FacadeRoute):
@@ -42,9 +45,19 @@ router = APIRouter(tags=["anthropic-compatible"], route_class=AnthropicRoute, de
 )
 async def messages(body: MessagesRequest, gateway: GatewayDep, record: RecordDep, request: Request,
                    principal: PrincipalDep) -> Response:
-    handle, limit_headers = await open_run(gateway, to_run_spec(body), record, request=request, principal=principal,
-                                           body=body, forwards=(*FORWARDED, "output_config"))
+    """To an Anthropic model, the client's own request and, streamed, the upstream's own events
+    (app/api/compat/relay.py); to another provider, translated."""
+    body.model = gateway.registry.qualify(body.model)  # `claude-sonnet-4-5` as Claude Code sends it
+    same = same_wire(gateway, body.model, WIRE)
+    spec = to_run_spec(body, passthrough=same)
+    if same:
+        spec = await passthrough_spec(spec, request, WIRE, relay=body.stream, provider_options=body.provider_options)
+    handle, limit_headers = await open_run(gateway, spec, record, request=request, principal=principal,
+                                           body=body, forwards=(*FORWARDED, "output_config"),
+                                           held=not (same and body.stream))
     run = handle.run
+    if run.relay is not None:
+        return relay_answer(gateway, handle, run.relay, AnthropicEnding(), limit_headers)
     writer = MessageWriter(run, model=body.model) if body.stream else None
     return await answer(gateway, request, handle, stream=writer, headers=limit_headers,
                         build=lambda events, final: message(run, body.model, events, final),
@@ -67,6 +80,7 @@ async def count_tokens(body: CountTokensRequest, gateway: GatewayDep, request: R
     the upstream. Another provider has no counting endpoint: refused in Anthropic's error shape.
     Each call reaches the upstream, so it counts against the key's requests per minute like any
     request (not its tokens per minute, runs at once or budget): past it, a 429 with Retry-After."""
+    body.model = gateway.registry.qualify(body.model)
     spec = to_run_spec(body)
     check_media(spec.request.messages, gateway.settings, request)  # the body limits of every entry point
     limit_headers = await admit_request(request, gateway, principal, body.model)

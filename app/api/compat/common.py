@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from starlette.responses import Response
 
 from app.api.access import open_run as admit_and_open
-from app.api.middleware import RequestLog
+from app.api.middleware import RequestLog, note_refusal
 from app.api.readers import events_or_gone
 from app.api.responses import JSON, final_status_code
 from app.api.schemas import refuse_invalid_unicode
@@ -32,8 +32,11 @@ from app.streams.log import StreamLog
 from app.validation import ValidatorSpec, check_specs
 
 __all__ = ["ErrorWriter", "FacadeError", "FacadeRoute", "GatewayExtras", "Translator", "answer", "caller_call",
-           "failure", "field_path", "forwarded_fields", "open_run", "route_responses", "run_spec", "translate",
-           "validation_reason"]
+           "failure", "field_path", "forwarded_fields", "lenient", "open_run", "refuse_unknown", "route_responses",
+           "run_spec", "translate", "validation_reason"]
+
+
+_T = TypeVar("_T")
 
 
 class FacadeError(Exception):
@@ -73,10 +76,13 @@ class FacadeRoute(APIRoute):
                 return await handler(request)
             except RequestValidationError as exc:
                 message, param = _first_problem(exc.errors(), brackets)
+                note_refusal(request.scope, "invalid_request", param, message)
                 return writer.request_error(message, param, 400, None)
             except FacadeError as exc:
+                note_refusal(request.scope, exc.code, exc.param, exc.message)
                 return writer.request_error(exc.message, exc.param, exc.status, exc.code)
             except GatewayError as exc:
+                note_refusal(request.scope, exc.code, exc.field if isinstance(exc.field, str) else None, exc.message)
                 response = writer.gateway_error(exc)
                 response.headers.update(getattr(exc, "headers", None) or {})  # AccessDenied: WWW-Authenticate, x-ratelimit-*
                 return response
@@ -124,6 +130,33 @@ def _first_problem(errors: Any, brackets: bool) -> tuple[str, str]:
 _TAGS = {"str", "list", "dict", "int", "float", "bool", "none", "literal"}
 
 
+def refuse_unknown(body: BaseModel, path: str = "", brackets: bool = True) -> None:
+    """A translated request carries only the fields the facade knows, at any depth: any other is a
+    400 naming it (a same-wire request passes them through instead)."""
+    for name in body.model_extra or {}:
+        where = f"{path}.{name}" if path else name
+        raise FacadeError(f"{where}: unrecognized request argument: {where}", param=where)
+    for name in type(body).model_fields:
+        value, where = getattr(body, name), f"{path}.{name}" if path else name
+        if isinstance(value, BaseModel):
+            refuse_unknown(value, where, brackets)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, BaseModel):
+                    refuse_unknown(item, f"{where}[{i}]" if brackets else f"{where}.{i}", brackets)
+
+
+def lenient(convert: Callable[[], _T], passthrough: bool, default: _T) -> _T:
+    """`convert()`; on a same-wire request, what cannot be translated is only left out of the
+    canonical request (records, validators), since the provider gets the client's own."""
+    try:
+        return convert()
+    except FacadeError:
+        if not passthrough:
+            raise
+        return default
+
+
 def failure(final: FinalEvent) -> tuple[str, str]:
     """The code and message of a run that did not end ok or blocked."""
     if final.error is None:
@@ -153,7 +186,7 @@ async def translate(log: StreamLog, translator: Translator) -> AsyncIterator[byt
 
 
 def run_spec(*, model: str, messages: tuple[Message, ...], tools: tuple[ToolSpec, ...], tool_choice: str | None,
-             temperature: float, max_tokens: int | None, options: dict[str, Any], extras: GatewayExtras,
+             temperature: float | None, max_tokens: int | None, options: dict[str, Any], extras: GatewayExtras,
              stop: tuple[str, ...] = (), parallel_tool_calls: bool | None = None,
              cache_control: dict[str, Any] | None = None, output_schema: dict[str, Any] | None = None) -> RunSpec:
     """The canonical request, as /v1/stream builds it (validators and chunker checked: 422)."""
@@ -168,14 +201,15 @@ def run_spec(*, model: str, messages: tuple[Message, ...], tools: tuple[ToolSpec
 
 
 async def open_run(gateway: Gateway, spec: RunSpec, record: RequestLog, *, request: Request, principal: Principal,
-                   body: GatewayExtras, forwards: Iterable[str]) -> tuple[RunHandle, dict[str, str]]:
+                   body: GatewayExtras, forwards: Iterable[str], held: bool = True) -> tuple[RunHandle, dict[str, str]]:
     """Open the run through the same Gateway and the same admission as /v1/stream (app/api/access.py:
     the key's models, limits, ownership; GatewayError before any event), and give the x-ratelimit-*
-    headers. A refused provider option that the caller sent as a top-level field of `body` (one of
-    the facade's `forwards`) is named as that field, which is what the caller wrote."""
+    headers. `held`: the response reads the log (not a relayed stream, which has its own bound).
+    A refused provider option that the caller sent as a top-level field of `body` (one of the
+    facade's `forwards`) is named as that field, which is what the caller wrote."""
     forwarded = forwarded_fields(body, forwards, body.provider_options)
     try:
-        return await admit_and_open(request, gateway, replace(spec, keep_events=True, held=True), principal, record)
+        return await admit_and_open(request, gateway, replace(spec, keep_events=True, held=held), principal, record)
     except GatewayError as exc:
         field = exc.field
         prefix, _, key = field.partition(".") if isinstance(field, str) else ("", "", "")

@@ -2,7 +2,9 @@
 request carries the `anthropic-version` header the anthropic SDK always sends).
 
 Listed: the mock scenarios, the configured aliases whose provider is served, and one
-`<provider>/*` entry per other served provider (any model name under it is passed upstream).
+`<provider>/*` entry per other served provider (any model name under it is passed upstream),
+with the patterns of the bare names that reach it (`claude-*`, `gpt-*`: the operator's
+`model_patterns`), by which clients such as Claude Code and Codex name their models.
 For an API key limited to some models (app/auth), only what it may use: the scenarios and
 aliases it may use, `<provider>/*` when it may use the whole provider, else the exact
 `<provider>/<model>` names it lists (a narrower pattern, `openai/gpt-4*`, cannot be listed).
@@ -41,12 +43,16 @@ def served_models(gateway: Gateway, principal: Principal | None = None) -> list[
         provider = target.partition("/")[0]
         if provider in served and model_allowed(allowed, alias, target):
             out.append(ServedModel(alias, provider))
+    registry = gateway.registry
     for name in sorted(served - {"mock"}):
         if model_allowed(allowed, f"{name}/*"):  # `*`, `openai/*`, `open*`: the whole provider
             out.append(ServedModel(f"{name}/*", name))
+            out += [ServedModel(pattern, name) for pattern in registry.bare_names(name)]  # `claude-*`, as sent
         elif allowed is not None:
-            out += [ServedModel(m, name) for m in sorted(allowed)
-                    if "*" not in m and m.partition("/")[0] == name and m.partition("/")[2]]
+            exact = [m for m in sorted(allowed) if "*" not in m and m.partition("/")[0] == name and m.partition("/")[2]]
+            out += [ServedModel(m, name) for m in exact]
+            bare = (m.partition("/")[2] for m in exact)
+            out += [ServedModel(b, name) for b in bare if registry.qualify(b) == f"{name}/{b}"]
     return out
 
 
@@ -56,9 +62,10 @@ def find(gateway: Gateway, model_id: str, principal: Principal | None = None) ->
         if model.id == model_id:
             return model
     allowed = _patterns(principal)
-    provider, sep, name = model_id.partition("/")
+    qualified = gateway.registry.qualify(model_id)  # a bare name as clients send it
+    provider, sep, name = qualified.partition("/")
     if sep and name and provider != "mock" and gateway.registry.readiness().get(provider) \
-            and model_allowed(allowed, model_id):
+            and model_allowed(allowed, qualified):
         return ServedModel(model_id, provider)
     return None
 

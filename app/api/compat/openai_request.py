@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from app.api.compat.common import FacadeError, run_spec, validation_reason
+from app.api.compat.common import FacadeError, lenient, refuse_unknown, run_spec, validation_reason
 from app.api.compat.openai_schema import FORWARDED, REFUSED, ChatCompletionRequest, ChatMessageIn
 from app.api.compat.parts import openai_chat_part
 from app.core.messages import ContentPart, Message, ToolCall, ToolSpec, check_unique_tool_names
@@ -18,9 +18,13 @@ __all__ = ["to_run_spec"]
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
-def to_run_spec(body: ChatCompletionRequest) -> RunSpec:
-    """Map the request; FacadeError (400 naming the parameter) for what the gateway cannot honour."""
-    _refuse_unsupported(body)
+def to_run_spec(body: ChatCompletionRequest, *, passthrough: bool = False) -> RunSpec:
+    """Map the request; FacadeError (400 naming the parameter) for what the gateway cannot honour.
+    `passthrough`: an OpenAI-compatible upstream gets the client's own request; what does not
+    translate is only left out of the canonical one (records, validators)."""
+    if not passthrough:
+        refuse_unknown(body)
+        _refuse_unsupported(body)
     tools = tuple(_tool(i, t.function) for i, t in enumerate(body.tools or ()))
     try:
         check_unique_tool_names(tools)
@@ -35,10 +39,10 @@ def to_run_spec(body: ChatCompletionRequest) -> RunSpec:
             raise FacadeError(f"tool_choice names {choice!r}, which is not among tools", param="tool_choice")
     return run_spec(
         model=body.model,
-        messages=tuple(_messages(body.messages)),
+        messages=tuple(_messages(body.messages, passthrough)),
         tools=tools,
         tool_choice=choice,
-        temperature=body.temperature if body.temperature is not None else 0.0,
+        temperature=body.temperature,
         max_tokens=body.max_completion_tokens or body.max_tokens,
         options={name: getattr(body, name) for name in FORWARDED if getattr(body, name) is not None},
         extras=body,
@@ -76,29 +80,32 @@ def _tool(i: int, fn: Any) -> ToolSpec:
         raise FacadeError(f"tools[{i}].function: {validation_reason(exc)}", param=f"tools[{i}].function") from None
 
 
-def _messages(messages: list[ChatMessageIn]) -> list[Message]:
-    out = []
+def _messages(messages: list[ChatMessageIn], passthrough: bool) -> list[Message]:
+    out: list[Message] = []
     for i, m in enumerate(messages):
-        role = _ROLES[m.role]
-        text = _text(m.content, f"messages[{i}].content", role=role)
-        calls = tuple(_call(i, k, c) for k, c in enumerate(m.tool_calls or ()))
-        if calls and role != "assistant":
-            raise FacadeError(f"messages[{i}].tool_calls: only assistant messages carry tool_calls",
-                              param=f"messages[{i}].tool_calls")
-        if role == "tool" and not text:
-            if not m.tool_call_id:
-                raise FacadeError(f"messages[{i}].tool_call_id: a tool message needs tool_call_id",
-                                  param=f"messages[{i}].tool_call_id")
-            # An empty output is a fact to pass on (as the gateway's own tool loop does).
-            out.append(Message.model_construct(role="tool", content="", tool_call_id=m.tool_call_id,
-                                               name=None, tool_calls=(), reasoning=()))
-            continue
-        try:
-            out.append(Message(role=role, content=text, tool_calls=calls,
-                               tool_call_id=m.tool_call_id if role == "tool" else None))
-        except ValidationError as exc:
-            raise FacadeError(f"messages[{i}]: {validation_reason(exc)}", param=f"messages[{i}]") from None
+        out += lenient(lambda: _message(i, m), passthrough, [])  # noqa: B023
     return out
+
+
+def _message(i: int, m: ChatMessageIn) -> list[Message]:
+    role = _ROLES[m.role]
+    text = _text(m.content, f"messages[{i}].content", role=role)
+    calls = tuple(_call(i, k, c) for k, c in enumerate(m.tool_calls or ()))
+    if calls and role != "assistant":
+        raise FacadeError(f"messages[{i}].tool_calls: only assistant messages carry tool_calls",
+                          param=f"messages[{i}].tool_calls")
+    if role == "tool" and not text:
+        if not m.tool_call_id:
+            raise FacadeError(f"messages[{i}].tool_call_id: a tool message needs tool_call_id",
+                              param=f"messages[{i}].tool_call_id")
+        # An empty output is a fact to pass on (as the gateway's own tool loop does).
+        return [Message.model_construct(role="tool", content="", tool_call_id=m.tool_call_id,
+                                        name=None, tool_calls=(), reasoning=())]
+    try:
+        return [Message(role=role, content=text, tool_calls=calls,
+                        tool_call_id=m.tool_call_id if role == "tool" else None)]
+    except ValidationError as exc:
+        raise FacadeError(f"messages[{i}]: {validation_reason(exc)}", param=f"messages[{i}]") from None
 
 
 def _text(content: str | list[dict[str, Any]] | None, param: str, *, role: str) -> str | tuple[ContentPart, ...]:

@@ -15,12 +15,15 @@ from app.api.compat.models import anthropic_list, anthropic_model, find, openai_
 from app.api.compat.openai_request import to_run_spec
 from app.api.compat.openai_response import ChunkWriter, OpenAIErrors, completion
 from app.api.compat.openai_schema import FORWARDED, ChatCompletionRequest
+from app.api.compat.relay import ChatEnding, passthrough_spec, relay_answer, same_wire
 from app.api.deps import GatewayDep, RecordDep
 from app.api.responses import JSON
+from app.providers.passthrough import Wire
 
 __all__ = ["router"]
 
 ERRORS = OpenAIErrors()
+WIRE: Wire = "openai-chat"
 
 
 class OpenAIRoute(FacadeRoute):
@@ -42,10 +45,20 @@ router = APIRouter(tags=["openai-compatible"], route_class=OpenAIRoute, dependen
 )
 async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, record: RecordDep, request: Request,
                            principal: PrincipalDep) -> Response:
-    handle, limit_headers = await open_run(gateway, to_run_spec(body), record, request=request, principal=principal,
-                                           body=body, forwards=FORWARDED)
+    """To OpenAI or a compatible server, the client's own request and, streamed, the upstream's own
+    chunks (app/api/compat/relay.py); to another provider, translated."""
+    body.model = gateway.registry.qualify(body.model)  # `gpt-5` as the SDKs send it
+    same = same_wire(gateway, body.model, WIRE)
+    spec = to_run_spec(body, passthrough=same)
+    if same:
+        spec = await passthrough_spec(spec, request, WIRE, relay=bool(body.stream),
+                                      provider_options=body.provider_options)
+    handle, limit_headers = await open_run(gateway, spec, record, request=request, principal=principal,
+                                           body=body, forwards=FORWARDED, held=not (same and body.stream))
     run = handle.run
     include_usage = body.stream_options is not None and body.stream_options.include_usage
+    if run.relay is not None:
+        return relay_answer(gateway, handle, run.relay, ChatEnding(include_usage=include_usage), limit_headers)
     writer = ChunkWriter(run, model=body.model, include_usage=include_usage) if body.stream else None
     return await answer(gateway, request, handle, stream=writer, headers=limit_headers,
                         build=lambda events, final: completion(run, body.model, events, final),

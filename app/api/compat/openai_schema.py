@@ -95,7 +95,7 @@ REFUSED = {
 
 class ChatCompletionRequest(GatewayExtras):
     model_config = ConfigDict(
-        extra="forbid",
+        extra="allow",
         json_schema_extra={"examples": [{"model": "mock/simple", "messages": [{"role": "user", "content": "hi"}],
                                          "stream": True, "stream_options": {"include_usage": True}}]},
     )
@@ -105,7 +105,7 @@ class ChatCompletionRequest(GatewayExtras):
     tools: list[ToolIn] | None = Field(default=None, max_length=512)
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     temperature: float | None = Field(default=None, strict=True, ge=0.0, le=2.0,
-                                      description="Defaults to the gateway's 0.")
+                                      description="Sent only when given: the provider's own default applies.")
     max_tokens: int | None = Field(default=None, strict=True, ge=1, le=1_000_000)
     max_completion_tokens: int | None = Field(default=None, strict=True, ge=1, le=1_000_000)
     stream: bool | None = Field(default=False, strict=True)

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from app.api.compat.common import FacadeError, field_path, run_spec, validation_reason
+from app.api.compat.common import FacadeError, field_path, lenient, refuse_unknown, run_spec, validation_reason
 from app.api.compat.parts import responses_content
 from app.api.compat.responses_schema import FORWARDED, REFUSED, FunctionToolIn, ResponsesRequest
 from app.core.messages import Message, ToolCall, ToolSpec, check_unique_tool_names
@@ -38,10 +38,17 @@ OPTION_FIELDS = {option: field for field, option in FORWARDED.items()} | {
 
 
 def to_run_spec(body: ResponsesRequest, history: tuple[Message, ...] = (),
-                references: Mapping[str, tuple[Message, ...]] | None = None) -> RunSpec:
-    """Map the request; FacadeError (400 naming the parameter) for what the gateway cannot honour."""
-    _refuse_unsupported(body)
-    tools = tuple(_tool(i, t) for i, t in enumerate(body.tools or ()))
+                references: Mapping[str, tuple[Message, ...]] | None = None, *, passthrough: bool = False) -> RunSpec:
+    """Map the request; FacadeError (400 naming the parameter) for what the gateway cannot honour.
+    `passthrough`: an OpenAI Responses upstream gets the client's own request; what does not
+    translate is only left out of the canonical one (records, validators)."""
+    if not passthrough:
+        refuse_unknown(body)
+        _refuse_unsupported(body)
+    specs: list[ToolSpec] = []
+    for i, raw in enumerate(body.tools or ()):
+        specs += lenient(lambda: [_tool(i, raw)], passthrough, [])  # noqa: B023
+    tools = tuple(specs)
     try:
         check_unique_tool_names(tools)
     except ValueError as exc:
@@ -50,13 +57,24 @@ def to_run_spec(body: ResponsesRequest, history: tuple[Message, ...] = (),
     if body.instructions:
         messages.append(Message(role="system", content=body.instructions))
     messages += history
-    messages += input_messages(body.input, references or {})
+    messages += input_messages(body.input, references or {}, skip_unknown=passthrough)
     if not any(m.role != "system" for m in messages):
         raise FacadeError("input: the conversation needs at least one message", param="input")
     return run_spec(model=body.model, messages=tuple(messages), tools=tools,
                     tool_choice=_tool_choice(body.tool_choice, tools),
-                    temperature=body.temperature if body.temperature is not None else 0.0,
-                    max_tokens=body.max_output_tokens, options=_options(body), extras=body)
+                    temperature=body.temperature,
+                    max_tokens=body.max_output_tokens, options=_options(body), extras=body,
+                    output_schema=_output_schema(body))
+
+
+def _output_schema(body: ResponsesRequest) -> dict[str, Any] | None:
+    """`text.format` json_schema: the canonical structured output, for every provider."""
+    form = body.text.format if body.text is not None else None
+    if form is None or form.type == "text":
+        return None
+    if form.schema_ is None:
+        raise FacadeError("text.format.schema: a json_schema format needs its schema", param="text.format.schema")
+    return form.schema_
 
 
 def _options(body: ResponsesRequest) -> dict[str, Any]:
@@ -74,8 +92,11 @@ def _refuse_unsupported(body: ResponsesRequest) -> None:
     for name, why in REFUSED.items():
         if getattr(body, name) not in (None, False):
             raise FacadeError(f"{name}: {why}", param=name)
-    if body.include:
-        raise FacadeError(f"include: the gateway includes nothing extra (got {body.include[0]!r})", param="include")
+    for value in body.include or ():
+        if value != "reasoning.encrypted_content":  # a no-op where the provider has no opaque reasoning
+            raise FacadeError(f"include: the gateway includes nothing else (got {value!r})", param="include")
+    if body.text is not None and body.text.verbosity is not None:
+        raise FacadeError("text.verbosity: carried to OpenAI Responses models only", param="text.verbosity")
 
 
 def _tool(i: int, raw: dict[str, Any]) -> ToolSpec:
@@ -118,7 +139,8 @@ def referenced_stream(item_id: Any) -> str | None:
 
 
 def input_messages(value: str | list[dict[str, Any]],
-                   references: Mapping[str, tuple[Message, ...]] | None = None) -> list[Message]:
+                   references: Mapping[str, tuple[Message, ...]] | None = None, *, skip_unknown: bool = False,
+                   ) -> list[Message]:
     """`input` -> Foundry messages: `function_call` items join the assistant turn before them; an
     `item_reference` stands for its response's answer (`references`, by stream id), once."""
     if isinstance(value, str):
@@ -141,17 +163,25 @@ def input_messages(value: str | list[dict[str, Any]],
         if text or calls:
             out.append(Message(role="assistant", content=text, tool_calls=tuple(calls)))
             text, calls = "", []
-        if kind == "message":
-            text = _message(i, item, out)
-        elif kind == "item_reference":
-            out += pending.pop(referenced_stream(item.get("id")) or "", ())
-        elif kind == "function_call_output":
-            out.append(_output(i, item))
-        else:
-            raise FacadeError(f"input[{i}].type: {kind!r} items are not supported", param=f"input[{i}].type")
+        text = _item(i, kind, item, out, pending, skip_unknown)
     if text or calls:
         out.append(Message(role="assistant", content=text, tool_calls=tuple(calls)))
     return out
+
+
+def _item(i: int, kind: Any, item: dict[str, Any], out: list[Message], pending: dict[str, tuple[Message, ...]],
+          skip_unknown: bool) -> str:
+    """Append what one item (not a call, not an assistant message) stands for; give the text of an
+    assistant turn it opens. `skip_unknown`: an item that does not translate is left out."""
+    if kind == "message":
+        return _message(i, item, out)
+    if kind == "item_reference":
+        out += pending.pop(referenced_stream(item.get("id")) or "", ())
+    elif kind == "function_call_output":
+        out.append(_output(i, item))
+    elif not skip_unknown:
+        raise FacadeError(f"input[{i}].type: {kind!r} items are not supported", param=f"input[{i}].type")
+    return ""
 
 
 def _message(i: int, item: dict[str, Any], out: list[Message]) -> str:

@@ -12,8 +12,9 @@ from starlette.responses import Response
 from app.api.access import Authenticated, PrincipalDep
 from app.api.compat.common import FacadeError, FacadeRoute, answer, open_run, route_responses
 from app.api.compat.openai_response import OpenAIErrors
+from app.api.compat.relay import ResponsesEnding, passthrough_spec, relay_answer, same_wire
 from app.api.compat.responses_history import previous_conversation, referenced_answers
-from app.api.compat.responses_request import OPTION_FIELDS, to_run_spec
+from app.api.compat.responses_request import OPTION_FIELDS, referenced_stream, to_run_spec
 from app.api.compat.responses_response import ResponseWriter
 from app.api.compat.responses_schema import ResponsesRequest
 from app.api.deps import GatewayDep, RecordDep
@@ -23,10 +24,12 @@ from app.core.errors import GatewayError
 from app.core.events import FinalEvent, StreamEvent
 from app.core.messages import Message
 from app.pipeline import Gateway, RunHandle, RunSpec
+from app.providers.passthrough import Wire
 
 __all__ = ["router"]
 
 ERRORS = OpenAIErrors()
+WIRE: Wire = "openai-responses"
 
 
 class ResponsesRoute(FacadeRoute):
@@ -53,13 +56,21 @@ router = APIRouter(tags=["openai-compatible"], route_class=ResponsesRoute, depen
 )
 async def responses(body: ResponsesRequest, gateway: GatewayDep, record: RecordDep, request: Request,
                     principal: PrincipalDep) -> Response:
+    body.model = gateway.registry.qualify(body.model, responses=True)  # `gpt-5` as Codex sends it
+    same = same_wire(gateway, body.model, WIRE) and not _gateway_history(body)
     history: tuple[Message, ...] = ()
-    if body.previous_response_id is not None:
+    if body.previous_response_id is not None and not same:
         history = await previous_conversation(gateway, request, principal, body.previous_response_id)
-    references = await referenced_answers(gateway, request, principal, body.input)
-    spec = to_run_spec(body, history, references)
-    handle, limit_headers = await _open(gateway, spec, record, request=request, principal=principal, body=body)
+    references = {} if same else await referenced_answers(gateway, request, principal, body.input)
+    spec = to_run_spec(body, history, references, passthrough=same)
+    if same:  # the client's own request; streamed, the upstream's own events (app/api/compat/relay.py)
+        spec = await passthrough_spec(spec, request, WIRE, relay=bool(body.stream),
+                                      provider_options=body.provider_options)
+    handle, limit_headers = await _open(gateway, spec, record, request=request, principal=principal, body=body,
+                                        held=not (same and body.stream))
     run, echo = handle.run, _echo(body)
+    if run.relay is not None:
+        return relay_answer(gateway, handle, run.relay, ResponsesEnding(), limit_headers)
 
     def build(events: list[StreamEvent], final: FinalEvent) -> dict[str, Any]:
         writer = ResponseWriter(run, echo=echo, stream=False)
@@ -71,12 +82,22 @@ async def responses(body: ResponsesRequest, gateway: GatewayDep, record: RecordD
                         error=lambda status, text, code: ERRORS.body(status, text, None, code))
 
 
+def _gateway_history(body: ResponsesRequest) -> bool:
+    """The request continues a response this gateway answered (its ids): its history is the
+    gateway's to rebuild, so the request is translated, not passed through."""
+    if (body.previous_response_id or "").startswith("resp_str_"):
+        return True
+    items = body.input if isinstance(body.input, list) else ()
+    return any(item.get("type") == "item_reference" and referenced_stream(item.get("id")) for item in items)
+
+
 async def _open(gateway: Gateway, spec: RunSpec, record: RequestLog, *, request: Request, principal: Principal,
-                body: ResponsesRequest) -> tuple[RunHandle, dict[str, str]]:
+                body: ResponsesRequest, held: bool) -> tuple[RunHandle, dict[str, str]]:
     """open_run, naming a provider option the provider refused as the field the caller wrote
     (`reasoning.effort`, `top_p`, ...) unless the caller set it in provider_options itself."""
     try:
-        return await open_run(gateway, spec, record, request=request, principal=principal, body=body, forwards=())
+        return await open_run(gateway, spec, record, request=request, principal=principal, body=body, forwards=(),
+                              held=held)
     except GatewayError as exc:
         prefix, _, key = exc.field.partition(".") if isinstance(exc.field, str) else ("", "", "")
         name = OPTION_FIELDS.get(key.split(".")[0])
@@ -89,6 +110,7 @@ async def _open(gateway: Gateway, spec: RunSpec, record: RequestLog, *, request:
 def _echo(body: ResponsesRequest) -> dict[str, Any]:
     """The request's settings, as a Response object repeats them."""
     reasoning = body.reasoning
+    fmt = body.text.format if body.text is not None else None
     return {
         "model": body.model, "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
         "previous_response_id": body.previous_response_id,
@@ -96,8 +118,9 @@ def _echo(body: ResponsesRequest) -> dict[str, Any]:
         "reasoning": {"effort": reasoning.effort if reasoning else None,
                       "summary": (reasoning.summary or reasoning.generate_summary) if reasoning else None},
         "store": body.store if body.store is not None else True,
-        "temperature": body.temperature if body.temperature is not None else 0.0, "top_p": body.top_p,
-        "text": {"format": {"type": "text"}}, "tool_choice": body.tool_choice or "auto",
+        "temperature": body.temperature, "top_p": body.top_p,
+        "text": {"format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt is not None else {"type": "text"}},
+        "tool_choice": body.tool_choice or "auto",
         "tools": [{"description": None, "parameters": None, "strict": None, **t} for t in body.tools or ()],
         "truncation": "disabled", "user": body.user, "metadata": body.metadata or {},
     }

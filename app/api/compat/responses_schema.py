@@ -13,7 +13,9 @@ from app.api.compat.common import GatewayExtras
 
 __all__ = ["FORWARDED", "REFUSED", "FunctionToolIn", "ReasoningIn", "ResponsesRequest", "TextIn"]
 
-_STRICT = ConfigDict(extra="forbid")
+_STRICT = ConfigDict(extra="allow")
+"""Nested fields the facade does not know pass through to an OpenAI Responses model; translated,
+they are refused by name (`refuse_unknown`)."""
 _Items = Annotated[list[dict[str, Any]], Field(min_length=1, max_length=10_000)]
 _MetadataKey = Annotated[str, StringConstraints(max_length=64)]
 _MetadataValue = Annotated[str, StringConstraints(max_length=512)]
@@ -28,14 +30,20 @@ class ReasoningIn(BaseModel):
 
 
 class FormatIn(BaseModel):
-    model_config = _STRICT
-    type: Literal["text"] = Field(description='Only `"text"`: structured output is refused (400 naming '
-                                              '`text.format`).')
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    type: Literal["text", "json_schema"] = Field(
+        description='`"text"`, or `"json_schema"`: structured output, translated to every provider.')
+    name: str | None = Field(default=None, max_length=64)
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema", description="The JSON Schema of the answer.")
+    description: str | None = None
+    strict: bool | None = None
 
 
 class TextIn(BaseModel):
     model_config = _STRICT
     format: FormatIn | None = None
+    verbosity: Literal["low", "medium", "high"] | None = Field(
+        default=None, description="Carried to OpenAI Responses (a same-wire request); refused elsewhere.")
 
 
 class FunctionToolIn(BaseModel):
@@ -73,7 +81,7 @@ REFUSED = {
 
 class ResponsesRequest(GatewayExtras):
     model_config = ConfigDict(
-        extra="forbid",
+        extra="allow",
         json_schema_extra={"examples": [{"model": "mock/simple", "input": "hi", "stream": True}]},
     )
 
@@ -88,7 +96,7 @@ class ResponsesRequest(GatewayExtras):
     tools: list[dict[str, Any]] | None = Field(default=None, max_length=512, description="Function tools only.")
     tool_choice: Literal["auto", "none", "required"] | dict[str, Any] | None = None
     temperature: float | None = Field(default=None, strict=True, ge=0.0, le=2.0,
-                                      description="Defaults to the gateway's 0.")
+                                      description="Sent only when given: the provider's own default applies.")
     max_output_tokens: int | None = Field(default=None, strict=True, ge=1, le=1_000_000)
     reasoning: ReasoningIn | None = None
     metadata: dict[_MetadataKey, _MetadataValue] | None = Field(default=None, max_length=16,
@@ -98,7 +106,8 @@ class ResponsesRequest(GatewayExtras):
     stream: bool | None = Field(default=False, strict=True)
     stream_options: StreamOptionsIn | None = None
     text: TextIn | None = None
-    include: list[str] | None = Field(default=None, description="Only empty: nothing extra is included.")
+    include: list[str] | None = Field(default=None, description="Carried to OpenAI Responses; elsewhere only "
+                                      "`reasoning.encrypted_content` (a no-op where the provider has none).")
     truncation: Literal["disabled"] | None = Field(default=None, description='Only `"disabled"`.')
 
     # Forwarded as provider options (see FORWARDED)

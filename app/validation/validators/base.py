@@ -158,6 +158,12 @@ class Validator:
     def __init__(self, config: ValidatorConfig, env: GateEnv) -> None:
         self.config = config
 
+    @property
+    def rewrites(self) -> bool:
+        """May release text or arguments other than the provider's (a redaction): a provider's own
+        events, which carry the original, cannot then be relayed as sent."""
+        return False
+
     @classmethod
     def models(cls, config: ValidatorConfig) -> tuple[str, ...]:
         """The models this validator calls (`provider/model` or an alias): a caller's key must be

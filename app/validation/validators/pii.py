@@ -116,6 +116,11 @@ class Pii(Validator):
         self._template = config.replacement
         self._lookbehind = config.lookbehind
 
+
+    @property
+    def rewrites(self) -> bool:
+        return self._redact
+
     def _replacement(self, kind: str) -> str:
         return self._template.replace("{kind}", kind.upper())
 
