@@ -19,6 +19,7 @@ import signal
 
 import httpx
 import pytest
+import redis.asyncio as redis
 
 from tests.records_support import postgres, postgres_url  # noqa: F401
 from tests.redis_support import Replica
@@ -190,3 +191,52 @@ async def test_a_resume_while_redis_recovers_is_retryable_never_gone(private_red
             os.kill(a.proc.pid, signal.SIGCONT)
         a.stop()
         b.stop()
+
+
+async def test_a_stream_whose_persistence_was_given_up_is_written_back_after_a_restart(private_redis):
+    """A stream whose frames passed the writer's buffer while Redis stalled is given up (its
+    followers get `store_unavailable`), and goes on from memory. Redis then restarted empty: the
+    owner writes back what it holds, that stream too. The write-back used to assert such a stream
+    had ended, and the writer task died of it: nothing of this replica was written again."""
+    from app.core.events import StartEvent, TokenEvent
+    from app.streams.redis import RedisStreamStore
+
+    s = RedisStreamStore(private_redis.url, ttl=30.0, max_streams=100, max_events=1000, max_bytes=1 << 20,
+                         lease_seconds=0.5, timeout=0.25, max_pending_bytes=4096)
+    await s.start()
+    try:
+        log = await s.create(model="m", provider="p")
+        log.append(StartEvent(stream_id=log.info.stream_id, model="m", provider="p"))
+        await asyncio.wait_for(s.flush(), 10)
+        os.kill(private_redis.proc.pid, signal.SIGSTOP)
+        try:
+            for _ in range(100):  # 100 x ~90 bytes: past the 4 KiB buffer, the stream is given up
+                log.append(TokenEvent(index=0, content="x" * 40))
+            await asyncio.sleep(1.0)  # the stalled write fails (twice the timeout)
+        finally:
+            os.kill(private_redis.proc.pid, signal.SIGCONT)
+        await asyncio.wait_for(s.flush(), 10)  # its followers' end written once Redis answers
+        private_redis.kill()  # restarted empty
+        private_redis.start()
+        other = await _create_when_redis_answers(s)
+        other.append(StartEvent(stream_id=other.info.stream_id, model="m", provider="p"))
+        await asyncio.wait_for(s.flush(), 10)  # the writer still writes
+        client = redis.from_url(private_redis.url)
+        try:
+            assert await client.exists(f"foundry:{{{log.info.stream_id}}}:meta")  # written back
+            assert await client.exists(f"foundry:{{{other.info.stream_id}}}:events")
+        finally:
+            await client.aclose()
+    finally:
+        await s.aclose()
+
+
+async def _create_when_redis_answers(store):
+    from app.streams.errors import StoreUnavailable
+
+    for _ in range(100):
+        try:
+            return await store.create(model="m", provider="p")
+        except StoreUnavailable:
+            await asyncio.sleep(0.1)
+    raise AssertionError("Redis did not answer again")

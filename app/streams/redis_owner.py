@@ -132,9 +132,11 @@ class RedisOwner:
                 self._metas[info.stream_id] = meta
                 pipe.hset(keys.meta, mapping=meta)
                 pipe.expire(keys.meta, self._link.ttl_s + _RUNNING_GRACE)
-                pipe.set(self._link.lease_key(self._link.replica), "1", px=self._link.lease_ms)
+                pipe.set(self._link.lease_key(self._link.replica), "1", px=self._link.lease_ms, get=True)
+                lease = len(pipe) - 1
                 self._outbox.enrol(pipe, info.stream_id)
-                await pipe.execute()
+                if (await pipe.execute())[lease] is None:
+                    self._lost_lease()  # a restart so quick that no command failed: this is the first
         except StoreUnavailable:
             self._metas.pop(info.stream_id, None)
             self._local.discard(info.stream_id)
@@ -373,15 +375,22 @@ class RedisOwner:
                     # between two renewals, with no failed command to tell us (the client reconnects).
                     sent = asyncio.get_running_loop().time()
                     if await self._redis.set(key, "1", px=self._link.lease_ms, get=True) is None:
-                        self._restore = True
-                        if self._lease_until:  # it held one: not this replica's first renewal
-                            self._link.state_lost()
+                        self._lost_lease()
                     self._lease_until = sent + self._link.lease_ms / 1000  # from the command's sending
                 if self._restore:
                     self._wake.set()  # Redis is back: the writer writes back what it lost
             except REDIS_ERRORS:
                 self._restore = True
             await asyncio.sleep(self._link.lease_ms / 3000)
+
+    def _lost_lease(self) -> None:
+        """This replica's lease is missing: Redis lost it (restarted empty between two renewals,
+        with no failed command to tell), unless this replica never held one. The writer checks
+        what else it lost and writes it back."""
+        self._restore = True
+        if self._lease_until:
+            self._link.state_lost()
+        self._wake.set()
 
     async def _cancel_loop(self) -> None:
         queue = self._link.cancel_queue(self._link.replica)
