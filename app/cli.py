@@ -13,12 +13,13 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app import VERSION
 from app.config_file import GROUPS, STRUCTURED, ConfigError
-from app.config_load import config_schema, load_settings, unknown_variables
-from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.settings import Settings
 
 __all__ = ["main"]
 
@@ -108,7 +109,7 @@ def _add_config(commands: Any) -> None:
     schema = config_commands.add_parser("schema", help="print the JSON schema of the configuration",
                                         description="The JSON schema of the configuration: every setting with "
                                                     "its description, default, variable (x-env) and TOML key (x-toml).")
-    schema.set_defaults(run=lambda args: _print_json(config_schema()))
+    schema.set_defaults(run=_config_schema)
 
 
 def _print_json(value: object) -> int:
@@ -116,9 +117,23 @@ def _print_json(value: object) -> int:
     return 0
 
 
-def _warn_unknown() -> None:
+def _load_settings() -> Settings:
+    """The configuration, after one warning per unknown FOUNDRY_* variable.
+
+    Imported here, not at the top: `--help` and `--version` need no settings, and the settings
+    and everything below them cost more to import than those answers take.
+    """
+    from app.config_load import load_settings, unknown_variables
+
     for warning in unknown_variables():
         print(f"foundry-gateway: warning: {warning}", file=sys.stderr)
+    return load_settings()
+
+
+def _config_schema(args: argparse.Namespace) -> int:
+    from app.config_load import config_schema
+
+    return _print_json(config_schema())
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -129,8 +144,7 @@ def _serve(args: argparse.Namespace) -> int:
     from app.main import create_app
     from app.observability import logging_config
 
-    _warn_unknown()
-    settings = load_settings()
+    settings = _load_settings()
     app = create_app(settings)  # a ConfigError here (a route naming no served provider) is exit 2 too
     uvicorn.run(app, host=args.host, port=args.port, log_config=logging_config(settings.log_level, settings.log_json),
                 access_log=False,  # the gateway logs one line per request itself
@@ -142,8 +156,7 @@ def _serve(args: argparse.Namespace) -> int:
 async def _records_command(command: str) -> int:
     from app.records.store import RecordStore
 
-    _warn_unknown()
-    settings = load_settings()
+    settings = _load_settings()
     store = RecordStore(settings.records_url())
     try:
         await store.migrate()
@@ -166,8 +179,7 @@ async def _keys(args: argparse.Namespace) -> int:
     from app.auth.policy import KeyFields
     from app.records.store import RecordStore
 
-    _warn_unknown()
-    settings = load_settings()
+    settings = _load_settings()
     if not settings.records:
         raise ConfigError(["FOUNDRY_RECORDS: off, so there is no database to keep keys in (use [[keys]] in "
                            "the config file)"])
@@ -208,8 +220,7 @@ async def _keys(args: argparse.Namespace) -> int:
 def _config_check(args: argparse.Namespace) -> int:
     from app.startup import describe_settings, provider_statuses, stream_store_label
 
-    _warn_unknown()
-    settings = load_settings()
+    settings = _load_settings()
     _check_routes(settings)
     shown = describe_settings(settings)
     for group, fields in GROUPS.items():
@@ -230,7 +241,13 @@ def _config_check(args: argparse.Namespace) -> int:
 
 
 def _check_routes(settings: Settings) -> None:
-    """Routes whose targets name no served provider: the same check the server makes at start."""
+    """Routes whose targets name no served provider: the same check the server makes at start.
+
+    The check builds the providers, so it (and their SDKs) is imported only when there is a route
+    to check: with none, `config check` answers without them.
+    """
+    if not settings.routes:
+        return
     from app.config_load import setting_error
     from app.providers.registry import build_registry
     from app.routing.router import RouteConfigError, check_routes

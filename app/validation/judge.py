@@ -23,6 +23,7 @@ from app.core.errors import UpstreamError
 from app.core.events import FinalEvent, JudgeUsageData, Usage
 from app.core.messages import Message
 from app.providers.base import PatchStream, ProviderRequest, drive
+from app.validation.validators.base import MAX_REASON_CHARS
 
 __all__ = ["MAX_REASON_CHARS", "JudgeBackend", "JudgeCapReached", "OpenStream", "Pricer", "RunJudge", "clip"]
 
@@ -32,9 +33,6 @@ Span = Callable[[str], AbstractContextManager[object]]
 """Opens a stream for the request's `model` as the caller names it (`provider/model` or a route)."""
 Pricer = Callable[[str, Usage], float | None]
 """(model, usage) -> USD, None when the model has no price."""
-
-MAX_REASON_CHARS = 200
-"""A verdict's or a failed check's reason is cut here: never more of a judge's raw answer."""
 
 
 def clip(text: str, limit: int = MAX_REASON_CHARS) -> str:
