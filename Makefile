@@ -7,7 +7,10 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-LOCK   := requirements/lock.txt
+# Two hashed locks from one resolution: the runtime dependencies alone (make run, the Dockerfile),
+# and the development set, runtime + test + docs at the same versions (make test, make docs, CI).
+RUNTIME_LOCK := requirements/runtime.lock.txt
+DEV_LOCK     := requirements/dev.lock.txt
 UV     ?= uv==0.13.9
 
 .PHONY: run test test-fast test-slow lint install install-test lock openapi docs bench bench-litellm migrate clean chaos
@@ -40,23 +43,27 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# Installs come from the lock (exact versions, hashes checked), then the project itself without
-# resolving again. The lock holds the runtime, test and docs dependencies (one file, one resolution).
-$(VENV)/.installed-run: pyproject.toml $(LOCK) | $(VENV)/bin/python
-	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
+# Installs come from a lock (exact versions, hashes checked), then the project itself without
+# resolving again: the runtime lock for serving, the dev lock (a superset) for tests and docs.
+$(VENV)/.installed-run: pyproject.toml $(RUNTIME_LOCK) | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(RUNTIME_LOCK)
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(LOCK) | $(VENV)/bin/python
-	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
-	$(BIN)/python -m pip install --quiet --no-deps -e '.[test]'
-	@touch $@ $(VENV)/.installed-run
+$(VENV)/.installed-test: pyproject.toml $(DEV_LOCK) | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(DEV_LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps -e '.[test,docs]'
+	@touch $@ $(VENV)/.installed-run $(VENV)/.installed-docs
 
-lock: | $(VENV)/bin/python  ## re-resolve pyproject.toml's dependencies (runtime, test, docs) into requirements/lock.txt
+# The dev lock is resolved first (the versions in the existing lock are kept where they still fit),
+# then the runtime lock as its subset: constrained by the dev lock, so both name the same versions.
+lock: | $(VENV)/bin/python  ## re-resolve pyproject.toml's dependencies into requirements/dev.lock.txt and runtime.lock.txt
 	$(BIN)/python -m pip install --quiet '$(UV)'
 	mkdir -p requirements
 	$(BIN)/uv pip compile pyproject.toml --extra test --extra docs --universal --python-version 3.11 --generate-hashes \
-	  --no-header --annotation-style line --quiet -o $(LOCK)
+	  --no-header --annotation-style line --quiet -o $(DEV_LOCK)
+	$(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes \
+	  --no-header --annotation-style line --quiet -c $(DEV_LOCK) -o $(RUNTIME_LOCK)
 
 migrate: $(VENV)/.installed-run  ## migrate the records database (FOUNDRY_DATABASE_URL, default var/foundry.db)
 	$(BIN)/foundry-gateway migrate
@@ -67,8 +74,8 @@ openapi: $(VENV)/.installed-run  ## regenerate openapi/openapi.json from the app
 docs: $(VENV)/.installed-docs  ## build the documentation site into site/ (MkDocs, strict: a broken link fails)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # the variable silences the theme's end-of-life banner
 
-$(VENV)/.installed-docs: pyproject.toml $(LOCK) | $(VENV)/bin/python
-	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
+$(VENV)/.installed-docs: pyproject.toml $(DEV_LOCK) | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(DEV_LOCK)
 	$(BIN)/python -m pip install --quiet --no-deps -e '.[docs]'
 	@touch $@
 
