@@ -1,4 +1,4 @@
-"""Access control (issue 15): gateway API keys, per-key models and limits, ownership, usage.
+"""Access control: gateway API keys, per-key models and limits, ownership, usage.
 
 `keys.py` makes and recognises keys (only hashes are stored), `policy.py` is a key's typed
 policy (models, limits, budget, validators), `limiter.py` the counters (memory or Redis),

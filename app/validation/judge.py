@@ -3,7 +3,7 @@
 The validation layer knows no router: the gateway gives the backend a callable that opens a
 provider stream for `provider/model` (or a route), and the backend reads it to its end.
 
-A judge call is a model call like any other (issue 24): each run gets its own `RunJudge`, which
+A judge call is a model call like any other: each run gets its own `RunJudge`, which
 allows at most `max_calls` calls (past it a check raises `JudgeCapReached`, which the validator's
 `on_error` turns into a block, by default, or `unknown`: never a silent pass), at most
 `concurrency` at once, and keeps the usage per judge model (`lines()`): it goes into the run's

@@ -1,4 +1,4 @@
-"""GET /: the playground page, and its static assets under /web/ (issue 18).
+"""GET /: the playground page, and its static assets under /web/.
 
 The files live in `app/web/` inside the package (package data), so a plain `pip install` serves
 them; nothing is fetched from another origin. The page gets a strict Content-Security-Policy:
