@@ -135,7 +135,7 @@ flaky: $(VENV)/.installed-test  ## the replica and facade tests FLAKY_RUNS (5) t
 	echo "== make flaky: $(FLAKY_RUNS) of $(FLAKY_RUNS) runs passed"
 
 # DOCTOR_SUITES=1 also times the fast and the slow suite (minutes on this machine).
-doctor: $(VENV)/.installed-test  ## print the install size (runtime lock), the CLI's start time and, with DOCTOR_SUITES=1, the suites' times
+doctor: $(VENV)/.installed-run $(if $(DOCTOR_SUITES),$(VENV)/.installed-test)  ## print the install size (runtime lock), the CLI's start time and, with DOCTOR_SUITES=1, the suites' times
 	$(BIN)/python scripts/doctor.py $(if $(DOCTOR_SUITES),--suites)
 
 .PHONY: floors
