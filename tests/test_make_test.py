@@ -35,8 +35,9 @@ def make_test(tmp_path: Path, *, ruff: int = 0, mypy: int = 0, fast: int = 0, sl
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
     (venv / ".installed-test").touch()  # newer than pyproject.toml and the lock: nothing to install
     log = tmp_path / "stages.log"
-    env = {**os.environ, "STAGES_LOG": str(log), "RUFF_RC": str(ruff), "MYPY_RC": str(mypy), "FAST_RC": str(fast),
-           "SLOW_RC": str(slow)}
+    outer = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")  # when the suite itself runs under make test
+    env = {k: v for k, v in os.environ.items() if k not in outer}
+    env.update(STAGES_LOG=str(log), RUFF_RC=str(ruff), MYPY_RC=str(mypy), FAST_RC=str(fast), SLOW_RC=str(slow))
     done = subprocess.run(["make", "--no-print-directory", "test", f"VENV={venv}"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=60)
     return done.returncode, done.stdout.strip().splitlines()[-1], log.read_text().splitlines()
