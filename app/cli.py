@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 CONFIG_ERROR = 2  # argparse's status for a bad command line, and ours for a bad configuration
+KEEP_ALIVE_SECONDS = 75
+"""How long the server keeps an idle connection (uvicorn's default is 5 s): longer than the proxies
+in front keep theirs pooled (nginx's upstream keep-alive and cloud load balancers: 60 s), so the
+proxy, not the gateway, closes an idle connection first. A server that closes first races the
+proxy's reuse: a request written as the connection closes is reset, and the proxy answers 502."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -148,7 +153,8 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings)  # a ConfigError here (a route naming no served provider) is exit 2 too
     uvicorn.run(app, host=args.host, port=args.port, log_config=logging_config(settings.log_level, settings.log_json),
                 access_log=False,  # the gateway logs one line per request itself
-                timeout_graceful_shutdown=int(SERVER_CLOSE_SECONDS), proxy_headers=True,
+                timeout_graceful_shutdown=int(SERVER_CLOSE_SECONDS), timeout_keep_alive=KEEP_ALIVE_SECONDS,
+                proxy_headers=True,
                 http=deadline_protocol(settings.request_timeout_seconds))
     return 0
 
