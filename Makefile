@@ -13,7 +13,7 @@ RUNTIME_LOCK := requirements/runtime.lock.txt
 DEV_LOCK     := requirements/dev.lock.txt
 UV     ?= uv==0.13.9
 
-.PHONY: run test test-fast test-slow lint install install-test lock openapi docs bench bench-litellm migrate clean chaos flaky doctor
+.PHONY: run test test-fast test-slow lint install install-test lock openapi docs bench bench-litellm migrate clean chaos chaos-repeat flaky doctor
 
 run: $(VENV)/.installed-run  ## install and serve the gateway (mock provider by default) on $(HOST):$(PORT)
 	mkdir -p var  # the embedded records database, var/foundry.db (FOUNDRY_DATA_DIR)
@@ -92,6 +92,17 @@ CHAOS ?= --profile short
 chaos: $(VENV)/.installed-test  ## the chaos soak (bench/chaos.py): 3 replicas behind nginx, Redis, PostgreSQL, faults; fails on a broken invariant
 	mkdir -p bench/results
 	$(BIN)/python bench/chaos.py $(CHAOS) --json bench/results/chaos.json
+
+N ?= 10
+SEED ?= 100
+chaos-repeat: $(VENV)/.installed-test  ## the short soak N times (N=10), seeds SEED+1..SEED+N; fails unless every run broke nothing
+	mkdir -p bench/results
+	@failed=""; for i in $$(seq 1 $(N)); do seed=$$(($(SEED) + i)); \
+	  echo "chaos-repeat: run $$i of $(N), seed $$seed"; \
+	  $(BIN)/python bench/chaos.py $(CHAOS) --seed $$seed --json bench/results/chaos-$$seed.json || failed="$$failed $$seed"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "chaos-repeat: $(N) runs, broken invariants with seeds$$failed"; exit 1; fi; \
+	echo "chaos-repeat: $(N) of $(N) runs with 0 broken invariants (seeds $$(($(SEED) + 1))..$$(($(SEED) + $(N))))"
 
 BENCH_OUT ?= bench/results
 bench: $(VENV)/.installed-test  ## run the benchmarks in bench/; ends with one line per performance goal, from this run

@@ -41,6 +41,8 @@ sys.path.insert(0, str(ROOT))
 from bench.chaos_fleet import Fleet  # noqa: E402
 
 PROFILES = {"short": {"streams": 300, "duration": 60.0}, "long": {"streams": 4000, "duration": 1200.0}}
+T0 = time.monotonic()
+"""The soak's start: the times of a stream's timeline and of the faults count from it."""
 MIX = [("paced", 0.76), ("stall", 0.08), ("reset", 0.08), ("limit", 0.08)]
 
 
@@ -60,6 +62,11 @@ class Stream:
     resumes: int = 0
     cancelled: bool = False
     broken: list[str] = field(default_factory=list)
+    timeline: list[str] = field(default_factory=list)
+    """What the reader did and got, with times from the soak's start (printed when it broke)."""
+
+    def note(self, text: str) -> None:
+        self.timeline.append(f"{time.monotonic() - T0:7.2f} {text}")
 
     @property
     def finals(self) -> list[int]:
@@ -128,6 +135,7 @@ class Load:
                 r = await self.client.post(f"{self.fleet.front}/v1/generate", json=body, headers=self.headers)
             except httpx.TransportError:
                 r = None
+            stream.note(f"start -> {r.status_code if r is not None else 'transport error'}")
             if r is not None and r.status_code == 202:
                 stream.sid = r.json()["stream_id"]
                 break
@@ -151,7 +159,8 @@ class Load:
             try:
                 last = await self._read_once(stream, f"{base}/v1/stream/{stream.sid}?after={after}", leave,
                                              cancel_at, last)
-            except (httpx.TransportError, httpx.HTTPStatusError):
+            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+                stream.note(f"  read ended: {type(exc).__name__}")
                 await asyncio.sleep(0.3)
             if cancel_at is not None and max(stream.frames, default=0) >= cancel_at and not stream.cancelled:
                 await self.cancel(stream, rng)
@@ -163,7 +172,12 @@ class Load:
     async def _read_once(self, stream: Stream, url: str, leave: int | None, cancel_at: int | None,
                          last: int) -> int:
         read = 0
+        port = url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[1]
+        where = "front" if url.startswith(self.fleet.front) else f"replica {self.fleet.index_of(int(port))}"
+        stream.note(f"GET {where} after={url.rsplit('=', 1)[1]}")
         async with self.client.stream("GET", url, headers=self.headers) as r:
+            if r.status_code != 200:
+                stream.note(f"  -> {r.status_code}")
             if r.status_code in (502, 503, 404):  # a replica away, a store away: resume later
                 await asyncio.sleep(0.3)
                 return last
@@ -185,9 +199,13 @@ class Load:
                         previous = now
                     last, read = max(last, fid), read + 1
                 if stream.finals or (leave is not None and read >= leave):
+                    stream.note(f"  read {read} frames, up to id {last}" + (" (the final)" if stream.finals else
+                                                                              " (the reader leaves)"))
                     break
                 if cancel_at is not None and last >= cancel_at and not stream.cancelled:
                     break
+            else:
+                stream.note(f"  body ended after {read} frames, up to id {last}")
         return last
 
     def _take(self, stream: Stream, fid: int, event: str, data: bytes) -> None:
@@ -207,6 +225,7 @@ class Load:
             r = await self.client.post(f"{rng.choice(urls)}/v1/stream/{stream.sid}/cancel", headers=self.headers)
         except httpx.TransportError:
             return
+        stream.note(f"cancel -> {r.status_code} {r.text[:80]}")
         if r.status_code not in (200, 503):
             stream.broken.append(f"cancel answered {r.status_code}")
 
@@ -240,13 +259,43 @@ async def run_load(fleet: Fleet, key: str, streams: list[tuple[float, Stream]], 
         await load.aclose()
 
 
-async def inject(fleet: Fleet, faults: list[tuple[float, str, int]], windows: list[tuple[float, float, str]]) -> None:
+async def inject(fleet: Fleet, faults: list[tuple[float, str, int]], windows: list[tuple[float, float, str]],
+                 settle: float) -> None:
+    """Each fault at its planned time, and never before the fleet has settled after the last one:
+    the soak injects single faults. A fault's recovery (a replica restarted, Redis back) takes a
+    while; the next one waits for it plus `settle` (two leases: every owner has written back what
+    a Redis restarted empty lost, every follower has claimed what a dead owner left). Two faults
+    inside that window (Redis restarted empty, then the one replica that held a stream killed
+    before it could write it back) lose what only those two held: docs/scaling.md says so."""
     t0 = time.monotonic()
+    ready = t0
     for at, kind, index in faults:
-        await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
+        await asyncio.sleep(max(0.0, t0 + at - time.monotonic(), ready - time.monotonic()))
         started = time.monotonic()
         await fleet.fault(kind, index)
+        ready = time.monotonic() + settle
         windows.append((started, time.monotonic() + 2.0, kind))
+        FAULTS.append(f"{started - T0:7.2f}..{time.monotonic() - T0:.2f} {kind}"
+                      + (f" replica {index}" if kind in ("term", "kill") else ""))
+
+
+FAULTS: list[str] = []
+"""The faults injected, with their times (printed with a broken stream's timeline)."""
+
+
+def timelines(streams: list[Stream], fleet: Fleet, most: int = 12) -> list[str]:
+    """Each broken stream's timeline (what its reader did and got, when) and what Redis holds of
+    it; with the faults' times in the figures, enough to find the cause from CI's log alone."""
+    broken = [s for s in streams if s.broken]
+    lines = []
+    for s in broken[:most]:
+        lines.append(f"stream {s.sid or s.n} ({s.kind}, {s.tokens} tokens): {'; '.join(s.broken)[:300]}")
+        if s.sid is not None:
+            lines.append(f"  {fleet.stream_state(s.sid)}")
+        shown = s.timeline if len(s.timeline) <= 80 else [*s.timeline[:50], f"... ({len(s.timeline) - 80} lines)",
+                                                           *s.timeline[-30:]]
+        lines += [f"  {t}" for t in shown]
+    return lines
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -261,19 +310,22 @@ async def soak(args: argparse.Namespace) -> int:
     n_streams = args.streams or profile["streams"]
     duration = args.duration or profile["duration"]
     kinds = [k for k in args.faults.split(",") if k]
-    async with Fleet.up(cluster=args.cluster, replicas=3) as fleet:
+    async with Fleet.up(cluster=args.cluster, replicas=3, log_level=args.log_level) as fleet:
         key = await fleet.make_key()
         streams = plan(args.seed, n_streams, duration)
         faults = fault_plan(kinds, duration, 3)
         windows: list[tuple[float, float, str]] = []
         before, memory = fleet.commandstats(), fleet.redis_memory()
-        await asyncio.gather(run_load(fleet, key, streams, args.seed), inject(fleet, faults, windows))
+        global T0
+        T0 = time.monotonic()
+        await asyncio.gather(run_load(fleet, key, streams, args.seed),
+                             inject(fleet, faults, windows, settle=2 * fleet.lease_seconds))
         ops = {k: v - before.get(k, 0) for k, v in fleet.commandstats().items()}
         ops["_memory_growth"] = fleet.redis_memory() - memory
         await fleet.stop_replicas()  # SIGTERM: records flushed, counters settled
         records = await fleet.records()
         spend = await fleet.spend_counter()
-    return report(args, [s for _, s in streams], windows, records, spend, ops, fleet)
+        return report(args, [s for _, s in streams], windows, records, spend, ops, fleet)  # logs still there
 
 
 def check_records(streams: list[Stream], records: dict[str, dict[str, Any]], spend: float | None,
@@ -286,6 +338,9 @@ def check_records(streams: list[Stream], records: dict[str, dict[str, Any]], spe
         if record is None:
             broken.append(f"{stream.sid}: no run record (final {final and final.get('status')})")
             continue
+        if final is not None and record["status"] != final.get("status"):
+            broken.append(f"{stream.sid}: the reader's final says {final.get('status')}, the run record "
+                          f"{record['status']}")
         usage = (final or {}).get("usage") or {}
         if final is not None and usage.get("output_tokens") is not None \
                 and record["output_tokens"] != usage["output_tokens"]:
@@ -336,6 +391,7 @@ def report(args: argparse.Namespace, streams: list[Stream], windows: list[tuple[
         "gateway_cpu_ms_per_stream": round(fleet.cpu_total * 1000 / max(1, len(started)), 2),
         "gateway_cpu_us_per_event": round(fleet.cpu_total * 1e6 / max(1, events), 1),
         "gateway_rss_mib_peak": round(fleet.rss_peak / 2**20, 1),
+        "faults_at": [f.strip() for f in FAULTS],
         "broken": broken[:50],
     }
     if args.json:
@@ -345,6 +401,10 @@ def report(args: argparse.Namespace, streams: list[Stream], windows: list[tuple[
             print(f"{name}: {value}")
     for line in broken[:50]:
         print(f"BROKEN {line}")
+    for line in timelines(streams, fleet):
+        print(f"TIMELINE {line}")
+    if broken:
+        print(f"TIMELINE replica logs: {fleet.keep_logs()}")
     print(f"chaos: {len(streams)} streams, {len(windows)} faults, {len(broken)} broken invariants")
     return 1 if broken else 0
 
@@ -357,6 +417,8 @@ def main() -> int:
     parser.add_argument("--faults", default="term,kill,upstream,redis", help="comma-separated: term,kill,upstream,redis")
     parser.add_argument("--cluster", action="store_true", help="a three-master Redis Cluster instead of one Redis")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--log-level", default="warning", help="the replicas' FOUNDRY_LOG_LEVEL (their logs are "
+                        "kept, and their folder printed, when an invariant broke)")
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     return asyncio.run(soak(args))

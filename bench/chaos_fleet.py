@@ -56,8 +56,15 @@ def _wait_http(url: str, proc: subprocess.Popen | None, what: str, seconds: floa
         time.sleep(0.1)
 
 
-def _spawn(cmd: list[str], env: dict[str, str] | None = None, **options: Any) -> subprocess.Popen:
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **options)
+def _spawn(cmd: list[str], env: dict[str, str] | None = None, log: Path | None = None,
+           **options: Any) -> subprocess.Popen:
+    if log is None:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                **options)
+    with log.open("ab") as out:  # the child keeps its own descriptor
+        out.write(f"--- started at {time.time():.3f}\n".encode())
+        out.flush()
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, **options)
 
 
 def _nginx_path() -> str | None:
@@ -67,13 +74,13 @@ def _nginx_path() -> str | None:
 class Proc:
     """One process on a fixed port, restartable on the same port."""
 
-    def __init__(self, cmd: list[str], port: int, env: dict[str, str], health: str) -> None:
-        self.cmd, self.port, self.env, self.health = cmd, port, env, health
+    def __init__(self, cmd: list[str], port: int, env: dict[str, str], health: str, log: Path | None = None) -> None:
+        self.cmd, self.port, self.env, self.health, self.log = cmd, port, env, health, log
         self.proc: subprocess.Popen | None = None
         self.cpu_base = 0.0
 
     async def start(self) -> None:
-        self.proc = _spawn(self.cmd, self.env)
+        self.proc = _spawn(self.cmd, self.env, self.log)
         await asyncio.to_thread(_wait_http, f"http://127.0.0.1:{self.port}{self.health}", self.proc, self.cmd[-1])
         self.cpu_base = cpu_seconds(self.proc.pid)  # serving only: not the imports of a start
 
@@ -98,8 +105,12 @@ def _uvicorn(target: str, port: int) -> list[str]:
 
 
 class Fleet:
-    def __init__(self, tmp: Path, redis: Any, database_url: str) -> None:
-        self.tmp, self.redis, self.database_url = tmp, redis, database_url
+    def __init__(self, tmp: Path, redis: Any, database_url: str, log_level: str = "warning") -> None:
+        self.tmp, self.redis, self.database_url, self.log_level = tmp, redis, database_url, log_level
+        self.lease_seconds = 2.0
+        self.logs = tmp / "logs"
+        self.logs.mkdir(exist_ok=True)
+        self._kept: Path | None = None
         self.redis_url: str = redis.url
         self.upstream = Proc(_uvicorn("bench.chaos_upstream:app", free_port()), 0, dict(os.environ), "/healthz")
         self.upstream.port = int(self.upstream.cmd[self.upstream.cmd.index("--port") + 1])
@@ -113,14 +124,14 @@ class Fleet:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def up(cls, *, cluster: bool, replicas: int) -> AsyncIterator[Fleet]:
+    async def up(cls, *, cluster: bool, replicas: int, log_level: str = "warning") -> AsyncIterator[Fleet]:
         tmp = Path(tempfile.mkdtemp(prefix="foundry-chaos-"))
         redis = RedisClusterServer().start() if cluster else RedisServer().start()
         name = f"foundry_chaos_{uuid.uuid4().hex[:12]}"
         conn = await asyncpg.connect(_dsn(DATABASE), timeout=5)
         await conn.execute(f'CREATE DATABASE "{name}"')
         await conn.close()
-        fleet = cls(tmp, redis, make_url(DATABASE).set(database=name).render_as_string(hide_password=False))
+        fleet = cls(tmp, redis, make_url(DATABASE).set(database=name).render_as_string(hide_password=False), log_level)
         sampler = None
         try:
             await fleet.upstream.start()
@@ -140,17 +151,31 @@ class Fleet:
 
     def _env(self) -> dict[str, str]:
         providers = [{"name": "chaos", "base_url": f"http://127.0.0.1:{self.upstream.port}/v1", "api_key_env": None}]
-        return {**os.environ, "FOUNDRY_PROVIDERS": json.dumps(providers), "FOUNDRY_LOG_LEVEL": "warning",
+        return {**os.environ, "FOUNDRY_PROVIDERS": json.dumps(providers), "FOUNDRY_LOG_LEVEL": self.log_level,
                 "FOUNDRY_REDIS_URL": self.redis_url, "FOUNDRY_DATABASE_URL": self.database_url,
-                "FOUNDRY_ADMIN_KEY": ADMIN, "FOUNDRY_REDIS_LEASE_SECONDS": "2", "FOUNDRY_REDIS_TIMEOUT_SECONDS": "1",
+                "FOUNDRY_ADMIN_KEY": ADMIN, "FOUNDRY_REDIS_LEASE_SECONDS": str(self.lease_seconds),
+                "FOUNDRY_REDIS_TIMEOUT_SECONDS": "1",
                 "FOUNDRY_READ_TIMEOUT": "3", "FOUNDRY_PRICES": json.dumps({"chaos/*": {"input": 1.0, "output": 2.0}}),
                 "FOUNDRY_KEY_CACHE_SECONDS": "1", "FOUNDRY_DATA_DIR": str(self.tmp)}
 
     async def _start_replicas(self, n: int) -> None:
-        for _ in range(n):
+        for i in range(n):
             port = free_port()
-            self.replicas.append(Proc(_uvicorn("app.main:app", port), port, self._env(), "/healthz"))
+            self.replicas.append(Proc(_uvicorn("app.main:app", port), port, self._env(), "/healthz",
+                                      self.logs / f"replica-{i}.log"))
         await asyncio.gather(*(r.start() for r in self.replicas))
+
+    def index_of(self, port: int) -> int:
+        """Which replica listens on a port (-1: none)."""
+        return next((i for i, r in enumerate(self.replicas) if r.port == port), -1)
+
+    def keep_logs(self) -> str:
+        """Keep the replicas' logs past the fleet's teardown (an invariant broke): their folder."""
+        if self._kept is None:
+            self._kept = Path(tempfile.mkdtemp(prefix="foundry-chaos-logs-"))
+            for log in self.logs.glob("*.log"):
+                shutil.copy(log, self._kept / log.name)
+        return str(self._kept)
 
     def live_urls(self) -> list[str]:
         return [f"http://127.0.0.1:{r.port}" for r in self.replicas if r.alive()]
@@ -262,6 +287,25 @@ class Fleet:
             return {name.removeprefix("cmdstat_"): int(f["calls"]) for name, f in client.info("commandstats").items()}
         except sync_redis.RedisError:
             return {}
+        finally:
+            client.close()
+
+    def stream_state(self, stream_id: str) -> str:
+        """What Redis holds of one stream now (its meta without the record, its events' range),
+        for a broken stream's timeline."""
+        import redis as sync_redis
+
+        port = (self.redis.master_of(f"foundry:{{{stream_id}}}:meta").port if isinstance(self.redis, RedisClusterServer)
+                else self.redis.port)
+        client = sync_redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
+        try:
+            meta = {k.decode(): v.decode(errors="replace")[:40] for k, v in
+                    client.hgetall(f"foundry:{{{stream_id}}}:meta").items() if k != b"record"}
+            events = client.xinfo_stream(f"foundry:{{{stream_id}}}:events") if meta else {}
+            return (f"redis: meta {meta or 'missing'}; events {events.get('length', 0)} entries, last id "
+                    f"{events.get('last-generated-id', b'-').decode()}")
+        except sync_redis.RedisError as exc:
+            return f"redis: {type(exc).__name__}"
         finally:
             client.close()
 

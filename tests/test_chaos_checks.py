@@ -40,15 +40,47 @@ def test_an_id_read_twice_must_carry_the_same_frame() -> None:
 
 def test_records_and_the_spend_counter_are_checked_against_the_finals() -> None:
     s = stream([(1, "start"), (2, "final")], sid="str_a")
-    ok = {"str_a": {"output_tokens": 2, "cost_usd": 0.5}}
+    ok = {"str_a": {"status": "ok", "output_tokens": 2, "cost_usd": 0.5}}
     broken: list[str] = []
     check_records([s], ok, 0.5, broken)
     assert broken == []
     check_records([s], {}, 0.0, broken)
     assert broken == ["str_a: no run record (final ok)"]
     broken = []
-    check_records([s], {"str_a": {"output_tokens": 4, "cost_usd": 0.5}}, 1.0, broken)
+    check_records([s], {"str_a": {"status": "ok", "output_tokens": 4, "cost_usd": 0.5}}, 1.0, broken)
     assert "bills 4 output tokens" in broken[0] and "spend counter is 1.000000000" in broken[1]
+
+
+def test_a_final_the_run_record_contradicts_is_broken() -> None:
+    """A final made up for one reader (a store away, say) is not the stream's end: its record says
+    how the run really ended."""
+    s = stream([(1, "start"), (2, "final")], sid="str_a",
+               final={"status": "error", "error": {"code": "store_unavailable"}, "usage": {"output_tokens": None}})
+    broken: list[str] = []
+    check_records([s], {"str_a": {"status": "ok", "output_tokens": 2, "cost_usd": 0.5}}, 0.5, broken)
+    assert broken == ["str_a: the reader's final says error, the run record ok"]
+
+
+async def test_faults_come_one_at_a_time_each_after_the_fleet_settled() -> None:
+    """A fault that takes long (a replica's drain and restart) pushes the next one back: the next
+    starts `settle` after it recovered, never on its heels (the soak injects single faults)."""
+    import asyncio
+    import time
+
+    from bench.chaos import inject
+
+    class Slow:
+        def __init__(self) -> None:
+            self.started: list[float] = []
+
+        async def fault(self, kind: str, index: int) -> None:
+            self.started.append(time.monotonic())
+            await asyncio.sleep(0.3)  # the recovery
+
+    fleet, windows = Slow(), []
+    await inject(fleet, [(0.0, "term", 0), (0.1, "redis", 0), (0.2, "kill", 1)], windows, settle=0.2)  # type: ignore[arg-type]
+    gaps = [b - a for a, b in zip(fleet.started, fleet.started[1:])]
+    assert len(windows) == 3 and all(gap >= 0.5 for gap in gaps), gaps
 
 
 def test_the_plan_is_seeded_and_frames_parse_across_chunks() -> None:

@@ -219,28 +219,33 @@ async def test_on_disconnect_continue_on_a_resume_on_b(pair):
 
 
 async def test_redis_killed_mid_stream(private_redis):
+    """The running stream goes on, from memory while the owner's lease is surely held (no other
+    replica can take it over meanwhile), then waits for Redis; new runs are refused; once Redis is
+    back, the stream ends whole, and new runs are served."""
     a = Replica(private_redis.url).start()
     try:
         async with httpx.AsyncClient(timeout=30) as c:
             assert (await c.get(f"{a.url}/readyz")).json()["store_backend"] == "redis"
-            async with c.stream("POST", f"{a.url}/v1/stream", json=ask("mock/lorem-40", 30)) as r:
+            async with c.stream("POST", f"{a.url}/v1/stream", json=ask("mock/lorem-300", 30)) as r:
                 chunks = r.aiter_bytes()
                 raw = await read_until(chunks, 3)
                 private_redis.kill()
+                raw += await read_until(chunks, 20)  # from memory: Redis failed within the lease
+                ready = await c.get(f"{a.url}/readyz")
+                assert ready.status_code == 503 and ready.json()["store"] is False
+                assert "redis" in ready.json()["reason"]
+                refused = await c.post(f"{a.url}/v1/stream", json=ask("mock/simple", 0))
+                assert refused.status_code == 503
+                error = refused.json()["error"]
+                assert error["code"] == "store_unavailable" and error["retryable"]
+                metrics = (await c.get(f"{a.url}/metrics")).text
+                assert 'foundry_store_errors_total{op="create",store="redis"}' in metrics
+                assert "foundry_store_seconds_bucket" in metrics
+                private_redis.start()  # back: what waited is written, the stream ends whole
                 async for chunk in chunks:
                     raw += chunk
-            events = parse_sse(raw)  # the running stream kept streaming from memory and ended honestly
-            assert ids(events) == list(range(1, 43)) and events[-1][2]["status"] == "ok"
-            ready = await c.get(f"{a.url}/readyz")
-            assert ready.status_code == 503 and ready.json()["store"] is False
-            assert "redis" in ready.json()["reason"]
-            refused = await c.post(f"{a.url}/v1/stream", json=ask("mock/simple", 0))
-            assert refused.status_code == 503
-            assert refused.json()["error"]["code"] == "store_unavailable" and refused.json()["error"]["retryable"]
-            metrics = (await c.get(f"{a.url}/metrics")).text
-            assert 'foundry_store_errors_total{op="create",store="redis"}' in metrics
-            assert "foundry_store_seconds_bucket" in metrics
-            private_redis.start()  # back: new runs are served again
+            events = parse_sse(raw)
+            assert ids(events) == list(range(1, 303)) and events[-1][2]["status"] == "ok"
             ok = await c.post(f"{a.url}/v1/stream", json=ask("mock/simple", 0))
             assert ok.status_code == 200 and parse_sse(ok.content)[-1][2]["status"] == "ok"
     finally:

@@ -115,7 +115,8 @@ class StreamLog:
     def gate(self) -> None:
         """Readers take only what `release` lets go: a shared store releases a frame once it holds
         it, so that no reader sees an id that the replica taking over a lost run could number
-        differently (app/streams/redis_owner.py)."""
+        differently (app/streams/redis_owner.py). Gating an ungated log keeps what readers could
+        take already."""
         self._visible = self.last_seq
 
     def release(self, seq: int) -> None:
@@ -123,6 +124,11 @@ class StreamLog:
         if self._visible is not None and seq > self._visible:
             self._visible = min(seq, self.last_seq)
             self._wake()
+
+    @property
+    def gated(self) -> bool:
+        """Readers take only what `release` lets go."""
+        return self._visible is not None
 
     def ungate(self) -> None:
         """Readers take every frame again (the store cannot persist: streams go on from memory)."""

@@ -39,8 +39,9 @@ _READ_COUNT = 1000
 _log = structlog.get_logger("foundry.streams")
 _REPLICA_LOST: ErrorData = {"code": "replica_lost", "retryable": True,
                             "message": "the replica running this stream stopped; retry the request"}
-_STORE_AWAY: ErrorData = {"code": "store_unavailable", "retryable": True,
-                          "message": "the stream store became unreachable; resume from the last event id later"}
+_AWAY_SECONDS = 30.0
+"""How long a reader waits for a Redis that stopped answering before its body ends (no final: the
+stream has not ended; its client resumes from its last event id)."""
 
 
 class RedisFollower:
@@ -91,11 +92,11 @@ class RedisFollower:
                 self._link.observe("read", 0.0, True)
                 now = time.monotonic()
                 failing_since = failing_since or now
-                if now - failing_since < self._link.lease_ms / 1000:
+                if now - failing_since < max(_AWAY_SECONDS, 3 * self._link.lease_ms / 1000):
                     await asyncio.sleep(min(0.5, self._link.timeout))
                     continue
-                # Redis stays away: end this reader honestly rather than hang.
-                yield final_frame(cursor + 1, "", "", _STORE_AWAY, "error")
+                # Redis stays away: this body ends, without a final (only the stream's end is one,
+                # and it has not come); the client resumes from its last event id, later.
                 return
             try:
                 frames, cursor, done = _frames_after(reply[0][1], cursor, stop_at_hole=True)
@@ -119,7 +120,7 @@ class RedisFollower:
         done, owner, model, provider = (await pipe.execute())[0]
         if done is not None or owner is None:
             return True  # ended (our cursor is at or past its final) or expired
-        if await self._link.alive(owner.decode()):
+        if not await self._link.lost(owner.decode()):
             return False
         await self.end_lost(stream_id, model.decode(), provider.decode())
         return False  # the next read returns the final (ours or another claimer's)
@@ -208,13 +209,13 @@ class RedisFollower:
                 return "finished"
             # The owner pops its queue (BLPOP), also once it listens again after Redis came back;
             # the queue expires with the owner's lease.
-            queue, lease = self._link.cancel_queue(owner.decode()), self._link.lease_key(owner.decode())
+            queue = self._link.cancel_queue(owner.decode())
             pipe = self._redis.pipeline(transaction=False)
             pipe.rpush(queue, stream_id)
             pipe.pexpire(queue, self._link.lease_ms)
-            pipe.exists(lease)
-            alive = bool((await pipe.execute())[2])
-        if alive:
+            await pipe.execute()
+            lost = await self._link.lost(owner.decode())
+        if not lost:
             return "cancelling"
         async with self._link.answering("cancel"):
             # Nobody runs it any more: end it here, once, with what it released.

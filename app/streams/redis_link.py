@@ -80,6 +80,7 @@ class RedisLink:
         self.client = connect(url, socket_timeout=max(timeout, self.block_ms / 1000 + timeout),
                               socket_connect_timeout=timeout)
         self._claim = self.client.register_script(_CLAIM)
+        self._failed_at = time.monotonic()  # a replica starting has seen nothing of the leases yet
         self.on_claim: ClaimHook | None = None
         """Told of each run this replica ends for a lost owner (its record, its key's slot)."""
 
@@ -108,6 +109,15 @@ class RedisLink:
         """Whether a replica's lease is held (it runs, or ran within the lease)."""
         return bool(await self.client.exists(self.lease_key(replica)))
 
+    async def lost(self, replica: str) -> bool:
+        """Whether a replica is gone: its lease missing on a Redis this replica has reached without
+        a failure for a whole lease. After Redis stalled or restarted, a lease may be missing only
+        because its live owner could not renew it yet: it gets that lease to do so before anyone
+        claims its streams."""
+        if time.monotonic() - self._failed_at < self.lease_ms / 1000:
+            return False
+        return not await self.alive(replica)
+
     async def ping(self) -> bool:
         try:
             async with self.timed("ping"):
@@ -134,6 +144,8 @@ class RedisLink:
                                          args=[body, self.ttl_s, status, self.replica, repr(time.time())]))
 
     def observe(self, op: str, seconds: float, failed: bool, error: BaseException | None = None) -> None:
+        if failed:
+            self._failed_at = time.monotonic()
         if self.observer is not None:
             self.observer(self.name, op, seconds, failed)
         if error is not None:  # the class only: a message could carry the URL (and its password)

@@ -125,14 +125,11 @@ class RedisOutbox:
             pipe.zadd(self.registry, {me: time.time()})
             pipe.zrange(self.registry, 0, -1)
             replicas = [r.decode() for r in (await pipe.execute())[1] if r.decode() != me]
-            pipe = self._redis.pipeline(transaction=False)
-            for replica in replicas:
-                pipe.exists(self._link.lease_key(replica))
-            alive = await pipe.execute() if replicas else []
+            gone = [replica for replica in replicas if await self._link.lost(replica)]
         handed = 0
-        for replica, live in zip(replicas, alive, strict=True):
+        for replica in gone:
             lock = f"{self._link.prefix}:sweeping:{{{replica}}}"
-            if not live and await self._redis.set(lock, me, nx=True, px=self._link.lease_ms * 2):
+            if await self._redis.set(lock, me, nx=True, px=self._link.lease_ms * 2):
                 try:
                     handed += await self._sweep(replica, gone=True)
                 finally:

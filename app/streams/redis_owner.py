@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import structlog
 from redis.exceptions import ResponseError
 
 from app.core.errors import ErrorData
@@ -28,6 +29,7 @@ from app.streams.redis_outbox import RedisOutbox
 
 __all__ = ["Pending", "RedisOwner"]
 
+_log = structlog.get_logger("foundry.streams")
 _RUNNING_GRACE = 3600  # seconds a running stream's keys outlive its last write (orphans expire)
 _SNAPSHOT_EVERY = 1.0  # seconds between transcript snapshots of a running stream
 _STORE_LOST: ErrorData = {"code": "store_unavailable", "retryable": True,
@@ -60,6 +62,9 @@ class RedisOwner:
         self._snapshots: dict[str, float] = {}
         self._metas: dict[str, dict[str, str]] = {}  # each running stream's meta, to write it back
         self._restore = False  # Redis failed: once it answers, check what it lost (restart, no disk)
+        self._lease_until = 0.0  # monotonic time until which this replica's lease is surely held
+        self._ungated: list[StreamLog] = []  # logs released from memory while Redis fails (`_ride_out`)
+        self._regate: asyncio.TimerHandle | None = None
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
@@ -176,16 +181,19 @@ class RedisOwner:
                 batch, self._pending = self._pending, {}
                 self._pending_bytes = 0
                 self._writing = True
+                self._gate_again()  # what readers took from memory is in this batch or the write-back
                 try:
                     async with self._link.timed("write"):
                         if self._restore:
                             await self._write_back()
                         await self.write(batch)
                     await self._end_broken()
-                except REDIS_ERRORS:
-                    self._restore = True
-                    for log in self._local.logs():  # Redis away: streams go on from memory, as a
-                        log.ungate()                # single process's would (no reader waits on it)
+                except Exception as exc:
+                    if isinstance(exc, REDIS_ERRORS):
+                        self._restore = True
+                        self._ride_out()
+                    else:  # a bug must not stop the writer, and every stream of this replica, for good
+                        _log.exception("store_writer_failed", store="redis", error=type(exc).__name__)
                     self._keep_for_retry(batch)
                     if self._closing:
                         self._pending.clear()
@@ -195,6 +203,33 @@ class RedisOwner:
                 finally:
                     self._writing = False
                     self._wrote.set()
+
+    def _ride_out(self) -> None:
+        """Redis fails: this replica's readers take frames from memory (streams go on as a single
+        process's would) for as long as its lease is surely held, since until it lapses no other
+        replica can claim a stream and number its final differently. Then they wait for Redis
+        again (`_gate_again` at the lease's end), and a stream never shows a reader an id that
+        the replica taking it over could number otherwise."""
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self._lease_until:
+            return
+        for log in self._local.logs():
+            if log.gated:
+                log.ungate()
+                self._ungated.append(log)
+        if self._regate is None:
+            self._regate = loop.call_at(self._lease_until, self._gate_again)
+
+    def _gate_again(self) -> None:
+        """Readers of the logs `_ride_out` ungated take only what Redis holds again, from what they
+        have taken (called before a write, whose batch holds every frame not written yet, and when
+        the lease may have lapsed)."""
+        if self._regate is not None:
+            self._regate.cancel()
+            self._regate = None
+        for log in self._ungated:
+            log.gate()
+        self._ungated.clear()
 
     def _keep_for_retry(self, batch: dict[str, Pending]) -> None:
         """A failed write's batch goes back in front of what was appended meanwhile, in order."""
@@ -279,13 +314,14 @@ class RedisOwner:
         keys = self._link.keys(stream_id)
         self._broken.pop(stream_id, None)  # what its buffer dropped is written back from memory
         meta = self._metas.get(stream_id)  # running, or its final not written yet
-        running = meta is not None
-        if meta is None:  # finished, and its final was written before Redis lost it
-            assert log.final is not None
+        if meta is None:  # its final was written before Redis lost it, or its persistence given up
             meta = {"model": log.info.model, "provider": log.info.provider, "owner": self._link.replica,
-                    "created_at": repr(log.info.created_at), "done": "1", "status": log.final.status}
+                    "created_at": repr(log.info.created_at)}
+            if log.final is not None:
+                meta |= {"done": "1", "status": log.final.status}
             if log.info.owner is not None:
                 meta["key"] = log.info.owner
+        running = "done" not in meta
         expire = self._link.ttl_s + (_RUNNING_GRACE if running else 0)
         pipe.delete(keys.events)  # entries the writer added since Redis came back: the log has them
         pipe.hset(keys.meta, mapping=meta)
@@ -330,8 +366,10 @@ class RedisOwner:
                 async with self._link.timed("lease"):
                     # The lease missing (the old value None) means Redis lost it: restarted empty
                     # between two renewals, with no failed command to tell us (the client reconnects).
+                    sent = asyncio.get_running_loop().time()
                     if await self._redis.set(key, "1", px=self._link.lease_ms, get=True) is None:
                         self._restore = True
+                    self._lease_until = sent + self._link.lease_ms / 1000  # from the command's sending
                 if self._restore:
                     self._wake.set()  # Redis is back: the writer writes back what it lost
             except REDIS_ERRORS:
