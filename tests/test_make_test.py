@@ -58,6 +58,11 @@ def test_all_green_and_a_stage_that_selected_nothing_pass(tmp_path: Path) -> Non
     assert (status, last) == (0, "== make test: every stage passed: ruff, mypy, fast, slow")
 
 
+def test_failed_tests_are_tests_that_ran(tmp_path: Path) -> None:
+    status, last, _ = make_test(tmp_path, fast=1, slow=5)
+    assert (status, last) == (2, "== make test: FAILED: fast(exit 1)")
+
+
 def test_no_test_run_at_all_fails(tmp_path: Path) -> None:
     status, last, _ = make_test(tmp_path, fast=5, slow=5)
     assert status != 0 and "no test ran" in last
