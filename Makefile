@@ -146,9 +146,9 @@ flaky: $(VENV)/.installed-test  ## the replica and facade tests FLAKY_RUNS (5) t
 	if [ $$bad -gt 0 ]; then echo "== make flaky: $$bad of $(FLAKY_RUNS) runs failed"; exit 1; fi; \
 	echo "== make flaky: $(FLAKY_RUNS) of $(FLAKY_RUNS) runs passed"
 
-# DOCTOR_SUITES=1 also times the fast and the slow suite (minutes on this machine).
-doctor: $(VENV)/.installed-run $(if $(DOCTOR_SUITES),$(VENV)/.installed-test)  ## print the install size (runtime lock), the CLI's start time and, with DOCTOR_SUITES=1, the suites' times
-	$(BIN)/python scripts/doctor.py $(if $(DOCTOR_SUITES),--suites)
+# DOCTOR_INSTALL=1 also times `make run` from a fresh clone; DOCTOR_SUITES=1 the fast and the slow suite.
+doctor: $(VENV)/.installed-run $(if $(DOCTOR_SUITES),$(VENV)/.installed-test)  ## print the install size (runtime lock), the CLI's start time; DOCTOR_INSTALL=1: make run's; DOCTOR_SUITES=1: the suites
+	$(BIN)/python scripts/doctor.py $(if $(DOCTOR_INSTALL),--install) $(if $(DOCTOR_SUITES),--suites)
 
 .PHONY: floors
 floors:  ## install each direct dependency at its declared floor in a throwaway venv and smoke-test the app
