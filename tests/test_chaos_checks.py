@@ -65,6 +65,7 @@ async def test_faults_come_one_at_a_time_each_after_the_fleet_settled() -> None:
     """A fault that takes long (a replica's drain and restart) pushes the next one back: the next
     starts `settle` after it recovered, never on its heels (the soak injects single faults)."""
     import asyncio
+    import itertools
     import time
 
     from bench.chaos import inject
@@ -79,7 +80,7 @@ async def test_faults_come_one_at_a_time_each_after_the_fleet_settled() -> None:
 
     fleet, windows = Slow(), []
     await inject(fleet, [(0.0, "term", 0), (0.1, "redis", 0), (0.2, "kill", 1)], windows, settle=0.2)  # type: ignore[arg-type]
-    gaps = [b - a for a, b in zip(fleet.started, fleet.started[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(fleet.started)]
     assert len(windows) == 3 and all(gap >= 0.5 for gap in gaps), gaps
 
 

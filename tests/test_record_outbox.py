@@ -28,6 +28,12 @@ def store(url: str, **kw) -> RedisStreamStore:
     return RedisStreamStore(url, **args)
 
 
+async def settled(replica: RedisStreamStore) -> None:
+    """A replica judges another lost only once it has reached Redis without a failure for a whole
+    lease (one that just started too): the lease (0.5 s here) passes first."""
+    await asyncio.sleep(0.5)
+
+
 async def run_one(owner: RedisStreamStore, payload: bytes) -> str:
     """A stream run to its final on `owner`, its record staged as the records observer does."""
     log = await owner.create(model="m", provider="p")
@@ -87,6 +93,7 @@ async def test_the_outbox_of_a_replica_that_is_gone_is_taken_by_another(redis_ur
     finally:
         await a.aclose()  # gives up its lease at once, as a replica that died loses it after the lease
     try:
+        await settled(b)
         await b.sweep_outbox()
         assert [s.payload for s in swept if s.stream_id == done] == [b'{"id": "done"}']
         await b.sweep_outbox()  # the run that never ended was ended by the first sweep, once
@@ -115,6 +122,7 @@ async def test_a_record_that_cannot_be_read_blocks_no_other(redis_url: str) -> N
     finally:
         await a.aclose()
     try:
+        await settled(b)
         await b.sweep_outbox()
         assert b'{"id": "good"}' in taken
         client = redis.from_url(redis_url)

@@ -8,6 +8,9 @@ deterministically: the fault the soak hit by chance, made to happen at the momen
 - A follower whose Redis stayed away longer than the lease made up a final
   (`store_unavailable`) for a stream that had not ended: its reader stopped there, with a status
   the run's record contradicts.
+- Right after Redis restarted empty, before the owner wrote its streams back, a resume of a
+  finished stream answered 410 `stream_expired`: gone for good, for a stream that came back a
+  moment later.
 """
 
 import asyncio
@@ -17,6 +20,7 @@ import signal
 import httpx
 import pytest
 
+from tests.records_support import postgres, postgres_url  # noqa: F401
 from tests.redis_support import Replica
 from tests.support import parse_sse
 
@@ -142,5 +146,47 @@ async def test_a_follower_waits_for_redis_and_makes_up_no_final(private_redis):
         final = reader.frames[reader.last][1]
         assert final["status"] == "ok", final  # the stream's own end, not one made up for the reader
     finally:
+        a.stop()
+        b.stop()
+
+
+async def test_a_resume_while_redis_recovers_is_retryable_never_gone(private_redis, postgres_url):  # noqa: F811
+    env = {"FOUNDRY_DATABASE_URL": postgres_url, "FOUNDRY_RECORDS_LINGER": "0"}
+    a, b = Replica(private_redis.url, **env).start(), Replica(private_redis.url, **env).start()
+    stopped = False
+    try:
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(f"{a.url}/v1/stream", json={**ask("mock/tool_call", 0), "stream": False})
+            sid, events = r.headers["x-stream-id"], parse_sse(r.content)
+            assert events[-1][2]["status"] == "ok"
+            for _ in range(100):  # its record is written behind the run
+                if (await c.get(f"{b.url}/v1/runs/{sid}")).status_code == 200:
+                    break
+                await asyncio.sleep(0.1)
+            # Redis restarted empty while the owner cannot write back yet (stalled), and a reader
+            # that left before the final resumes on the other replica.
+            os.kill(a.proc.pid, signal.SIGSTOP)
+            stopped = True
+            private_redis.kill()
+            private_redis.start()
+            statuses = []
+            for _ in range(15):  # 1.5 s: B has found Redis restarted (its own lease gone) meanwhile
+                resumed = await c.get(f"{b.url}/v1/stream/{sid}", headers={"Last-Event-ID": "1"})
+                statuses.append(resumed.status_code)
+                await asyncio.sleep(0.1)
+            assert set(statuses) == {503}, statuses
+            assert resumed.json()["error"]["retryable"] is True and resumed.headers["retry-after"]
+            os.kill(a.proc.pid, signal.SIGCONT)
+            stopped = False
+            for _ in range(100):  # the owner writes it back
+                resumed = await c.get(f"{b.url}/v1/stream/{sid}", headers={"Last-Event-ID": "1"})
+                if resumed.status_code == 200:
+                    break
+                assert resumed.status_code == 503, resumed.text
+                await asyncio.sleep(0.1)
+            assert resumed.status_code == 200 and parse_sse(resumed.content) == events[1:]
+    finally:
+        if stopped:
+            os.kill(a.proc.pid, signal.SIGCONT)
         a.stop()
         b.stop()

@@ -77,6 +77,10 @@ class StreamStore(Protocol):
 
     async def ping(self) -> bool: ...
 
+    async def recovering(self) -> bool:
+        """The store lost or could not reach its state moments ago: a stream it does not hold
+        now may be written back within a lease by the replica that holds it (a shared store)."""
+
 
 class MemoryStreamStore:
     """Streams in this process; finished streams expire `ttl` seconds after their final event.
@@ -181,6 +185,9 @@ class MemoryStreamStore:
 
     async def records_written(self, stream_ids: Sequence[str]) -> None:
         return None
+
+    async def recovering(self) -> bool:
+        return False  # a process's own memory is never written back
 
     def sweep(self) -> int:
         now = time.monotonic()

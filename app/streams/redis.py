@@ -38,7 +38,7 @@ from app.streams.errors import CancelOutcome, ClaimHook, RunTags, SweptHook
 from app.streams.log import StreamLog, StreamRecord
 from app.streams.memory import MemoryStreamStore
 from app.streams.redis_follower import RedisFollower
-from app.streams.redis_link import RedisLink, StoreObserver
+from app.streams.redis_link import REDIS_ERRORS, RedisLink, StoreObserver
 from app.streams.redis_outbox import RedisOutbox
 from app.streams.redis_owner import RedisOwner
 
@@ -108,6 +108,21 @@ class RedisStreamStore:
 
     def sweep(self) -> int:
         return self._local.sweep()
+
+    async def recovering(self) -> bool:
+        """Redis failed or lost its state within two leases, or lost it just now: this replica's
+        lease, once held, is missing (a restart so quick that no command failed)."""
+        if self._link.recovering:
+            return True
+        if not self._owner.leased:
+            return False
+        try:
+            if await self._link.alive(self._link.replica):
+                return False
+        except REDIS_ERRORS:
+            return True
+        self._link.state_lost()
+        return True
 
     # -- streams: this replica's from memory, the others' from Redis --------------------------
 

@@ -81,6 +81,7 @@ class RedisLink:
                               socket_connect_timeout=timeout)
         self._claim = self.client.register_script(_CLAIM)
         self._failed_at = time.monotonic()  # a replica starting has seen nothing of the leases yet
+        self._trouble_at = float("-inf")  # when Redis last failed or lost its state
         self.on_claim: ClaimHook | None = None
         """Told of each run this replica ends for a lost owner (its record, its key's slot)."""
 
@@ -108,6 +109,17 @@ class RedisLink:
     async def alive(self, replica: str) -> bool:
         """Whether a replica's lease is held (it runs, or ran within the lease)."""
         return bool(await self.client.exists(self.lease_key(replica)))
+
+    def state_lost(self) -> None:
+        """Redis lost what it held (this replica's lease went missing: restarted empty), with no
+        failed command to tell: judged as a failure, for `lost` and `recovering`."""
+        self._failed_at = self._trouble_at = time.monotonic()
+
+    @property
+    def recovering(self) -> bool:
+        """Redis failed or lost its state within the last two leases: the replicas holding streams
+        may still be writing them back."""
+        return time.monotonic() - self._trouble_at < 2 * self.lease_ms / 1000
 
     async def lost(self, replica: str) -> bool:
         """Whether a replica is gone: its lease missing on a Redis this replica has reached without
@@ -145,7 +157,7 @@ class RedisLink:
 
     def observe(self, op: str, seconds: float, failed: bool, error: BaseException | None = None) -> None:
         if failed:
-            self._failed_at = time.monotonic()
+            self._failed_at = self._trouble_at = time.monotonic()
         if self.observer is not None:
             self.observer(self.name, op, seconds, failed)
         if error is not None:  # the class only: a message could carry the URL (and its password)

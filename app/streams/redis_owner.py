@@ -164,6 +164,11 @@ class RedisOwner:
         if not self._wake.is_set():
             self._wake.set()
 
+    @property
+    def leased(self) -> bool:
+        """This replica has renewed its lease at least once (a missing one is then a loss)."""
+        return self._lease_until > 0
+
     def stage_record(self, stream_id: str, payload: bytes) -> None:
         """The run's record, built as its final was appended (the same tick: the final is still
         pending): it is written with the final, in the same pipelined write."""
@@ -369,6 +374,8 @@ class RedisOwner:
                     sent = asyncio.get_running_loop().time()
                     if await self._redis.set(key, "1", px=self._link.lease_ms, get=True) is None:
                         self._restore = True
+                        if self._lease_until:  # it held one: not this replica's first renewal
+                            self._link.state_lost()
                     self._lease_until = sent + self._link.lease_ms / 1000  # from the command's sending
                 if self._restore:
                     self._wake.set()  # Redis is back: the writer writes back what it lost

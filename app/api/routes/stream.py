@@ -19,7 +19,7 @@ from app.api.routes.runs import stored_run
 from app.api.schemas import CancelResult, GenerateRequest
 from app.api.sse import SSEResponse
 from app.core.errors import RequestError
-from app.streams.errors import CursorAhead, FinalDelivered
+from app.streams.errors import CursorAhead, FinalDelivered, StoreUnavailable
 from app.streams.memory import parse_cursor
 
 router = APIRouter(tags=["stream"], dependencies=[Authenticated])
@@ -97,6 +97,9 @@ async def subscribe(
         raise RequestError(f"{field} {cursor} is past the stream's last event ({exc.last_seq})",
                            code="cursor_ahead", status=400, field=field) from None
     if frames is None:
+        if await gateway.store.recovering():  # its replica may be writing it back: come again, not "gone"
+            raise StoreUnavailable(f"stream {stream_id!r} is not in the stream store while it recovers "
+                                   f"(Redis failed or restarted moments ago); retry shortly", retry_after="2")
         raise await _expired_or_not_found(request, gateway, principal, stream_id)
     return SSEResponse(frames, ping_seconds=gateway.settings.ping_seconds, retry_ms=RETRY_MS,
                        send_timeout=gateway.settings.send_timeout_seconds, headers={"x-stream-id": stream_id})
@@ -129,8 +132,9 @@ async def cancel(gateway: GatewayDep, principal: PrincipalDep,
 
 async def _expired_or_not_found(request: Request, gateway: GatewayDep, principal: PrincipalDep,
                                 stream_id: str) -> RequestError:
-    """A stream the store does not have: 410 `stream_expired` when its run record says it ended
-    within the stream TTL (the store lost it early: a Redis restarted empty), else 404."""
+    """A stream the store does not have: 410 when its run record says it ended within the stream
+    TTL (`stream_lost` on Redis, which keeps every stream its TTL: a Redis restarted empty lost
+    it; `stream_expired` in memory, whose bounds let a finished stream go first), else 404."""
     run = await stored_run(request, stream_id)
     if run is None or not principal.may_see(run.owner):
         return _not_found(stream_id)
@@ -142,9 +146,14 @@ async def _expired_or_not_found(request: Request, gateway: GatewayDep, principal
         return _not_found(stream_id)
     if run.finished_at < datetime.now(UTC) - timedelta(seconds=gateway.settings.stream_ttl_seconds):
         return _not_found(stream_id)
-    return RequestError(f"stream {stream_id!r} ended and is no longer in the stream store, so it cannot be "
-                        f"replayed; its transcript: GET /v1/stream/{stream_id}/transcript", code="stream_expired",
-                        status=410, field="stream_id")
+    transcript = f"its transcript: GET /v1/stream/{stream_id}/transcript"
+    if gateway.store.name == "redis":  # Redis keeps every stream its TTL: one missing within it was lost
+        return RequestError(f"stream {stream_id!r} ended, but the stream store lost it before its retention "
+                            f"passed (Redis restarted empty while no replica held it), so it cannot be "
+                            f"replayed; {transcript}", code="stream_lost", status=410, field="stream_id")
+    return RequestError(f"stream {stream_id!r} ended and is no longer retained (its store's bounds let it go "
+                        f"first, or the process restarted), so it cannot be replayed; {transcript}",
+                        code="stream_expired", status=410, field="stream_id")
 
 
 def _not_found(stream_id: str) -> RequestError:
