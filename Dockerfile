@@ -1,12 +1,13 @@
-# Foundry Gateway: slim Python, non-root, installed from the lock (requirements/lock.txt) as `make install` does.
+# Foundry Gateway: slim Python, non-root, installed from the runtime lock (requirements/runtime.lock.txt) as
+# `make install` does: no test or docs tool in the image.
 FROM python:3.12.8-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PATH=/opt/venv/bin:$PATH
 RUN python -m venv /opt/venv && useradd --create-home --uid 10001 foundry
 WORKDIR /srv/foundry
 # The locked dependencies first (a layer that changes only with the lock), then the project alone.
-COPY requirements/lock.txt requirements/lock.txt
-RUN pip install --quiet --require-hashes -r requirements/lock.txt
+COPY requirements/runtime.lock.txt requirements/runtime.lock.txt
+RUN pip install --quiet --require-hashes -r requirements/runtime.lock.txt
 COPY pyproject.toml README.md ./
 COPY app ./app
 RUN pip install --quiet --no-deps .

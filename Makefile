@@ -7,20 +7,33 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-LOCK   := requirements/lock.txt
+# Two hashed locks from one resolution: the runtime dependencies alone (make run, the Dockerfile),
+# and the development set, runtime + test + docs at the same versions (make test, make docs, CI).
+RUNTIME_LOCK := requirements/runtime.lock.txt
+DEV_LOCK     := requirements/dev.lock.txt
 UV     ?= uv==0.13.9
 
-.PHONY: run test test-fast test-slow lint install install-test lock openapi docs bench bench-litellm migrate clean chaos chaos-repeat
+.PHONY: run test test-fast test-slow lint install install-test lock openapi docs bench bench-litellm migrate clean chaos chaos-repeat flaky doctor
 
 run: $(VENV)/.installed-run  ## install and serve the gateway (mock provider by default) on $(HOST):$(PORT)
 	mkdir -p var  # the embedded records database, var/foundry.db (FOUNDRY_DATA_DIR)
 	$(BIN)/foundry-gateway serve --host $(HOST) --port $(PORT)
 
-test: $(VENV)/.installed-test  ## install the test dependencies; lint, type-check, then the fast tests, then the slow ones
-	$(BIN)/ruff check app tests bench scripts
-	$(BIN)/mypy
-	$(BIN)/python -m pytest -m "not slow"
-	$(BIN)/python -m pytest -m slow
+# Every stage runs whatever the ones before it gave; the last line names each stage that failed,
+# and the status is 1 if any did. pytest's 5 (its marker selected no test) fails no stage, but a
+# run in which neither pytest stage ran a test fails.
+test: $(VENV)/.installed-test  ## install the test dependencies; ruff, mypy, the fast tests, the slow ones: every stage runs, failures listed at the end
+	@failed=""; ran=""; \
+	stage() { name=$$1; shift; echo "== make test: $$name: $$*"; "$$@"; rc=$$?; \
+	  case "$$name:$$rc" in fast:0|slow:0) ran=yes;; fast:1|slow:1) ran=yes; failed="$$failed $$name(exit 1)";; \
+	    *:0|fast:5|slow:5) ;; *) failed="$$failed $$name(exit $$rc)";; esac; }; \
+	stage ruff $(BIN)/ruff check app tests bench scripts; \
+	stage mypy $(BIN)/mypy; \
+	stage fast $(BIN)/python -m pytest -m "not slow"; \
+	stage slow $(BIN)/python -m pytest -m slow; \
+	if [ -z "$$ran" ]; then failed="$$failed (no test ran)"; fi; \
+	if [ -n "$$failed" ]; then echo "== make test: FAILED:$$failed"; exit 1; fi; \
+	echo "== make test: every stage passed: ruff, mypy, fast, slow"
 
 test-fast: $(VENV)/.installed-test  ## the tests not marked slow (no benchmarks, no multi-process topologies)
 	$(BIN)/python -m pytest -m "not slow"
@@ -40,23 +53,27 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# Installs come from the lock (exact versions, hashes checked), then the project itself without
-# resolving again. The lock holds the runtime, test and docs dependencies (one file, one resolution).
-$(VENV)/.installed-run: pyproject.toml $(LOCK) | $(VENV)/bin/python
-	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
+# Installs come from a lock (exact versions, hashes checked), then the project itself without
+# resolving again: the runtime lock for serving, the dev lock (a superset) for tests and docs.
+$(VENV)/.installed-run: pyproject.toml $(RUNTIME_LOCK) | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(RUNTIME_LOCK)
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(LOCK) | $(VENV)/bin/python
-	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
-	$(BIN)/python -m pip install --quiet --no-deps -e '.[test]'
-	@touch $@ $(VENV)/.installed-run
+$(VENV)/.installed-test: pyproject.toml $(DEV_LOCK) | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(DEV_LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps -e '.[test,docs]'
+	@touch $@ $(VENV)/.installed-run $(VENV)/.installed-docs
 
-lock: | $(VENV)/bin/python  ## re-resolve pyproject.toml's dependencies (runtime, test, docs) into requirements/lock.txt
+# The dev lock is resolved first (the versions in the existing lock are kept where they still fit),
+# then the runtime lock as its subset: constrained by the dev lock, so both name the same versions.
+lock: | $(VENV)/bin/python  ## re-resolve pyproject.toml's dependencies into requirements/dev.lock.txt and runtime.lock.txt
 	$(BIN)/python -m pip install --quiet '$(UV)'
 	mkdir -p requirements
 	$(BIN)/uv pip compile pyproject.toml --extra test --extra docs --universal --python-version 3.11 --generate-hashes \
-	  --no-header --annotation-style line --quiet -o $(LOCK)
+	  --no-header --annotation-style line --quiet -o $(DEV_LOCK)
+	$(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes \
+	  --no-header --annotation-style line --quiet -c $(DEV_LOCK) -o $(RUNTIME_LOCK)
 
 migrate: $(VENV)/.installed-run  ## migrate the records database (FOUNDRY_DATABASE_URL, default var/foundry.db)
 	$(BIN)/foundry-gateway migrate
@@ -67,8 +84,8 @@ openapi: $(VENV)/.installed-run  ## regenerate openapi/openapi.json from the app
 docs: $(VENV)/.installed-docs  ## build the documentation site into site/ (MkDocs, strict: a broken link fails)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # the variable silences the theme's end-of-life banner
 
-$(VENV)/.installed-docs: pyproject.toml $(LOCK) | $(VENV)/bin/python
-	$(BIN)/python -m pip install --quiet --require-hashes -r $(LOCK)
+$(VENV)/.installed-docs: pyproject.toml $(DEV_LOCK) | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet --require-hashes -r $(DEV_LOCK)
 	$(BIN)/python -m pip install --quiet --no-deps -e '.[docs]'
 	@touch $@
 
@@ -114,6 +131,24 @@ bench-litellm: $(VENV)/.installed-test $(LITELLM_VENV)/bin/litellm  ## optional:
 
 clean:
 	rm -rf $(VENV) $(LITELLM_VENV) .pytest_cache .hypothesis site
+
+# The tests most exposed to timing (replicas on Redis, the facades through real clients), run
+# FLAKY_RUNS times in a row: a test that fails in any run is named with the count of its failures.
+FLAKY_RUNS  ?= 5
+FLAKY_TESTS ?= $(sort $(wildcard tests/test_*replicas*.py tests/test_compat_*.py)) tests/test_dropin_fields.py
+flaky: $(VENV)/.installed-test  ## the replica and facade tests FLAKY_RUNS (5) times; names each test that failed in any run
+	@log=$$(mktemp); run=$$(mktemp); bad=0; \
+	for i in $$(seq $(FLAKY_RUNS)); do echo "== make flaky: run $$i of $(FLAKY_RUNS)"; \
+	  $(BIN)/python -m pytest -p no:cacheprovider -rf $(FLAKY_TESTS) > $$run 2>&1; rc=$$?; \
+	  cat $$run >> $$log; grep -E '^(FAILED|ERROR) ' $$run; tail -n 1 $$run; [ $$rc -eq 0 ] || bad=$$((bad + 1)); done; \
+	echo "== make flaky: failures per test"; grep -E '^(FAILED|ERROR) ' $$log | sed 's/ - .*//' | sort | uniq -c | sort -rn; \
+	rm -f $$log $$run; \
+	if [ $$bad -gt 0 ]; then echo "== make flaky: $$bad of $(FLAKY_RUNS) runs failed"; exit 1; fi; \
+	echo "== make flaky: $(FLAKY_RUNS) of $(FLAKY_RUNS) runs passed"
+
+# DOCTOR_INSTALL=1 also times `make run` from a fresh clone; DOCTOR_SUITES=1 the fast and the slow suite.
+doctor: $(VENV)/.installed-run $(if $(DOCTOR_SUITES),$(VENV)/.installed-test)  ## print the install size (runtime lock), the CLI's start time; DOCTOR_INSTALL=1: make run's; DOCTOR_SUITES=1: the suites
+	$(BIN)/python scripts/doctor.py $(if $(DOCTOR_INSTALL),--install) $(if $(DOCTOR_SUITES),--suites)
 
 .PHONY: floors
 floors:  ## install each direct dependency at its declared floor in a throwaway venv and smoke-test the app

@@ -13,16 +13,22 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app import VERSION
 from app.config_file import GROUPS, STRUCTURED, ConfigError
-from app.config_load import config_schema, load_settings, unknown_variables
-from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.settings import Settings
 
 __all__ = ["main"]
 
 CONFIG_ERROR = 2  # argparse's status for a bad command line, and ours for a bad configuration
+KEEP_ALIVE_SECONDS = 75
+"""How long the server keeps an idle connection (uvicorn's default is 5 s): longer than the proxies
+in front keep theirs pooled (nginx's upstream keep-alive and cloud load balancers: 60 s), so the
+proxy, not the gateway, closes an idle connection first. A server that closes first races the
+proxy's reuse: a request written as the connection closes is reset, and the proxy answers 502."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -119,7 +125,7 @@ def _add_config(commands: Any) -> None:
     schema = config_commands.add_parser("schema", help="print the JSON schema of the configuration",
                                         description="The JSON schema of the configuration: every setting with "
                                                     "its description, default, variable (x-env) and TOML key (x-toml).")
-    schema.set_defaults(run=lambda args: _print_json(config_schema()))
+    schema.set_defaults(run=_config_schema)
 
 
 def _print_json(value: object) -> int:
@@ -127,15 +133,30 @@ def _print_json(value: object) -> int:
     return 0
 
 
-def _warn_unknown() -> None:
+def _load_settings() -> Settings:
+    """The configuration, after one warning per unknown FOUNDRY_* variable.
+
+    Imported here, not at the top: `--help` and `--version` need no settings, and the settings
+    and everything below them cost more to import than those answers take.
+    """
+    from app.config_load import load_settings, unknown_variables
+
     for warning in unknown_variables():
         print(f"foundry-gateway: warning: {warning}", file=sys.stderr)
+    return load_settings()
+
+
+def _config_schema(args: argparse.Namespace) -> int:
+    from app.config_load import config_schema
+
+    return _print_json(config_schema())
 
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from app.api.deadline import deadline_protocol
+    from app.config_load import load_settings
     from app.lifecycle import SERVER_CLOSE_SECONDS
     from app.main import create_app
     from app.observability import logging_config
@@ -144,7 +165,8 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings)  # a ConfigError here (a route naming no served provider) is exit 2 too
     uvicorn.run(app, host=args.host, port=args.port, log_config=logging_config(settings.log_level, settings.log_json),
                 access_log=False,  # the gateway logs one line per request itself
-                timeout_graceful_shutdown=int(SERVER_CLOSE_SECONDS), proxy_headers=True,
+                timeout_graceful_shutdown=int(SERVER_CLOSE_SECONDS), timeout_keep_alive=KEEP_ALIVE_SECONDS,
+                proxy_headers=True,
                 http=deadline_protocol(settings.request_timeout_seconds))
     return 0
 
@@ -152,8 +174,7 @@ def _serve(args: argparse.Namespace) -> int:
 async def _records_command(command: str) -> int:
     from app.records.store import RecordStore
 
-    _warn_unknown()
-    settings = load_settings()
+    settings = _load_settings()
     store = RecordStore(settings.records_url())
     try:
         await store.migrate()
@@ -176,8 +197,7 @@ async def _keys(args: argparse.Namespace) -> int:
     from app.auth.keystore import KeyStore
     from app.records.store import RecordStore
 
-    _warn_unknown()
-    settings = load_settings()
+    settings = _load_settings()
     if not settings.records:
         raise ConfigError(["FOUNDRY_RECORDS: off, so there is no database to keep keys in (use [[keys]] in "
                            "the config file)"])
@@ -239,8 +259,7 @@ async def _rotate(keystore: Any, key_id: str, overlap_seconds: int) -> int:
 def _config_check(args: argparse.Namespace) -> int:
     from app.startup import describe_settings, provider_statuses, stream_store_label
 
-    _warn_unknown()
-    settings = load_settings()
+    settings = _load_settings()
     _check_routes(settings)
     shown = describe_settings(settings)
     for group, fields in GROUPS.items():
@@ -261,7 +280,13 @@ def _config_check(args: argparse.Namespace) -> int:
 
 
 def _check_routes(settings: Settings) -> None:
-    """Routes whose targets name no served provider: the same check the server makes at start."""
+    """Routes whose targets name no served provider: the same check the server makes at start.
+
+    The check builds the providers, so it (and their SDKs) is imported only when there is a route
+    to check: with none, `config check` answers without them.
+    """
+    if not settings.routes:
+        return
     from app.config_load import setting_error
     from app.providers.registry import build_registry
     from app.routing.router import RouteConfigError, check_routes

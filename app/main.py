@@ -106,8 +106,8 @@ def create_app(
 
 
 def _install_routes(app: FastAPI) -> None:
-    # Most-used first: FastAPI matches included routers one after another (each router checked
-    # costs ~10-20 us of CPU per request here), so the routes that open runs come first.
+    # Most-used first: FastAPI matches included routers one after another and each router checked
+    # costs CPU on every request (docs/performance.md), so the routes that open runs come first.
     for router in (stream.router, openai_routes.router, anthropic_routes.router, responses_routes.router,
                    generate.router, health.router,
                    transcript.router, runs.router, usage.router, admin_keys.router, admin_health.router):

@@ -15,6 +15,12 @@ from app.core.events import FinalEvent, StreamEvent
 from app.providers.base import SSEPatchStream, StreamNormalizer, drive
 
 HANG_GUARD = 30.0
+KEEP_ALIVE_SECONDS = 300.0
+"""How long `serve` keeps an idle connection open: longer than any client here pools one (the
+gateway's upstream pool 30 s, httpx's and the SDKs' 5 s: tests/test_loopback_fakes.py). A server that closes an idle
+connection first races the client's reuse of it: the request is written as the server closes,
+the server's kernel answers with a reset, and the client reads `ClientOSError` (uvicorn's default
+of 5 s gave the facade tests 502s whenever two upstream calls on one connection were ~5 s apart)."""
 """Seconds before a test that awaits an event gives up: a guard against hangs, not a timed assertion."""
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO.parent / "shared" / "fixtures"
@@ -110,7 +116,8 @@ async def serve(app: Any) -> AsyncIterator[str]:
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                            timeout_keep_alive=int(KEEP_ALIVE_SECONDS))
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:

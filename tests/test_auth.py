@@ -7,9 +7,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,11 +19,12 @@ from starlette.routing import Route
 
 from app.accounting import estimate
 from app.auth.policy import KeyFields, Price
+from app.config_file import ConfigError
 from app.core.messages import Message
 from app.main import create_app
 from app.settings import Settings
 from tests.auth_support import ADMIN, SIMPLE, bearer, gateway, make_key, pin_the_minute
-from tests.support import REPO, parse_sse, serve
+from tests.support import parse_sse, serve
 
 SLOW = {**SIMPLE, "model": "mock/lorem-30", "provider_options": {"delay_ms": 10}}
 
@@ -44,12 +42,14 @@ async def test_open_mode_needs_no_key_but_says_so(capsys: pytest.CaptureFixture[
     assert '"auth_open"' in capsys.readouterr().out
 
 
-def test_auth_required_refuses_to_start_without_keys(tmp_path: Path) -> None:
-    env = {**os.environ, "FOUNDRY_AUTH": "required", "FOUNDRY_DATA_DIR": str(tmp_path)}
-    env.pop("FOUNDRY_ADMIN_KEY", None)
-    proc = subprocess.run([sys.executable, "-c", "from app.main import create_app; create_app()"], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0 and "FOUNDRY_AUTH=required" in proc.stderr
+def test_auth_required_refuses_to_start_without_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """create_app() as the server calls it, reading the environment: the mistake is one ConfigError line."""
+    monkeypatch.setenv("FOUNDRY_AUTH", "required")
+    monkeypatch.setenv("FOUNDRY_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("FOUNDRY_ADMIN_KEY", raising=False)
+    with pytest.raises(ConfigError) as refused:
+        create_app()
+    assert [line for line in refused.value.lines if "FOUNDRY_AUTH=required" in line] != []
     Settings(auth="required", admin_key=ADMIN)  # with a key it starts
 
 

@@ -239,3 +239,38 @@ def test_the_console_script_and_python_dash_m_app() -> None:
     for argv in ([str(script)], [sys.executable, "-m", "app"]):
         done = subprocess.run([*argv, "--version"], capture_output=True, text=True, timeout=60, cwd=REPO)
         assert done.returncode == 0 and done.stdout.startswith("foundry-gateway "), done.stderr
+
+
+# What an answer that needs no provider must not import: the SDKs, the web stack, the gateway.
+_SERVING = ("anthropic", "openai", "fastapi", "starlette", "uvicorn", "aiohttp", "app.providers.base", "app.main",
+            "app.pipeline")
+# And --help and --version need no settings at all.
+_SETTINGS = ("app.settings", "pydantic", "sqlalchemy")
+_IMPORTED_AFTER = """
+import json, sys
+from app.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("argv", "forbidden"), [
+    (["--version"], _SERVING + _SETTINGS),
+    (["--help"], _SERVING + _SETTINGS),
+    (["config", "check"], _SERVING),
+])
+def test_help_version_and_config_check_import_no_provider(tmp_path: Path, argv: list[str],
+                                                          forbidden: tuple[str, ...]) -> None:
+    """The modules a fresh interpreter holds after the command (a count, not a clock): those commands
+    answer at once because the SDKs and the app behind `serve` are imported only by the commands
+    that use them. `config check` with routes builds the providers to check them (tested above)."""
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("FOUNDRY_") or k.endswith("_API_KEY"))}
+    env["FOUNDRY_DATA_DIR"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-c", _IMPORTED_AFTER, *argv], capture_output=True, text=True,
+                          timeout=60, cwd=REPO, env=env)
+    assert done.returncode == 0, done.stderr
+    imported = json.loads(done.stderr.splitlines()[-1])
+    assert [m for m in imported if m in forbidden or m.split(".")[0] in forbidden] == []

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from app.main import create_app
 from app.settings import Settings
-from tests.support import parse_sse
+from tests.support import KEEP_ALIVE_SECONDS, parse_sse
 
 # Any code point, lone surrogates included (Cs), which JSON carries as \udXXX escapes.
 text = st.text(st.characters(codec=None, exclude_categories=()), max_size=40)
@@ -46,7 +46,8 @@ def base_url() -> Iterator[str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
-    server = uvicorn.Server(uvicorn.Config(create_app(Settings()), log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(create_app(Settings()), log_level="warning", lifespan="on",
+                                           timeout_keep_alive=int(KEEP_ALIVE_SECONDS)))  # see tests/support.py
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
     thread.start()
     try:

@@ -39,12 +39,31 @@ JSON_ANSWERS = {
 }
 
 
+class Answered:
+    """The gateway wrapped (ASGI): `done` is set when its handler of an HTTP request has returned,
+    that is, once the gateway has seen the answer through or its client gone."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.done = asyncio.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if scope["type"] == "http":
+                self.done.set()
+
+
 @contextlib.asynccontextmanager
-async def gateway(*faults: Fault) -> AsyncIterator[tuple[FaultServer, httpx.AsyncClient]]:
+async def gateway(*faults: Fault, answered: Answered | None = None) -> AsyncIterator[tuple[FaultServer, httpx.AsyncClient]]:
     server = FaultServer({"m": list(faults)})
     async with serve(server) as upstream:
         settings = Settings(openai_api_key=None, providers=[CompatibleProvider(name="up", base_url=f"{upstream}/v1")])
-        async with serve(create_app(settings)) as url, httpx.AsyncClient(base_url=url, timeout=GUARD) as client:
+        app = create_app(settings)
+        if answered is not None:
+            answered.app = app
+        async with serve(answered or app) as url, httpx.AsyncClient(base_url=url, timeout=GUARD) as client:
             yield server, client
 
 
@@ -90,11 +109,14 @@ async def test_a_client_leaving_mid_stream_closes_the_upstream(entry: str) -> No
 
 
 async def test_on_disconnect_continue_lets_the_run_go_on_without_its_reader() -> None:
-    async with gateway(Fault("held", text="Hello")) as (server, client):
+    answered = Answered(None)
+    async with gateway(Fault("held", text="Hello"), answered=answered) as (server, client):
         async with client.stream("POST", "/v1/stream", json=body({}, on_disconnect="continue")) as response:
             sid = response.headers["x-stream-id"]
             await asyncio.wait_for(until_text(response.aiter_lines(), "Hello"), GUARD)
-        await asyncio.sleep(0.3)  # a reader-driven run would have been cancelled by now
+        # The gateway has seen its client go (a reader-driven run is cancelled by then); only then
+        # may the upstream finish: a cancelled run would end `cancelled`, not with the whole answer.
+        await asyncio.wait_for(answered.done.wait(), GUARD)
         assert not server.served[0].done.is_set()
         server.release.set()
         events = parse_sse((await client.get(f"/v1/stream/{sid}")).content)

@@ -99,10 +99,11 @@ def settings(base_url: str, **kw: Any) -> Settings:
                     providers=[CompatibleProvider(name="up", base_url=base_url)], **kw)
 
 
-async def stream(upstream: RawUpstream, *, read_timeout: float = 10.0) -> list[tuple[int, str, dict[str, Any]]]:
+async def stream(upstream: RawUpstream, *, read_timeout: float = 10.0,
+                 **extra: Any) -> list[tuple[int, str, dict[str, Any]]]:
     async with upstream.running() as base, serve(create_app(settings(base, read_timeout=read_timeout))) as url:
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
-            response = await client.post("/v1/stream", json={"model": "up/m", "messages": HELLO})
+            response = await client.post("/v1/stream", json={"model": "up/m", "messages": HELLO, **extra})
     assert response.status_code == 200
     return parse_sse(response.content)
 
@@ -236,17 +237,20 @@ async def test_silence_before_the_headers_is_a_504() -> None:
     assert response.status_code == 504 and response.json()["error"]["code"] == "upstream_timeout"
 
 
-async def test_silence_mid_stream_ends_in_final_timeout_with_the_text_so_far() -> None:
+# The route's idle deadline defaults to the provider's read timeout, and either ends a silent
+# stream: each case makes one of them the shorter, so that the code says which fired.
+@pytest.mark.parametrize(("read_timeout", "idle", "code"), [(1.0, 30.0, "upstream_timeout"), (10.0, 1.0, "timeout")])
+async def test_silence_mid_stream_ends_in_final_timeout_with_the_text_so_far(read_timeout: float, idle: float,
+                                                                            code: str) -> None:
     async def stalls(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(_HEAD + _chunk(BODY[0]))
         await writer.drain()
         await reader.read()
 
-    events = await stream(RawUpstream(stalls), read_timeout=1.0)  # generous: the headers must beat it
+    # 1 s is generous: the headers must beat it.
+    events = await stream(RawUpstream(stalls), read_timeout=read_timeout, timeouts={"idle": idle})
     final = events[-1][2]
-    # The route's idle deadline (issue 16) defaults to the provider's read timeout: whichever of the
-    # two fires first ends the stream, both as an honest, retryable timeout.
-    assert final["status"] == "error" and final["error"]["code"] in {"timeout", "upstream_timeout"}, final["error"]
+    assert final["status"] == "error" and final["error"]["code"] == code, final["error"]
     assert final["error"]["retryable"] is True and final["message"]["content"] == "Hel"
 
 

@@ -61,8 +61,8 @@ __all__ = [
 RAW_STREAM: Any = {"headers": {"X-Stainless-Raw-Response": "stream"}, "max_retries": 0, "follow_redirects": False}
 """`options=` for the official SDKs' documented `client.post(path, cast_to=httpx2.Response, ...)`:
 their own marker (`_constants.RAW_RESPONSE_HEADER`) for "hand me the response unread". The SDK
-keeps auth, base URL and typed errors; we skip its typed-params transform, which cost ~0.5 ms CPU
-per request here (bench/run.py), and parse the bytes once. `max_retries: 0`: streamed requests are
+keeps auth, base URL and typed errors; we skip its typed-params transform, a per-request CPU cost
+that buys nothing here (bench/run.py, docs/performance.md), and parse the bytes once. `max_retries: 0`: streamed requests are
 retried by the routing layer (app/routing), which counts each attempt once and falls back.
 `follow_redirects: False`: the request carries the gateway's credential, which must not follow a
 redirect to another origin (DESIGN.md section 4), whatever the injected client's own setting."""

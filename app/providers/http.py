@@ -5,11 +5,11 @@ has no SDK, an `httpx2.AsyncClient` on the same transport (`httpx_aiohttp.httpx2
 SDKs' client is built from). All three are httpx2 clients, so one error mapping serves them
 (app/providers/errors.py) and tests can still inject `httpx2.MockTransport` clients.
 
-Why aiohttp and not httpx2's default transport (httpcore2 + h11): measured with
-`bench/transport_bench.py` (one streamed POST to a loopback upstream, the adapters' path: the SDK's
-`client.post` with the raw-stream options), the same path on httpx2's default transport costs
-about 1.8x the CPU per request and about 2.5x the round trip of the path on `DefaultAioHttpClient`;
-not close, so aiohttp. The numbers, and plain aiohttp as the floor, are in the bench's output.
+Why aiohttp and not httpx2's default transport (httpcore2 + h11): `bench/transport_bench.py` (one
+streamed POST to a loopback upstream, the adapters' path: the SDK's `client.post` with the
+raw-stream options) finds the path on httpx2's default transport costlier in CPU per request and in
+round trip than the path on `DefaultAioHttpClient`, by a wide margin, so aiohttp. The numbers, and
+plain aiohttp as the floor, are in the bench's output and docs/performance.md.
 
 Each client: the gateway's connect and read timeouts, a bounded pool, the proxy environment
 honoured (`trust_env`: HTTP(S)_PROXY / NO_PROXY through httpx2's mounts), redirects never

@@ -1,4 +1,4 @@
-"""Durable run records and transcripts in SQL (issue 14): SQLite by default, PostgreSQL for
+"""Durable run records and transcripts in SQL: SQLite by default, PostgreSQL for
 deployments. `RunRecord` (record.py) is the typed input, `RecordWriter` (writer.py) takes it off
 the streaming path, `RecordStore` (store.py) reads and writes, migrations live in `migrations/`."""
 

@@ -110,8 +110,8 @@ class RecordStore:
 
     async def insert(self, records: Sequence[RunRecord]) -> Inserted:
         """One batch in one transaction, idempotent by run id: `execute(insert(table), rows)`, which SQLAlchemy 2 sends as
-        multi-row INSERTs ("insertmanyvalues") from one cached compiled statement. Measured here, a
-        200-row `insert().values(rows)` costs ~100 ms of event-loop CPU to compile each time; this ~12 ms.
+        multi-row INSERTs ("insertmanyvalues") from one cached compiled statement: an
+        `insert().values(rows)` is compiled again for each batch, on the event loop (docs/performance.md).
         The runs newly inserted (not already recorded) are added to their keys' spend (spend.py)
         in the same transaction."""
         if not records:

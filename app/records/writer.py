@@ -3,9 +3,9 @@ in batches, so a slow or unreachable database never delays or breaks a stream.
 
 Batches form by lingering: a record that finds the writer idle waits up to `linger` seconds
 (FOUNDRY_RECORDS_LINGER, 0.1 s) for others, unless a full batch is already queued or someone
-`flush()`es. Writing each record at once cost ~0.4 ms of CPU per run at concurrency 1 (one
-transaction, one thread hop to the driver each), more than the rest of the request path
-(bench/run.py: CPU per request, FOUNDRY_RECORDS on against off); in batches that cost is shared.
+`flush()`es. Writing each record at once costs a transaction and a thread hop to the driver per
+run, more CPU than the rest of the request path (docs/performance.md, figures behind design
+choices); in batches that cost is shared.
 
 `submit()` never waits: when the queue is full the record is dropped, counted
 (`foundry_records_dropped_total{reason="queue_full"}`) and logged. A batch the database does not

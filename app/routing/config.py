@@ -58,7 +58,7 @@ class RouteConfig(BaseModel):
 class Deadlines(BaseModel):
     """Per-request deadline overrides (seconds), within the operator's caps."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)  # "5" is not a number of seconds (issue 10)
+    model_config = ConfigDict(extra="forbid", strict=True)  # "5" is not a number of seconds: a typed mistake is a 422
 
     first_token: float | None = Field(default=None, gt=0, description="Seconds to the first content event "
                                       "(counts as a failure: the route falls back).")

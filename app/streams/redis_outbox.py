@@ -2,9 +2,9 @@
 and any replica can finish writing it to the records database.
 
 Every run's record is built when its final is (app/recording.py) and written to the database by
-the replica's records writer, in batches, a linger later. A replica killed inside that linger
-used to take the record with it: the final was in Redis, readers had it, nobody recorded the run
-(the chaos soak's finding, issue 29). Now:
+the replica's records writer, in batches, a linger later. So that a replica killed inside that
+linger does not take the record with it (the final in Redis, readers have it, nobody records the
+run):
 
 - A stream's id enters its owner's outbox (`foundry:outbox:{<replica>}`, a set in the owner's
   slot) when the stream is created, and its record travels with its final: the owner writes it to

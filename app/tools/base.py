@@ -3,7 +3,7 @@
 A tool returns any JSON value (a string is sent as it is, anything else as compact JSON) or
 raises. `ToolError` is a failure the tool reports on purpose; any other exception and a timeout
 are failures too. Every failure becomes `tool_result{is_error: true}` with its message, which
-goes back to the model like any output (issue 7).
+goes back to the model like any output: the model can correct its call or work around the tool.
 """
 
 from __future__ import annotations

@@ -5,12 +5,18 @@ The pipeline checks specs at the HTTP edge (`check_specs`), builds one gate per 
 it every canonical event (`admit_all`) and ends it (`finish`); `Blocked` ends the stream with final{status: "blocked"}.
 """
 
-from app.validation.checks import Blocked, Observer
-from app.validation.chunking import CHUNKERS, DEFAULT_CHUNKING, DEFAULT_MAX_CHARS, build_chunker
-from app.validation.gate import Gate, PassThroughGate, ValidationGate, build_gate
-from app.validation.specs import ValidatorSpec, called_models, check_specs
-from app.validation.validators import VALIDATORS
-from app.validation.validators.base import Judge, Validator, Verdict
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.validation.checks import Blocked, Observer
+    from app.validation.chunking import CHUNKERS, DEFAULT_CHUNKING, DEFAULT_MAX_CHARS, build_chunker
+    from app.validation.gate import Gate, PassThroughGate, ValidationGate, build_gate
+    from app.validation.specs import ValidatorSpec, called_models, check_specs
+    from app.validation.validators import VALIDATORS
+    from app.validation.validators.base import Judge, Validator, Verdict
 
 __all__ = [
     "CHUNKERS",
@@ -31,3 +37,33 @@ __all__ = [
     "called_models",
     "check_specs",
 ]
+
+# Each public name -> its submodule, imported on first use (PEP 562): importing one
+# submodule (settings read `specs`) does not import the gate, the judge and the providers under it.
+_HOMES = {
+    "Blocked": "checks",
+    "Observer": "checks",
+    "CHUNKERS": "chunking",
+    "DEFAULT_CHUNKING": "chunking",
+    "DEFAULT_MAX_CHARS": "chunking",
+    "build_chunker": "chunking",
+    "Gate": "gate",
+    "PassThroughGate": "gate",
+    "ValidationGate": "gate",
+    "build_gate": "gate",
+    "ValidatorSpec": "specs",
+    "called_models": "specs",
+    "check_specs": "specs",
+    "VALIDATORS": "validators",
+    "Judge": "validators.base",
+    "Validator": "validators.base",
+    "Verdict": "validators.base",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value

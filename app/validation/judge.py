@@ -3,7 +3,7 @@
 The validation layer knows no router: the gateway gives the backend a callable that opens a
 provider stream for `provider/model` (or a route), and the backend reads it to its end.
 
-A judge call is a model call like any other (issue 24): each run gets its own `RunJudge`, which
+A judge call is a model call like any other: each run gets its own `RunJudge`, which
 allows at most `max_calls` calls (past it a check raises `JudgeCapReached`, which the validator's
 `on_error` turns into a block, by default, or `unknown`: never a silent pass), at most
 `concurrency` at once, and keeps the usage per judge model (`lines()`): it goes into the run's
@@ -23,6 +23,7 @@ from app.core.errors import UpstreamError
 from app.core.events import FinalEvent, JudgeUsageData, Usage
 from app.core.messages import Message
 from app.providers.base import PatchStream, ProviderRequest, drive
+from app.validation.validators.base import MAX_REASON_CHARS
 
 __all__ = ["MAX_REASON_CHARS", "JudgeBackend", "JudgeCapReached", "OpenStream", "Pricer", "RunJudge", "clip"]
 
@@ -32,9 +33,6 @@ Span = Callable[[str], AbstractContextManager[object]]
 """Opens a stream for the request's `model` as the caller names it (`provider/model` or a route)."""
 Pricer = Callable[[str, Usage], float | None]
 """(model, usage) -> USD, None when the model has no price."""
-
-MAX_REASON_CHARS = 200
-"""A verdict's or a failed check's reason is cut here: never more of a judge's raw answer."""
 
 
 def clip(text: str, limit: int = MAX_REASON_CHARS) -> str:

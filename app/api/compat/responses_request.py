@@ -30,7 +30,7 @@ _TEXT_PARTS = {"user": ("input_text",), "system": ("input_text",), "developer": 
                "assistant": ("output_text", "refusal", "input_text")}
 _ITEM_ID = re.compile(r"^(?:msg|fc|rs)_\d+_(.+)$")
 PART_SEPARATOR = "\n\n"
-"""Between the text parts of one message, until canonical messages keep parts (issue 26)."""
+"""Between the text parts of one message: canonical messages hold one text, not a list of parts."""
 
 OPTION_FIELDS = {option: field for field, option in FORWARDED.items()} | {
     "reasoning_effort": "reasoning.effort", "reasoning_summary": "reasoning.summary"}

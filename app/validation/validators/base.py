@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.core.messages import ToolSpec
 
 __all__ = [
+    "MAX_REASON_CHARS",
     "PASS",
     "UNKNOWN",
     "CheckContext",
@@ -33,6 +34,8 @@ __all__ = [
 ]
 
 Lane = Literal["text", "reasoning"]
+MAX_REASON_CHARS = 200
+"""A verdict's or a failed check's reason is cut here: never more of a judge's raw answer."""
 Judge = Callable[[str, str], Awaitable[str]]
 """(model "provider/model", prompt) -> completion text; the pipeline runs the named provider."""
 

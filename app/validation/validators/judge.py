@@ -14,8 +14,8 @@ import re
 
 from pydantic import Field
 
-from app.validation.judge import MAX_REASON_CHARS
 from app.validation.validators.base import (
+    MAX_REASON_CHARS,
     PASS,
     UNKNOWN,
     CheckContext,

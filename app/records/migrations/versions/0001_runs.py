@@ -1,4 +1,4 @@
-"""Run records and their transcripts (issue 14).
+"""Run records and their transcripts.
 
 Revision ID: 0001_runs
 Revises:

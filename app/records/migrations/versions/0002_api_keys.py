@@ -1,4 +1,4 @@
-"""Gateway API keys (issue 15) and the cost of each run.
+"""Gateway API keys and the cost of each run.
 
 Revision ID: 0002_api_keys
 Revises: 0001_runs
