@@ -212,11 +212,9 @@ class RedisOwner:
                     self._wrote.set()
 
     def _ride_out(self) -> None:
-        """Redis fails: this replica's readers take frames from memory (streams go on as a single
-        process's would) for as long as its lease is surely held, since until it lapses no other
-        replica can claim a stream and number its final differently. Then they wait for Redis
-        again (`_gate_again` at the lease's end), and a stream never shows a reader an id that
-        the replica taking it over could number otherwise."""
+        """Redis fails: this replica's readers take frames from memory while its lease is surely
+        held (until it lapses no other replica can claim a stream and number its final otherwise),
+        then wait for Redis again (`_gate_again` at the lease's end)."""
         loop = asyncio.get_running_loop()
         if loop.time() >= self._lease_until:
             return
@@ -228,9 +226,8 @@ class RedisOwner:
             self._regate = loop.call_at(self._lease_until, self._gate_again)
 
     def _gate_again(self) -> None:
-        """Readers of the logs `_ride_out` ungated take only what Redis holds again, from what they
-        have taken (called before a write, whose batch holds every frame not written yet, and when
-        the lease may have lapsed)."""
+        """Readers of the logs `_ride_out` ungated take only what Redis holds again (before a write,
+        whose batch holds every frame not written yet, and when the lease may have lapsed)."""
         if self._regate is not None:
             self._regate.cancel()
             self._regate = None
@@ -371,8 +368,6 @@ class RedisOwner:
         while True:
             try:
                 async with self._link.timed("lease"):
-                    # The lease missing (the old value None) means Redis lost it: restarted empty
-                    # between two renewals, with no failed command to tell us (the client reconnects).
                     sent = asyncio.get_running_loop().time()
                     if await self._redis.set(key, "1", px=self._link.lease_ms, get=True) is None:
                         self._lost_lease()
@@ -384,9 +379,8 @@ class RedisOwner:
             await asyncio.sleep(self._link.lease_ms / 3000)
 
     def _lost_lease(self) -> None:
-        """This replica's lease is missing: Redis lost it (restarted empty between two renewals,
-        with no failed command to tell), unless this replica never held one. The writer checks
-        what else it lost and writes it back."""
+        """This replica's lease is missing: Redis lost it (restarted empty, no failed command to
+        tell) unless it never held one. The writer writes back what else Redis lost."""
         self._restore = True
         if self._lease_until:
             self._link.state_lost()
