@@ -3,9 +3,8 @@
 It assigns the public indexes, keeps interleaved blocks apart by their provider key, parses
 tool calls' arguments, and keeps the usage and the stop reason. The message and the turns are
 not its business: they are built from the events the gate released (app/core/released.py).
-See reference/normalized-stream-accumulator.md
-for the contract it grew from; unlike that reference, patches carry the provider's block key, so
-interleaved blocks of one type need no buffering in the mapper.
+See reference/normalized-stream-accumulator.md for the contract it grew from; unlike that
+reference, patches carry the provider's block key, so interleaved blocks need no buffering.
 
 A tool call's fragments are released one behind: a fragment goes out when the next one arrives,
 and the last goes out with `is_final: true` and the parsed arguments when the call ends. So every
@@ -126,6 +125,7 @@ class Accumulator:
         self._open_text: set[BlockKey] = set()
         self._held: dict[BlockKey, HeldText] | None = {} if secrets.guarding() else None
         """Per text block, the text kept back while it could be the start of a configured secret."""
+        self._relay_held: list[bytes] = []  # relayed provider events kept back behind held text
         self._reasoning: dict[BlockKey, _ReasoningState] = {}
         self._tools: dict[BlockKey, _ToolState] = {}
         self._calls: deque[_ToolState] = deque()  # calls not wholly out yet, in start order; the first is out now
@@ -378,7 +378,15 @@ class Accumulator:
         self.completed = True
 
     def _relay(self, p: Relay, out: list[StreamEvent]) -> None:
-        out.append(RelayedFrame(frame=p.frame))
+        """A provider event relayed as sent waits with its held text (it could begin a secret); one
+        carrying the gateway's own credentials ends the run (relayed bytes cannot be scrubbed)."""
+        if self._held and any(held.scrubbed for held in self._held.values()):
+            raise StreamProtocolError("the provider's answer carried the gateway's own credentials")
+        if self._held and any(held.holding for held in self._held.values()):
+            self._relay_held.append(p.frame)
+            return
+        out.extend(RelayedFrame(frame=frame) for frame in (*self._relay_held, p.frame))
+        self._relay_held.clear()
 
     def _ignored(self, p: Ignored, out: list[StreamEvent]) -> None:
         self.ignored[p.what] += 1

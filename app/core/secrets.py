@@ -63,9 +63,11 @@ class HeldText:
     two such characters go out (most pieces end with a letter that begins some secret), and a
     secret they turn out to begin is redacted from the next piece on."""
 
-    __slots__ = ("_held", "_tail")
+    __slots__ = ("_held", "_tail", "scrubbed")
 
     def __init__(self) -> None:
+        self.scrubbed = False
+        """A secret was redacted from this text."""
         self._held = ""
         self._tail = ""
         """The last characters released: a secret may have begun in them."""
@@ -75,7 +77,9 @@ class HeldText:
         if _known_re is None:
             return text
         released = len(self._tail)
-        joined = _scrub_after(self._tail + self._held + text, released)
+        whole = self._tail + self._held + text
+        joined = _scrub_after(whole, released)
+        self.scrubbed = self.scrubbed or joined != whole
         cut = len(joined)
         for i in range(max(0, cut - _longest + 1), cut - _RELEASED):
             if joined[i] in _firsts and joined[i:] in _prefixes:
@@ -85,11 +89,19 @@ class HeldText:
         self._tail = joined[max(0, cut - _RELEASED):cut]
         return joined[released:cut]
 
+    @property
+    def holding(self) -> bool:
+        """Characters are kept back: they could begin a secret."""
+        return bool(self._held)
+
     def flush(self) -> str:
         """The text ended: what is held (the start of a secret, cut off: redacted when it is long
         enough to matter)."""
         held, self._held, self._tail = self._held, "", ""
-        return REDACTED if len(held) >= _MIN_SECRET else held
+        if len(held) >= _MIN_SECRET:
+            self.scrubbed = True
+            return REDACTED
+        return held
 
 
 _RELEASED = 2

@@ -148,11 +148,13 @@ def refuse_unknown(body: BaseModel, path: str = "", brackets: bool = True) -> No
 
 def lenient(convert: Callable[[], _T], passthrough: bool, default: _T) -> _T:
     """`convert()`; on a same-wire request, what cannot be translated is only left out of the
-    canonical request (records, validators), since the provider gets the client's own."""
+    canonical request (records, validators), since the provider gets the client's own. The
+    gateway's own checks of what it carries (a media part that is not what it says, malformed or
+    past its bound: 413, 422) hold on every route."""
     try:
         return convert()
-    except FacadeError:
-        if not passthrough:
+    except FacadeError as exc:
+        if not passthrough or exc.status != 400:
             raise
         return default
 
