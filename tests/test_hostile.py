@@ -329,7 +329,7 @@ async def test_upstream_errors_quoting_the_key_are_scrubbed(status, capsys):
     ("openai/gpt-x", {"n": 2}, "provider_options.n"),
     ("openai/gpt-x", {"max_completion_tokens": 100_000_000}, "provider_options.max_completion_tokens"),
     ("openai/gpt-x", {"max_completion_tokens": "10"}, "provider_options.max_completion_tokens"),
-    ("openai/gpt-x", {"service_tier": "priority"}, "provider_options.service_tier"),
+    ("openai/gpt-x", {"modalities": ["audio"]}, "provider_options.modalities"),  # (service_tier is carried now)
     ("anthropic/claude", {"mcp_servers": [{"url": "http://x"}]}, "provider_options.mcp_servers"),
     ("anthropic/claude", {"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "provider_options.tools"),
     ("openai-responses/gpt-x", {"builtin_tools": [{"type": "file_search", "vector_store_ids": ["vs_1"]}]},
