@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["REDACTED", "HeldText", "guarding", "remember", "scrub", "scrub_value"]
+__all__ = ["REDACTED", "HeldText", "forget", "guarding", "remember", "scrub", "scrub_value"]
 
 REDACTED = "[redacted]"
 _MIN_SECRET = 8  # shorter values would redact ordinary words
@@ -49,6 +49,15 @@ def remember(*values: str | None) -> None:
     _prefixes.update(v[:i] for v in added for i in range(1, len(v)))
     _firsts = frozenset(v[0] for v in _known)
     _longest = max(len(v) for v in _known)
+
+
+def forget() -> None:
+    """Forget every configured value (a process that builds several apps, as the tests do: one
+    app's secrets would hold back another's answer text that merely begins like them)."""
+    global _known_re, _firsts, _longest
+    _known.clear()
+    _prefixes.clear()
+    _known_re, _firsts, _longest = None, frozenset(), 0
 
 
 def guarding() -> bool:
