@@ -167,8 +167,7 @@ class RedisOwner:
             self._wake.set()
 
     @property
-    def leased(self) -> bool:
-        """This replica has renewed its lease at least once (a missing one is then a loss)."""
+    def leased(self) -> bool:  # it renewed its lease once: a missing one is then a loss
         return self._lease_until > 0
 
     def stage_record(self, stream_id: str, payload: bytes) -> None:
@@ -344,14 +343,16 @@ class RedisOwner:
         self._link.observe("write_back", 0.0, False)
 
     def _snapshot(self, log: StreamLog, now: float, *, force: bool) -> bytes | None:
-        transcript = log.info.transcript
-        if transcript is None:
+        if (transcript := log.info.transcript) is None:
             return None
         stream_id = log.info.stream_id
         if not force and now - self._snapshots.get(stream_id, 0.0) < _SNAPSHOT_EVERY:
             return None
         self._snapshots[stream_id] = now
-        return orjson.dumps(transcript.snapshot())
+        snapshot = transcript.snapshot()
+        if log.final is not None and log.final.attempts:  # as the owner's and the record's transcript show them
+            snapshot["attempts"] = [dict(attempt) for attempt in log.final.attempts]
+        return orjson.dumps(snapshot)
 
     async def _end_broken(self) -> None:
         """Streams whose persistence was given up: an honest end for their followers."""
