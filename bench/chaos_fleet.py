@@ -24,6 +24,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import redis as sync_redis
 from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +66,11 @@ def _spawn(cmd: list[str], env: dict[str, str] | None = None, log: Path | None =
         out.write(f"--- started at {time.time():.3f}\n".encode())
         out.flush()
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, **options)
+
+
+def _redis_at(port: int) -> sync_redis.Redis:
+    """A short-lived client of one Redis node on loopback (closed by its `with`), for the figures."""
+    return sync_redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
 
 
 def _nginx_path() -> str | None:
@@ -280,50 +286,35 @@ class Fleet:
     def commandstats(self) -> dict[str, int]:
         if isinstance(self.redis, RedisClusterServer):
             return self.redis.commandstats()
-        import redis as sync_redis
-
-        client = sync_redis.Redis(host="127.0.0.1", port=self.redis.port, socket_timeout=5)
-        try:
-            return {name.removeprefix("cmdstat_"): int(f["calls"]) for name, f in client.info("commandstats").items()}
-        except sync_redis.RedisError:
-            return {}
-        finally:
-            client.close()
+        with _redis_at(self.redis.port) as client:
+            try:
+                return {name.removeprefix("cmdstat_"): int(f["calls"]) for name, f in client.info("commandstats").items()}
+            except sync_redis.RedisError:
+                return {}
 
     def stream_state(self, stream_id: str) -> str:
         """What Redis holds of one stream now (its meta without the record, its events' range),
         for a broken stream's timeline."""
-        import redis as sync_redis
-
         port = (self.redis.master_of(f"foundry:{{{stream_id}}}:meta").port if isinstance(self.redis, RedisClusterServer)
                 else self.redis.port)
-        client = sync_redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
-        try:
-            meta = {k.decode(): v.decode(errors="replace")[:40] for k, v in
-                    client.hgetall(f"foundry:{{{stream_id}}}:meta").items() if k != b"record"}
-            events = client.xinfo_stream(f"foundry:{{{stream_id}}}:events") if meta else {}
-            return (f"redis: meta {meta or 'missing'}; events {events.get('length', 0)} entries, last id "
-                    f"{events.get('last-generated-id', b'-').decode()}")
-        except sync_redis.RedisError as exc:
-            return f"redis: {type(exc).__name__}"
-        finally:
-            client.close()
+        with _redis_at(port) as client:
+            try:
+                meta = {k.decode(): v.decode(errors="replace")[:40] for k, v in
+                        client.hgetall(f"foundry:{{{stream_id}}}:meta").items() if k != b"record"}
+                events = client.xinfo_stream(f"foundry:{{{stream_id}}}:events") if meta else {}
+                return (f"redis: meta {meta or 'missing'}; events {events.get('length', 0)} entries, last id "
+                        f"{events.get('last-generated-id', b'-').decode()}")
+            except sync_redis.RedisError as exc:
+                return f"redis: {type(exc).__name__}"
 
     def redis_memory(self) -> int:
         """Bytes Redis holds now (used_memory, summed over the live masters of a cluster)."""
-        import redis as sync_redis
-
         nodes = ([n.port for n in self.redis.nodes if n.alive() and n.role() == "master"]
                  if isinstance(self.redis, RedisClusterServer) else [self.redis.port])
         total = 0
         for port in nodes:
-            client = sync_redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
-            try:
+            with _redis_at(port) as client, contextlib.suppress(sync_redis.RedisError):
                 total += int(client.info("memory")["used_memory"])
-            except sync_redis.RedisError:
-                pass
-            finally:
-                client.close()
         return total
 
     async def stop_replicas(self) -> None:
