@@ -24,6 +24,12 @@ router = APIRouter(tags=["usage"])
 
 MAX_RANGE = timedelta(days=400)
 
+Since = Annotated[datetime | None, Query(description="From (ISO 8601; UTC if no zone). Default: 30 days ago.")]
+Until = Annotated[datetime | None, Query(description="Before (ISO 8601). Default: now.")]
+WhoseUsage = Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_.-]{1,32}$",
+                                         description="Admin key only: whose usage (default: every key).")]
+"""The query parameters both usage routes take."""
+
 
 class UsageTokens(BaseModel):
     """Sums of every canonical token field (unknown output counts as 0)."""
@@ -93,11 +99,10 @@ async def usage(
     request: Request,
     store: RecordsDep,
     principal: PrincipalDep,
-    since: Annotated[datetime | None, Query(description="From (ISO 8601; UTC if no zone). Default: 30 days ago.")] = None,
-    until: Annotated[datetime | None, Query(description="Before (ISO 8601). Default: now.")] = None,
+    since: Since = None,
+    until: Until = None,
     group_by: Annotated[Literal["model", "day"], Query(description="Group the sums by model or by day.")] = "model",
-    key_id: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_.-]{1,32}$",
-                                        description="Admin key only: whose usage (default: every key).")] = None,
+    key_id: WhoseUsage = None,
 ) -> Response:
     start, end = _range(since, until)
     owner = _whose(principal, key_id, start, end)
@@ -141,11 +146,10 @@ class UsageSeries(BaseModel):
 async def usage_series_route(
     store: RecordsDep,
     principal: PrincipalDep,
-    since: Annotated[datetime | None, Query(description="From (ISO 8601; UTC if no zone). Default: 30 days ago.")] = None,
-    until: Annotated[datetime | None, Query(description="Before (ISO 8601). Default: now.")] = None,
+    since: Since = None,
+    until: Until = None,
     bucket: Annotated[Literal["day", "week", "month"], Query(description="The period of each point.")] = "day",
-    key_id: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_.-]{1,32}$",
-                                        description="Admin key only: whose usage (default: every key).")] = None,
+    key_id: WhoseUsage = None,
 ) -> Response:
     start, end = _range(since, until)
     owner = _whose(principal, key_id, start, end)
