@@ -38,7 +38,7 @@ __all__ = ["CompatibleProvider", "Settings"]  # CompatibleProvider: app/provider
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FOUNDRY_", extra="forbid", populate_by_name=True,
-                                      env_ignore_empty=True)
+                                      env_ignore_empty=True, protected_namespaces=("settings_",))
 
     # HTTP edge
     max_body_bytes: int = Field(default=1 << 20, ge=1024, description=(
