@@ -19,6 +19,12 @@ run: $(VENV)/.installed-run  ## install and serve the gateway (mock provider by 
 	mkdir -p var  # the embedded records database, var/foundry.db (FOUNDRY_DATA_DIR)
 	$(BIN)/foundry-gateway serve --host $(HOST) --port $(PORT)
 
+# The fast tests run on TEST_WORKERS pytest-xdist workers (each with its own private Redis, databases
+# and ports; most of a test's time is waiting on loopback, so 2 workers on 2 cores halve the stage);
+# TEST_WORKERS=0 runs them in one process. The slow ones start several processes each: one at a time.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
+
 # Every stage runs whatever the ones before it gave; the last line names each stage that failed,
 # and the status is 1 if any did. pytest's 5 (its marker selected no test) fails no stage, but a
 # run in which neither pytest stage ran a test fails.
@@ -29,14 +35,14 @@ test: $(VENV)/.installed-test  ## install the test dependencies; ruff, mypy, the
 	    *:0|fast:5|slow:5) ;; *) failed="$$failed $$name(exit $$rc)";; esac; }; \
 	stage ruff $(BIN)/ruff check app tests bench scripts; \
 	stage mypy $(BIN)/mypy; \
-	stage fast $(BIN)/python -m pytest -m "not slow"; \
+	stage fast $(BIN)/python -m pytest -m "not slow" $(XDIST); \
 	stage slow $(BIN)/python -m pytest -m slow; \
 	if [ -z "$$ran" ]; then failed="$$failed (no test ran)"; fi; \
 	if [ -n "$$failed" ]; then echo "== make test: FAILED:$$failed"; exit 1; fi; \
 	echo "== make test: every stage passed: ruff, mypy, fast, slow"
 
 test-fast: $(VENV)/.installed-test  ## the tests not marked slow (no benchmarks, no multi-process topologies)
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" $(XDIST)
 
 test-slow: $(VENV)/.installed-test  ## the benchmark smoke tests and the multi-process topology tests
 	$(BIN)/python -m pytest -m slow
