@@ -152,6 +152,12 @@ class Metrics:
                                        "reason (budget: the store's byte budget; streams: its stream cap).",
                                        ["reason"], registry=r)
         self.store_bytes = Gauge("foundry_store_bytes", "Encoded bytes retained by the stream store.", registry=r)
+        self.cache_hits = Counter("foundry_cache_hits", "Requests the response cache answered, by source (stored, "
+                                  "in_flight: an identical run followed).", ["source"], registry=r)
+        self.cache_misses = Counter("foundry_cache_misses", "Cache lookups that found no usable answer, by reason "
+                                    "(absent, corrupt).", ["reason"], registry=r)
+        self.cache_bytes = Gauge("foundry_cache_bytes", "Bytes of cached answers held (memory) or written by this "
+                                 "replica (Redis).", registry=r)
         self.store_errors = Counter("foundry_store_errors", "Stream store operations that failed, by store and "
                                     "operation (create, write, read, lease, cancel, claim, ping, buffer_full, sweep, outbox).",
                                     ["store", "op"], registry=r)
