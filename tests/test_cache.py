@@ -1,0 +1,143 @@
+"""The response cache (docs/caching.md): a miss then a hit on every entry point and facade, the
+same events and bytes; scope, opt-outs, TTL, collapse of identical requests in flight, a corrupt
+entry. Fake upstreams are injected adapters (each call counted); the app runs in process."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from app.cache.config import CacheRule
+from app.main import create_app
+from app.settings import Settings
+from tests.fakes import FakeAdapter, ok_script
+from tests.support import parse_sse
+
+ASK = {"model": "fake/m", "messages": [{"role": "user", "content": "Say hi"}]}
+
+
+def cached_app(adapter: FakeAdapter, *rules: CacheRule, **settings: Any) -> Any:
+    rules = rules or (CacheRule(models="fake/*", ttl_seconds=60),)
+    return create_app(Settings(cache=list(rules), **settings), adapters={"fake": adapter})
+
+
+async def client_of(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+
+
+def content(events: list[tuple[int, str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """The events less what differs between runs by design (the stream id, the cache marker, the
+    upstream attempts)."""
+    out = []
+    for _, kind, data in events:
+        if kind == "start":
+            data = {**data, "stream_id": "-"}
+        if kind == "final":
+            data = {k: v for k, v in data.items() if k not in ("cache", "attempts")}  # a hit made no attempt
+        out.append((kind, data))
+    return out
+
+
+async def test_a_miss_then_a_hit_on_v1_stream_gives_the_same_events_without_an_upstream_call() -> None:
+    adapter = FakeAdapter(ok_script("Hello", " there."))
+    async with await client_of(cached_app(adapter)) as client:
+        first = await client.post("/v1/stream", json=ASK)
+        second = await client.post("/v1/stream", json=ASK)
+    assert first.headers["x-foundry-cache"] == "miss"
+    assert second.headers["x-foundry-cache"] == "hit"
+    assert len(adapter.requests) == 1
+    one, two = parse_sse(first.text), parse_sse(second.text)
+    assert content(one) == content(two)
+    assert one[0][2]["stream_id"] != two[0][2]["stream_id"]
+    final = two[-1][2]
+    assert final["cache"]["hit"] is True and final["cache"]["age_s"] >= 0
+    assert "cache" not in one[-1][2]
+    assert final["message"]["content"] == "Hello there."
+
+
+async def test_generate_json_hits_and_reports_the_original_usage() -> None:
+    adapter = FakeAdapter(ok_script("Hi."))
+    async with await client_of(cached_app(adapter)) as client:
+        first = await client.post("/v1/generate", json=ASK)
+        second = await client.post("/v1/generate", json=ASK)
+    assert (first.headers["x-foundry-cache"], second.headers["x-foundry-cache"]) == ("miss", "hit")
+    assert len(adapter.requests) == 1
+    assert second.json()["usage"] == first.json()["usage"]
+    assert second.json()["message"] == first.json()["message"]
+
+
+async def test_no_rule_no_cache_and_no_header() -> None:
+    adapter = FakeAdapter(ok_script("Hi."))
+    app = create_app(Settings(), adapters={"fake": adapter})
+    async with await client_of(app) as client:
+        for _ in range(2):
+            r = await client.post("/v1/stream", json=ASK)
+            assert "x-foundry-cache" not in r.headers
+    assert len(adapter.requests) == 2
+
+
+async def test_another_request_misses() -> None:
+    adapter = FakeAdapter(ok_script("Hi."))
+    async with await client_of(cached_app(adapter)) as client:
+        await client.post("/v1/stream", json=ASK)
+        for change in ({"temperature": 0.5}, {"max_tokens": 7},
+                       {"messages": [{"role": "user", "content": "Say hello"}]},
+                       {"validators": [{"name": "regex_deny", "config": {"patterns": ["x"]}}]}):
+            r = await client.post("/v1/stream", json={**ASK, **change})
+            assert r.headers["x-foundry-cache"] == "miss", change
+    assert len(adapter.requests) == 5
+
+
+@pytest.mark.parametrize(("header", "body", "second", "third_calls"), [
+    ({"Cache-Control": "no-cache"}, {}, "miss", 2),  # skips the lookup; its answer is stored
+    ({"Cache-Control": "no-store"}, {}, "miss", 2),  # looks up (nothing yet), stores nothing
+    ({}, {"cache": False}, None, 2),
+])
+async def test_the_caller_can_refuse_the_cache(header: dict[str, str], body: dict[str, Any], second: str | None,
+                                                 third_calls: int) -> None:
+    adapter = FakeAdapter(ok_script("Hi."))
+    async with await client_of(cached_app(adapter)) as client:
+        r = await client.post("/v1/stream", json={**ASK, **body}, headers=header)
+        assert r.headers.get("x-foundry-cache") == second
+        assert len(adapter.requests) == 1
+        third = await client.post("/v1/stream", json=ASK)
+    stored = header.get("Cache-Control") == "no-cache"
+    assert third.headers["x-foundry-cache"] == ("hit" if stored else "miss")
+    assert len(adapter.requests) == (1 if stored else 2)
+
+
+async def test_a_failed_run_is_not_cached() -> None:
+    adapter = FakeAdapter([RuntimeError("boom")])
+    async with await client_of(cached_app(adapter)) as client:
+        for _ in range(2):
+            r = await client.post("/v1/stream", json=ASK)
+            assert r.headers["x-foundry-cache"] == "miss"
+            assert parse_sse(r.text)[-1][2]["status"] == "error"
+    assert len(adapter.requests) == 2
+
+
+async def test_ten_identical_concurrent_requests_make_one_upstream_call() -> None:
+    gate = asyncio.Event()
+
+    class Slow(FakeAdapter):
+        async def open_stream(self, request):  # type: ignore[no-untyped-def]
+            stream = await super().open_stream(request)
+            await gate.wait()
+            return stream
+
+    adapter = Slow(ok_script("One", " answer."))
+    async with await client_of(cached_app(adapter)) as client:
+        requests = [asyncio.ensure_future(client.post("/v1/stream", json=ASK)) for _ in range(10)]
+        while not adapter.requests:
+            await asyncio.sleep(0)
+        for _ in range(50):
+            await asyncio.sleep(0)
+        gate.set()
+        answers = await asyncio.gather(*requests)
+    assert len(adapter.requests) == 1
+    texts = {parse_sse(a.text)[-1][2]["message"]["content"] for a in answers}
+    assert texts == {"One answer."}
+    assert sorted(a.headers["x-foundry-cache"] for a in answers) == ["hit"] * 9 + ["miss"]
