@@ -6,12 +6,11 @@ the observer `settle(ticket)` that `open_run` gives the run when it starts it.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from app.auth import Auth
 from app.auth.policy import Price
 from app.auth.service import Reservation, Ticket
-from app.cache.config import CacheRule, rule_for
 from app.core.events import Usage
 from app.core.messages import Message
 from app.core.parts import TextPart
@@ -39,18 +38,18 @@ def estimate(messages: Sequence[Message], max_tokens: int | None, default_output
     return Reservation(tokens=prompt + output, usd=usd)
 
 class KeyAccountant:
-    def __init__(self, auth: Auth, metrics: Metrics, cache_rules: Sequence[CacheRule] = ()) -> None:
+    def __init__(self, auth: Auth, metrics: Metrics, charges_hit: Callable[[str], bool] = lambda model: False) -> None:
         self.auth = auth
         self.metrics = metrics
-        self.cache_rules = list(cache_rules)
-        """A cache hit is charged only when its rule says `charge` (app/cache/config.py)."""
+        self.charges_hit = charges_hit
+        """Whether a cache hit of a model is charged (its `[[cache]]` rule's `charge`; app/cache)."""
 
     def settle(self, ticket: Ticket) -> RunObserver:
         """The observer of one run admitted with `ticket`: settles it when the run ends."""
 
         def settled(report: RunReport) -> None:
             usage = report.usage
-            if report.final.cache is not None and not self._charged(report.model):
+            if report.final.cache is not None and not self.charges_hit(report.model):
                 usage = Usage()  # reported as the original's, not charged to the key's budget and tpm
             tokens = usage.total_tokens or (usage.input_tokens + usage.output_tokens)
             cost = usage.cost_usd
@@ -63,7 +62,3 @@ class KeyAccountant:
             self.metrics.count_key_run(ticket.key.name, report.status, tokens, cost)
 
         return settled
-
-    def _charged(self, model: str) -> bool:
-        rule = rule_for(self.cache_rules, model)
-        return rule is not None and rule.charge

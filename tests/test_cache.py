@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -131,13 +132,72 @@ async def test_ten_identical_concurrent_requests_make_one_upstream_call() -> Non
     adapter = Slow(ok_script("One", " answer."))
     async with await client_of(cached_app(adapter)) as client:
         requests = [asyncio.ensure_future(client.post("/v1/stream", json=ASK)) for _ in range(10)]
-        while not adapter.requests:
-            await asyncio.sleep(0)
-        for _ in range(50):
-            await asyncio.sleep(0)
+        await anyio.wait_all_tasks_blocked()  # the first waits upstream, the nine on it
         gate.set()
         answers = await asyncio.gather(*requests)
+        metrics = (await client.get("/metrics")).text
     assert len(adapter.requests) == 1
+    assert 'foundry_cache_hits_total{source="in_flight"} 9.0' in metrics
     texts = {parse_sse(a.text)[-1][2]["message"]["content"] for a in answers}
     assert texts == {"One answer."}
     assert sorted(a.headers["x-foundry-cache"] for a in answers) == ["hit"] * 9 + ["miss"]
+
+
+FACADES = [
+    ("/v1/chat/completions", {"model": "fake/m", "messages": [{"role": "user", "content": "Say hi"}]}),
+    ("/v1/messages", {"model": "fake/m", "max_tokens": 64, "messages": [{"role": "user", "content": "Say hi"}]}),
+    ("/v1/responses", {"model": "fake/m", "input": "Say hi"}),
+]
+
+
+def _without_ids(text: str) -> str:
+    """A facade's answer less what each run names afresh (ids, creation times)."""
+    import re
+
+    return re.sub(r'"(id|created|created_at|stream_id|item_id|response_id)":\s*("[^"]*"|\d+(\.\d+)?)', r'"\1":-', text)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize(("path", "body"), FACADES, ids=[p for p, _ in FACADES])
+async def test_each_facade_misses_then_hits_with_the_same_answer(path: str, body: dict[str, Any], stream: bool) -> None:
+    adapter = FakeAdapter(ok_script("Hello", " there."))
+    async with await client_of(cached_app(adapter)) as client:
+        first = await client.post(path, json={**body, "stream": stream})
+        second = await client.post(path, json={**body, "stream": stream})
+    assert first.status_code == second.status_code == 200, first.text
+    assert (first.headers["x-foundry-cache"], second.headers["x-foundry-cache"]) == ("miss", "hit")
+    assert len(adapter.requests) == 1
+    assert _without_ids(second.text) == _without_ids(first.text)
+    assert "Hello there" in second.text or "Hello" in second.text
+
+
+async def test_the_native_subscription_replays_a_hit_like_any_stream() -> None:
+    adapter = FakeAdapter(ok_script("Hi."))
+    async with await client_of(cached_app(adapter)) as client:
+        await client.post("/v1/stream", json=ASK)
+        started = await client.post("/v1/generate", json={**ASK, "stream": True})
+        assert started.status_code == 202
+        sub = await client.get(started.json()["stream_url"])
+    events = parse_sse(sub.text)
+    assert [kind for _, kind, _ in events] == ["start", "token", "final"]
+    assert events[-1][2]["cache"]["hit"] is True
+
+
+async def test_a_corrupt_entry_is_a_counted_miss_and_is_replaced() -> None:
+    adapter = FakeAdapter(ok_script("Hi."))
+    app = cached_app(adapter)
+    store = app.state.gateway.cache.store
+    async with await client_of(app) as client:
+        await client.post("/v1/stream", json=ASK)
+        key, = store.keys()
+        value = await store.get(key)
+        await store.put(key, value[: len(value) // 2], 60)  # truncated
+        r = await client.post("/v1/stream", json=ASK)
+        assert r.headers["x-foundry-cache"] == "miss"
+        assert parse_sse(r.text)[-1][2]["status"] == "ok"
+        again = await client.post("/v1/stream", json=ASK)
+        metrics = (await client.get("/metrics")).text
+    assert again.headers["x-foundry-cache"] == "hit"
+    assert len(adapter.requests) == 2
+    assert 'foundry_cache_misses_total{reason="corrupt"} 1.0' in metrics
+    assert 'foundry_cache_hits_total{source="stored"} 1.0' in metrics

@@ -64,6 +64,9 @@ class MemoryCacheStore:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def keys(self) -> list[str]:
+        return list(self._entries)
+
     async def aclose(self) -> None:
         self._entries.clear()
         self.total_bytes = 0
