@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from app.observability import get_logger
@@ -33,8 +34,9 @@ class MemoryCacheStore:
 
     name = "memory"
 
-    def __init__(self, *, max_entries: int, max_bytes: int) -> None:
+    def __init__(self, *, max_entries: int, max_bytes: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_entries, self.max_bytes = max_entries, max_bytes
+        self.clock = clock
         self._entries: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
         self.total_bytes = 0
 
@@ -42,7 +44,7 @@ class MemoryCacheStore:
         entry = self._entries.get(key)
         if entry is None:
             return None
-        if entry[0] <= time.monotonic():
+        if entry[0] <= self.clock():
             self._drop(key)
             return None
         self._entries.move_to_end(key)
@@ -53,7 +55,7 @@ class MemoryCacheStore:
             return
         if key in self._entries:
             self._drop(key)
-        self._entries[key] = (time.monotonic() + ttl, value)
+        self._entries[key] = (self.clock() + ttl, value)
         self.total_bytes += len(value)
         while len(self._entries) > self.max_entries or self.total_bytes > self.max_bytes:
             self._drop(next(iter(self._entries)))
