@@ -201,3 +201,16 @@ async def test_a_corrupt_entry_is_a_counted_miss_and_is_replaced() -> None:
     assert len(adapter.requests) == 2
     assert 'foundry_cache_misses_total{reason="corrupt"} 1.0' in metrics
     assert 'foundry_cache_hits_total{source="stored"} 1.0' in metrics
+
+
+async def test_the_run_record_of_a_hit_says_so(tmp_path: Any) -> None:
+    from tests.support import serve
+
+    adapter = FakeAdapter(ok_script("Hi."))
+    app = cached_app(adapter, data_dir=str(tmp_path))
+    async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
+        ids = [(await client.post("/v1/stream", json=ASK)).headers["x-stream-id"] for _ in range(2)]
+        await app.state.records.flush()
+        runs = [(await client.get(f"/v1/runs/{i}")).json() for i in ids]
+    assert [r["cache_hit"] for r in runs] == [False, True]
+    assert runs[1]["usage"] == runs[0]["usage"]
