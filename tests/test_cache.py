@@ -214,3 +214,34 @@ async def test_the_run_record_of_a_hit_says_so(tmp_path: Any) -> None:
         runs = [(await client.get(f"/v1/runs/{i}")).json() for i in ids]
     assert [r["cache_hit"] for r in runs] == [False, True]
     assert runs[1]["usage"] == runs[0]["usage"]
+
+
+async def test_a_paced_rule_replays_the_same_stream_event_by_event() -> None:
+    adapter = FakeAdapter(ok_script("One.", " Two.", " Three."))
+    rule = CacheRule(models="fake/*", replay="paced")
+    async with await client_of(cached_app(adapter, rule)) as client:
+        first = await client.post("/v1/stream", json=ASK)
+        second = await client.post("/v1/stream", json=ASK)
+    assert second.headers["x-foundry-cache"] == "hit"
+    assert content(parse_sse(first.text)) == content(parse_sse(second.text))
+
+
+async def test_a_bad_rule_is_a_configuration_error_naming_it() -> None:
+    from app.config_file import ConfigError
+    from app.config_load import load_settings
+
+    with pytest.raises(ConfigError, match="cache"):
+        load_settings(cache=[{"models": "openai/*", "route": "r"}])
+
+
+def test_the_toml_file_turns_caching_on_per_model_or_route(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.config_load import load_settings
+
+    path = tmp_path / "gateway.toml"
+    path.write_text('[[cache]]\nmodels = "openai/*"\nttl_seconds = 3600\n\n'
+                    '[[cache]]\nroute = "fast"\nttl_seconds = 60\nreplay = "paced"\n\n[streams]\ncache_max_entries = 50\n')
+    monkeypatch.setenv("FOUNDRY_CONFIG", str(path))
+    settings = load_settings()
+    assert [(r.models, r.route, r.ttl_seconds, r.replay) for r in settings.cache] == [
+        ("openai/*", None, 3600, "fast"), (None, "fast", 60, "paced")]
+    assert settings.cache_max_entries == 50

@@ -127,5 +127,7 @@ class ReplayRun(Run):
             return super()._final(status, error)
         source = self.source
         original = source.final()
+        if original.status != "ok":  # the run followed ended otherwise (cancelled, failed): so does this one
+            return replace(original, validation=self.gate.summary(), attempts=())
         return replace(original, validation=self.gate.summary(), attempts=(),
                        cache={"hit": True, "age_s": round(source.age, 3)})
