@@ -6,7 +6,7 @@ the observer `settle(ticket)` that `open_run` gives the run when it starts it.""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from app.auth import Auth
 from app.auth.policy import Price
@@ -38,19 +38,17 @@ def estimate(messages: Sequence[Message], max_tokens: int | None, default_output
     return Reservation(tokens=prompt + output, usd=usd)
 
 class KeyAccountant:
-    def __init__(self, auth: Auth, metrics: Metrics, charges_hit: Callable[[str], bool] = lambda model: False) -> None:
+    def __init__(self, auth: Auth, metrics: Metrics) -> None:
         self.auth = auth
         self.metrics = metrics
-        self.charges_hit = charges_hit
-        """Whether a cache hit of a model is charged (its `[[cache]]` rule's `charge`; app/cache)."""
 
     def settle(self, ticket: Ticket) -> RunObserver:
         """The observer of one run admitted with `ticket`: settles it when the run ends."""
 
         def settled(report: RunReport) -> None:
             usage = report.usage
-            if report.final.cache is not None and not self.charges_hit(report.model):
-                usage = Usage()  # reported as the original's, not charged to the key's budget and tpm
+            if report.final.cache is not None and not report.final.cache["charged"]:
+                usage = Usage()  # a cache hit: reported as the original's, not charged (its rule's `charge`)
             tokens = usage.total_tokens or (usage.input_tokens + usage.output_tokens)
             cost = usage.cost_usd
             judged = report.validation.get("judge", {}) if report.validation is not None else {}

@@ -22,7 +22,6 @@ from app.api.routes import admin_health, admin_keys, generate, health, runs, str
 from app.api.routes.web import install_playground
 from app.auth import Auth, build_limiter
 from app.auth.keystore import KeyStore
-from app.cache.config import charges_hit
 from app.cache.service import ResponseCache
 from app.cache.store import CacheStore, MemoryCacheStore, RedisCacheStore
 from app.config_load import load_settings, secret_values, setting_error
@@ -82,8 +81,7 @@ def create_app(
     store.on_claim = _claims(settings, records, auth)
     if records is not None:
         records.on_committed = _committed(auth, store)
-    # each run's own observer, given when it starts (app/api/access.py); cache hits by their rule's `charge`
-    accountant = KeyAccountant(auth, metrics, charges_hit=lambda model: charges_hit(settings.cache, model))
+    accountant = KeyAccountant(auth, metrics)  # each run's own observer, given when it starts (app/api/access.py)
     gateway.add_observer(metrics.observe_run)
 
     app = FastAPI(

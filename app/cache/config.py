@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["CacheChoice", "CacheRule", "charges_hit", "rule_for"]
+__all__ = ["CacheChoice", "CacheRule", "rule_for"]
 
 _PATTERN_RE = r"^[A-Za-z0-9_.:@/*-]{1,256}$"
 
@@ -57,12 +57,6 @@ class CacheRule(BaseModel):
 def rule_for(rules: list[CacheRule], model: str) -> CacheRule | None:
     """The first rule that names `model` (as the caller asked for it)."""
     return next((rule for rule in rules if rule.applies(model)), None)
-
-
-def charges_hit(rules: list[CacheRule], model: str) -> bool:
-    """Whether a hit of `model` counts against the key's budget and tokens per minute."""
-    rule = rule_for(rules, model)
-    return rule is not None and rule.charge
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)

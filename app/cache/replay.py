@@ -27,6 +27,9 @@ __all__ = ["EntrySource", "FollowSource", "ReplayRun", "ReplaySource"]
 
 
 class ReplaySource(Protocol):
+    charged: bool
+    """The hit counts against the key's budget and tokens per minute (its rule's `charge`)."""
+
     def batches(self, started: float) -> AsyncIterator[list[StreamEvent]]: ...
 
     def final(self) -> FinalEvent:
@@ -42,8 +45,8 @@ class EntrySource:
 
     hit = True
 
-    def __init__(self, cached: CachedRun, *, paced: bool) -> None:
-        self.cached, self.paced = cached, paced
+    def __init__(self, cached: CachedRun, *, paced: bool, charged: bool) -> None:
+        self.cached, self.paced, self.charged = cached, paced, charged
 
     @property
     def age(self) -> float:
@@ -71,8 +74,8 @@ class FollowSource:
 
     age = 0.0
 
-    def __init__(self, log: StreamLog) -> None:
-        self.log = log
+    def __init__(self, log: StreamLog, *, charged: bool) -> None:
+        self.log, self.charged = log, charged
 
     async def batches(self, started: float) -> AsyncIterator[list[StreamEvent]]:
         async for frames in self.log.follow(0):
@@ -130,4 +133,4 @@ class ReplayRun(Run):
         if original.status != "ok":  # the run followed ended otherwise (cancelled, failed): so does this one
             return replace(original, validation=self.gate.summary(), attempts=())
         return replace(original, validation=self.gate.summary(), attempts=(),
-                       cache={"hit": True, "age_s": round(source.age, 3)})
+                       cache={"hit": True, "age_s": round(source.age, 3), "charged": source.charged})

@@ -81,13 +81,13 @@ class ResponseCache:
                     metrics.cache_misses.labels("corrupt").inc()
                 else:
                     metrics.cache_hits.labels("stored").inc()
-                    return EntrySource(cached, paced=plan.rule.replay == "paced")
+                    return EntrySource(cached, paced=plan.rule.replay == "paced", charged=plan.rule.charge)
             leader = self._inflight.get(plan.key) if plan.rule.collapse else None
             if leader is not None:
                 log = await asyncio.shield(leader)
                 if log is not None:
                     metrics.cache_hits.labels("in_flight").inc()
-                    return FollowSource(log)
+                    return FollowSource(log, charged=plan.rule.charge)
         if plan.lookup:
             metrics.cache_misses.labels("absent").inc()
         if plan.rule.collapse and plan.key not in self._inflight:

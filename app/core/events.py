@@ -143,12 +143,13 @@ class FinalPayload(TypedDict):
         description="Every upstream attempt before the first content (retries, fallbacks, hedges).")]]
     route: NotRequired[Annotated[str, Field(description="The route the request named.")]]
     target: NotRequired[Annotated[str, Field(description="The route's target that served (`provider/model`).")]]
-    cache: NotRequired[Annotated[CacheData, Field(description="From the response cache: `hit`, the answer's age.")]]
+    cache: NotRequired[Annotated[CacheData, Field(description="From the response cache (hit, age_s, charged).")]]
 
 
 class CacheData(TypedDict):
     hit: bool
     age_s: float
+    charged: bool  # counted against the key's budget and tpm (the rule's `charge`)
 
 
 class _ErrorPart(TypedDict, total=False):

@@ -23,8 +23,11 @@ def upgrade() -> None:
     with op.batch_alter_table("runs") as batch:
         batch.add_column(sa.Column("cache_hit", sa.Boolean,
                                    comment="the response cache answered it; null: recorded before 0009"))
+        batch.add_column(sa.Column("cache_charged", sa.Boolean,
+                                   comment="a hit counted against its key's budget; null: not a hit"))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("runs") as batch:
+        batch.drop_column("cache_charged")
         batch.drop_column("cache_hit")
