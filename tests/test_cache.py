@@ -245,3 +245,18 @@ def test_the_toml_file_turns_caching_on_per_model_or_route(tmp_path: Any, monkey
     assert [(r.models, r.route, r.ttl_seconds, r.replay) for r in settings.cache] == [
         ("openai/*", None, 3600, "fast"), (None, "fast", 60, "paced")]
     assert settings.cache_max_entries == 50
+
+
+async def test_a_hit_goes_through_the_requests_validators_as_configured() -> None:
+    adapter = FakeAdapter(ok_script("Fine words.", " More fine words."))
+    ask = {**ASK, "validators": [{"name": "regex_deny", "config": {"patterns": ["(?i)password"]}}]}
+    async with await client_of(cached_app(adapter)) as client:
+        first = await client.post("/v1/stream", json=ask)
+        second = await client.post("/v1/stream", json=ask)
+    assert second.headers["x-foundry-cache"] == "hit"
+    one, two = parse_sse(first.text)[-1][2], parse_sse(second.text)[-1][2]
+    verdicts = ("pass", "fail", "unknown", "error")  # this run's gate gave the same verdicts (its times are its own)
+    assert {k: two["validation"]["validators"]["regex_deny"][k] for k in verdicts} == \
+        {k: one["validation"]["validators"]["regex_deny"][k] for k in verdicts}
+    assert two["validation"]["chunks"] == one["validation"]["chunks"]
+    assert content(parse_sse(first.text))[:-1] == content(parse_sse(second.text))[:-1]
