@@ -121,6 +121,7 @@ bench: $(VENV)/.installed-test  ## run the benchmarks in bench/; ends with one l
 	$(BIN)/python bench/gate_bench.py
 	$(BIN)/python bench/facade_bench.py
 	$(BIN)/python bench/records_bench.py
+	$(BIN)/python bench/cache_bench.py --json $(BENCH_OUT)/cache.json
 	$(BIN)/python bench/store_bench.py
 	$(BIN)/python bench/limiter_bench.py
 	$(BIN)/python bench/routing_bench.py

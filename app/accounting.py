@@ -47,6 +47,8 @@ class KeyAccountant:
 
         def settled(report: RunReport) -> None:
             usage = report.usage
+            if report.final.cache is not None and not report.final.cache["charged"]:
+                usage = Usage()  # a cache hit: reported as the original's, not charged (its rule's `charge`)
             tokens = usage.total_tokens or (usage.input_tokens + usage.output_tokens)
             cost = usage.cost_usd
             judged = report.validation.get("judge", {}) if report.validation is not None else {}

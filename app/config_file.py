@@ -21,6 +21,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
              "request_timeout_seconds", "send_timeout_seconds", "shutdown_grace_seconds", "stop_grace_seconds",
              "max_active_runs"),
     "streams": ("stream_ttl_seconds", "max_stream_events", "max_stream_bytes", "max_streams", "max_store_bytes",
+                "cache_max_entries", "cache_max_bytes",
                 "redis_url", "redis_timeout_seconds", "redis_lease_seconds", "redis_max_pending_bytes"),
     "upstream": ("connect_timeout", "read_timeout", "upstream_max_retries", "upstream_max_body_bytes",
                  "upstream_max_event_bytes", "openai_api_key", "openai_base_url",
@@ -38,9 +39,10 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 """The TOML file's tables for scalar settings, by the part of the gateway that owns them (a scalar
 may also stand at the top of the file). The structured settings are tables of their own:
-providers, routes, tools, validators, keys, prices, aliases, provider_options_allow."""
+providers, routes, tools, validators, keys, prices, aliases, provider_options_allow, cache."""
 
-STRUCTURED = ("providers", "routes", "tools", "validators", "keys", "prices", "aliases", "provider_options_allow")
+STRUCTURED = ("providers", "routes", "tools", "validators", "keys", "prices", "aliases", "provider_options_allow",
+              "cache")
 
 class ConfigError(Exception):
     """The configuration cannot be used; each of `lines` names a variable or TOML key and why.

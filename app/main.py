@@ -22,6 +22,8 @@ from app.api.routes import admin_health, admin_keys, generate, health, runs, str
 from app.api.routes.web import install_playground
 from app.auth import Auth, build_limiter
 from app.auth.keystore import KeyStore
+from app.cache.service import ResponseCache
+from app.cache.store import CacheStore, MemoryCacheStore, RedisCacheStore
 from app.config_load import load_settings, secret_values, setting_error
 from app.core import secrets
 from app.core.report import RunObserver
@@ -67,7 +69,8 @@ def create_app(
     metrics.store_bytes.set_function(lambda: store.total_bytes)
     try:
         gateway = Gateway(settings=settings, registry=build_registry(settings.provider_config(), clients, adapters),
-                          store=store, metrics=metrics, observers=observers, tracing=tracing)
+                          store=store, metrics=metrics, observers=observers, tracing=tracing,
+                          cache=build_cache(settings, metrics))
     except RouteConfigError as exc:
         raise setting_error("routes", str(exc)) from None
     records = _records(settings, metrics)
@@ -257,6 +260,22 @@ def build_store(settings: Settings, metrics: Metrics) -> StreamStore:
         timeout=settings.redis_timeout_seconds, max_pending_bytes=settings.redis_max_pending_bytes,
         observer=metrics.observe_store,
     )
+
+
+def build_cache(settings: Settings, metrics: Metrics) -> ResponseCache | None:
+    """The response cache when a `[[cache]]` rule exists: beside the streams (Redis or memory)."""
+    if not settings.cache:
+        return None
+    store: CacheStore
+    if settings.redis_url is not None:
+        store = RedisCacheStore(settings.redis_url.get_secret_value(), max_entries=settings.cache_max_entries,
+                                max_entry_bytes=settings.max_stream_bytes, timeout=settings.redis_timeout_seconds)
+    else:
+        store = MemoryCacheStore(max_entries=settings.cache_max_entries, max_bytes=settings.cache_max_bytes)
+    metrics.cache_bytes.set_function(lambda: store.total_bytes)
+    return ResponseCache(rules=settings.cache, store=store, metrics=metrics,
+                         deterministic_tools=[t.name for t in settings.tools if t.deterministic],
+                         operator_validators=settings.validators, default_chunking=settings.default_chunking)
 
 
 async def _revocations(gateway: Gateway, auth: Auth, period: float) -> None:

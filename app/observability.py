@@ -148,16 +148,7 @@ class Metrics:
                                           registry=r)
         self.validator_seconds = Histogram("foundry_validator_check_seconds", "Duration of one validator check.",
                                            ["validator", "phase"], buckets=_CHECK_BUCKETS, registry=r)
-        self.streams_evicted = Counter("foundry_streams_evicted", "Finished streams evicted before their TTL, by "
-                                       "reason (budget: the store's byte budget; streams: its stream cap).",
-                                       ["reason"], registry=r)
-        self.store_bytes = Gauge("foundry_store_bytes", "Encoded bytes retained by the stream store.", registry=r)
-        self.store_errors = Counter("foundry_store_errors", "Stream store operations that failed, by store and "
-                                    "operation (create, write, read, lease, cancel, claim, ping, buffer_full, sweep, outbox).",
-                                    ["store", "op"], registry=r)
-        self.store_seconds = Histogram("foundry_store_seconds", "Duration of one stream store operation (a "
-                                       "pipelined write carries many events).", ["store", "op"],
-                                       buckets=_CHECK_BUCKETS, registry=r)
+        self._store_metrics(r)
         self.tool_executions = Counter("foundry_tool_executions", "Gateway-executed tool calls by tool and outcome.",
                                        ["tool", "outcome"], registry=r)
         self.upstream_ignored = Counter("foundry_upstream_ignored", "Upstream stream parts ignored as harmless "
@@ -182,6 +173,25 @@ class Metrics:
         self.route_attempts = Counter("foundry_route_attempts", "Upstream attempts before the first content, by "
                                       "target and outcome (ok, error, timeout, rate_limited, skipped, cancelled).",
                                       ["target", "outcome"], registry=r)
+
+    def _store_metrics(self, r: CollectorRegistry) -> None:
+        """The stream store's and the response cache's (app/cache)."""
+        self.streams_evicted = Counter("foundry_streams_evicted", "Finished streams evicted before their TTL, by "
+                                       "reason (budget: the store's byte budget; streams: its stream cap).",
+                                       ["reason"], registry=r)
+        self.store_bytes = Gauge("foundry_store_bytes", "Encoded bytes retained by the stream store.", registry=r)
+        self.cache_hits = Counter("foundry_cache_hits", "Requests the response cache answered, by source (stored, "
+                                  "in_flight: an identical run followed).", ["source"], registry=r)
+        self.cache_misses = Counter("foundry_cache_misses", "Cache lookups that found no usable answer, by reason "
+                                    "(absent, corrupt).", ["reason"], registry=r)
+        self.cache_bytes = Gauge("foundry_cache_bytes", "Bytes of cached answers held (memory) or written by this "
+                                 "replica (Redis).", registry=r)
+        self.store_errors = Counter("foundry_store_errors", "Stream store operations that failed, by store and "
+                                    "operation (create, write, read, lease, cancel, claim, ping, buffer_full, sweep, outbox).",
+                                    ["store", "op"], registry=r)
+        self.store_seconds = Histogram("foundry_store_seconds", "Duration of one stream store operation (a "
+                                       "pipelined write carries many events).", ["store", "op"],
+                                       buckets=_CHECK_BUCKETS, registry=r)
 
     def _run_histograms(self, r: CollectorRegistry) -> None:
         # The GenAI metric conventions' names (https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-metrics/),

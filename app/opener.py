@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from app.auth.policy import Price, price_for
+from app.cache.config import CacheChoice
+from app.cache.replay import ReplayRun, ReplaySource
 from app.core.errors import ErrorData, FinalStatus, GatewayError, RequestError
 from app.core.events import STOP_REASON_FOR_STATUS, AssistantMessage, FinalEvent, Usage
 from app.core.messages import ToolSpec
@@ -29,6 +31,7 @@ from app.routing.router import RouteSession
 from app.run import Run, RunPlan
 from app.settings import Settings
 from app.streams.errors import RunTags
+from app.streams.log import StreamLog
 from app.streams.memory import StreamStore
 from app.streams.relay import Relay
 from app.tools import ToolRegistry
@@ -65,6 +68,8 @@ class RunSpec:
     held: bool = False
     """The response that starts the run reads all of it and owns it: the log keeps every event that
     reader has not taken, and the run waits for it when it lags (app/streams/log.py, `room`)."""
+    cache: CacheChoice = CacheChoice()
+    """What the caller allows the response cache (app/cache) for this request."""
 
     @property
     def model(self) -> str:
@@ -96,8 +101,9 @@ class RunOpener:
             keep_media_bytes=settings.record_content and settings.record_media_bytes)
 
     async def open(self, spec: RunSpec, session: RouteSession, *, request_id: str | None,
-                   observers: Sequence[RunObserver] = ()) -> Run:
-        """The run, its upstream at its first content and its log created; GatewayError otherwise."""
+                   observers: Sequence[RunObserver] = (), replay: ReplaySource | None = None) -> Run:
+        """The run, its upstream at its first content and its log created; GatewayError otherwise.
+        With `replay` (app/cache) the run reads it instead of an upstream."""
         started, started_at = time.perf_counter(), time.time()
         primary = session.primary
         for provider in {t.provider for t in session.targets}:  # the request's options go to any of them
@@ -111,6 +117,14 @@ class RunOpener:
         passthrough = request.passthrough
         if passthrough is not None and passthrough.relay and gate.rewrites:  # a redaction needs translation
             request = replace(request, passthrough=replace(passthrough, relay=False))
+        if replay is not None:
+            plan = RunPlan(model=spec.model if session.route is None else primary.name, provider=primary.provider,
+                           adapter=session, request=request, max_steps=max_steps, request_id=request_id,
+                           started=started, started_at=started_at, owner=spec.owner,
+                           observers=(*self.observers, *observers))
+            log = await self._log(spec, plan.model, plan.provider, request_id)
+            return ReplayRun(plan, source=replay, log=log, gate=gate, tools=tools,
+                             transcript=self._transcript_of(log, request))
         try:
             upstream = await session.open_stream(request)
         except (GatewayError, asyncio.CancelledError) as exc:
@@ -121,13 +135,11 @@ class RunOpener:
         # `start` and `final` name what served: a route's target, or the model as asked
         model = served.name if session.route is not None else spec.model
         try:
-            log = await self.store.create(model=model, provider=served.provider, owner=spec.owner,
-                                          keep_events=spec.keep_events, held=spec.held,
-                                          run=RunTags(request_id=request_id, slot=spec.slot))
+            log = await self._log(spec, model, served.provider, request_id)
         except BaseException:
             await upstream.aclose()  # no stream, no run: nothing stays open
             raise
-        transcript = log.info.transcript = self._transcript(request)
+        transcript = self._transcript_of(log, request)
         plan = RunPlan(model=model, provider=served.provider, adapter=session, request=request, max_steps=max_steps,
                        request_id=request_id, started=started, started_at=started_at, route=session,
                        owner=spec.owner, price=self._price(model), observers=(*self.observers, *observers))
@@ -163,6 +175,15 @@ class RunOpener:
             duration=time.perf_counter() - started, started_at=started_at, final=final, transcript=transcript,
             opened=False)
         notify(self.observers, report, _log)
+
+    async def _log(self, spec: RunSpec, model: str, provider: str, request_id: str | None) -> StreamLog:
+        return await self.store.create(model=model, provider=provider, owner=spec.owner, keep_events=spec.keep_events,
+                                       held=spec.held, run=RunTags(request_id=request_id, slot=spec.slot))
+
+    def _transcript_of(self, log: StreamLog, request: ProviderRequest) -> Transcript:
+        """The run's transcript, kept with its log for the stream's lifetime."""
+        transcript = log.info.transcript = self._transcript(request)
+        return transcript
 
     def _transcript(self, request: ProviderRequest) -> Transcript:
         """A run's transcript, the request's messages in it."""

@@ -27,6 +27,8 @@ from dataclasses import replace
 import structlog
 
 from app.auth.policy import price_for
+from app.cache.replay import ReplayRun
+from app.cache.service import CachePlan, ResponseCache
 from app.core.errors import GatewayError
 from app.core.events import Usage
 from app.core.report import RunObserver
@@ -70,7 +72,7 @@ def routing_policy(settings: Settings) -> Policy:
 class RunHandle:
     """The API's hold on one run: wait for it to open, cancel it. The task is the gateway's."""
 
-    __slots__ = ("task", "reason", "detached", "trace", "owner", "_run", "_opened", "_begun")
+    __slots__ = ("task", "reason", "detached", "trace", "owner", "cache", "_run", "_opened", "_begun")
 
     def __init__(self, owner: str | None = None) -> None:
         self.task: asyncio.Task[None] | None = None
@@ -85,6 +87,8 @@ class RunHandle:
         self._begun = False
         self.trace: RunTrace | None = None
         """The run's span, when tracing is on (app/tracing.py)."""
+        self.cache: str | None = None
+        """`hit` or `miss` once opened, when a cache rule applied (the X-Foundry-Cache header)."""
 
     @property
     def trace_id(self) -> str | None:
@@ -143,8 +147,10 @@ class Gateway:
         tools: ToolRegistry | None = None,
         observers: Iterable[RunObserver] = (),
         tracing: Tracing | None = None,
+        cache: ResponseCache | None = None,
     ) -> None:
         self.settings = settings
+        self.cache = cache
         self.tracing = tracing
         self.registry = registry
         self.store = store
@@ -209,25 +215,41 @@ class Gateway:
                        observers: Sequence[RunObserver]) -> None:
         """Open, then execute; the slot is given back however it ends."""
         handle.begin()
+        cache = self._cache_plan(spec, session)
         try:
-            run = await self._open(handle, spec, session, request_id, observers)
+            run = await self._open(handle, spec, session, request_id, observers, cache)
             if run is not None:
                 await run.execute(lambda: handle.reason)
                 if handle.detached and run.report is not None:
                     self.log.info("background_stream", request_id=request_id, model=run.model,
                                   provider=run.provider, **run.report.log_fields())
+                if cache is not None and self.cache is not None:
+                    await self.cache.keep(cache, run)
         finally:
+            if cache is not None and self.cache is not None:
+                self.cache.release(cache)
             self.admission.release(handle)
             self.runs.discard(handle)
 
+    def _cache_plan(self, spec: RunSpec, session: RouteSession) -> CachePlan | None:
+        """The request's response-cache plan (app/cache), when a rule applies and the caller allows it."""
+        if self.cache is None:
+            return None
+        offered = self.tools.for_run(session.primary.provider, (t.name for t in spec.tools)).specs
+        return self.cache.plan(model=spec.model, targets=[t.name for t in session.targets], request=spec.request,
+                               gateway_tools=[t.name for t in offered], validators=[*spec.validators,
+                               *spec.policy_validators], chunking=spec.chunking, owner=spec.owner, choice=spec.cache)
+
     async def _open(self, handle: RunHandle, spec: RunSpec, session: RouteSession, request_id: str | None,
-                    observers: Sequence[RunObserver]) -> Run | None:
-        """The opened run, its log's canceller set; None when it did not open (the handle says why)."""
+                    observers: Sequence[RunObserver], cache: CachePlan | None) -> Run | None:
+        """The opened run, its log's canceller set; None when it did not open (the handle says why).
+        A cache hit (or a request following an identical one in flight) opens a replay."""
         opening = handle.opening
         try:
             if handle.reason is not None:
                 raise asyncio.CancelledError
-            run = await self.opener.open(spec, session, request_id=request_id, observers=observers)
+            replay = await self.cache.find(cache) if cache is not None and self.cache is not None else None
+            run = await self.opener.open(spec, session, request_id=request_id, observers=observers, replay=replay)
         except asyncio.CancelledError:
             opening.set_exception(ShuttingDown("the gateway shut down before the run started; retry it")
                                   if handle.reason in (None, "shutdown") else ClientGone("the client went away"))
@@ -242,6 +264,9 @@ class Gateway:
             opening.set_exception(exc)
             return None
         run.log.canceller = lambda: handle.cancel("cancel_request")
+        if cache is not None and self.cache is not None:
+            self.cache.opened(cache, run)
+            handle.cache = "hit" if isinstance(run, ReplayRun) else "miss"
         handle.opened_as(run)
         return run
 
@@ -311,3 +336,5 @@ class Gateway:
             await asyncio.gather(*tasks, return_exceptions=True)
         await self.registry.aclose()
         await self.tools.aclose()
+        if self.cache is not None:
+            await self.cache.aclose()

@@ -86,6 +86,8 @@ def run_record(report: RunReport, *, content: bool) -> RunRecord:
         judge_tokens=sum(line["total_tokens"] for line in judged.values()),
         judge_cost_usd=round(sum(costs), 10) if costs else None,
         opened=report.opened,
+        cache_hit=report.final.cache is not None,
+        cache_charged=report.final.cache["charged"] if report.final.cache is not None else None,
         transcript=transcript,
     )
 

@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 
 from app.auth.keys import AdminKey
 from app.auth.policy import MODEL_PATTERN_RE, ConfiguredKey, Price, known_validators
+from app.cache.config import CacheRule
 from app.config_file import read_config_file
 from app.core.errors import RequestError
 from app.lifecycle import drain_budget
@@ -79,6 +80,9 @@ class Settings(BaseSettings):
     max_streams: int = Field(default=10_000, ge=1, description="Streams kept in the store at once.")
     max_store_bytes: int = Field(default=256 << 20, ge=4096, description=(
         "Encoded bytes kept by all streams together; past it the oldest finished streams are evicted."))
+    cache: list[CacheRule] = Field(default_factory=list, description="Response cache rules (`[[cache]]`; docs/caching.md).")
+    cache_max_entries: int = Field(default=10_000, ge=1, description="Cached answers kept (least recently used out).")
+    cache_max_bytes: int = Field(default=64 << 20, ge=4096, description="Bytes of cached answers kept in memory.")
 
     # Shared stream store (unset: streams live in this process's memory)
     redis_url: RedisUrl | None = Field(

@@ -40,6 +40,15 @@ def test_open_bench_runs_for_every_sdk_adapter():
         assert all(us > 0 for us in way.values())
 
 
+def test_cache_bench_reports_a_hits_ttft_and_cpu_against_a_miss(tmp_path):
+    out = tmp_path / "cache.json"
+    subprocess.run([sys.executable, "bench/cache_bench.py", "--requests", "5", "--rounds", "1", "--json", str(out)],
+                   cwd=REPO, check=True, timeout=300, capture_output=True)
+    results = json.loads(out.read_text())
+    assert set(results["ttft_ms_median"]) == set(results["cpu_us_per_request"]) == {"miss", "hit"}
+    assert "hit_added_ttft_ms" in results and "hit_cpu_ratio" in results
+
+
 def test_facade_bench_runs_and_reports_each_translation(tmp_path):
     out = tmp_path / "facade.json"
     subprocess.run([sys.executable, "bench/facade_bench.py", "--events", "200", "--json", str(out)],

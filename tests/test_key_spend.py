@@ -48,6 +48,20 @@ async def test_a_run_counts_once_whoever_records_it(database_url: str) -> None:
         await store.aclose()
 
 
+async def test_a_cache_hit_spends_only_when_its_rule_charges(database_url: str) -> None:
+    store = RecordStore(database_url)
+    try:
+        await store.migrate()
+        free, charged = _priced("str_h1", "key_h", utc(2026, 11, 5), 0.25), _priced("str_h2", "key_h", utc(2026, 11, 5), 0.5)
+        free.cache_hit, free.cache_charged = True, False
+        charged.cache_hit, charged.cache_charged = True, True
+        await store.insert([free, charged, _priced("str_h3", "key_h", utc(2026, 11, 5), 1.0)])
+        total = await store.spend("key_h", "2026-11")
+        assert (round(total.usd, 9), total.runs) == (1.5, 3)  # the uncharged hit's original cost is not spent
+    finally:
+        await store.aclose()
+
+
 async def test_the_table_starts_from_the_runs_already_recorded(database_url: str) -> None:
     store = RecordStore(database_url)
     try:
@@ -59,7 +73,8 @@ async def test_the_table_starts_from_the_runs_already_recorded(database_url: str
                     _priced("str_2", "key_1", utc(2026, 11, 1, 0, 1), 2.0, judge=0.5).row(),
                     _priced("str_3", "key_1", utc(2026, 11, 20), None).row(),
                     _priced("str_4", None, utc(2026, 11, 20), 7.0).row()]
-            before = [{name: value for name, value in row.items() if name != "opened"} for row in rows]  # 0006's
+            later = ("opened", "cache_hit", "cache_charged")  # the columns 0006 and 0009 add
+            before = [{name: value for name, value in row.items() if name not in later} for row in rows]
             await conn.execute(sa.insert(runs), before)
         await upgrade(store.engine)
         async with store.engine.connect() as conn:

@@ -21,6 +21,7 @@ from app.api.readers import opened
 from app.auth import Auth, Principal
 from app.auth.policy import price_for
 from app.auth.service import AccessDenied
+from app.cache.config import CacheChoice
 from app.pipeline import Gateway, RunHandle, RunSpec
 from app.validation import called_models
 
@@ -105,6 +106,7 @@ async def open_run(request: Request, gateway: Gateway, spec: RunSpec, principal:
     if principal.key is not None:
         spec = replace(spec, owner=principal.key.id, policy_validators=principal.key.validators,
                        slot=ticket.slot if ticket is not None else None)
+    spec = replace(spec, cache=cache_choice(spec.cache, request.headers.get("cache-control"), principal))
     record.model = spec.model
     accountant: KeyAccountant = request.app.state.accountant
     try:
@@ -115,4 +117,16 @@ async def open_run(request: Request, gateway: Gateway, spec: RunSpec, principal:
     except BaseException:
         await auth.abandon(ticket)
         raise
-    return handle, ticket.headers if ticket is not None else {}
+    headers = dict(ticket.headers) if ticket is not None else {}
+    if handle.cache is not None:
+        headers["X-Foundry-Cache"] = handle.cache
+    return handle, headers
+
+
+def cache_choice(choice: CacheChoice, cache_control: str | None, principal: Principal) -> CacheChoice:
+    """The caller's say on the response cache (RFC 9111 request directives): `no-cache` skips the
+    lookup, `no-store` skips storing; the key is named for the rules' `deny_keys`."""
+    directives = {d.strip().split("=", 1)[0].lower() for d in (cache_control or "").split(",")}
+    return CacheChoice(lookup=choice.lookup and "no-cache" not in directives,
+                       store=choice.store and "no-store" not in directives,
+                       key_name=principal.key.name if principal.key is not None else None)

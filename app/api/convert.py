@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from app.api.schemas import GenerateRequest
+from app.cache.config import CacheChoice
 from app.pipeline import RunSpec
 from app.providers.base import ProviderRequest
 from app.validation import check_specs
@@ -30,4 +31,5 @@ def to_spec(body: GenerateRequest) -> RunSpec:
         chunking=body.chunking,
         max_steps=body.max_steps,
         timeouts=body.timeouts,
+        cache=CacheChoice(lookup=body.cache, store=body.cache),
     )

@@ -36,6 +36,8 @@ class RunOut(BaseModel):
     ttft_ms: float | None = Field(description="Time to the first released content event.")
     duration_ms: float = Field(description="Request to final.")
     content_recorded: bool = Field(description="False: recorded with FOUNDRY_RECORD_CONTENT=false (no text).")
+    cache_hit: bool | None = Field(default=False, description="The response cache answered it (null: recorded "
+                                   "before the gateway kept this).")
     transcript_url: str
 
     @classmethod
@@ -46,7 +48,7 @@ class RunOut(BaseModel):
             provider=record.provider, status=record.status, stop_reason=record.stop_reason,
             error_code=record.error_code, usage=record.usage.to_dict(), steps=record.steps,
             tools_run=record.tools_run, validation=record.validation, ttft_ms=record.ttft_ms,
-            duration_ms=record.duration_ms, content_recorded=record.content_recorded,
+            duration_ms=record.duration_ms, content_recorded=record.content_recorded, cache_hit=record.cache_hit,
             transcript_url=f"/v1/stream/{record.stream_id}/transcript",
         )
 

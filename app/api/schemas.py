@@ -107,6 +107,8 @@ class GenerateRequest(BaseModel):
                     "operator's FOUNDRY_MAX_STEPS.",
     )
     stream: bool = Field(default=False, strict=True, description="POST /v1/generate only: answer 202 and run in the background.")
+    cache: bool = Field(default=True, strict=True, description="`false`: the response cache neither answers nor keeps "
+                        "this request (where the operator caches it; docs/caching.md).")
     on_disconnect: Literal["cancel", "continue"] = Field(
         default="cancel",
         description="What a client leaving does (POST /v1/stream, and POST /v1/generate answering JSON). `cancel` "

@@ -17,7 +17,7 @@ from app.core.messages import Message, ReasoningBlock, ToolCall, thaw
 from app.core.validation_data import JudgeUsageData, ValidationData
 
 __all__ = [
-    "EVENT_SCHEMAS",
+    "EVENT_SCHEMAS", "CacheData",
     "FINAL_STATUSES",
     "FinalPayload",
     "JudgeUsageData",
@@ -143,6 +143,13 @@ class FinalPayload(TypedDict):
         description="Every upstream attempt before the first content (retries, fallbacks, hedges).")]]
     route: NotRequired[Annotated[str, Field(description="The route the request named.")]]
     target: NotRequired[Annotated[str, Field(description="The route's target that served (`provider/model`).")]]
+    cache: NotRequired[Annotated[CacheData, Field(description="From the response cache (hit, age_s, charged).")]]
+
+
+class CacheData(TypedDict):
+    hit: bool
+    age_s: float
+    charged: bool  # counted against the key's budget and tpm (the rule's `charge`)
 
 
 class _ErrorPart(TypedDict, total=False):
@@ -347,6 +354,7 @@ class FinalEvent:
     route: str | None = None
     target: str | None = None
     """For a route: its name and the target that served."""
+    cache: CacheData | None = None  # set on a run the response cache answered (app/cache)
 
     def data(self) -> FinalPayload:
         error: _ErrorPart = {"error": self.error} if self.error is not None else {}
@@ -371,6 +379,8 @@ class FinalEvent:
             out["route"] = self.route
         if self.target is not None:
             out["target"] = self.target
+        if self.cache is not None:
+            out["cache"] = self.cache
         return out
 
 

@@ -86,6 +86,8 @@ class RunReport:
         }
         if self.error is not None:
             fields["error_code"] = self.error["code"]
+        if self.final.cache is not None:
+            fields["cache"] = "hit"
         if self.validation is not None:
             fields["validation"] = _without_content(self.validation)
         return fields

@@ -54,6 +54,10 @@ class RunRecord:
     judge_cost_usd: float | None = None
     opened: bool | None = True
     """The run had a stream (False: no target served, nothing to resume; None: recorded before this was kept)."""
+    cache_hit: bool | None = False
+    """The response cache answered it (app/cache; None: recorded before this was kept)."""
+    cache_charged: bool | None = None
+    """A hit counted against its key's budget (its rule's `charge`); None: not a hit."""
     transcript: dict[str, Any] | None
     """As GET /v1/stream/{id}/transcript shows it (without content when content is not recorded)."""
 
@@ -70,6 +74,7 @@ class RunRecord:
             "ttft_ms": self.ttft_ms, "duration_ms": self.duration_ms, "content_recorded": self.content_recorded,
             "cost_usd": self.cost_usd, "judge_calls": self.judge_calls, "judge_tokens": self.judge_tokens,
             "judge_cost_usd": self.judge_cost_usd, "opened": self.opened,
+            "cache_hit": self.cache_hit, "cache_charged": self.cache_charged,
         }
 
     def out_of_bounds(self) -> str | None:
@@ -107,7 +112,7 @@ _BIGINT = (1 << 63) - 1
 
 _PLAIN_FIELDS = ("request_id", "owner", "model", "served_model", "provider", "status", "stop_reason", "error_code",
                  "steps", "tools_run", "validation", "ttft_ms", "duration_ms", "content_recorded", "cost_usd",
-                 "judge_calls", "judge_tokens", "judge_cost_usd", "opened")
+                 "judge_calls", "judge_tokens", "judge_cost_usd", "opened", "cache_hit", "cache_charged")
 
 
 def as_utc(value: datetime) -> datetime:

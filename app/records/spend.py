@@ -40,7 +40,9 @@ def month_of(at: datetime) -> str:
 
 
 def _cost(record: RunRecord) -> float:
-    return (record.cost_usd or 0.0) + (record.judge_cost_usd or 0.0)
+    """What the run spent of its key's budget: a cache hit's own cost only when it was charged."""
+    own = 0.0 if record.cache_hit and not record.cache_charged else (record.cost_usd or 0.0)
+    return own + (record.judge_cost_usd or 0.0)
 
 
 async def add_runs(conn: AsyncConnection, backend: str, records: Iterable[RunRecord]) -> list[SpendTotal]:

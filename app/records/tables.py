@@ -43,6 +43,8 @@ runs = sa.Table(
               comment="tokens of those calls (input + output)"),
     sa.Column("judge_cost_usd", sa.Float, comment="their cost; None when no judge model is priced"),
     sa.Column("opened", sa.Boolean, comment="the run had a stream; false: no target served; null: recorded before 0006"),
+    sa.Column("cache_hit", sa.Boolean, comment="the response cache answered it; null: recorded before 0009"),
+    sa.Column("cache_charged", sa.Boolean, comment="a hit counted against its key's budget; null: not a hit"),
     sa.Index("ix_runs_created_id", "created_at", "id"),
     sa.Index("ix_runs_model_created", "model", "created_at"),
     sa.Index("ix_runs_owner_created", "owner", "created_at"),

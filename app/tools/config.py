@@ -36,6 +36,8 @@ class _ToolConfigBase(BaseModel):
         default=None, pattern=_IMPORT_PATH,
         description="Import path of a transcript processor shaping this tool's input/output for display.",
     )
+    deterministic: bool = Field(default=False, description=(
+        "The same arguments always give the same result: runs that call it may be cached (docs/caching.md)."))
 
 
 class _DeclaredTool(_ToolConfigBase):
