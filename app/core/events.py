@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, NotRequired, cast, get_args
 from pydantic import Field, WithJsonSchema
 from typing_extensions import TypedDict
 
+from app.core.cost import Cost, CostData
 from app.core.errors import AttemptData, ErrorData, FinalStatus
 from app.core.messages import Message, ReasoningBlock, ToolCall, thaw
 from app.core.validation_data import JudgeUsageData, ValidationData
@@ -43,11 +44,10 @@ StopReason = Literal["stop", "length", "tool_calls", "content_filter", "pause", 
 STOP_REASONS: tuple[str, ...] = get_args(StopReason)
 FINAL_STATUSES: tuple[str, ...] = get_args(FinalStatus)
 STOP_REASON_FOR_STATUS: dict[str, StopReason] = {"blocked": "content_filter", "error": "error", "cancelled": "cancelled"}
-"""The stop reason of a run that did not end ok. A block (a validator or the provider refused the
-content) is a content filter, as providers themselves report it."""
+"""The stop reason of a run that did not end ok: a block (a validator or the provider refused the content) is a
+content filter, as providers themselves report it."""
 
 # -- the `data` of each event: one definition, for the SSE bytes (`data()`) and the OpenAPI schemas --
-
 
 class StartData(TypedDict):
     stream_id: str
@@ -91,8 +91,12 @@ class UsageData(TypedDict):
     cache_read_tokens: int
     cache_write_tokens: int
     reasoning_tokens: int
+    cache_write_1h_tokens: NotRequired[Annotated[int, Field(
+        description="The part of cache_write_tokens written for 1 hour (Anthropic); absent when none.")]]
     cost_usd: NotRequired[Annotated[float, Field(
-        description="USD, when FOUNDRY_PRICES has the model's price (absent otherwise).")]]
+        description="USD, when the model has a price (FOUNDRY_PRICES, else genai-prices); absent otherwise.")]]
+    cost: NotRequired[Annotated[CostData, Field(
+        description="cost_usd by kind of token, and the price source (docs/access-control.md#how-cost-is-computed).")]]
 
 
 class ToolCallOut(TypedDict):
@@ -170,11 +174,13 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    cache_write_1h_tokens: int = 0  # the part of cache_write_tokens written for 1 hour (Anthropic)
     output_unknown: bool = False
     """The stream ended before the provider reported its output (cancelled, broken): the output
     and total counts are unknown, `null` on the wire rather than a false 0."""
     cost_usd: float | None = None
-    """USD, set by the gateway when it knows the model's price (FOUNDRY_PRICES)."""
+    """USD, set by the gateway when it knows the model's price: `cost`'s total."""
+    cost: Cost | None = None
 
     def to_dict(self) -> UsageData:
         out: UsageData = {
@@ -185,19 +191,23 @@ class Usage:
             "cache_write_tokens": self.cache_write_tokens,
             "reasoning_tokens": self.reasoning_tokens,
         }
+        if self.cache_write_1h_tokens:
+            out["cache_write_1h_tokens"] = self.cache_write_1h_tokens
         if self.cost_usd is not None:
             out["cost_usd"] = self.cost_usd
+        if self.cost is not None:
+            out["cost"] = self.cost.to_dict()
         return out
 
     def add(self, other: Usage) -> None:
-        """Sum another step's usage into this one (multi-step tool runs)."""
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.total_tokens += other.total_tokens
-        self.cache_read_tokens += other.cache_read_tokens
-        self.cache_write_tokens += other.cache_write_tokens
-        self.reasoning_tokens += other.reasoning_tokens
+        """Sum another step's usage, and its cost when priced, into this one (multi-step tool runs)."""
+        for name in ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "cache_write_tokens",
+                     "reasoning_tokens", "cache_write_1h_tokens"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         self.output_unknown = self.output_unknown or other.output_unknown
+        if other.cost is not None:
+            self.cost = other.cost if self.cost is None else self.cost.plus(other.cost)
+            self.cost_usd = self.cost.total_usd
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
