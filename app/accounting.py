@@ -29,7 +29,7 @@ from app.core.parts import TextPart
 from app.core.report import RunObserver, RunReport
 from app.observability import Metrics
 
-__all__ = ["LIBRARY_SOURCE", "KeyAccountant", "PriceBook", "estimate", "library_rates"]
+__all__ = ["LIBRARY_SOURCE", "KeyAccountant", "PriceBook", "estimate", "library_rates", "price_sources"]
 
 LIBRARY_SOURCE = f"genai-prices {genai_prices.__version__}"
 """The price source of a run priced by the library: its name and version (its data ships with it)."""
@@ -56,6 +56,14 @@ class PriceBook:
             return price.rates(OPERATOR_SOURCE)
         provider, _, name = target.partition("/")
         return library_rates(provider, name, datetime.now(UTC).date()) if self.library and name else None
+
+
+def price_sources(prices: Mapping[str, Price], *, library: bool) -> str:
+    """Where prices come from, as `config check` and the start-up log say it."""
+    operator = f"FOUNDRY_PRICES for {len(prices)} model(s) or pattern(s): {', '.join(sorted(prices))}" if prices else ""
+    if not library:
+        return (operator or "none") + " (FOUNDRY_PRICE_LIBRARY=false: other models are unpriced)"
+    return f"{LIBRARY_SOURCE} (its bundled data)" + (f", overridden by {operator}" if operator else "")
 
 
 @functools.lru_cache(maxsize=512)
