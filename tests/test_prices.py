@@ -182,3 +182,22 @@ async def test_a_recorded_run_is_priced_to_the_cent_in_its_final_its_record_and_
     assert usage["total"]["cost"] == pytest.approx(parts)
     assert record["usage"]["cost"] == pytest.approx({**parts, "source": LIBRARY_SOURCE})  # the run record keeps it
     assert KEY not in response.text
+
+
+async def test_each_step_of_a_tool_run_is_priced_on_its_own() -> None:
+    """A long-context tier is one provider call's prompt, not the run's: mock/tool_call runs two
+    calls whose prompts together pass the tier's start and each stays under it, so every token
+    pays the base rate ($1), none the tier's ($1,000)."""
+    ask = {"model": "mock/tool_call", "messages": [{"role": "user", "content": "What is 2+2?"}]}
+    async with serve(create_app(provider_settings("anthropic", "http://127.0.0.1:9"))) as url, \
+            httpx.AsyncClient(base_url=url, timeout=30) as client:
+        usage = (await client.post("/v1/generate", json=ask)).json()["usage"]
+    assert usage["input_tokens"] >= 2 and "cost" not in usage  # the mock: priced by no one
+    tiered = {"mock/*": {"input": 1, "output": 1, "tiers": [{"above": usage["input_tokens"] - 1, "input": 1000,
+                                                             "output": 1000}]}}
+    async with serve(create_app(provider_settings("anthropic", "http://127.0.0.1:9", prices=tiered))) as url, \
+            httpx.AsyncClient(base_url=url, timeout=30) as client:
+        final = (await client.post("/v1/generate", json=ask)).json()
+    assert final["steps"] == 2 and final["usage"]["input_tokens"] == usage["input_tokens"]
+    assert final["usage"]["cost"]["source"] == "FOUNDRY_PRICES"
+    assert final["usage"]["cost_usd"] == pytest.approx((usage["input_tokens"] + usage["output_tokens"]) / 1e6)
