@@ -257,6 +257,7 @@ async def _rotate(keystore: Any, key_id: str, overlap_seconds: int) -> int:
 
 
 def _config_check(args: argparse.Namespace) -> int:
+    from app.accounting import price_sources
     from app.startup import describe_settings, provider_statuses, stream_store_label
 
     settings = _load_settings()
@@ -276,6 +277,7 @@ def _config_check(args: argparse.Namespace) -> int:
     print(f"stream store: {stream_store_label(settings)}")
     print(f"records: {settings.records_url_masked() if settings.records else 'off'}")
     print(f"auth: {settings.auth}" + (" (keys required)" if settings.admin_key or settings.keys else ""))
+    print(f"prices: {price_sources(settings.prices, library=settings.price_library)}")
     return 0
 
 

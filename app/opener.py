@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from app.auth.policy import Price, price_for
+from app.accounting import PriceBook
 from app.cache.config import CacheChoice
 from app.cache.replay import ReplayRun, ReplaySource
 from app.core.errors import ErrorData, FinalStatus, GatewayError, RequestError
@@ -90,6 +90,7 @@ class RunOpener:
     def __init__(self, *, settings: Settings, store: StreamStore, tools: ToolRegistry, gate_factory: GateFactory,
                  observers: Sequence[RunObserver], on_failure: AttemptFailed) -> None:
         self.settings = settings
+        self.prices = PriceBook(settings.prices, settings.aliases, library=settings.price_library)
         self.store = store
         self.tools = tools
         self.gate_factory = gate_factory
@@ -142,7 +143,7 @@ class RunOpener:
         transcript = self._transcript_of(log, request)
         plan = RunPlan(model=model, provider=served.provider, adapter=session, request=request, max_steps=max_steps,
                        request_id=request_id, started=started, started_at=started_at, route=session,
-                       owner=spec.owner, price=self._price(model), observers=(*self.observers, *observers))
+                       owner=spec.owner, price=self.prices.rates(model), observers=(*self.observers, *observers))
         relay = Relay() if request.passthrough is not None and request.passthrough.relay else None
         return Run(plan, log=log, upstream=upstream, gate=gate, tools=tools, transcript=transcript, relay=relay)
 
@@ -190,11 +191,6 @@ class RunOpener:
         transcript = Transcript(processors=self.tools.processors, limits=self.transcript_limits)
         transcript.add_request(request.messages)
         return transcript
-
-    def _price(self, model: str) -> Price | None:
-        """The model's price (FOUNDRY_PRICES), as requested or by its alias's target; None if unknown."""
-        prices = self.settings.prices
-        return price_for(prices, model, self.settings.aliases.get(model, "")) if prices else None
 
     def _max_steps(self, spec: RunSpec) -> int:
         cap = self.settings.max_steps

@@ -26,7 +26,6 @@ from dataclasses import replace
 
 import structlog
 
-from app.auth.policy import price_for
 from app.cache.replay import ReplayRun
 from app.cache.service import CachePlan, ResponseCache
 from app.core.errors import GatewayError
@@ -322,10 +321,9 @@ class Gateway:
         )
 
     def _judge_cost(self, model: str, usage: Usage) -> float | None:
-        """A judge call's cost (FOUNDRY_PRICES, by the model or its alias's target)."""
-        prices = self.settings.prices
-        price = price_for(prices, model, self.settings.aliases.get(model, "")) if prices else None
-        return price.cost(usage) if price is not None else None
+        """A judge call's cost (the operator's price or the library's, by the model or its alias's target)."""
+        rates = self.opener.prices.rates(model)
+        return rates.of(usage).total_usd if rates is not None else None
 
     async def aclose(self) -> None:
         """End every run still going (a shutdown final each), then the providers and tools."""

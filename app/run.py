@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Literal
 
 import anyio
 
-from app.auth.policy import Price
 from app.core.accumulator import Accumulator
+from app.core.cost import Rates
 from app.core.errors import ErrorData, GatewayError
 from app.core.events import (
     STOP_REASON_FOR_STATUS,
@@ -92,8 +92,8 @@ class RunPlan:
     request_id: str | None = None
     owner: str | None = None
     """The API key id that started the run (app/auth)."""
-    price: Price | None = None
-    """The model's price: `final.usage.cost_usd` when known."""
+    price: Rates | None = None
+    """The model's rates (app/accounting.py `PriceBook`): `final.usage.cost` when known."""
     started: float = field(default_factory=time.perf_counter)
     started_at: float = field(default_factory=time.time)
     route: RouteSession | None = None
@@ -245,7 +245,7 @@ class Run:
         """The step's response is complete and released; `calls` are the gateway's to run."""
         await self._close_upstream()  # nothing stays open while tools run
         progress, acc = self._progress, self.accumulator
-        progress.usage.add(acc.usage)
+        progress.usage.add(self._step_usage())
         progress.counted = True
         progress.ignored.update(acc.ignored)
         self.transcript.usage, self.transcript.steps = self._usage(), progress.steps
@@ -302,7 +302,15 @@ class Run:
         usage = Usage()
         usage.add(self._progress.usage)
         if not self._progress.counted:
-            usage.add(self.accumulator.usage)
+            usage.add(self._step_usage())
+        return usage
+
+    def _step_usage(self) -> Usage:
+        """The current step's usage, priced on its own (a long-context tier is one call's prompt, not the run's)."""
+        usage = self.accumulator.usage
+        if self.plan.price is not None:
+            usage.cost = self.plan.price.of(usage)
+            usage.cost_usd = usage.cost.total_usd
         return usage
 
     def _ending(self, status: FinalStatus, error: ErrorData | None) -> FinalEvent:
@@ -324,8 +332,6 @@ class Run:
         usage = self._usage()
         if status != "ok" and not progress.counted and not acc.completed and not acc.output_reported:
             usage.output_unknown = True  # the provider never said how much it produced
-        if self.plan.price is not None:
-            usage.cost_usd = self.plan.price.cost(usage)
         route = self.plan.route
         routed = route.outcome() if route is not None else None
         return FinalEvent(status=status, message=message, usage=usage, stop_reason=stop_reason,

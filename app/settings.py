@@ -243,8 +243,12 @@ class Settings(BaseSettings):
         "Output tokens a run without max_tokens is expected to take: reserved (with its prompt, at its price) from its "
         "key's tokens per minute and budget until it ends."))
     prices: dict[str, Price] = Field(
-        default_factory=dict, description="USD per million tokens by model or pattern (`openai/gpt-4o`, "
-                                          "`mock/*`): {input, output, cache_read, cache_write}.")
+        default_factory=dict, description="USD per million tokens by model or pattern (`openai/gpt-4o`, `mock/*`): "
+                                          "{input, output, cache_read, cache_write, cache_write_1h, reasoning, tiers}; "
+                                          "overrides the price library for those models.")
+    price_library: bool = Field(default=True, description=(
+        "Price the models FOUNDRY_PRICES does not name with the genai-prices library's published prices "
+        "(bundled with the installed version, never fetched); false: those runs are unpriced."))
     metrics_token: SecretStr | None = Field(
         default=None, description="When set, /metrics needs `Authorization: Bearer <token>`.")
 

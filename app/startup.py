@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
+from app.accounting import price_sources
 from app.config_load import env_name, unknown_variables
 from app.observability import get_logger
 from app.settings import Settings
@@ -126,6 +127,7 @@ def log_startup(settings: Settings, served: list[str], auth_mode: str, injected:
     log.info("stream_store", store=stream_store_label(settings))
     log.info("records", database=settings.records_url_masked() if settings.records else "off (FOUNDRY_RECORDS=off)")
     log.info("auth", mode=auth_mode, required=settings.auth == "required")
+    log.info("prices", source=price_sources(settings.prices, library=settings.price_library))
     log.info("traces", **traces_label(settings))
 
 

@@ -57,7 +57,8 @@ async def test_thinking_tool_loop_round_trips_through_the_gateway() -> None:
         start, final = first[0][2], first[-1][2]
         assert start["provider"] == "anthropic"
         assert final["status"] == "ok" and final["stop_reason"] == "tool_calls"
-        assert final["usage"] == {"input_tokens": 598, "output_tokens": 92, "total_tokens": 690,
+        counts = {name: n for name, n in final["usage"].items() if not name.startswith("cost")}  # priced: test_prices.py
+        assert counts == {"input_tokens": 598, "output_tokens": 92, "total_tokens": 690,
                                   "cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 53}
         assistant = final["message"]
         (call,) = assistant["tool_calls"]

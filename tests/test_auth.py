@@ -263,7 +263,7 @@ async def test_a_burst_of_one_replica_passes_budget_and_tpm_by_one_estimate_at_m
     """The memory limiter reserves like the Redis one (tests/test_auth_replicas.py runs two replicas)."""
     price = Price(input=1000.0, output=1000.0)
     body = {**SIMPLE, "model": "mock/lorem-40", "max_tokens": 40, "provider_options": {"delay_ms": 5}}
-    reserved = estimate([Message(**m) for m in SIMPLE["messages"]], 40, 1024, price)
+    reserved = estimate([Message(**m) for m in SIMPLE["messages"]], 40, 1024, price.rates())
     async with gateway(prices={"mock/*": price.model_dump()}) as (app, client):
         pin_the_minute(app)
         budget = (await make_key(client, budget_usd=0.05))["key"]
@@ -358,7 +358,8 @@ async def test_usage_by_model_and_day_own_key_and_admin() -> None:
         assert groups["mock/simple"]["requests"] == 3 and groups["mock/simple"]["errors"] == 1
         assert groups["mock/simple"]["cost_usd"] > 0 and groups["mock/echo"]["cost_usd"] == 0
         assert set(groups["mock/simple"]["tokens"]) == {"input_tokens", "output_tokens", "total_tokens",
-                                                        "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"}
+                                                        "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
+                                                        "cache_write_1h_tokens"}
         by_day = (await client.get("/v1/usage", params={"group_by": "day"}, headers=bearer(a))).json()
         assert [g["group"] for g in by_day["data"]] == [datetime.now(UTC).strftime("%Y-%m-%d")]
         assert by_day["total"]["requests"] == 4

@@ -174,7 +174,7 @@ async def test_a_burst_overshoots_a_budget_and_tpm_by_one_estimate_at_most(
     model's price) on both replicas: a burst passes the budget and the tokens per minute by at
     most one run's estimate, where counting only at the end let every run of the burst through."""
     body = {**SIMPLE, "model": "mock/lorem-40", "max_tokens": 40, "provider_options": {"delay_ms": 20}}
-    reserved = estimate([Message(**m) for m in SIMPLE["messages"]], 40, 1024, PRICE)
+    reserved = estimate([Message(**m) for m in SIMPLE["messages"]], 40, 1024, PRICE.rates())
     prices = json.dumps({"mock/*": PRICE.model_dump()})
     async with replicas(2, tmp_path, redis_url, FOUNDRY_PRICES=prices, FOUNDRY_RECORDS_LINGER="0") as urls, \
             httpx.AsyncClient(timeout=60) as client:

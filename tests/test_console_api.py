@@ -64,7 +64,7 @@ async def test_usage_series_by_day_week_and_month_with_token_splits(database_url
         one = next(p for p in week["data"] if p["key_id"] == "key_a" and p["model"] == "openai/x")
         assert one["requests"] == 1 and one["tokens"] == {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15,
                                                           "cache_read_tokens": 2, "cache_write_tokens": 1,
-                                                          "reasoning_tokens": 3}
+                                                          "reasoning_tokens": 3, "cache_write_1h_tokens": 0}
         assert sum(p["errors"] for p in week["data"]) == 2 and round(sum(p["cost_usd"] for p in week["data"]), 6) == 0.08
         only_a = (await client.get("/v1/usage/series", params={**params, "key_id": "key_a"}, headers=bearer(ADMIN))).json()
         assert {p["key_id"] for p in only_a["data"]} == {"key_a"}

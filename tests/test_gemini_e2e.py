@@ -46,7 +46,8 @@ async def test_tool_round_trip_sends_the_thought_signature_back() -> None:
         assert call == {"id": "call_QUVVadTSNJ6_qtsPvN7J8Q0_0", "name": "get_country", "arguments": {}}
         (signature,) = final["message"]["reasoning"]
         assert signature["provider"] == "gemini" and signature["signature"].startswith("EpwICpkIAX")
-        assert final["usage"] == {"input_tokens": 29, "output_tokens": 212, "total_tokens": 241,
+        counts = {name: n for name, n in final["usage"].items() if not name.startswith("cost")}  # priced: test_prices.py
+        assert counts == {"input_tokens": 29, "output_tokens": 212, "total_tokens": 241,
                                   "cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 202}
 
         follow = {**ASK, "messages": [*ASK["messages"], final["message"],

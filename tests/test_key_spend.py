@@ -73,7 +73,8 @@ async def test_the_table_starts_from_the_runs_already_recorded(database_url: str
                     _priced("str_2", "key_1", utc(2026, 11, 1, 0, 1), 2.0, judge=0.5).row(),
                     _priced("str_3", "key_1", utc(2026, 11, 20), None).row(),
                     _priced("str_4", None, utc(2026, 11, 20), 7.0).row()]
-            later = ("opened", "cache_hit", "cache_charged")  # the columns 0006 and 0009 add
+            later = {"opened", "cache_hit", "cache_charged", "cache_write_1h_tokens", "price_source", "cost_input_usd",
+                     "cost_cache_read_usd", "cost_cache_write_usd", "cost_output_usd"}  # 0006's, 0009's and 0010's columns
             before = [{name: value for name, value in row.items() if name not in later} for row in rows]
             await conn.execute(sa.insert(runs), before)
         await upgrade(store.engine)

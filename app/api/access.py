@@ -19,7 +19,6 @@ from app.api.media import check_media
 from app.api.middleware import RequestLog
 from app.api.readers import opened
 from app.auth import Auth, Principal
-from app.auth.policy import price_for
 from app.auth.service import AccessDenied
 from app.cache.config import CacheChoice
 from app.pipeline import Gateway, RunHandle, RunSpec
@@ -100,8 +99,8 @@ async def open_run(request: Request, gateway: Gateway, spec: RunSpec, principal:
     aliases = gateway.settings.aliases
     judges = [(field, model, aliases.get(model, "")) for field, model in called_models(spec.validators)]
     settings = gateway.settings
-    price = price_for(settings.prices, spec.model, aliases.get(spec.model, "")) if settings.prices else None
-    reserve = estimate(spec.request.messages, spec.request.max_tokens, settings.output_estimate_tokens, price)
+    rates = gateway.opener.prices.rates(spec.model)
+    reserve = estimate(spec.request.messages, spec.request.max_tokens, settings.output_estimate_tokens, rates)
     ticket = await auth.admit(principal, spec.model, aliases.get(spec.model, ""), also=judges, reserve=reserve)
     if principal.key is not None:
         spec = replace(spec, owner=principal.key.id, policy_validators=principal.key.validators,

@@ -10,10 +10,12 @@ import fnmatch
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.core.cost import Rate, Rates
 from app.core.errors import RequestError
 from app.core.events import Usage
 from app.validation.specs import ValidatorSpec, check_specs
@@ -143,21 +145,61 @@ class Principal:
         return self.key.name if self.key is not None else self.kind
 
 
-class Price(BaseModel):
-    """USD per million tokens of each kind (a model's price in FOUNDRY_PRICES)."""
+_PER_MTOK = "USD per million tokens"
+
+
+class PriceTier(BaseModel):
+    """Long-context rates: what a run whose prompt has more than `above` tokens pays for every token."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
-    cache_read: float = Field(default=0.0, ge=0)
-    cache_write: float = Field(default=0.0, ge=0)
+    above: int = Field(ge=0, le=100_000_000, description="Prompt tokens (input_tokens, cache included) past which it applies.")
+    input: float | None = Field(default=None, ge=0, le=1e6, description=f"{_PER_MTOK}; unset: the base rate.")
+    output: float | None = Field(default=None, ge=0, le=1e6)
+    cache_read: float | None = Field(default=None, ge=0, le=1e6)
+    cache_write: float | None = Field(default=None, ge=0, le=1e6)
+    cache_write_1h: float | None = Field(default=None, ge=0, le=1e6)
+
+
+class Price(BaseModel):
+    """A model's price in FOUNDRY_PRICES (or the config file's [prices]), USD per million tokens of
+    each kind; it overrides the price library's for that model (docs/access-control.md#how-cost-is-computed)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: float = Field(ge=0, le=1e6, description=f"Uncached prompt tokens, {_PER_MTOK}.")
+    output: float = Field(ge=0, le=1e6, description=f"Output tokens (reasoning included), {_PER_MTOK}.")
+    cache_read: float | None = Field(default=None, ge=0, le=1e6, description="Cache reads; unset: the input rate.")
+    cache_write: float | None = Field(default=None, ge=0, le=1e6, description=(
+        "Cache writes (5-minute on Anthropic); unset: the input rate."))
+    cache_write_1h: float | None = Field(default=None, ge=0, le=1e6, description=(
+        "1-hour cache writes (Anthropic); unset: the cache_write rate."))
+    reasoning: float | None = Field(default=None, ge=0, le=1e6, description="Reasoning tokens; unset: the output rate.")
+    tiers: tuple[PriceTier, ...] = Field(default=(), max_length=8, description="Long-context rates, by prompt size.")
+
+    def rates(self, source: str = "FOUNDRY_PRICES") -> Rates:
+        """These prices as the rates `app.core.cost` computes with (an unset one is the rate it defaults to)."""
+        tiers = [(tier.above, _over(tier, self)) for tier in sorted(self.tiers, key=lambda tier: tier.above)]
+
+        def rate(*names: str) -> Rate:
+            return Rate(_first(self, names), tuple((above, _first(level, names)) for above, level in tiers))
+
+        return Rates(input=rate("input"), output=rate("output"), cache_read=rate("cache_read", "input"),
+                     cache_write=rate("cache_write", "input"), cache_write_1h=rate("cache_write_1h", "cache_write", "input"),
+                     reasoning=rate("reasoning", "output"), source=source)
 
     def cost(self, usage: Usage) -> float:
-        # input_tokens is charged as reported; cache reads and writes at their own rates.
-        total = (usage.input_tokens or 0) * self.input + (usage.output_tokens or 0) * self.output \
-            + (usage.cache_read_tokens or 0) * self.cache_read + (usage.cache_write_tokens or 0) * self.cache_write
-        return round(total / 1_000_000, 10)
+        return self.rates().of(usage).total_usd
+
+
+def _first(price: Price, names: tuple[str, ...]) -> Decimal:
+    """The first of these rates that is set (`input` and `output` always are)."""
+    return Decimal(str(next(v for v in (getattr(price, name) for name in names) if v is not None)))
+
+
+def _over(tier: PriceTier, base: Price) -> Price:
+    """A tier's rates, the base's where the tier sets none."""
+    return base.model_copy(update={k: v for k, v in tier.model_dump(exclude={"above"}).items() if v is not None})
 
 
 def price_for(prices: dict[str, Price], *names: str) -> Price | None:

@@ -184,13 +184,9 @@ class Accumulator:
     @property
     def usage(self) -> Usage:
         u = self._usage
-        usage = Usage(
-            input_tokens=u.input_tokens or 0,
-            output_tokens=u.output_tokens or 0,
-            cache_read_tokens=u.cache_read_tokens or 0,
-            cache_write_tokens=u.cache_write_tokens or 0,
-            reasoning_tokens=u.reasoning_tokens or 0,
-        )
+        usage = Usage(input_tokens=u.input_tokens or 0, output_tokens=u.output_tokens or 0,
+                      cache_read_tokens=u.cache_read_tokens or 0, cache_write_tokens=u.cache_write_tokens or 0,
+                      reasoning_tokens=u.reasoning_tokens or 0, cache_write_1h_tokens=u.cache_write_1h_tokens or 0)
         usage.total_tokens = (
             u.total_tokens if u.total_tokens is not None else usage.input_tokens + usage.output_tokens
         )

@@ -14,6 +14,7 @@ from typing_extensions import TypedDict
 
 from app.core.errors import AttemptData, ErrorData, FinalStatus
 from app.core.messages import Message, ReasoningBlock, ToolCall, thaw
+from app.core.usage import Usage, UsageData
 from app.core.validation_data import JudgeUsageData, ValidationData
 
 __all__ = [
@@ -43,11 +44,10 @@ StopReason = Literal["stop", "length", "tool_calls", "content_filter", "pause", 
 STOP_REASONS: tuple[str, ...] = get_args(StopReason)
 FINAL_STATUSES: tuple[str, ...] = get_args(FinalStatus)
 STOP_REASON_FOR_STATUS: dict[str, StopReason] = {"blocked": "content_filter", "error": "error", "cancelled": "cancelled"}
-"""The stop reason of a run that did not end ok. A block (a validator or the provider refused the
-content) is a content filter, as providers themselves report it."""
+"""The stop reason of a run that did not end ok: a block (a validator or the provider refused the content) is a
+content filter, as providers themselves report it."""
 
 # -- the `data` of each event: one definition, for the SSE bytes (`data()`) and the OpenAPI schemas --
-
 
 class StartData(TypedDict):
     stream_id: str
@@ -81,18 +81,6 @@ class ToolResultData(TypedDict):
     name: str
     content: str
     is_error: bool
-
-
-class UsageData(TypedDict):
-    input_tokens: int
-    output_tokens: Annotated[int | None, Field(
-        description="null when unknown: the stream ended before the provider reported it (cancelled, broken).")]
-    total_tokens: Annotated[int | None, Field(description="null when output_tokens is.")]
-    cache_read_tokens: int
-    cache_write_tokens: int
-    reasoning_tokens: int
-    cost_usd: NotRequired[Annotated[float, Field(
-        description="USD, when FOUNDRY_PRICES has the model's price (absent otherwise).")]]
 
 
 class ToolCallOut(TypedDict):
@@ -165,46 +153,6 @@ EVENT_SCHEMAS: dict[str, Any] = {
     "final": FinalPayload,
 }
 """Each event type's `data` schema (the OpenAPI document names them)."""
-
-
-@dataclass(slots=True, kw_only=True)
-class Usage:
-    """Token usage, whatever the provider reported; zeros where it reported nothing."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    total_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    reasoning_tokens: int = 0
-    output_unknown: bool = False
-    """The stream ended before the provider reported its output (cancelled, broken): the output
-    and total counts are unknown, `null` on the wire rather than a false 0."""
-    cost_usd: float | None = None
-    """USD, set by the gateway when it knows the model's price (FOUNDRY_PRICES)."""
-
-    def to_dict(self) -> UsageData:
-        out: UsageData = {
-            "input_tokens": self.input_tokens,
-            "output_tokens": None if self.output_unknown else self.output_tokens,
-            "total_tokens": None if self.output_unknown else self.total_tokens,
-            "cache_read_tokens": self.cache_read_tokens,
-            "cache_write_tokens": self.cache_write_tokens,
-            "reasoning_tokens": self.reasoning_tokens,
-        }
-        if self.cost_usd is not None:
-            out["cost_usd"] = self.cost_usd
-        return out
-
-    def add(self, other: Usage) -> None:
-        """Sum another step's usage into this one (multi-step tool runs)."""
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.total_tokens += other.total_tokens
-        self.cache_read_tokens += other.cache_read_tokens
-        self.cache_write_tokens += other.cache_write_tokens
-        self.reasoning_tokens += other.reasoning_tokens
-        self.output_unknown = self.output_unknown or other.output_unknown
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)

@@ -54,6 +54,8 @@ class UsagePatch:
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
+    cache_write_1h_tokens: int | None = None
+    """The part of cache_write_tokens written for 1 hour (Anthropic's `cache_creation.ephemeral_1h_input_tokens`)."""
 
     def check(self, provider: str) -> None:
         """Raise `upstream_protocol_error` unless every count is None or a checked token count."""

@@ -111,6 +111,8 @@ class UsageTally:
     cache_write: int | None = None
     output: int | None = None
     thinking: int | None = None
+    write_1h: int | None = None
+    """`cache_creation.ephemeral_1h_input_tokens`: the 1-hour part of the cache writes (the rest are 5-minute)."""
 
     def update(self, raw: Mapping[str, Any]) -> UsagePatch:
         """Take a `usage` object's counts, each checked (`token_count`): a bad one is an
@@ -119,14 +121,14 @@ class UsageTally:
         if isinstance(iterations, list) and iterations:
             raw = {**raw, **_sum_iterations(iterations)}
         details = usage_object(raw.get("output_tokens_details"), "output_tokens_details", provider="anthropic")
+        created = usage_object(raw.get("cache_creation"), "cache_creation", provider="anthropic")
         counts = [_count(raw, name) for name in ("input_tokens", "cache_read_input_tokens",
                                                  "cache_creation_input_tokens", "output_tokens")]
-        thinking = _count(details, "thinking_tokens")
-        for attr, value in zip(("input", "cache_read", "cache_write", "output"), counts, strict=True):
+        counts += [_count(details, "thinking_tokens"), _count(created, "ephemeral_1h_input_tokens")]
+        for attr, value in zip(("input", "cache_read", "cache_write", "output", "thinking", "write_1h"), counts,
+                               strict=True):
             if value is not None:
                 setattr(self, attr, value)
-        if thinking is not None:
-            self.thinking = thinking
         return self.patch()
 
     def patch(self) -> UsagePatch:
@@ -137,6 +139,7 @@ class UsageTally:
             input_tokens=inputs, output_tokens=self.output, total_tokens=total,
             cache_read_tokens=self.cache_read, cache_write_tokens=self.cache_write,
             reasoning_tokens=self.thinking,
+            cache_write_1h_tokens=None if self.write_1h is None else min(self.write_1h, self.cache_write or 0),
         )
 
 

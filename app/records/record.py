@@ -15,12 +15,15 @@ from typing import Any
 
 import orjson
 
+from app.core.cost import Cost
 from app.core.events import Usage
 
-__all__ = ["RunRecord", "as_utc", "validation_without_content", "without_content"]
+__all__ = ["COST_FIELDS", "RunRecord", "as_utc", "validation_without_content", "without_content"]
 
 USAGE_FIELDS = ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "cache_write_tokens",
-                "reasoning_tokens")
+                "reasoning_tokens", "cache_write_1h_tokens")
+COST_FIELDS = ("input_usd", "cache_read_usd", "cache_write_usd", "output_usd")
+"""The parts of a run's cost (`Cost`), each in a `cost_<part>` column."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -47,7 +50,7 @@ class RunRecord:
     duration_ms: float
     content_recorded: bool
     cost_usd: float | None = None
-    """Priced with FOUNDRY_PRICES; None when no price is known for the model."""
+    """`usage.cost`'s total (the operator's price or the library's); None when the model has no price."""
     judge_calls: int = 0
     """`llm_judge` calls the run made (their lines by model: `validation.judge`)."""
     judge_tokens: int = 0
@@ -63,13 +66,17 @@ class RunRecord:
 
     def row(self) -> dict[str, Any]:
         """The `runs` table row."""
-        usage = self.usage.to_dict()
+        usage: dict[str, Any] = {name: getattr(self.usage, name) for name in USAGE_FIELDS}
+        if self.usage.output_unknown:
+            usage["output_tokens"] = usage["total_tokens"] = None
+        cost = self.usage.cost
         return {
             "id": self.stream_id, "request_id": self.request_id, "owner": self.owner,
             "created_at": self.created_at, "finished_at": self.finished_at, "model": self.model,
             "served_model": self.served_model, "provider": self.provider, "status": self.status,
             "stop_reason": self.stop_reason, "error_code": self.error_code,
-            **usage,
+            **usage, "price_source": cost.source if cost is not None else None,
+            **{f"cost_{part}": getattr(cost, part) if cost is not None else None for part in COST_FIELDS},
             "steps": self.steps, "tools_run": self.tools_run, "validation": self.validation,
             "ttft_ms": self.ttft_ms, "duration_ms": self.duration_ms, "content_recorded": self.content_recorded,
             "cost_usd": self.cost_usd, "judge_calls": self.judge_calls, "judge_tokens": self.judge_tokens,
@@ -80,7 +87,7 @@ class RunRecord:
     def out_of_bounds(self) -> str | None:
         """The first count no column can hold (negative, or past 64 bits), or None: checked before
         the database, whose refusal would cost a round trip per split of the batch."""
-        counts = {**self.usage.to_dict(), "steps": self.steps, "tools_run": self.tools_run,
+        counts = {**{name: getattr(self.usage, name) for name in USAGE_FIELDS}, "steps": self.steps, "tools_run": self.tools_run,
                   "judge_calls": self.judge_calls, "judge_tokens": self.judge_tokens}
         for name, value in counts.items():
             if isinstance(value, int) and not 0 <= value <= _BIGINT:
@@ -102,8 +109,11 @@ class RunRecord:
     def from_row(cls, row: Mapping[Any, Any], transcript: dict[str, Any] | None = None) -> RunRecord:
         """The record a `runs` row holds (as `row()` makes it, or as the database returns it)."""
         # output_tokens null: the run ended before the provider reported its output
-        usage = Usage(**{name: row[name] or 0 for name in USAGE_FIELDS}, output_unknown=row["output_tokens"] is None,
-                      cost_usd=row["cost_usd"])
+        usage = Usage(output_unknown=row["output_tokens"] is None, cost_usd=row["cost_usd"])
+        for name in USAGE_FIELDS:
+            setattr(usage, name, row.get(name) or 0)
+        if row.get("price_source") is not None:  # recorded before 0010: the total alone
+            usage.cost = Cost(source=row["price_source"], **{part: row[f"cost_{part}"] or 0.0 for part in COST_FIELDS})
         return cls(stream_id=row["id"], created_at=as_utc(row["created_at"]), finished_at=as_utc(row["finished_at"]),
                    usage=usage, transcript=transcript, **{name: row[name] for name in _PLAIN_FIELDS})
 

@@ -31,6 +31,8 @@ runs = sa.Table(
     sa.Column("cache_read_tokens", sa.BigInteger, nullable=False),
     sa.Column("cache_write_tokens", sa.BigInteger, nullable=False),
     sa.Column("reasoning_tokens", sa.BigInteger, nullable=False),
+    sa.Column("cache_write_1h_tokens", sa.BigInteger, nullable=False, server_default="0",
+              comment="the part of cache_write_tokens written for 1 hour"),
     sa.Column("steps", sa.Integer, nullable=False),
     sa.Column("tools_run", sa.Integer, nullable=False),
     sa.Column("validation", JSONDoc),
@@ -38,6 +40,9 @@ runs = sa.Table(
     sa.Column("duration_ms", sa.Float, nullable=False),
     sa.Column("content_recorded", sa.Boolean, nullable=False),
     sa.Column("cost_usd", sa.Float, comment="priced with FOUNDRY_PRICES; None when no price is known"),
+    sa.Column("price_source", sa.String(64), comment="FOUNDRY_PRICES or genai-prices <version>; null: unpriced"),
+    *(sa.Column(f"cost_{part}", sa.Float, comment=f"cost_usd's {part.removesuffix('_usd')} part")
+      for part in ("input_usd", "cache_read_usd", "cache_write_usd", "output_usd")),
     sa.Column("judge_calls", sa.Integer, nullable=False, server_default="0", comment="llm_judge calls the run made"),
     sa.Column("judge_tokens", sa.BigInteger, nullable=False, server_default="0",
               comment="tokens of those calls (input + output)"),

@@ -11,7 +11,7 @@ from typing import Literal
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.records.record import USAGE_FIELDS
+from app.records.record import COST_FIELDS, USAGE_FIELDS
 from app.records.tables import runs
 
 __all__ = ["SeriesQuery", "SeriesRow", "UsageQuery", "UsageRow", "usage_series", "usage_sums"]
@@ -33,6 +33,8 @@ class UsageRow:
     errors: int
     tokens: dict[str, int]
     cost_usd: float
+    cost: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COST_FIELDS, 0.0))
+    """The runs' cost by kind of token (runs recorded before the split count in `cost_usd` only)."""
     judge_calls: int = 0
     judge_tokens: int = 0
     judge_cost_usd: float = 0.0
@@ -55,6 +57,7 @@ async def usage_sums(engine: AsyncEngine, query: UsageQuery) -> list[UsageRow]:
         sa.func.coalesce(sa.func.sum(runs.c.judge_tokens), 0).label("judge_tokens"),
         sa.func.coalesce(sa.func.sum(runs.c.judge_cost_usd), 0.0).label("judge_cost_usd"),
         *(sa.func.coalesce(sa.func.sum(runs.c[name]), 0).label(name) for name in USAGE_FIELDS),
+        *(sa.func.coalesce(sa.func.sum(runs.c[f"cost_{part}"]), 0.0).label(f"cost_{part}") for part in COST_FIELDS),
     ]
     stmt = sa.select(*columns).where(runs.c.created_at >= query.since, runs.c.created_at < query.until)
     if query.owner is not None:
@@ -64,6 +67,7 @@ async def usage_sums(engine: AsyncEngine, query: UsageQuery) -> list[UsageRow]:
         rows = (await conn.execute(stmt)).mappings().all()
     return [UsageRow(group=str(row["grp"]), requests=int(row["requests"]), errors=int(row["errors"] or 0),
                      tokens={name: int(row[name]) for name in USAGE_FIELDS}, cost_usd=round(float(row["cost_usd"]), 10),
+                     cost={part: round(float(row[f"cost_{part}"]), 10) for part in COST_FIELDS},
                      judge_calls=int(row["judge_calls"]), judge_tokens=int(row["judge_tokens"]),
                      judge_cost_usd=round(float(row["judge_cost_usd"]), 10))
             for row in rows]

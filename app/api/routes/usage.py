@@ -17,7 +17,7 @@ from app.api.schemas import ErrorBody
 from app.auth import Principal
 from app.auth.service import AccessDenied
 from app.core.errors import RequestError
-from app.records.record import USAGE_FIELDS
+from app.records.record import COST_FIELDS, USAGE_FIELDS
 from app.records.usage import SeriesQuery, UsageQuery, usage_series, usage_sums
 
 router = APIRouter(tags=["usage"])
@@ -37,9 +37,20 @@ class UsageTokens(BaseModel):
     input_tokens: int
     output_tokens: int
     total_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-    reasoning_tokens: int
+    cache_read_tokens: int = Field(description="Prompt tokens read from the provider's cache (part of input_tokens).")
+    cache_write_tokens: int = Field(description="Prompt tokens written to its cache (part of input_tokens).")
+    reasoning_tokens: int = Field(description="Reasoning tokens (part of output_tokens).")
+    cache_write_1h_tokens: int = Field(description="The 1-hour part of cache_write_tokens (Anthropic).")
+
+
+class CostSplit(BaseModel):
+    """The runs' own cost by kind of token (docs/access-control.md#how-cost-is-computed); runs recorded
+    before the split (migration 0010) count in cost_usd only."""
+
+    input_usd: float = Field(description="Uncached prompt tokens.")
+    cache_read_usd: float
+    cache_write_usd: float = Field(description="5-minute and 1-hour cache writes.")
+    output_usd: float = Field(description="Output tokens, reasoning included.")
 
 
 class JudgeSums(BaseModel):
@@ -47,7 +58,7 @@ class JudgeSums(BaseModel):
 
     calls: int
     tokens: int = Field(description="Input + output tokens of the judge calls (counted toward the key's tpm).")
-    cost_usd: float = Field(description="Their cost (FOUNDRY_PRICES of the judge models; unpriced count 0).")
+    cost_usd: float = Field(description="Their cost (the judge models' prices; unpriced count 0).")
 
 
 class UsageGroup(BaseModel):
@@ -55,8 +66,9 @@ class UsageGroup(BaseModel):
     requests: int
     errors: int = Field(description="Runs whose final status was error.")
     tokens: UsageTokens = Field(description="The runs' own tokens (their judge calls' are under `judge`).")
-    cost_usd: float = Field(description="Sum over priced runs (FOUNDRY_PRICES), their judge calls included: what "
-                                        "the key's budget was charged. Unpriced runs count 0.")
+    cost_usd: float = Field(description="Sum over priced runs (the operator's prices, else genai-prices'), their judge "
+                                        "calls included: what the key's budget was charged. Unpriced runs count 0.")
+    cost: CostSplit = Field(description="The runs' own cost split by kind of token (judge calls are under `judge`).")
     judge: JudgeSums
 
 
@@ -109,13 +121,14 @@ async def usage(
     with database_errors():
         rows = await usage_sums(store.engine, UsageQuery(owner=owner, since=start, until=end, group_by=group_by))
     data = [UsageGroup(group=r.group, requests=r.requests, errors=r.errors, tokens=UsageTokens(**r.tokens),
-                       cost_usd=round(r.cost_usd + r.judge_cost_usd, 10),
+                       cost_usd=round(r.cost_usd + r.judge_cost_usd, 10), cost=CostSplit(**r.cost),
                        judge=JudgeSums(calls=r.judge_calls, tokens=r.judge_tokens, cost_usd=r.judge_cost_usd))
             for r in rows]
     total = UsageGroup(
         group="total", requests=sum(g.requests for g in data), errors=sum(g.errors for g in data),
         tokens=UsageTokens(**{n: sum(getattr(g.tokens, n) for g in data) for n in USAGE_FIELDS}),
         cost_usd=round(sum(g.cost_usd for g in data), 10),
+        cost=CostSplit(**{p: round(sum(getattr(g.cost, p) for g in data), 10) for p in COST_FIELDS}),
         judge=JudgeSums(calls=sum(g.judge.calls for g in data), tokens=sum(g.judge.tokens for g in data),
                         cost_usd=round(sum(g.judge.cost_usd for g in data), 10)))
     body = UsageReport(key_id=owner, since=start, until=end, group_by=group_by, data=data, total=total)
