@@ -39,6 +39,7 @@ from app.settings import Settings
 from app.startup import log_startup
 from app.streams.errors import ClaimedRun, ClaimHook
 from app.streams.memory import MemoryStreamStore, StreamStore
+from app.tools.mcp_config import McpSecretMissing
 from app.tracing import Tracing, build_tracing
 
 __all__ = ["create_app"]
@@ -70,6 +71,8 @@ def create_app(
                           store=store, metrics=metrics, observers=observers, tracing=tracing)
     except RouteConfigError as exc:
         raise setting_error("routes", str(exc)) from None
+    except McpSecretMissing as exc:
+        raise setting_error("mcp_servers", str(exc)) from None
     records = _records(settings, metrics)
     if records is not None:
         gateway.add_observer(RunRecorder(records, content=settings.record_content, stage=store.stage_record))
@@ -154,6 +157,7 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordW
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log_startup(settings, gateway.registry.names, auth.mode, injected)
         await store.start()
+        await gateway.tools.start()  # MCP servers' sessions (each first attempt waited for, bounded)
         sweeper = asyncio.create_task(_sweep(store, settings.stream_ttl_seconds))
         watcher = asyncio.create_task(_revocations(gateway, auth, settings.key_cache_seconds))
         restore = drain_on_stop_signal(lambda: gateway.end_runs(settings.shutdown_grace_seconds))

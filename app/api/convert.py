@@ -30,4 +30,5 @@ def to_spec(body: GenerateRequest) -> RunSpec:
         chunking=body.chunking,
         max_steps=body.max_steps,
         timeouts=body.timeouts,
+        mcp_filters=(tuple(body.mcp_tools),) if body.mcp_tools is not None else (),
     )
