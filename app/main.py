@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,10 +15,11 @@ from app import VERSION
 from app.accounting import KeyAccountant
 from app.api.compat import anthropic_routes, openai_routes, responses_routes
 from app.api.errors import install_error_handlers
+from app.api.mcp_rpc import McpEndpoint
 from app.api.media import largest_body
 from app.api.middleware import RequestContextMiddleware
 from app.api.openapi import install_openapi
-from app.api.routes import admin_health, admin_keys, generate, health, runs, stream, transcript, usage
+from app.api.routes import admin_health, admin_keys, generate, health, mcp, runs, stream, transcript, usage
 from app.api.routes.web import install_playground
 from app.auth import Auth, build_limiter
 from app.auth.keystore import KeyStore
@@ -38,6 +39,7 @@ from app.routing.router import RouteConfigError
 from app.settings import Settings
 from app.startup import log_startup
 from app.streams.errors import ClaimedRun, ClaimHook
+from app.streams.mcp_sessions import build_sessions
 from app.streams.memory import MemoryStreamStore, StreamStore
 from app.tools.mcp_config import McpSecretMissing
 from app.tracing import Tracing, build_tracing
@@ -88,7 +90,8 @@ def create_app(
         title="Foundry Gateway",
         version=VERSION,
         description="One canonical SSE event stream for every LLM provider, with in-process chunk validation.",
-        lifespan=_lifespan(settings, gateway, auth, records, frozenset({**(clients or {}), **(adapters or {})})),
+        lifespan=_lifespan(settings, gateway, auth, records, frozenset({**(clients or {}), **(adapters or {})}),
+                           closing=lambda: sessions.aclose()),
         docs_url=None,  # Swagger UI loads from a CDN (blank offline); the document is /openapi.json
         redoc_url=None,
     )
@@ -97,6 +100,9 @@ def create_app(
     app.state.records = records
     app.state.auth = auth
     app.state.accountant = accountant
+    app.state.mcp = McpEndpoint(gateway.tools.mcp, metrics, tracing)
+    app.state.mcp_sessions = sessions = build_sessions(settings.redis_url.get_secret_value() if settings.redis_url else None,
+                                                       timeout=settings.redis_timeout_seconds)
     _install_routes(app)
     install_playground(app)
     install_error_handlers(app)
@@ -113,7 +119,7 @@ def _install_routes(app: FastAPI) -> None:
     # costs CPU on every request (docs/performance.md), so the routes that open runs come first.
     for router in (stream.router, openai_routes.router, anthropic_routes.router, responses_routes.router,
                    generate.router, health.router,
-                   transcript.router, runs.router, usage.router, admin_keys.router, admin_health.router):
+                   transcript.router, runs.router, usage.router, admin_keys.router, admin_health.router, mcp.router):
         app.include_router(router)
 
 
@@ -148,7 +154,8 @@ def _server_addresses(settings: Settings) -> dict[str, str]:
 
 
 def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordWriter | None,
-              injected: frozenset[str]) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+              injected: frozenset[str],
+              closing: Callable[[], Awaitable[None]]) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """Start-up and shutdown: the stores, the sweeper, the drain on SIGTERM; runs end before their
     stores close."""
     store = gateway.store
@@ -181,6 +188,7 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordW
                     async with asyncio.timeout(settings.records_write_timeout):
                         await records.flush()
             await auth.aclose()
+            await closing()  # the /mcp sessions' store
             await store.aclose()  # ... then the stream store flushes and closes
             if records is not None:
                 await records.aclose()  # after the runs: their records are written, then the engine goes

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import warnings
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal, TextIO
 
@@ -24,7 +25,7 @@ import mcp_types as types
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 from app.core import secrets
 from app.observability import get_logger
@@ -114,21 +115,18 @@ class McpServer:
     async def _session(self) -> None:
         self._broken.clear()
         self._stale.clear()
-        async with self._connect() as client:
-            async with asyncio.timeout(self.config.connect_timeout):
-                await client.__aenter__()
-            try:
-                async with asyncio.timeout(self.config.connect_timeout):
-                    await self._list(client)
+        async with self._connect() as client, asyncio.timeout(self.config.connect_timeout) as opening:
+            async with client:  # the handshake; left with whatever ends the session (the SDK cleans up)
+                await self._list(client)
+                opening.reschedule(None)  # open: the connect timeout no longer applies
                 self._client, self.state = client, "up"
                 self.capabilities = client.server_capabilities
                 self.first_attempt.set()
                 self._log.info("mcp_server_up", server=self.name, tools=len(self.tools))
-                await self._watch(client)
-            finally:
-                self._client = None
-                with contextlib.suppress(BaseException):
-                    await client.__aexit__(None, None, None)
+                try:
+                    await self._watch(client)
+                finally:
+                    self._client = None
 
     @contextlib.asynccontextmanager
     async def _connect(self) -> AsyncIterator[Client]:
@@ -161,7 +159,9 @@ class McpServer:
                     await self._list(client)
                     self._log.info("mcp_tools_changed", server=self.name, tools=len(self.tools))
                 else:
-                    await client.send_ping()
+                    with warnings.catch_warnings():  # ping is legacy-only, and legacy is what the gateway speaks
+                        warnings.simplefilter("ignore", MCPDeprecationWarning)
+                        await client.send_ping()
 
     async def _list(self, client: Client) -> None:
         tools: dict[str, types.Tool] = {}
