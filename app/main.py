@@ -71,10 +71,8 @@ def create_app(
     try:
         gateway = Gateway(settings=settings, registry=build_registry(settings.provider_config(), clients, adapters),
                           store=store, metrics=metrics, observers=observers, tracing=tracing)
-    except RouteConfigError as exc:
-        raise setting_error("routes", str(exc)) from None
-    except McpSecretMissing as exc:
-        raise setting_error("mcp_servers", str(exc)) from None
+    except (RouteConfigError, McpSecretMissing) as exc:
+        raise setting_error("routes" if isinstance(exc, RouteConfigError) else "mcp_servers", str(exc)) from None
     records = _records(settings, metrics)
     if records is not None:
         gateway.add_observer(RunRecorder(records, content=settings.record_content, stage=store.stage_record))
@@ -85,13 +83,14 @@ def create_app(
         records.on_committed = _committed(auth, store)
     accountant = KeyAccountant(auth, metrics)  # each run's own observer, given when it starts (app/api/access.py)
     gateway.add_observer(metrics.observe_run)
+    sessions = build_sessions(settings.redis_url.get_secret_value() if settings.redis_url else None)  # for /mcp
 
     app = FastAPI(
         title="Foundry Gateway",
         version=VERSION,
         description="One canonical SSE event stream for every LLM provider, with in-process chunk validation.",
         lifespan=_lifespan(settings, gateway, auth, records, frozenset({**(clients or {}), **(adapters or {})}),
-                           closing=lambda: sessions.aclose()),
+                           sessions.aclose),
         docs_url=None,  # Swagger UI loads from a CDN (blank offline); the document is /openapi.json
         redoc_url=None,
     )
@@ -100,9 +99,7 @@ def create_app(
     app.state.records = records
     app.state.auth = auth
     app.state.accountant = accountant
-    app.state.mcp = McpEndpoint(gateway.tools.mcp, metrics, tracing)
-    app.state.mcp_sessions = sessions = build_sessions(settings.redis_url.get_secret_value() if settings.redis_url else None,
-                                                       timeout=settings.redis_timeout_seconds)
+    app.state.mcp, app.state.mcp_sessions = McpEndpoint(gateway.tools.mcp, metrics, tracing), sessions
     _install_routes(app)
     install_playground(app)
     install_error_handlers(app)

@@ -174,10 +174,10 @@ async def test_the_tool_list_is_refreshed_when_the_server_says_it_changed():
 async def test_the_key_policy_limits_the_tools_and_a_request_narrows_but_never_widens():
     import hashlib
 
-    keys = [{"name": "echoer", "hash": hashlib.sha256(b"fgw-echoer-key-0123456789abcdef").hexdigest(),
+    keys = [{"name": "echoer", "hash": hashlib.sha256(b"fgw-echoer-key-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa").hexdigest(),
              "mcp_tools": ["basic__echo", "basic__add"]}]
     adapter = StepAdapter(answer_step("hi"))
-    headers = {"authorization": "Bearer fgw-echoer-key-0123456789abcdef"}
+    headers = {"authorization": "Bearer fgw-echoer-key-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"}
     async with gateway(adapter, mcp_servers=[BASIC], keys=keys) as (_, client):
         for body, expected in ((ASK, {"basic__echo", "basic__add"}),
                                ({**ASK, "mcp_tools": ["basic__add", "basic__leak"]}, {"basic__add"}),

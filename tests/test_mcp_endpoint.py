@@ -25,8 +25,8 @@ from tests.auth_support import ADMIN, pin_the_minute, redis_url  # noqa: F401 - 
 from tests.support import HANG_GUARD, serve
 from tests.test_mcp import BASIC, TOKEN, _token  # noqa: F401 - fixture
 
-LIMITED = "fgw-limited-key-0123456789abcdef"
-OTHER = "fgw-other-key-0123456789abcdefgh"
+LIMITED = "fgw-limited-key-" + "b" * 31
+OTHER = "fgw-other-key-" + "c" * 33
 KEYS = [{"name": "limited", "hash": hashlib.sha256(LIMITED.encode()).hexdigest(), "id": "limited",
          "mcp_tools": ["basic__echo", "basic__add"], "rpm": 3},
         {"name": "other", "hash": hashlib.sha256(OTHER.encode()).hexdigest(), "id": "other"}]

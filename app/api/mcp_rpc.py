@@ -26,6 +26,7 @@ from typing import Any
 import mcp_types as types
 import orjson
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+from prometheus_client import Counter
 
 from app import VERSION
 from app.core import secrets
@@ -71,7 +72,8 @@ def _error_result(text: str) -> dict[str, Any]:
 class McpEndpoint:
     def __init__(self, hub: McpHub | None, metrics: Metrics, tracing: Tracing | None) -> None:
         self.hub = hub
-        self.metrics = metrics
+        self.calls = Counter("foundry_mcp_calls", "Tool calls through /mcp by MCP server and outcome (ok, error, "
+                             "timeout, unavailable).", ["server", "outcome"], registry=metrics.registry)
         self.tracing = tracing
         self.log = get_logger("foundry.mcp")
 
@@ -129,7 +131,7 @@ class McpEndpoint:
             if self.tracing is not None and current is not None:
                 self.tracing.end_tool(current, outcome=outcome, content=str(result.get("content", ""))[:10_000])
         size = len(orjson.dumps(result))
-        self.metrics.mcp_calls.labels(tool.server.name, outcome).inc()
+        self.calls.labels(tool.server.name, outcome).inc()
         self.log.info("mcp_call", key_id=caller.owner, server=tool.server.name, tool=tool.tool,
                       args_sha256=hashlib.sha256(orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)).hexdigest(),
                       status=outcome, duration_ms=round((time.perf_counter() - started) * 1000, 1), bytes=size)

@@ -23,6 +23,7 @@ from app.api.access import PrincipalDep
 from app.api.mcp_rpc import McpCaller, McpEndpoint, RpcError
 from app.api.responses import JSON
 from app.auth import Auth, Principal
+from app.core.errors import RequestError
 from app.streams.mcp_sessions import McpSessions
 
 router = APIRouter(tags=["mcp"])
@@ -60,8 +61,13 @@ def _caller(request: Request, principal: Principal) -> McpCaller:
 @router.post("/mcp", summary="MCP (Streamable HTTP): the configured MCP servers' tools, filtered by the key",
              openapi_extra=_BODY, response_class=JSON)
 async def mcp_post(request: Request, principal: PrincipalDep) -> Response:
+    body = await request.body()
+    limit = request.app.state.settings.max_body_bytes  # no media here: the door's allowance for it does not apply
+    if len(body) > limit:
+        raise RequestError(f"the body has {len(body)} bytes, more than FOUNDRY_MAX_BODY_BYTES ({limit})",
+                           status=413, code="payload_too_large", field="body")
     try:
-        message = orjson.loads(await request.body())
+        message = orjson.loads(body)
     except orjson.JSONDecodeError:
         return _rpc_error(None, types.PARSE_ERROR, "Parse error: the body is not JSON", 400)
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
