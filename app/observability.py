@@ -160,8 +160,6 @@ class Metrics:
                                        buckets=_CHECK_BUCKETS, registry=r)
         self.tool_executions = Counter("foundry_tool_executions", "Gateway-executed tool calls by tool and outcome.",
                                        ["tool", "outcome"], registry=r)
-        self.mcp_calls = Counter("foundry_mcp_calls", "Tool calls through /mcp by MCP server and outcome "
-                                 "(ok, error, timeout, unavailable).", ["server", "outcome"], registry=r)
         self.upstream_ignored = Counter("foundry_upstream_ignored", "Upstream stream parts ignored as harmless "
                                         "(e.g. an unexpected delta kind for its block), by provider and kind.",
                                         ["provider", "what"], registry=r)
