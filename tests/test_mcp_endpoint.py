@@ -156,3 +156,20 @@ async def test_a_session_opened_on_one_replica_continues_on_another_through_redi
             called = await rpc(b, LIMITED, sid, "tools/call", {"name": "basic__echo", "arguments": {"text": "b"}})
             assert called.json()["result"]["content"][0]["text"] == "echo: b"
             assert (await rpc(b, OTHER, sid, "tools/list")).status_code == 404
+
+
+async def test_a_call_through_mcp_is_an_execute_tool_span_with_the_genai_attributes():
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from app.tracing import Tracing
+
+    exporter = InMemorySpanExporter()
+    app = create_app(Settings(admin_key=ADMIN, keys=KEYS, mcp_servers=[BASIC], data_dir=tempfile.mkdtemp()),
+                     tracing=Tracing(exporter=exporter, batch=False))
+    async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=HANG_GUARD) as c:
+        sid = await session(c, LIMITED)
+        await rpc(c, LIMITED, sid, "tools/call", {"name": "basic__echo", "arguments": {"text": "t"}})
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == "execute_tool basic__echo"]
+    assert span.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert span.attributes["gen_ai.tool.name"] == "basic__echo"
+    assert span.attributes["foundry.tool.outcome"] == "ok"
