@@ -39,10 +39,10 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 """The TOML file's tables for scalar settings, by the part of the gateway that owns them (a scalar
 may also stand at the top of the file). The structured settings are tables of their own:
-providers, routes, tools, validators, keys, prices, aliases, provider_options_allow, cache."""
+providers, routes, tools, mcp_servers, validators, keys, prices, aliases, provider_options_allow, cache."""
 
-STRUCTURED = ("providers", "routes", "tools", "validators", "keys", "prices", "aliases", "provider_options_allow",
-              "cache")
+STRUCTURED = ("providers", "routes", "tools", "mcp_servers", "validators", "keys", "prices", "aliases",
+              "provider_options_allow", "cache")
 
 class ConfigError(Exception):
     """The configuration cannot be used; each of `lines` names a variable or TOML key and why.

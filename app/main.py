@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,10 +15,11 @@ from app import VERSION
 from app.accounting import KeyAccountant
 from app.api.compat import anthropic_routes, openai_routes, responses_routes
 from app.api.errors import install_error_handlers
+from app.api.mcp_rpc import McpEndpoint
 from app.api.media import largest_body
 from app.api.middleware import RequestContextMiddleware
 from app.api.openapi import install_openapi
-from app.api.routes import admin_health, admin_keys, generate, health, runs, stream, transcript, usage
+from app.api.routes import admin_health, admin_keys, generate, health, mcp, runs, stream, transcript, usage
 from app.api.routes.web import install_playground
 from app.auth import Auth, build_limiter
 from app.auth.keystore import KeyStore
@@ -40,7 +41,9 @@ from app.routing.router import RouteConfigError
 from app.settings import Settings
 from app.startup import log_startup
 from app.streams.errors import ClaimedRun, ClaimHook
+from app.streams.mcp_sessions import build_sessions
 from app.streams.memory import MemoryStreamStore, StreamStore
+from app.tools.mcp_config import McpSecretMissing
 from app.tracing import Tracing, build_tracing
 
 __all__ = ["create_app"]
@@ -71,8 +74,8 @@ def create_app(
         gateway = Gateway(settings=settings, registry=build_registry(settings.provider_config(), clients, adapters),
                           store=store, metrics=metrics, observers=observers, tracing=tracing,
                           cache=build_cache(settings, metrics))
-    except RouteConfigError as exc:
-        raise setting_error("routes", str(exc)) from None
+    except (RouteConfigError, McpSecretMissing) as exc:
+        raise setting_error("routes" if isinstance(exc, RouteConfigError) else "mcp_servers", str(exc)) from None
     records = _records(settings, metrics)
     if records is not None:
         gateway.add_observer(RunRecorder(records, content=settings.record_content, stage=store.stage_record))
@@ -83,12 +86,14 @@ def create_app(
         records.on_committed = _committed(auth, store)
     accountant = KeyAccountant(auth, metrics)  # each run's own observer, given when it starts (app/api/access.py)
     gateway.add_observer(metrics.observe_run)
+    sessions = build_sessions(settings.redis_url.get_secret_value() if settings.redis_url else None)  # for /mcp
 
     app = FastAPI(
         title="Foundry Gateway",
         version=VERSION,
         description="One canonical SSE event stream for every LLM provider, with in-process chunk validation.",
-        lifespan=_lifespan(settings, gateway, auth, records, frozenset({**(clients or {}), **(adapters or {})})),
+        lifespan=_lifespan(settings, gateway, auth, records, frozenset({**(clients or {}), **(adapters or {})}),
+                           sessions.aclose),
         docs_url=None,  # Swagger UI loads from a CDN (blank offline); the document is /openapi.json
         redoc_url=None,
     )
@@ -97,6 +102,7 @@ def create_app(
     app.state.records = records
     app.state.auth = auth
     app.state.accountant = accountant
+    app.state.mcp, app.state.mcp_sessions = McpEndpoint(gateway.tools.mcp, metrics, tracing), sessions
     _install_routes(app)
     install_playground(app)
     install_error_handlers(app)
@@ -113,7 +119,7 @@ def _install_routes(app: FastAPI) -> None:
     # costs CPU on every request (docs/performance.md), so the routes that open runs come first.
     for router in (stream.router, openai_routes.router, anthropic_routes.router, responses_routes.router,
                    generate.router, health.router,
-                   transcript.router, runs.router, usage.router, admin_keys.router, admin_health.router):
+                   transcript.router, runs.router, usage.router, admin_keys.router, admin_health.router, mcp.router):
         app.include_router(router)
 
 
@@ -148,7 +154,8 @@ def _server_addresses(settings: Settings) -> dict[str, str]:
 
 
 def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordWriter | None,
-              injected: frozenset[str]) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+              injected: frozenset[str],
+              closing: Callable[[], Awaitable[None]]) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
     """Start-up and shutdown: the stores, the sweeper, the drain on SIGTERM; runs end before their
     stores close."""
     store = gateway.store
@@ -157,6 +164,7 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordW
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log_startup(settings, gateway.registry.names, auth.mode, injected)
         await store.start()
+        await gateway.tools.start()  # MCP servers' sessions (each first attempt waited for, bounded)
         sweeper = asyncio.create_task(_sweep(store, settings.stream_ttl_seconds))
         watcher = asyncio.create_task(_revocations(gateway, auth, settings.key_cache_seconds))
         restore = drain_on_stop_signal(lambda: gateway.end_runs(settings.shutdown_grace_seconds))
@@ -180,6 +188,7 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordW
                     async with asyncio.timeout(settings.records_write_timeout):
                         await records.flush()
             await auth.aclose()
+            await closing()  # the /mcp sessions' store
             await store.aclose()  # ... then the stream store flushes and closes
             if records is not None:
                 await records.aclose()  # after the runs: their records are written, then the engine goes

@@ -65,6 +65,8 @@ class RunSpec:
     """The request's deadline overrides (within the operator's caps)."""
     keep_events: bool = False
     """The stream log keeps the events beside their frames: a reader translates them (a facade)."""
+    mcp_filters: tuple[tuple[str, ...], ...] = ()
+    """Pattern sets that must each allow an MCP tool it offers (the key's policy, the request's `mcp_tools`)."""
     held: bool = False
     """The response that starts the run reads all of it and owns it: the log keeps every event that
     reader has not taken, and the run waits for it when it lags (app/streams/log.py, `room`)."""
@@ -110,7 +112,7 @@ class RunOpener:
         for provider in {t.provider for t in session.targets}:  # the request's options go to any of them
             check_provider_options(provider, spec.request.options, self.settings.provider_options_allow)
         max_steps = self._max_steps(spec)
-        tools = self.tools.for_run(primary.provider, (t.name for t in spec.tools))
+        tools = self.tools.for_run(primary.provider, (t.name for t in spec.tools), spec.mcp_filters)
         if tools:  # the gateway's tools are offered with the caller's: the model sees what the gateway runs
             spec = replace(spec, request=replace(spec.request, tools=(*spec.tools, *tools.specs)))
         gate = self.gate_factory(spec) or _PASS_THROUGH

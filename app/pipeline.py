@@ -43,6 +43,7 @@ from app.settings import Settings
 from app.streams.log import StreamLog
 from app.streams.memory import StreamStore
 from app.tools import ToolRegistry, build_tools
+from app.tools.mcp_hub import build_hub
 from app.tracing import RunTrace, Tracing
 from app.validation import Gate, build_gate
 from app.validation.judge import JudgeBackend, RunJudge
@@ -156,6 +157,8 @@ class Gateway:
         self.metrics = metrics
         self.tools = tools if tools is not None else build_tools(
             settings.tools, observer=self._observe_tool, max_output_chars=settings.tool_max_output_chars)
+        if self.tools.mcp is None:
+            self.tools.mcp = build_hub(settings.mcp_servers)
         self.log = get_logger("foundry.pipeline")
         self.observers: list[RunObserver] = list(observers)
         self.router = Router(registry=registry, routes=settings.routes, policy=routing_policy(settings))

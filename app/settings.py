@@ -32,6 +32,7 @@ from app.records.urls import DatabaseUrl
 from app.redis_client import RedisUrl
 from app.routing.config import RouteConfig, check_route_deadlines, check_route_shapes
 from app.tools.config import ToolConfig, default_tools
+from app.tools.mcp_config import McpServerConfig
 from app.validation import ValidatorSpec, check_specs
 
 __all__ = ["CompatibleProvider", "Settings"]  # CompatibleProvider: app/providers/config.py
@@ -188,6 +189,8 @@ class Settings(BaseSettings):
     # Gateway-executed tools (app/tools/config.py has the format; JSON list in FOUNDRY_TOOLS)
     tools: list[ToolConfig] = Field(default_factory=default_tools, description=(
         "Tools the gateway offers to the model and runs itself. Default: the built-in calculator for the mock provider only."))
+    mcp_servers: list[McpServerConfig] = Field(default_factory=list, description=(
+        "MCP servers whose tools the gateway offers as `<server>__<tool>` and serves at /mcp (docs/mcp.md)."))
     max_steps: int = Field(default=8, ge=1, le=100, description=(
         "Most provider calls one run may make when the gateway runs tools: the default and the cap of the request's max_steps."))
     tool_max_output_chars: int = Field(
@@ -285,13 +288,13 @@ class Settings(BaseSettings):
             raise ValueError(exc.message) from None
         return chunking
 
-    @field_validator("tools")
+    @field_validator("tools", "mcp_servers")
     @classmethod
-    def _unique_tool_names(cls, tools: list[ToolConfig]) -> list[ToolConfig]:
+    def _unique_tool_names(cls, tools: list[Any]) -> list[Any]:
         names = [t.name for t in tools]
         for name in names:
             if names.count(name) > 1:
-                raise ValueError(f"tool {name!r} registered twice")
+                raise ValueError(f"{name!r} registered twice")
         return tools
 
     @field_validator("aliases")

@@ -103,8 +103,10 @@ async def open_run(request: Request, gateway: Gateway, spec: RunSpec, principal:
     reserve = estimate(spec.request.messages, spec.request.max_tokens, settings.output_estimate_tokens, rates)
     ticket = await auth.admit(principal, spec.model, aliases.get(spec.model, ""), also=judges, reserve=reserve)
     if principal.key is not None:
+        key_tools = principal.key.mcp_tools  # the key's MCP policy; the request's may only narrow it
         spec = replace(spec, owner=principal.key.id, policy_validators=principal.key.validators,
-                       slot=ticket.slot if ticket is not None else None)
+                       slot=ticket.slot if ticket is not None else None,
+                       mcp_filters=spec.mcp_filters + ((key_tools,) if key_tools is not None else ()))
     spec = replace(spec, cache=cache_choice(spec.cache, request.headers.get("cache-control"), principal))
     record.model = spec.model
     accountant: KeyAccountant = request.app.state.accountant

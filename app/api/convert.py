@@ -32,4 +32,5 @@ def to_spec(body: GenerateRequest) -> RunSpec:
         max_steps=body.max_steps,
         timeouts=body.timeouts,
         cache=CacheChoice(lookup=body.cache, store=body.cache),
+        mcp_filters=(tuple(body.mcp_tools),) if body.mcp_tools is not None else (),
     )

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from app.auth.policy import TOOL_PATTERN_RE
 from app.core.errors import AttemptData, ErrorData, RequestError
 from app.core.events import EVENT_SCHEMAS, FinalPayload, UsageData
 from app.core.messages import Message, ReasoningBlock, Role, ToolCall, ToolSpec, check_unique_tool_names
@@ -100,6 +101,10 @@ class GenerateRequest(BaseModel):
     chunking: Literal["sentence", "word", "paragraph", "none"] | None = Field(
         default=None, description="How validated text is cut into chunks; `sentence` when validators are set."
     )
+    mcp_tools: list[Annotated[str, Field(pattern=TOOL_PATTERN_RE)]] | None = Field(
+        default=None, max_length=256,
+        description="Narrows the MCP tools offered to this run: `server__tool`, `server__*`, `*` (never widens "
+                    "the key's `mcp_tools`); `[]`: none. Absent: every MCP tool the key may use.")
     max_steps: int | None = Field(
         default=None, ge=1, le=100, strict=True,
         description="Most provider calls this run may make when the gateway runs tools (each call of a gateway "

@@ -20,10 +20,13 @@ from app.core.errors import RequestError
 from app.core.events import Usage
 from app.validation.specs import ValidatorSpec, check_specs
 
-__all__ = ["MODEL_PATTERN_RE", "ConfiguredKey", "KeyFields", "KeyPolicy", "Price", "Principal", "model_allowed"]
+__all__ = ["MODEL_PATTERN_RE", "ConfiguredKey", "KeyFields", "KeyPolicy", "Price", "Principal", "model_allowed", "tool_allowed"]
 
 MODEL_PATTERN_RE = r"^[A-Za-z0-9_.:@/*-]{1,256}$"
 """Model patterns: `provider/model`, `provider/*`, `*`, an alias or route name. Only `*` is a wildcard."""
+
+TOOL_PATTERN_RE = r"^[A-Za-z0-9_*-]{1,128}$"
+"""MCP tool patterns: `server__tool`, `server__*`, `*`. Only `*` is a wildcard."""
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9 _.:@/-]{0,63}$"
 
@@ -47,6 +50,10 @@ class KeyFields(BaseModel):
     validators: list[ValidatorSpec] = Field(
         default_factory=list, description="Validators that always apply to this key's requests, on top of "
                                           "the operator's FOUNDRY_VALIDATORS.")
+    mcp_tools: list[str] | None = Field(
+        default=None, max_length=256,
+        description="MCP tools the key may use, in runs and through /mcp: `server__tool`, patterns such as "
+                    "`github__*`, or `*`. Absent: every configured MCP tool; empty: none.")
 
     @field_validator("models")
     @classmethod
@@ -60,6 +67,14 @@ class KeyFields(BaseModel):
     @classmethod
     def _validators_known(cls, validators: list[ValidatorSpec]) -> list[ValidatorSpec]:
         return known_validators(validators)
+
+    @field_validator("mcp_tools")
+    @classmethod
+    def _tool_patterns(cls, patterns: list[str] | None) -> list[str] | None:
+        for pattern in patterns or ():
+            if not re.match(TOOL_PATTERN_RE, pattern):
+                raise ValueError(f"{pattern!r} is not a tool pattern (letters, digits, _ - and * only)")
+        return patterns
 
     @field_validator("expires_at")
     @classmethod
@@ -101,6 +116,7 @@ class KeyPolicy:
     budget_usd: float | None = None
     expires_at: datetime | None = None
     validators: tuple[Any, ...] = ()
+    mcp_tools: tuple[str, ...] | None = None
     source: Literal["config", "database"] = "database"
 
     @classmethod
@@ -108,7 +124,8 @@ class KeyPolicy:
         return cls(id=key_id, name=fields.name, models=tuple(fields.models) if fields.models is not None else None,
                    rpm=fields.rpm, tpm=fields.tpm, max_concurrent=fields.max_concurrent,
                    budget_usd=fields.budget_usd, expires_at=fields.expires_at,
-                   validators=tuple(fields.validators), source=source)
+                   validators=tuple(fields.validators), source=source,
+                   mcp_tools=tuple(fields.mcp_tools) if fields.mcp_tools is not None else None)
 
     def expired(self, now: datetime) -> bool:
         return self.expires_at is not None and now >= self.expires_at
@@ -119,6 +136,11 @@ def model_allowed(patterns: tuple[str, ...] | None, *names: str) -> bool:
     if patterns is None:
         return True
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns for name in names if name)
+
+
+def tool_allowed(patterns: tuple[str, ...] | None, name: str) -> bool:
+    """True when the MCP tool `server__tool` matches a pattern (None: every tool)."""
+    return patterns is None or any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
 @dataclass(slots=True, kw_only=True, frozen=True)

@@ -25,6 +25,7 @@ from app.tools.base import Tool, ToolError, encode_output, import_object
 from app.tools.calculator import CalculatorTool
 from app.tools.config import BuiltinToolConfig, HttpToolConfig, PythonToolConfig, ToolConfig
 from app.tools.http import HttpTool
+from app.tools.mcp_hub import McpHub, PatternSets
 from app.tools.python import PythonTool
 from app.tracing import Tracing
 
@@ -63,22 +64,31 @@ class ToolRegistry:
         self.max_output_chars = max_output_chars
         self._client = client
         self.tracing: Tracing | None = None
+        self.mcp: McpHub | None = None
+        """The MCP servers' tools, offered by key and request (app/tools/mcp_hub.py)."""
         """Each execution in an `execute_tool` span (app/tracing.py), when tracing is on."""
 
     @property
     def names(self) -> list[str]:
         return sorted(self._tools)
 
-    def for_run(self, provider: str, declared: Iterable[str]) -> RunTools:
-        """The tools this run offers and executes."""
+    def for_run(self, provider: str, declared: Iterable[str], mcp_filters: PatternSets = ()) -> RunTools:
+        """The tools this run offers and executes: the registered ones, then the MCP servers' tools
+        that every pattern set of `mcp_filters` allows (the key's policy, the request's narrowing)."""
         mine = set(declared)
-        tools = {
-            name: entry.tool for name, entry in self._tools.items()
-            if name not in mine and (entry.providers is None or provider in entry.providers)
-        }
-        return RunTools(tools, self)
+        offered: dict[str, Tool] = dict(self.mcp.offered(provider, mcp_filters)) if self.mcp is not None else {}
+        offered.update((name, entry.tool) for name, entry in self._tools.items()
+                       if entry.providers is None or provider in entry.providers)
+        return RunTools({name: tool for name, tool in offered.items() if name not in mine}, self)
+
+    async def start(self) -> None:
+        """Open the MCP servers' sessions (app/tools/mcp_hub.py)."""
+        if self.mcp is not None:
+            await self.mcp.start()
 
     async def aclose(self) -> None:
+        if self.mcp is not None:
+            await self.mcp.aclose()
         if self._client is not None:
             await self._client.aclose()
 
