@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -25,7 +26,7 @@ from app.auth.keystore import KeyStore
 from app.config_load import load_settings, secret_values, setting_error
 from app.core import secrets
 from app.core.report import RunObserver
-from app.lifecycle import drain_on_stop_signal
+from app.lifecycle import LoopLag, drain_on_stop_signal
 from app.observability import Metrics, configure_logging, get_logger
 from app.pipeline import Gateway
 from app.providers.base import ProviderAdapter
@@ -153,6 +154,8 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordW
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log_startup(settings, gateway.registry.names, auth.mode, injected)
+        lag = LoopLag()  # the loop's own measured load: admission and the Redis reply timeouts read it
+        gateway.metrics.loop_lag.set_function(lambda: lag.current)
         await store.start()
         sweeper = asyncio.create_task(_sweep(store, settings.stream_ttl_seconds))
         watcher = asyncio.create_task(_revocations(gateway, auth, settings.key_cache_seconds))
@@ -163,9 +166,12 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordW
             get_logger("foundry.auth").warning(
                 "auth_open", message="no FOUNDRY_ADMIN_KEY and no [[keys]]: every caller may use every model "
                                      "without a key (set FOUNDRY_AUTH=required to refuse this)")
+        _tune_gc()
+        lag.start()  # measured from here: start-up's own work is not load
         try:
             yield
         finally:
+            await lag.stop()
             restore()
             for task in (sweeper, watcher):
                 task.cancel()
@@ -184,6 +190,28 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordW
                 await asyncio.to_thread(gateway.tracing.shutdown)
 
     return lifespan
+
+
+GC_YOUNG_THRESHOLD = 7000
+"""The young generation's collection threshold (CPython's default: 700 allocations). Every streamed
+event allocates a few short-lived objects (frames, dicts, dataclasses) that die young; at 700 the
+collector ran thousands of times a second under load. Measured with `bench/run.py` single runs
+(docs/performance.md, "Figures behind design choices")."""
+_gc_tuned = False
+
+
+def _tune_gc() -> None:
+    """Once per process, after start-up: what start-up built (modules, the app, its routes and
+    settings) moves to the permanent generation (`gc.freeze()`), so that no collection walks it
+    again, and the young generation's threshold is raised (GC_YOUNG_THRESHOLD)."""
+    global _gc_tuned
+    if _gc_tuned:
+        return
+    _gc_tuned = True
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 def _claims(settings: Settings, records: RecordWriter | None, auth: Auth) -> ClaimHook:
