@@ -54,10 +54,13 @@ def tree_cpu_seconds(pid: int) -> float:
 
 
 @contextmanager
-def litellm_proxy(command: str, port: int, upstream_url: str, model: str, key: str):
-    config = (f"model_list:\n  - model_name: bench\n    litellm_params:\n      model: openai/{model}\n"
-              f"      api_base: {upstream_url}\n      api_key: unused\n"
-              "litellm_settings:\n  telemetry: false\n  drop_params: true\n")
+def litellm_proxy(command: str, port: int, upstream_url: str, model: str, key: str, *, short: str | None = None):
+    """LiteLLM's proxy serving `model` of the upstream as `bench` (and `short`, if given, as `bench-short`)."""
+    entries = [("bench", model)] + ([("bench-short", short)] if short else [])
+    config = ("model_list:\n" + "".join(
+        f"  - model_name: {name}\n    litellm_params:\n      model: openai/{upstream}\n"
+        f"      api_base: {upstream_url}\n      api_key: unused\n" for name, upstream in entries)
+        + "litellm_settings:\n  telemetry: false\n  drop_params: true\n")
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(config)
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR",
