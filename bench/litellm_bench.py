@@ -28,7 +28,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run import body, cpu_seconds, emit, free_port, run_streams, server  # noqa: E402
+from bench.run import NO_ADMISSION_BY_LAG, body, cpu_seconds, emit, free_port, run_streams, server  # noqa: E402
 
 GOAL = 25.0
 
@@ -104,7 +104,7 @@ async def main() -> dict:
     up_port, gw_port, ll_port = free_port(), free_port(), free_port()
     upstream_url = f"http://127.0.0.1:{up_port}/v1"
     gw_env = {"FOUNDRY_PROVIDERS": json.dumps([{"name": "bench", "base_url": upstream_url, "api_key_env": None}]),
-              "FOUNDRY_LOG_LEVEL": "warning", "FOUNDRY_MAX_STREAMS": "100000"}
+              "FOUNDRY_LOG_LEVEL": "warning", **NO_ADMISSION_BY_LAG, "FOUNDRY_MAX_STREAMS": "100000"}
     model = f"chunks-{args.chunks}"
     with server("bench.upstream:app", up_port), server("app.main:app", gw_port, gw_env) as gw, \
             litellm_proxy(args.litellm, ll_port, upstream_url, model, key := "sk-" + secrets.token_hex(16)) as ll:

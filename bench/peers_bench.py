@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.litellm_bench import litellm_proxy, tree_cpu_seconds  # noqa: E402
 from bench.loadgen import Connection, run_streams, split_url  # noqa: E402
-from bench.run import body, emit, free_port, server  # noqa: E402
+from bench.run import NO_ADMISSION_BY_LAG, body, emit, free_port, server  # noqa: E402
 
 _CHAT = {"messages": [{"role": "user", "content": "bench"}], "stream": True}
 
@@ -100,7 +100,7 @@ def _targets(args: argparse.Namespace, stack: ExitStack, upstream: str, chunks: 
     """name -> (pid, stream URL, payload, headers) of every target that could start."""
     ports = {name: free_port() for name in ("floor", "foundry", "litellm", "portkey")}
     env = {"FOUNDRY_PROVIDERS": json.dumps([{"name": "bench", "base_url": upstream, "api_key_env": None}]),
-           "FOUNDRY_LOG_LEVEL": "warning", "FOUNDRY_MAX_STREAMS": "100000"}
+           "FOUNDRY_LOG_LEVEL": "warning", **NO_ADMISSION_BY_LAG, "FOUNDRY_MAX_STREAMS": "100000"}
     floor = stack.enter_context(server("bench.relay:app", ports["floor"], {"RELAY_UPSTREAM": upstream}))
     gw = stack.enter_context(server("app.main:app", ports["foundry"], env))
     out: dict[str, tuple] = {
