@@ -13,7 +13,7 @@ RUNTIME_LOCK := requirements/runtime.lock.txt
 DEV_LOCK     := requirements/dev.lock.txt
 UV     ?= uv==0.13.9
 
-.PHONY: run test test-fast test-slow lint install install-test lock openapi docs bench bench-litellm migrate clean chaos chaos-repeat flaky doctor
+.PHONY: run test test-fast test-slow lint install install-test lock openapi docs bench bench-litellm bench-peers migrate clean chaos chaos-repeat flaky doctor
 
 run: $(VENV)/.installed-run  ## install and serve the gateway (mock provider by default) on $(HOST):$(PORT)
 	mkdir -p var  # the embedded records database, var/foundry.db (FOUNDRY_DATA_DIR)
@@ -126,7 +126,8 @@ bench: $(VENV)/.installed-test  ## run the benchmarks in bench/; ends with one l
 	$(BIN)/python bench/limiter_bench.py
 	$(BIN)/python bench/routing_bench.py
 	$(BIN)/python bench/tracing_bench.py --json $(BENCH_OUT)/tracing.json
-	$(BIN)/python bench/goals.py $(BENCH_OUT)/run.json $(BENCH_OUT)/paced.json --json $(BENCH_OUT)/goals.json
+	$(BIN)/python bench/goals.py $(BENCH_OUT)/run.json $(BENCH_OUT)/paced.json --peers $(BENCH_OUT)/peers.json \
+	  --json $(BENCH_OUT)/goals.json  # peers.json: from make bench-peers, when it ran
 
 LITELLM_VENV ?= .venv-litellm
 $(LITELLM_VENV)/bin/litellm:  ## LiteLLM in a venv of its own: a comparison, never a dependency
@@ -136,8 +137,25 @@ $(LITELLM_VENV)/bin/litellm:  ## LiteLLM in a venv of its own: a comparison, nev
 bench-litellm: $(VENV)/.installed-test $(LITELLM_VENV)/bin/litellm  ## optional: CPU per event vs the LiteLLM proxy
 	$(BIN)/python bench/litellm_bench.py --litellm $(LITELLM_VENV)/bin/litellm
 
+# The peers, each in a throwaway environment of its own and pinned (bench/peers/): LiteLLM's proxy
+# in a venv, Portkey's gateway from its package-lock.json (node_modules is never committed).
+PEERS_LITELLM ?= .venv-peers-litellm
+PORTKEY_DIR   := bench/peers/portkey
+$(PEERS_LITELLM)/bin/litellm: bench/peers/requirements.txt
+	$(PYTHON) -m venv $(PEERS_LITELLM)
+	$(PEERS_LITELLM)/bin/python -m pip install --quiet -r bench/peers/requirements.txt
+	@touch $@
+
+$(PORTKEY_DIR)/node_modules/.package-lock.json: $(PORTKEY_DIR)/package-lock.json
+	cd $(PORTKEY_DIR) && npm ci --ignore-scripts --no-audit --no-fund
+
+bench-peers: $(VENV)/.installed-test $(PEERS_LITELLM)/bin/litellm $(PORTKEY_DIR)/node_modules/.package-lock.json  ## the floor, Foundry, LiteLLM and Portkey in the same rounds: the ratio table and the direct-vs-gateway subtraction
+	mkdir -p $(BENCH_OUT)
+	$(BIN)/python bench/peers_bench.py --litellm $(PEERS_LITELLM)/bin/litellm --portkey $(PORTKEY_DIR) \
+	  --json $(BENCH_OUT)/peers.json
+
 clean:
-	rm -rf $(VENV) $(LITELLM_VENV) .pytest_cache .hypothesis site
+	rm -rf $(VENV) $(LITELLM_VENV) $(PEERS_LITELLM) $(PORTKEY_DIR)/node_modules .pytest_cache .hypothesis site
 
 # The tests most exposed to timing (replicas on Redis, the facades through real clients), run
 # FLAKY_RUNS times in a row: a test that fails in any run is named with the count of its failures.

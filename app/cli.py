@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; "
                                                            "0.0.0.0 in a container)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--workers", type=_positive, default=1, help=(
+        "worker processes on the one port (default 1; uvicorn's workers, one per core): more than one needs the "
+        "Redis stream store (FOUNDRY_REDIS_URL), so that a stream, its cancel and its limits are every worker's"))
     serve.set_defaults(run=_serve)
 
     migrate = commands.add_parser("migrate", help="migrate the records database to the latest revision",
@@ -152,23 +155,53 @@ def _config_schema(args: argparse.Namespace) -> int:
     return _print_json(config_schema())
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.api.deadline import deadline_protocol
-    from app.config_load import load_settings
+    from app.config_load import load_settings, setting_error
     from app.lifecycle import SERVER_CLOSE_SECONDS
-    from app.main import create_app
     from app.observability import logging_config
 
     settings = load_settings()  # unknown FOUNDRY_* variables: warned at start, through the log (app/startup.py)
+    options: dict[str, Any] = dict(
+        host=args.host, port=args.port, log_config=logging_config(settings.log_level, settings.log_json),
+        access_log=False,  # the gateway logs one line per request itself
+        timeout_graceful_shutdown=int(SERVER_CLOSE_SECONDS), timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        proxy_headers=True)
+    if args.workers > 1:
+        if settings.redis_url is None:  # each worker's memory store would hold its own streams, cancels and limits
+            raise setting_error("redis_url", f"--workers {args.workers} needs the Redis stream store: set "
+                                "FOUNDRY_REDIS_URL (the in-memory store serves one process)")
+        _check_routes(settings)  # each worker builds its app; a mistake is one line here, not one per worker
+        # Each worker builds its own app and protocol from the same environment (by import string:
+        # uvicorn starts the workers as fresh processes).
+        uvicorn.run("app.main:create_app", factory=True, workers=args.workers, http="app.cli:DeadlineProtocol",
+                    **options)
+        return 0
+    from app.api.deadline import deadline_protocol
+    from app.main import create_app
+
     app = create_app(settings)  # a ConfigError here (a route naming no served provider) is exit 2 too
-    uvicorn.run(app, host=args.host, port=args.port, log_config=logging_config(settings.log_level, settings.log_json),
-                access_log=False,  # the gateway logs one line per request itself
-                timeout_graceful_shutdown=int(SERVER_CLOSE_SECONDS), timeout_keep_alive=KEEP_ALIVE_SECONDS,
-                proxy_headers=True,
-                http=deadline_protocol(settings.request_timeout_seconds))
+    uvicorn.run(app, http=deadline_protocol(settings.request_timeout_seconds), **options)
     return 0
+
+
+def __getattr__(name: str) -> Any:
+    # `app.cli:DeadlineProtocol`, uvicorn's `http=` in a worker process: the request deadline of the
+    # worker's configuration (built on access: the command line's other answers do not need it).
+    if name == "DeadlineProtocol":
+        from app.api.deadline import deadline_protocol
+        from app.config_load import load_settings
+
+        return deadline_protocol(load_settings().request_timeout_seconds)
+    raise AttributeError(name)
 
 
 async def _records_command(command: str) -> int:

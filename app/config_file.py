@@ -19,7 +19,7 @@ __all__ = ["GROUPS", "STRUCTURED", "ConfigError", "group_of", "read_config_file"
 GROUPS: dict[str, tuple[str, ...]] = {
     "http": ("max_body_bytes", "media_part_max_bytes", "media_request_max_bytes", "ping_seconds",
              "request_timeout_seconds", "send_timeout_seconds", "shutdown_grace_seconds", "stop_grace_seconds",
-             "max_active_runs"),
+             "max_active_runs", "max_loop_lag_seconds"),
     "streams": ("stream_ttl_seconds", "max_stream_events", "max_stream_bytes", "max_streams", "max_store_bytes",
                 "cache_max_entries", "cache_max_bytes",
                 "redis_url", "redis_timeout_seconds", "redis_lease_seconds", "redis_max_pending_bytes"),

@@ -1,7 +1,9 @@
 """Admission and drain: how much work one process takes on, and how it lets go of it.
 
-- Load shedding: at most `max_active_runs` runs at once; past it a new run is refused at once with
-  503 and Retry-After (no queue without bound), and /readyz says the process is saturated.
+- Load shedding: at most `max_active_runs` runs at once, and none while the event loop lags past
+  `max_loop_lag` (the process's own measured capacity: `LoopLag`); past either a new run is refused
+  at once with 503 and Retry-After, before it starts (no queue without bound, never a failure
+  mid-way), and /readyz says the process is saturated.
 - Graceful drain (SIGTERM): /readyz turns 503 and new runs are refused at once; running streams get
   `grace` seconds to finish; those still running then end with
   `final{status: "error", error.code: "shutdown", retryable: true}`, their upstreams closed.
@@ -12,14 +14,15 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from types import FrameType
 
 from app.core.errors import GatewayError
 from app.observability import get_logger
 
-__all__ = ["FINALS_SECONDS", "SERVER_CLOSE_SECONDS", "Admission", "Overloaded", "ShuttingDown", "drain_budget",
-           "drain_on_stop_signal"]
+__all__ = ["FINALS_SECONDS", "SERVER_CLOSE_SECONDS", "Admission", "LoopLag", "Overloaded", "ShuttingDown",
+           "drain_budget", "drain_on_stop_signal"]
 
 FINALS_SECONDS = 2.0
 """After the grace, the cut streams get up to this long to write their finals (app/pipeline.py)."""
@@ -43,9 +46,59 @@ class ShuttingDown(GatewayError):
     retryable = True
 
 
+class LoopLag:
+    """How late this event loop runs its callbacks: a timer that asks to wake every `interval` and
+    notes by how much it woke late. One per loop (`of`), started by the app's lifespan.
+
+    Two readers: admission refuses new runs while `current` is past its bound (the process is at
+    its own capacity), and a Redis reply timeout (app/streams/redis_link.py) gives a lagging loop
+    more time, so a reply that arrived in time but was read late on a busy loop is not judged a
+    dead Redis."""
+
+    _loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopLag] = weakref.WeakKeyDictionary()
+
+    def __init__(self, interval: float = 0.05) -> None:
+        self.interval = interval
+        self.current = 0.0
+        """The lateness of the last wake-up (seconds); decays as on-time wake-ups follow."""
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def of(cls, loop: asyncio.AbstractEventLoop) -> LoopLag | None:
+        """The running monitor of `loop`, if one was started."""
+        return cls._loops.get(loop)
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loops[loop] = self
+        self._task = loop.create_task(self._measure(loop), name="loop-lag")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.wait((self._task,))
+            self._loops.pop(self._task.get_loop(), None)
+
+    async def _measure(self, loop: asyncio.AbstractEventLoop) -> None:
+        while True:
+            expected = loop.time() + self.interval
+            await asyncio.sleep(self.interval)
+            late = max(0.0, loop.time() - expected)
+            # a single late wake-up counts at once; on-time ones bring it down over a few ticks
+            self.current = late if late > self.current else self.current * 0.5 + late * 0.5
+
+
+RefusalObserver = Callable[[str], None]
+"""Told of each run refused at admission, with why: `draining`, `active_runs` or `loop_lag`."""
+
+
 class Admission:
-    def __init__(self, *, max_active: int) -> None:
+    def __init__(self, *, max_active: int, max_lag: float | None = None,
+                 on_refuse: RefusalObserver | None = None) -> None:
         self.max_active = max_active
+        self.max_lag = max_lag
+        """Refuse new runs while the loop lags more than this (seconds); None: no such bound."""
+        self.on_refuse = on_refuse
         self.active: set[object] = set()
         """The runs admitted and not yet ended (their handles)."""
         self.draining = False
@@ -54,17 +107,36 @@ class Admission:
 
     @property
     def saturated(self) -> bool:
-        return len(self.active) >= self.max_active
+        return len(self.active) >= self.max_active or self._lagging() is not None
+
+    def _lagging(self) -> float | None:
+        """The loop's lag when it is past `max_lag`, else None."""
+        if self.max_lag is None:
+            return None
+        lag = LoopLag.of(asyncio.get_running_loop())
+        return lag.current if lag is not None and lag.current > self.max_lag else None
 
     def admit(self, run: object) -> None:
-        """Take on a run, or refuse it (503) when draining or full."""
+        """Take on a run, or refuse it (503) when draining, full or lagging."""
         if self.draining:
+            self._refused("draining")
             raise ShuttingDown("the gateway is shutting down; retry on another replica", retry_after="1")
-        if self.saturated:
-            self.shed += 1
+        if len(self.active) >= self.max_active:
+            self._refused("active_runs")
             raise Overloaded(f"the gateway is at its limit of {self.max_active} active runs; retry shortly",
                              retry_after="1")
+        lag = self._lagging()
+        if lag is not None:
+            self._refused("loop_lag")
+            raise Overloaded(f"the gateway is at its capacity (its event loop runs {lag * 1000:.0f} ms late, "
+                             f"over FOUNDRY_MAX_LOOP_LAG_SECONDS); retry shortly", retry_after="1")
         self.active.add(run)
+
+    def _refused(self, reason: str) -> None:
+        if reason != "draining":
+            self.shed += 1
+        if self.on_refuse is not None:
+            self.on_refuse(reason)
 
     def release(self, run: object) -> None:
         self.active.discard(run)

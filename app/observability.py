@@ -135,9 +135,7 @@ class Metrics:
         self._run_histograms(r)
         self.models = BoundedLabels(known_models, MAX_MODEL_LABELS)
         self.active_runs = Gauge("foundry_active_runs", "Runs in progress.", registry=r)
-        self.max_active_runs = Gauge("foundry_max_active_runs", "Runs this replica admits at once "
-                                     "(FOUNDRY_MAX_ACTIVE_RUNS): saturation is foundry_active_runs over it.",
-                                     registry=r)
+        self._capacity_metrics(r)
         self.events = Counter("foundry_events", "Canonical events released, by type.", ["type"], registry=r)
         self.upstream_errors = Counter("foundry_upstream_errors", "Upstream failures by provider and code.",
                                        ["provider", "code"], registry=r)
@@ -192,6 +190,21 @@ class Metrics:
         self.store_seconds = Histogram("foundry_store_seconds", "Duration of one stream store operation (a "
                                        "pipelined write carries many events).", ["store", "op"],
                                        buckets=_CHECK_BUCKETS, registry=r)
+
+    def _capacity_metrics(self, r: CollectorRegistry) -> None:
+        """Admission by the process's own measured load, and where the time to the first byte went."""
+        self.max_active_runs = Gauge("foundry_max_active_runs", "Runs this replica admits at once "
+                                     "(FOUNDRY_MAX_ACTIVE_RUNS): saturation is foundry_active_runs over it.",
+                                     registry=r)
+        self.admission_refused = Counter("foundry_admission_refused", "Runs refused at admission (503 before "
+                                         "they started), by reason (active_runs, loop_lag, draining).", ["reason"],
+                                         registry=r)
+        self.loop_lag = Gauge("foundry_event_loop_lag_seconds", "How late the event loop last woke a timer "
+                              "(its own measured load; FOUNDRY_MAX_LOOP_LAG_SECONDS bounds admission).", registry=r)
+        self.first_byte = Histogram("foundry_first_byte_seconds", "Time from a request to its answer's first "
+                                    "byte, split by part: gateway (its own) and upstream (the provider's, to its "
+                                    "first content); the Server-Timing header's split.", ["route", "part"],
+                                    buckets=_TTFT_BUCKETS, registry=r)
 
     def _run_histograms(self, r: CollectorRegistry) -> None:
         # The GenAI metric conventions' names (https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-metrics/),

@@ -168,7 +168,8 @@ class Gateway:
         self.opener = RunOpener(settings=settings, store=store, tools=self.tools,
                                 gate_factory=gate_factory or self.build_gate, observers=self.observers,
                                 on_failure=lambda provider, code: metrics.upstream_errors.labels(provider, code).inc())
-        self.admission = Admission(max_active=settings.max_active_runs)
+        self.admission = Admission(max_active=settings.max_active_runs, max_lag=settings.max_loop_lag_seconds or None,
+                                   on_refuse=lambda reason: metrics.admission_refused.labels(reason).inc())
         metrics.targets = BoundedLabels((), settings.max_unconfigured_targets)
         metrics.watch_circuits(self.router.breakers.states)
         metrics.active_runs.set_function(lambda: len(self.admission.active))

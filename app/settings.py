@@ -171,6 +171,11 @@ class Settings(BaseSettings):
                     "forgotten) and their own metric label value (later ones count as `other`).")
     max_active_runs: int = Field(default=1000, ge=1, description="Runs in progress per process; past it new runs "
                                  "get 503 with Retry-After.")
+    max_loop_lag_seconds: float = Field(
+        default=0.5, ge=0, le=60,
+        description="New runs get 503 with Retry-After (before they start) while the process's event loop wakes "
+                    "up later than this: the process's own measured capacity, so that an overloaded replica "
+                    "refuses new work instead of failing the runs it has. 0: no such bound.")
 
     # Validation (operator policy: applies to every request, a caller cannot remove it)
     judge_max_calls: int = Field(

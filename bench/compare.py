@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run import body, cpu_seconds, free_port, interleaved_ttft, run_streams, server  # noqa: E402
+from bench.run import NO_ADMISSION_BY_LAG, body, cpu_seconds, free_port, interleaved_ttft, run_streams, server  # noqa: E402
 
 
 def serving(target: str, port: int, cwd: Path, env: dict[str, str] | None = None):
@@ -40,7 +40,7 @@ async def main() -> dict:
     up = free_port()
     upstream_url = f"http://127.0.0.1:{up}/v1"
     providers = json.dumps([{"name": "bench", "base_url": upstream_url, "api_key_env": None}])
-    env = {"FOUNDRY_PROVIDERS": providers, "FOUNDRY_LOG_LEVEL": "warning", "FOUNDRY_MAX_STREAMS": "100000"}
+    env = {"FOUNDRY_PROVIDERS": providers, "FOUNDRY_LOG_LEVEL": "warning", **NO_ADMISSION_BY_LAG, "FOUNDRY_MAX_STREAMS": "100000"}
     out: dict = {}
     with ExitStack() as stack:
         stack.enter_context(serving("bench.upstream:app", up, ROOT))

@@ -28,7 +28,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run import body, cpu_seconds, emit, free_port, run_streams, server  # noqa: E402
+from bench.run import NO_ADMISSION_BY_LAG, body, cpu_seconds, emit, free_port, run_streams, server  # noqa: E402
 
 GOAL = 25.0
 
@@ -54,10 +54,13 @@ def tree_cpu_seconds(pid: int) -> float:
 
 
 @contextmanager
-def litellm_proxy(command: str, port: int, upstream_url: str, model: str, key: str):
-    config = (f"model_list:\n  - model_name: bench\n    litellm_params:\n      model: openai/{model}\n"
-              f"      api_base: {upstream_url}\n      api_key: unused\n"
-              "litellm_settings:\n  telemetry: false\n  drop_params: true\n")
+def litellm_proxy(command: str, port: int, upstream_url: str, model: str, key: str, *, short: str | None = None):
+    """LiteLLM's proxy serving `model` of the upstream as `bench` (and `short`, if given, as `bench-short`)."""
+    entries = [("bench", model)] + ([("bench-short", short)] if short else [])
+    config = ("model_list:\n" + "".join(
+        f"  - model_name: {name}\n    litellm_params:\n      model: openai/{upstream}\n"
+        f"      api_base: {upstream_url}\n      api_key: unused\n" for name, upstream in entries)
+        + "litellm_settings:\n  telemetry: false\n  drop_params: true\n")
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(config)
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR",
@@ -101,7 +104,7 @@ async def main() -> dict:
     up_port, gw_port, ll_port = free_port(), free_port(), free_port()
     upstream_url = f"http://127.0.0.1:{up_port}/v1"
     gw_env = {"FOUNDRY_PROVIDERS": json.dumps([{"name": "bench", "base_url": upstream_url, "api_key_env": None}]),
-              "FOUNDRY_LOG_LEVEL": "warning", "FOUNDRY_MAX_STREAMS": "100000"}
+              "FOUNDRY_LOG_LEVEL": "warning", **NO_ADMISSION_BY_LAG, "FOUNDRY_MAX_STREAMS": "100000"}
     model = f"chunks-{args.chunks}"
     with server("bench.upstream:app", up_port), server("app.main:app", gw_port, gw_env) as gw, \
             litellm_proxy(args.litellm, ll_port, upstream_url, model, key := "sk-" + secrets.token_hex(16)) as ll:

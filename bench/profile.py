@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run import body, free_port, run_streams, server  # noqa: E402
+from bench.run import NO_ADMISSION_BY_LAG, body, free_port, run_streams, server  # noqa: E402
 
 # First match wins: (layer, pattern on the innermost frame's file, as py-spy prints it:
 # `function (package/module.py:line)`).
@@ -95,7 +95,7 @@ async def main() -> None:
     up_port, gw_port = free_port(), free_port()
     upstream_url = f"http://127.0.0.1:{up_port}/v1"
     env = {"FOUNDRY_PROVIDERS": json.dumps([{"name": "bench", "base_url": upstream_url, "api_key_env": None}]),
-           "FOUNDRY_LOG_LEVEL": "warning", "FOUNDRY_MAX_STREAMS": "100000"}
+           "FOUNDRY_LOG_LEVEL": "warning", **NO_ADMISSION_BY_LAG, "FOUNDRY_MAX_STREAMS": "100000"}
     extra = {}
     if args.validators:
         extra = {"chunking": "sentence", "validators": [

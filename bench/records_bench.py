@@ -24,7 +24,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.run import body, cpu_seconds, emit, free_port, run_streams, server
+from bench.run import NO_ADMISSION_BY_LAG, body, cpu_seconds, emit, free_port, run_streams, server
 
 
 def _counted(metrics: str, name: str) -> float:
@@ -59,7 +59,8 @@ async def main() -> dict:
     up_port, off_port, on_port = free_port(), free_port(), free_port()
     upstream_url = f"http://127.0.0.1:{up_port}/v1"
     providers = json.dumps([{"name": "bench", "base_url": upstream_url, "api_key_env": None}])
-    common = {"FOUNDRY_PROVIDERS": providers, "FOUNDRY_LOG_LEVEL": "warning", "FOUNDRY_MAX_STREAMS": "100000"}
+    common = {"FOUNDRY_PROVIDERS": providers, "FOUNDRY_LOG_LEVEL": "warning", "FOUNDRY_MAX_STREAMS": "100000",
+              **NO_ADMISSION_BY_LAG}
     payload = body(f"bench/chunks-{args.chunks}")
     with tempfile.TemporaryDirectory() as data:
         on_env = {**common, "FOUNDRY_RECORDS": "on", "FOUNDRY_DATA_DIR": data}

@@ -35,7 +35,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run import body, cpu_seconds, emit, free_port, run_streams, server  # noqa: E402
+from bench.run import NO_ADMISSION_BY_LAG, body, cpu_seconds, emit, free_port, run_streams, server  # noqa: E402
 
 
 @contextmanager
@@ -97,7 +97,7 @@ async def main() -> dict:
     up_port, mem_port, red_port = free_port(), free_port(), free_port()
     upstream_url = f"http://127.0.0.1:{up_port}/v1"
     providers = json.dumps([{"name": "bench", "base_url": upstream_url, "api_key_env": None}])
-    env = {"FOUNDRY_PROVIDERS": providers, "FOUNDRY_LOG_LEVEL": "warning", "FOUNDRY_MAX_STREAMS": "100000"}
+    env = {"FOUNDRY_PROVIDERS": providers, "FOUNDRY_LOG_LEVEL": "warning", **NO_ADMISSION_BY_LAG, "FOUNDRY_MAX_STREAMS": "100000"}
     model = f"bench/chunks-{args.chunks}"
     results: dict = {"streams": args.streams, "chunks_per_stream": args.chunks, "concurrency": args.concurrency,
                      "rounds": args.rounds}

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.compare import serving  # noqa: E402
-from bench.run import body, cpu_seconds, emit, free_port, interleaved_ttft, run_streams  # noqa: E402
+from bench.run import NO_ADMISSION_BY_LAG, body, cpu_seconds, emit, free_port, interleaved_ttft, run_streams  # noqa: E402
 
 
 async def cpu_rounds(targets: dict[str, tuple[int, str]], model: str, total: int, concurrency: int,
@@ -58,7 +58,7 @@ async def main() -> dict:
     up, sink = free_port(), free_port()
     upstream_url = f"http://127.0.0.1:{up}/v1"
     providers = json.dumps([{"name": "bench", "base_url": upstream_url, "api_key_env": None}])
-    env = {"FOUNDRY_PROVIDERS": providers, "FOUNDRY_LOG_LEVEL": "warning", "FOUNDRY_MAX_STREAMS": "100000",
+    env = {"FOUNDRY_PROVIDERS": providers, "FOUNDRY_LOG_LEVEL": "warning", **NO_ADMISSION_BY_LAG, "FOUNDRY_MAX_STREAMS": "100000",
            "FOUNDRY_RECORDS": "off", "OTEL_EXPORTER_OTLP_ENDPOINT": "", "OTEL_TRACES_SAMPLER": "always_on"}
     traced = {**env, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink}", "OTEL_SERVICE_NAME": "bench",
               "OTEL_BSP_SCHEDULE_DELAY": "1000"}  # ms: batches every second (the SDK's default is 5)

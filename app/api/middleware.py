@@ -1,7 +1,10 @@
-"""Pure ASGI middleware: request id, body size limit, one log line and metrics per request.
+"""Pure ASGI middleware: request id, body size limit, one log line and metrics per request, and
+the `Server-Timing` header that says where the time to the first byte went.
 
 Pure ASGI (not BaseHTTPMiddleware) so streaming responses pass through untouched and the
-client's disconnect still reaches the SSE response.
+client's disconnect still reaches the SSE response. The middleware's `send` wrapper only has work
+at `http.response.start` (the status, the headers); a streamed response sends its body frames
+through `RequestLog.send`, the channel below this middleware, so no frame pays for the wrapper.
 """
 
 from __future__ import annotations
@@ -53,6 +56,22 @@ class RequestLog:
     """The run's trace id (app/tracing.py), when tracing is on and the request started a run."""
     refusal: dict[str, str] | None = None
     """Why the request was refused before any run (error code, field, scrubbed message)."""
+    send: Send | None = None
+    """The channel below the middleware: once the response started, its body may go straight there."""
+
+    def upstream_seconds(self, *, whole: bool) -> float | None:
+        """The provider's share of the time to the answer's first byte: its attempts' time to their
+        first content (or failure); for an answer that waited for the whole run (`whole`: a JSON
+        answer), also the run's time after its first content. None when no run opened."""
+        run = self.run
+        route = run.plan.route if run is not None else None
+        if run is None or route is None:
+            return None
+        seconds = sum(a.duration_ms for a in route.attempts if a.step == 1) / 1000
+        report = run.report
+        if whole and report is not None and report.ttft is not None:
+            seconds += report.duration - report.ttft
+        return seconds
 
     def refused(self, code: str | None, field: str | None, message: str) -> None:
         """Explain a refusal in the log line: its code, field and message, scrubbed of secrets."""
@@ -98,18 +117,16 @@ class RequestContextMiddleware:
             return
         started = time.perf_counter()
         request_id = _request_id(scope)
-        record = RequestLog(request_id=request_id, method=scope["method"], path=scope["path"])
+        record = RequestLog(request_id=request_id, method=scope["method"], path=scope["path"], send=send)
         scope.setdefault("state", {})["record"] = record
         status = 500
-        header = (b"x-request-id", request_id.encode())
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", []), header]
-                if record.trace_id is not None:
-                    message["headers"].append((b"x-trace-id", record.trace_id.encode()))
+                headers = message.get("headers", ())
+                message["headers"] = [*headers, *self._headers(record, started, scope, _streamed(headers))]
             await send(message)
 
         structlog.contextvars.bind_contextvars(request_id=request_id)
@@ -127,12 +144,37 @@ class RequestContextMiddleware:
             if trace_token is not None:
                 self.tracing.detach(trace_token)  # type: ignore[union-attr]
             structlog.contextvars.unbind_contextvars("request_id")
-            route = scope.get("route")
-            route_path = getattr(route, "path", None) or "unmatched"
-            self.metrics.requests.labels(route_path, scope["method"], str(status)).inc()
-            if route_path != "/metrics" and not route_path.endswith("z"):
-                self.log.info("request", **record.fields(), status=status,
-                              duration_ms=round((time.perf_counter() - started) * 1000, 3))
+            self._done(scope, record, status, started)
+
+    def _headers(self, record: RequestLog, started: float, scope: Scope,
+                 streamed: bool) -> list[tuple[bytes, bytes]]:
+        """The headers the middleware adds to every answer: its request id, its trace id, and the
+        Server-Timing split of its time to the first byte (observed in metrics too)."""
+        first_byte = time.perf_counter() - started
+        upstream = record.upstream_seconds(whole=not streamed)
+        route = getattr(scope.get("route"), "path", None) or "unmatched"
+        timing = self.metrics.first_byte
+        if upstream is None:
+            timing.labels(route, "gateway").observe(first_byte)
+            server_timing = b"gateway;dur=%.3f" % (first_byte * 1000)
+        else:
+            upstream = min(upstream, first_byte)
+            timing.labels(route, "gateway").observe(first_byte - upstream)
+            timing.labels(route, "upstream").observe(upstream)
+            server_timing = b"gateway;dur=%.3f, upstream;dur=%.3f" % ((first_byte - upstream) * 1000, upstream * 1000)
+        headers = [(b"x-request-id", record.request_id.encode()), (b"server-timing", server_timing)]
+        if record.trace_id is not None:
+            headers.append((b"x-trace-id", record.trace_id.encode()))
+        return headers
+
+    def _done(self, scope: Scope, record: RequestLog, status: int, started: float) -> None:
+        """The request's metrics and its log line."""
+        route = scope.get("route")
+        route_path = getattr(route, "path", None) or "unmatched"
+        self.metrics.requests.labels(route_path, scope["method"], str(status)).inc()
+        if route_path != "/metrics" and not route_path.endswith("z"):
+            self.log.info("request", **record.fields(), status=status,
+                          duration_ms=round((time.perf_counter() - started) * 1000, 3))
 
     async def _limited_body(self, scope: Scope, receive: Receive, send: Send) -> Receive | None:
         """Read the body up to the limit; answer 413 (and return None) past it."""
@@ -157,6 +199,11 @@ class RequestContextMiddleware:
                 break
         scope["state"]["body_bytes"] = size  # the media check holds the rest of the body to the base limit
         return _replay([{"type": "http.request", "body": b"".join(chunks), "more_body": False}], receive)
+
+
+def _streamed(headers: Any) -> bool:
+    """Whether an answer streams (SSE): it starts before its run ends."""
+    return any(name == b"content-type" and value.startswith(b"text/event-stream") for name, value in headers)
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:

@@ -15,6 +15,9 @@ Deliberate choices, numbered as sse-starlette does:
    notes when the count last moved.
 3. No lock around sends: a ping is one complete frame and only goes out when nothing was sent
    for a whole interval; uvicorn refuses (and we ignore) a ping that loses the race with the end.
+4. Once `http.response.start` went through every layer, the body frames go through the channel
+   below the gateway's middleware (`RequestLog.send`, app/api/middleware.py): the wrappers above
+   it (the middleware's, Starlette's exception handling) have work only at the start.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
+
+from app.api.middleware import RequestLog
 
 __all__ = ["SSEResponse", "disconnected"]
 
@@ -57,7 +62,9 @@ class SSEResponse(StreamingResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = _State()
-        sender = asyncio.get_running_loop().create_task(self._send(send, state))
+        record = scope.get("state", {}).get("record")
+        body = record.send if isinstance(record, RequestLog) and record.send is not None else send
+        sender = asyncio.get_running_loop().create_task(self._send(send, body, state))
         try:
             gone = await self._watch(receive, send, sender, state)
         finally:
@@ -76,8 +83,10 @@ class SSEResponse(StreamingResponse):
         if failure is not None:
             raise failure
 
-    async def _send(self, send: Send, state: _State) -> None:
+    async def _send(self, send: Send, body: Send, state: _State) -> None:
+        """The start through every layer (`send`), then the frames through `body` (point 4)."""
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        send = body
         retry = b"retry: %d\n\n" % self.retry_ms if self.retry_ms is not None else b""
         async for chunk in self.frames:
             state.sending = True  # no clock per frame: the watcher samples these (point 2)

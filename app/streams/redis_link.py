@@ -20,11 +20,13 @@ from redis.exceptions import RedisError
 
 from app.core.errors import ErrorData
 from app.core.events import STOP_REASON_FOR_STATUS, AssistantMessage, FinalEvent, Usage
+from app.lifecycle import LoopLag
 from app.redis_client import connect
 from app.streams.errors import ClaimHook, StoreUnavailable
 from app.streams.frames import encode_frame
 
-__all__ = ["END", "FIRST", "FRAMES", "REDIS_ERRORS", "Keys", "RedisLink", "StoreObserver", "final_frame"]
+__all__ = ["END", "FIRST", "FRAMES", "LAG_ALLOWANCE", "REDIS_ERRORS", "Keys", "RedisLink", "StoreObserver",
+           "final_frame"]
 
 StoreObserver = Callable[[str, str, float, bool], None]
 """(store, operation, seconds, failed): the metrics hook."""
@@ -33,6 +35,9 @@ FRAMES, FIRST, END = b"f", b"s", b"e"
 """The fields of a stream entry: its frames, the id of its first event, and the mark of the final."""
 REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 """What a Redis that cannot answer raises."""
+LAG_ALLOWANCE = 8.0
+"""A reply waited for while our own event loop lags gets more time (`Timed`), up to this many times
+its bound in all."""
 
 _log = structlog.get_logger("foundry.streams")
 
@@ -75,10 +80,12 @@ class RedisLink:
         self.lease_ms = max(100, int(lease_seconds * 1000))
         self.block_ms = max(50, min(1000, self.lease_ms // 4))
         self.timeout = timeout
-        # Short socket timeouts, so an unreachable Redis fails a request at once instead of hanging
-        # it; one Redis or a cluster, by the URL's scheme (app/redis_client.py).
-        self.client = connect(url, socket_timeout=max(timeout, self.block_ms / 1000 + timeout),
-                              socket_connect_timeout=timeout)
+        # One Redis or a cluster, by the URL's scheme (app/redis_client.py). The bound a request
+        # waits on is `Timed`'s, which forgives our own loop's lag; the socket's own timeouts are only
+        # the backstop past that allowance (redis-py's would judge a connect or a read that is late
+        # on a busy loop as a dead Redis).
+        backstop = LAG_ALLOWANCE * max(2 * timeout, self.block_ms / 1000 + timeout)
+        self.client = connect(url, socket_timeout=backstop, socket_connect_timeout=backstop)
         self._claim = self.client.register_script(_CLAIM)
         self._failed_at = time.monotonic()  # a replica starting has seen nothing of the leases yet
         self._trouble_at = float("-inf")  # when Redis last failed or lost its state
@@ -179,19 +186,36 @@ class RedisLink:
 
 
 class Timed:
-    """Times one store operation (bounded by the store's timeout) and reports it to the observer."""
+    """Times one store operation and reports it to the observer. Bounded by twice the store's
+    timeout, judged with the event loop's lag (`LoopLag`): while our own loop runs late, a reply
+    that arrived in time may not have been read yet, and that is not a Redis failure, so a lagging
+    loop gets the bound again, one late wake-up at a time, up to LAG_ALLOWANCE times the bound in
+    all. The bound is judged one loop turn after it passes, so a reply read in that turn counts."""
 
-    __slots__ = ("link", "op", "started", "timeout")
+    __slots__ = ("link", "op", "started", "timeout", "_lag", "_begin", "_handle")
 
     def __init__(self, link: RedisLink, op: str) -> None:
         self.link, self.op = link, op
 
     async def __aenter__(self) -> None:
         self.started = time.perf_counter()
-        self.timeout = asyncio.timeout(self.link.timeout * 2)
+        loop = asyncio.get_running_loop()
+        self._begin = loop.time()
+        self._lag = LoopLag.of(loop)
+        self.timeout = asyncio.timeout(None)
         await self.timeout.__aenter__()
+        self._handle = loop.call_at(self._begin + self.link.timeout * 2, self._judge, loop)
+
+    def _judge(self, loop: asyncio.AbstractEventLoop) -> None:
+        now, lag = loop.time(), self._lag
+        late = lag.current if lag is not None and lag.current > lag.interval else 0.0
+        if late and now < self._begin + LAG_ALLOWANCE * self.link.timeout * 2:
+            self._handle = loop.call_at(now + late, self._judge, loop)
+        else:
+            self.timeout.reschedule(now)  # expires after what this loop turn already woke
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._handle.cancel()
         try:
             await self.timeout.__aexit__(exc_type, exc, tb)
         finally:
