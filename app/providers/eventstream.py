@@ -1,0 +1,189 @@
+"""The AWS event-stream framing (`application/vnd.amazon.eventstream`), decoded incrementally.
+
+Bedrock's `ConverseStream` and `InvokeModelWithResponseStream` answer in binary frames: a 12-byte
+prelude (total length, headers length, prelude CRC32), headers, the payload and a CRC32 of the
+whole message. Decoding is botocore's own `EventStreamBuffer` (its public `botocore.eventstream`
+module: it checks both CRCs and refuses headers past 128 KiB); this module adds what the gateway
+needs of every decoder (DESIGN.md section 4):
+1. Bounded: bytes waiting for a frame to complete may not pass `max_frame_bytes`, so a frame that
+   declares 20 MiB (botocore accepts payloads up to 24 MiB) ends the stream once the limit is
+   passed, not when 20 MiB are held. Frames in one read are counted as well (`max_frames`).
+2. Typed: a frame becomes `EventFrame` (event type, message type, exception type, payload bytes):
+   the normalizers read only that, never botocore's classes.
+3. Errors are `EventStreamError` (a ValueError), whatever botocore raised: a bad CRC, a header
+   type it does not know, a length out of range.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from botocore.eventstream import EventStreamBuffer, ParserError
+
+from app.core.errors import GatewayError, UpstreamError
+from app.core.patches import Patch, Relay
+from app.providers.base import mid_stream_errors
+from app.providers.config import DEFAULT_LIMITS, ReadLimits
+
+__all__ = ["MAX_FRAME_BYTES", "EventFrame", "EventStreamDecoder", "EventStreamError", "EventStreamPatchStream",
+           "FrameNormalizer"]
+
+MAX_FRAME_BYTES = 1 << 20
+MAX_FRAMES_PER_READ = 100_000
+
+
+class EventStreamError(ValueError):
+    """A frame that fails its checks, or one past the decoder's bounds."""
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class EventFrame:
+    """One decoded frame: `message_type` is `event`, `exception` or `error`."""
+
+    event_type: str
+    message_type: str
+    payload: bytes
+    exception_type: str | None = None
+    error_code: str | None = None
+    """`:error-code` of an `error` message (a failure the service reports outside the model's events)."""
+    error_message: str | None = None
+    raw: bytes = b""
+    """The frame's bytes as sent (for a route that relays it), only when asked for."""
+
+
+class EventStreamDecoder:
+    """`feed(bytes) -> [EventFrame]` and `flush()` at the end of the body, no I/O."""
+
+    __slots__ = ("_buffer", "_pending", "_max_frame", "_max_frames", "_keep_raw", "_raw")
+
+    def __init__(self, *, max_frame_bytes: int = MAX_FRAME_BYTES, max_frames: int = MAX_FRAMES_PER_READ,
+                 keep_raw: bool = False) -> None:
+        self._buffer = EventStreamBuffer()
+        self._pending = 0
+        """Bytes fed that no decoded frame has consumed yet."""
+        self._max_frame = max_frame_bytes
+        self._max_frames = max_frames
+        self._keep_raw = keep_raw
+        self._raw = bytearray()
+
+    def feed(self, data: bytes) -> list[EventFrame]:
+        if not data:
+            return []
+        self._buffer.add_data(data)
+        self._pending += len(data)
+        if self._keep_raw:
+            self._raw += data
+        frames: list[EventFrame] = []
+        try:
+            for message in self._buffer:
+                size = message.prelude.total_length
+                self._pending -= size
+                frames.append(_frame(message.headers, message.payload, self._take_raw(size)))
+                if len(frames) > self._max_frames:
+                    raise EventStreamError(f"more than {self._max_frames} event-stream frames in one read")
+        except ParserError as exc:
+            raise EventStreamError(f"invalid event-stream frame: {type(exc).__name__}: {exc}") from None
+        if self._pending > self._max_frame:
+            raise EventStreamError(f"an event-stream frame past {self._max_frame} bytes")
+        return frames
+
+    def _take_raw(self, size: int) -> bytes:
+        if not self._keep_raw:
+            return b""
+        raw = bytes(self._raw[:size])
+        del self._raw[:size]
+        return raw
+
+    def flush(self) -> list[EventFrame]:
+        """The body ended: bytes of an unfinished frame are a truncated stream."""
+        if self._pending:
+            raise EventStreamError(f"the body ended inside an event-stream frame ({self._pending} bytes left)")
+        return []
+
+
+def _frame(headers: dict[str, object], payload: bytes, raw: bytes) -> EventFrame:
+    def text(name: str) -> str | None:
+        value = headers.get(name)
+        return value if isinstance(value, str) else None
+
+    return EventFrame(event_type=text(":event-type") or "", message_type=text(":message-type") or "event",
+                      payload=payload, exception_type=text(":exception-type"), error_code=text(":error-code"),
+                      error_message=text(":error-message"), raw=raw)
+
+
+class FrameNormalizer(Protocol):
+    """Event-stream frames -> patches (the StreamNormalizer contract, for frames)."""
+
+    def feed(self, frame: EventFrame, out: list[Patch]) -> None: ...
+
+    def finish(self, out: list[Patch]) -> None: ...
+
+
+class EventStreamPatchStream:
+    """An event-stream body, parsed once: bytes -> EventStreamDecoder -> normalizer -> patch batches
+    (one batch per upstream read); with `relay`, each frame also as a `Relay` patch of its bytes."""
+
+    __slots__ = ("_chunks", "_normalizer", "_close", "_provider", "_limits", "_relay", "_closed")
+
+    def __init__(self, chunks: AsyncIterator[bytes], normalizer: FrameNormalizer, *,
+                 close: Callable[[], Awaitable[None]], provider: str, limits: ReadLimits = DEFAULT_LIMITS,
+                 relay: bool = False) -> None:
+        self._chunks = chunks
+        self._normalizer = normalizer
+        self._close = close
+        self._provider = provider
+        self._limits = limits
+        self._relay = relay
+        self._closed = False
+
+    async def __aiter__(self) -> AsyncIterator[list[Patch]]:
+        decoder = EventStreamDecoder(max_frame_bytes=self._limits.max_event_bytes,
+                                     max_frames=self._limits.max_idle_lines, keep_raw=self._relay)
+        feed = self._normalizer.feed
+        try:
+            with mid_stream_errors(self._provider), self._protocol_errors():
+                async for chunk in self._chunks:
+                    out: list[Patch] = []
+                    try:
+                        for frame in decoder.feed(chunk):
+                            feed(frame, out)
+                            if self._relay:
+                                out.append(Relay(frame=frame.raw))
+                    except GatewayError:
+                        if out:
+                            yield out
+                        raise
+                    if out:
+                        yield out
+                    else:
+                        await asyncio.sleep(0)  # a read that completes no frame yields the loop
+                out = []
+                try:
+                    decoder.flush()
+                    self._normalizer.finish(out)
+                except GatewayError:
+                    if out:
+                        yield out
+                    raise
+                if out:
+                    yield out
+        finally:
+            await self.aclose()
+
+    @contextlib.contextmanager
+    def _protocol_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except EventStreamError as exc:
+            raise UpstreamError(f"{self._provider}: {exc}", code="upstream_protocol_error",
+                                provider=self._provider) from None
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with contextlib.suppress(Exception):
+                await self._close()

@@ -1,0 +1,45 @@
+"""The clouds' recordings (tests/fixtures/<cloud>/) and a driver for event-stream bodies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+
+from app.core.accumulator import Accumulator
+from app.core.events import StreamEvent
+from app.providers.base import drive
+from app.providers.eventstream import EventStreamPatchStream, FrameNormalizer
+from tests.support import Recording, run_sync
+
+CLOUD_FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def cloud_recordings(cloud: str, suffix: str = ".bin") -> list[Recording]:
+    """Every `<name><suffix>` under tests/fixtures/<cloud>/ with its `.expected.json`."""
+    out = []
+    for path in sorted((CLOUD_FIXTURES / cloud).glob(f"*{suffix}")):
+        name = path.name.removesuffix(suffix)
+        expected = json.loads((path.parent / f"{name}.expected.json").read_text())
+        out.append(Recording(cloud, name, path.read_bytes(), expected))
+    if not out:
+        raise RuntimeError(f"no recordings under {CLOUD_FIXTURES / cloud}")
+    return out
+
+
+def run_frames(chunks: Iterable[bytes], normalizer: FrameNormalizer, *, model: str = "m",
+               provider: str = "bedrock") -> tuple[list[StreamEvent], Accumulator]:
+    """Bytes through the production path: EventStreamPatchStream -> normalizer -> `drive()`."""
+    acc = Accumulator(model=model, provider=provider)
+    events: list[StreamEvent] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        for chunk in chunks:
+            yield chunk
+
+    async def nothing() -> None:
+        return None
+
+    stream = EventStreamPatchStream(body(), normalizer, close=nothing, provider=provider)
+    run_sync(drive(stream, acc, events))
+    return events, acc
