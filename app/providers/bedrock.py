@@ -5,8 +5,8 @@ signed with SigV4 (service `bedrock`, botocore's signer on botocore's credential
 cloud_auth.py); the answer is an AWS event stream (eventstream.py) read by the Converse
 normalizer (bedrock_stream.py). The endpoint is `https://bedrock-runtime.{region}.amazonaws.com`,
 or the override AWS tools read (`AWS_ENDPOINT_URL_BEDROCK_RUNTIME`, then `AWS_ENDPOINT_URL`, or
-the config file's): a VPC endpoint, a proxy, a fake. The model id goes in the path percent-encoded,
-so an inference-profile ARN (`arn:aws:bedrock:...:inference-profile/...`) is one path segment.
+the config file's): a VPC endpoint, a proxy, a fake. The model id goes in the path percent-encoded
+(but `:`), so an inference-profile ARN (`arn:aws:bedrock:...:inference-profile/...`) is one segment.
 """
 
 from __future__ import annotations
@@ -98,7 +98,9 @@ class BedrockAdapter(ProviderAdapter):
     def url(self, model: str, action: str) -> str:
         if not model:
             raise AdapterError("the model id is empty", field="model")
-        return f"{self.endpoint}/model/{quote(model, safe='')}/{action}"
+        # ':' stays as it is (a valid path character that HTTP clients send decoded anyway), '/' is
+        # encoded: the signed path must be the path sent, byte for byte (the fake cloud checks it).
+        return f"{self.endpoint}/model/{quote(model, safe=':')}/{action}"
 
     async def send(self, url: str, body: bytes, trace: Mapping[str, str] | None) -> httpx2.Response:
         """A signed streamed POST; an error answer raised as the gateway's error."""
