@@ -75,11 +75,11 @@ async def test_expiring_credentials_are_refreshed_before_signing() -> None:
 
     def refresh() -> dict[str, Any]:
         calls.append(1)
-        later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+        later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
         return {"access_key": AWS_KEYS.access_key, "secret_key": AWS_KEYS.secret_key, "token": AWS_KEYS.token,
                 "expiry_time": later.isoformat()}
 
-    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=30)
+    soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=30)
     stale = RefreshableCredentials.create_from_metadata(
         {"access_key": AWS_KEYS.access_key, "secret_key": "stale", "token": "stale", "expiry_time": soon.isoformat()},
         refresh_using=refresh, method="test")
