@@ -1,4 +1,4 @@
-"""Build the Bedrock recordings under tests/fixtures/bedrock/ from their event lists.
+"""Build the Bedrock recordings under tests/fixtures/bedrock*/ from their event lists.
 
 Each `<name>.events.json` lists the frames of one response as AWS documents them (ConverseStream
 events: https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_ConverseStream.html,
@@ -6,6 +6,11 @@ exception frames: `:message-type: exception`). This script writes `<name>.bin`, 
 byte for byte as the wire carries it (AWS event-stream frames, prelude and message CRC32 valid),
 and `<name>.expected.json`, the outcome read off the events (the shape of shared/fixtures'
 expected files). Run it after editing an event list: `python scripts/build_cloud_fixtures.py`.
+
+tests/fixtures/bedrock-invoke/ holds Claude on Bedrock (`InvokeModelWithResponseStream`): every
+Anthropic recording of shared/fixtures/anthropic with each SSE event's data, byte for byte, as the
+base64 `bytes` of one `chunk` frame (the expected outcome is the recording's own), and
+`<name>.events.json` lists of `{"chunk": <event>}` / `{"exception": ...}` entries for the rest.
 
 `encode_frame` is the small encoder: botocore ships only a decoder (the tests decode every file
 with botocore's own `EventStreamBuffer` to prove the frames valid).
@@ -101,6 +106,40 @@ def _is_json(text: str) -> bool:
     return True
 
 
+SHARED_ANTHROPIC = ROOT.parent.parent.parent / "shared" / "fixtures" / "anthropic"
+
+
+def chunk_frame(data: bytes, index: int) -> bytes:
+    """One Anthropic event's JSON (as sent) in a `chunk` frame; Bedrock pads payloads with `p`."""
+    body = {"bytes": base64.b64encode(data).decode(), "p": "abcdefghijklmnopqrstuvwxyz"[: index % 26]}
+    return encode_frame({":event-type": "chunk", ":content-type": "application/json", ":message-type": "event"},
+                        _payload(body))
+
+
+def build_invoke(folder: Path) -> list[Path]:
+    written = []
+    for sse in sorted(SHARED_ANTHROPIC.glob("*.sse")):
+        events = [block for block in sse.read_bytes().split(b"\n\n") if block.strip()]
+        datas = [b"\n".join(line[6:] for line in block.split(b"\n") if line.startswith(b"data: ")) for block in events]
+        (folder / f"{sse.stem}.bin").write_bytes(b"".join(chunk_frame(d, i) for i, d in enumerate(datas)))
+        expected = json.loads(sse.with_suffix(".expected.json").read_text())
+        expected["fixture"], expected["frames"] = f"{sse.stem}.bin", len(datas)
+        (folder / f"{sse.stem}.expected.json").write_text(json.dumps(expected, indent=2, ensure_ascii=False) + "\n")
+        written.append(folder / f"{sse.stem}.bin")
+    for source in sorted(folder.glob("*.events.json")):
+        name = source.name.removesuffix(".events.json")
+        entries = json.loads(source.read_text())
+        (folder / f"{name}.bin").write_bytes(b"".join(frame_for(e) for e in entries))
+        errors = [{"exception_type": e["exception"], "message": e["payload"]["message"]} for e in entries if "exception" in e]
+        text = "".join(e["chunk"]["delta"].get("text", "") for e in entries
+                       if "chunk" in e and e["chunk"]["type"] == "content_block_delta")
+        expected = {"fixture": f"{name}.bin", "provider": "bedrock-invoke", "text": text, "errors": errors,
+                    "frames": len(entries)}
+        (folder / f"{name}.expected.json").write_text(json.dumps(expected, indent=2) + "\n")
+        written.append(folder / f"{name}.bin")
+    return written
+
+
 def build(folder: Path) -> list[Path]:
     written = []
     for source in sorted(folder.glob("*.events.json")):
@@ -114,5 +153,5 @@ def build(folder: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
-    for path in build(ROOT / "bedrock"):
+    for path in [*build(ROOT / "bedrock"), *build_invoke(ROOT / "bedrock-invoke")]:
         sys.stdout.write(f"{path.relative_to(ROOT.parent.parent)}\n")

@@ -9,7 +9,7 @@ from pathlib import Path
 from app.core.accumulator import Accumulator
 from app.core.events import StreamEvent
 from app.providers.base import drive
-from app.providers.eventstream import EventStreamPatchStream, FrameNormalizer
+from app.providers.eventstream import EventStreamPatchStream, FrameDecoder, FrameNormalizer
 from tests.support import Recording, run_sync
 
 CLOUD_FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -28,7 +28,7 @@ def cloud_recordings(cloud: str, suffix: str = ".bin") -> list[Recording]:
 
 
 def run_frames(chunks: Iterable[bytes], normalizer: FrameNormalizer, *, model: str = "m",
-               provider: str = "bedrock") -> tuple[list[StreamEvent], Accumulator]:
+               provider: str = "bedrock", decoder: FrameDecoder | None = None) -> tuple[list[StreamEvent], Accumulator]:
     """Bytes through the production path: EventStreamPatchStream -> normalizer -> `drive()`."""
     acc = Accumulator(model=model, provider=provider)
     events: list[StreamEvent] = []
@@ -40,6 +40,6 @@ def run_frames(chunks: Iterable[bytes], normalizer: FrameNormalizer, *, model: s
     async def nothing() -> None:
         return None
 
-    stream = EventStreamPatchStream(body(), normalizer, close=nothing, provider=provider)
+    stream = EventStreamPatchStream(body(), normalizer, close=nothing, provider=provider, decoder=decoder)
     run_sync(drive(stream, acc, events))
     return events, acc

@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from botocore.eventstream import EventStreamBuffer, ParserError
 
@@ -98,6 +98,10 @@ class EventStreamDecoder:
         del self._raw[:size]
         return raw
 
+    def encode(self, frame: EventFrame) -> bytes:
+        """The frame as sent (kept only with `keep_raw`)."""
+        return frame.raw
+
     def flush(self) -> list[EventFrame]:
         """The body ended: bytes of an unfinished frame are a truncated stream."""
         if self._pending:
@@ -116,22 +120,31 @@ def _frame(headers: dict[str, object], payload: bytes, raw: bytes) -> EventFrame
 
 
 class FrameNormalizer(Protocol):
-    """Event-stream frames -> patches (the StreamNormalizer contract, for frames)."""
+    """Decoded events -> patches (the StreamNormalizer contract, for any framing)."""
 
-    def feed(self, frame: EventFrame, out: list[Patch]) -> None: ...
+    def feed(self, frame: Any, out: list[Patch]) -> None: ...
 
     def finish(self, out: list[Patch]) -> None: ...
+
+
+class FrameDecoder(Protocol):
+    def feed(self, data: bytes) -> list[Any]: ...
+
+    def flush(self) -> list[Any]: ...
+
+    def encode(self, event: Any) -> bytes: ...
 
 
 class EventStreamPatchStream:
     """An event-stream body, parsed once: bytes -> EventStreamDecoder -> normalizer -> patch batches
     (one batch per upstream read); with `relay`, each frame also as a `Relay` patch of its bytes."""
 
-    __slots__ = ("_chunks", "_normalizer", "_close", "_provider", "_limits", "_relay", "_closed")
+    __slots__ = ("_chunks", "_normalizer", "_close", "_provider", "_limits", "_relay", "_closed", "_decoder")
 
     def __init__(self, chunks: AsyncIterator[bytes], normalizer: FrameNormalizer, *,
                  close: Callable[[], Awaitable[None]], provider: str, limits: ReadLimits = DEFAULT_LIMITS,
-                 relay: bool = False) -> None:
+                 relay: bool = False, decoder: FrameDecoder | None = None) -> None:
+        self._decoder = decoder
         self._chunks = chunks
         self._normalizer = normalizer
         self._close = close
@@ -141,8 +154,8 @@ class EventStreamPatchStream:
         self._closed = False
 
     async def __aiter__(self) -> AsyncIterator[list[Patch]]:
-        decoder = EventStreamDecoder(max_frame_bytes=self._limits.max_event_bytes,
-                                     max_frames=self._limits.max_idle_lines, keep_raw=self._relay)
+        decoder = self._decoder or EventStreamDecoder(max_frame_bytes=self._limits.max_event_bytes,
+                                                      max_frames=self._limits.max_idle_lines, keep_raw=self._relay)
         feed = self._normalizer.feed
         try:
             with mid_stream_errors(self._provider), self._protocol_errors():
@@ -152,7 +165,7 @@ class EventStreamPatchStream:
                         for frame in decoder.feed(chunk):
                             feed(frame, out)
                             if self._relay:
-                                out.append(Relay(frame=frame.raw))
+                                out.append(Relay(frame=decoder.encode(frame)))
                     except GatewayError:
                         if out:
                             yield out
@@ -163,7 +176,8 @@ class EventStreamPatchStream:
                         await asyncio.sleep(0)  # a read that completes no frame yields the loop
                 out = []
                 try:
-                    decoder.flush()
+                    for frame in decoder.flush():
+                        feed(frame, out)
                     self._normalizer.finish(out)
                 except GatewayError:
                     if out:
