@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from tests.upstream_fakes import paced
 
-__all__ = ["AWS_KEYS", "FakeBedrock", "Seen"]
+__all__ = ["AWS_KEYS", "FakeAzure", "FakeBedrock", "FakeGoogle", "Seen", "service_account", "sigv4_problem"]
 
 AWS_KEYS = Credentials("AKIDEXAMPLEFAKE00000", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "session-token-fake")
 
@@ -88,3 +88,96 @@ class FakeBedrock:
 
     def app(self) -> Starlette:
         return Starlette(routes=[Route("/model/{model:path}", self.handle, methods=["POST"])])
+
+
+def service_account(token_uri: str) -> tuple[dict[str, str], bytes]:
+    """A throwaway service-account file's content naming `token_uri`, and its public key (PEM)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    info = {"type": "service_account", "project_id": "fake-project", "private_key_id": "k1", "private_key": private,
+            "client_email": "gateway@fake-project.iam.gserviceaccount.com", "client_id": "1",
+            "token_uri": token_uri}
+    return info, public
+
+
+@dataclass
+class FakeGoogle:
+    """A token endpoint (`/token`) checking the service account's signed JWT assertion, and Vertex AI
+    (`/v1/...`) accepting only the bearer it issued. `public_key` is set by the test."""
+
+    replies: list[Any]
+    public_key: bytes = b""
+    client_email: str = "gateway@fake-project.iam.gserviceaccount.com"
+    issued: list[str] = field(default_factory=list)
+    seen: list[Seen] = field(default_factory=list)
+    refused: int = 0
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def token(self, request: Request) -> Response:
+        from google.auth import jwt
+
+        form = await request.form()
+        try:
+            # google-auth signs for Google's token audience wherever `token_uri` sends the assertion
+            claims = jwt.decode(str(form["assertion"]), certs=self.public_key,
+                                audience="https://oauth2.googleapis.com/token")
+        except (ValueError, KeyError) as exc:
+            return JSONResponse({"error": "invalid_grant", "error_description": str(exc)[:80]}, status_code=400)
+        if claims.get("iss") != self.client_email or "cloud-platform" not in str(claims.get("scope")):
+            return JSONResponse({"error": "invalid_scope"}, status_code=400)
+        token = f"ya29.fake-{len(self.issued)}"
+        self.issued.append(token)
+        return JSONResponse({"access_token": token, "expires_in": 3600, "token_type": "Bearer"})
+
+    async def vertex(self, request: Request) -> Response:
+        body = await request.body()
+        bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
+        if bearer not in self.issued:
+            self.refused += 1
+            return JSONResponse({"error": {"code": 401, "message": "Request had invalid authentication credentials.",
+                                           "status": "UNAUTHENTICATED"}}, status_code=401)
+        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        self.seen.append(Seen(path, dict(request.headers), json.loads(body)))
+        reply = self.replies.pop(0)
+        if isinstance(reply, tuple):
+            status, payload, headers = reply
+            return JSONResponse(payload, status_code=status, headers=headers)
+        return StreamingResponse(paced(reply, step=97, hold=False, closed=self.closed), media_type="text/event-stream")
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/token", self.token, methods=["POST"]),
+                                 Route("/v1/{rest:path}", self.vertex, methods=["POST"])])
+
+
+@dataclass
+class FakeAzure:
+    """Azure OpenAI accepting only `api-key: <key>` or `Authorization: Bearer <token>`."""
+
+    replies: list[Any]
+    key: str = "azure-fake-key-0000"
+    token: str = "entra-fake-token-0000"
+    seen: list[Seen] = field(default_factory=list)
+    refused: int = 0
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, request: Request) -> Response:
+        body = await request.body()
+        if request.headers.get("api-key") != self.key and request.headers.get("authorization") != f"Bearer {self.token}":
+            self.refused += 1
+            return JSONResponse({"error": {"code": "401", "message": "Access denied due to invalid subscription key "
+                                           "or wrong API endpoint."}}, status_code=401)
+        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        self.seen.append(Seen(path, dict(request.headers), json.loads(body)))
+        reply = self.replies.pop(0)
+        if isinstance(reply, tuple):
+            status, payload, headers = reply
+            return JSONResponse(payload, status_code=status, headers=headers)
+        return StreamingResponse(paced(reply, step=97, hold=False, closed=self.closed), media_type="text/event-stream")
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/openai/{rest:path}", self.handle, methods=["POST"])])
