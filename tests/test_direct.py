@@ -58,10 +58,10 @@ def _adapters(kind: str, url: str) -> tuple[ProviderAdapter, ProviderAdapter]:
         direct = build_openai(config, {})["up"]
         return direct, OpenAIAdapter(direct._client, name="up", max_tokens_field="max_tokens")
     if kind == "responses":
-        config = ProviderConfig(openai_api_key=SecretStr("sk-direct-test"), openai_base_url=f"{url}/v1")
+        config = ProviderConfig(values={"openai_api_key": SecretStr("sk-direct-test"), "openai_base_url": f"{url}/v1"})
         direct = build_openai_responses(config, {})["openai-responses"]
         return direct, OpenAIResponsesAdapter(direct._client)
-    config = ProviderConfig(anthropic_api_key=SecretStr("sk-ant-direct-test"), anthropic_base_url=url)
+    config = ProviderConfig(values={"anthropic_api_key": SecretStr("sk-ant-direct-test"), "anthropic_base_url": url})
     direct = build_anthropic(config, {})["anthropic"]
     return direct, AnthropicAdapter(direct._client)
 

@@ -41,7 +41,7 @@ def recorder() -> RawUpstream:
 
 def adapters(base: str) -> tuple[Any, GeminiAdapter]:
     """(built by the gateway: on the wire, the same client injected: through `send`)."""
-    wired: Any = build_gemini(ProviderConfig(gemini_api_key=SecretStr(KEY), gemini_base_url=base), {})["gemini"]
+    wired: Any = build_gemini(ProviderConfig(values={"gemini_api_key": SecretStr(KEY), "gemini_base_url": base}), {})["gemini"]
     return wired, GeminiAdapter(wired._client, api_key=KEY, base_url=base)
 
 
@@ -164,7 +164,7 @@ async def test_an_endless_error_body_is_read_only_in_part() -> None:
 
     upstream = RawUpstream(endless)
     async with upstream.running(path="") as base:
-        config = ProviderConfig(gemini_api_key=SecretStr(KEY), gemini_base_url=base, read_timeout=30,
+        config = ProviderConfig(values={"gemini_api_key": SecretStr(KEY), "gemini_base_url": base}, read_timeout=30,
                                 limits=ReadLimits(max_body_bytes=1 << 16))
         adapter: Any = build_gemini(config, {})["gemini"]
         try:

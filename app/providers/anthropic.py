@@ -33,7 +33,7 @@ from app.providers.anthropic_convert import (
     tool_specs_to_anthropic,
 )
 from app.providers.anthropic_stream import AnthropicNormalizer
-from app.providers.base import ProviderAdapter, ProviderRequest, SSEPatchStream, raw_stream, sse_body
+from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, raw_stream, sse_body
 from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, status_error, transport_error
 from app.providers.http import anthropic_http_client, upstream_timeout
@@ -134,7 +134,7 @@ class AnthropicAdapter(ProviderAdapter):
                                 code="upstream_protocol_error", provider=self.name)
         return count
 
-    async def open_stream(self, request: ProviderRequest) -> SSEPatchStream:
+    async def open_stream(self, request: ProviderRequest) -> PatchStream:
         """Send the request; raise GatewayError for anything known before the body starts.
 
         Through the SDK (auth, base URL, retries before the response, typed errors) by its
@@ -165,14 +165,16 @@ def build_anthropic(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[
     client = clients.get("anthropic")
     if client is not None:
         return {"anthropic": AnthropicAdapter(client, limits=config.limits)}
-    if config.anthropic_api_key is None:
+    key = config.secret("anthropic_api_key")
+    if key is None:
         return {}
     client = anthropic.AsyncAnthropic(
-        api_key=config.anthropic_api_key.get_secret_value(),
-        base_url=config.anthropic_base_url,
+        api_key=key,
+        base_url=config.secret("anthropic_base_url"),
         max_retries=config.max_retries,  # only before a response starts: no duplicate output
         timeout=upstream_timeout(connect=config.connect_timeout, read=config.read_timeout),
         http_client=anthropic_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
                                           max_body_bytes=config.limits.max_body_bytes),
     )
     return {"anthropic": AnthropicAdapter(client, owns_client=True, limits=config.limits)}
+

@@ -345,16 +345,18 @@ class GeminiAdapter(ProviderAdapter):
 def build_gemini(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
     """`gemini` from an injected clients["gemini"] (an httpx2.AsyncClient), else from
     GEMINI_API_KEY / GOOGLE_API_KEY and GEMINI_BASE_URL with a client of its own."""
-    key = config.gemini_api_key.get_secret_value() if config.gemini_api_key else None
+    key = config.secret("gemini_api_key")
+    base_url = config.secret("gemini_base_url")
     client = clients.get("gemini")
     if client is not None:
         if not isinstance(client, httpx2.AsyncClient):
             raise TypeError(f"clients['gemini'] must be an httpx2.AsyncClient, got {type(client).__name__}")
-        return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url, limits=config.limits)}
+        return {"gemini": GeminiAdapter(client, api_key=key, base_url=base_url, limits=config.limits)}
     if not key:
         return {}
     # app/routing retries, counting each attempt once; redirects are not followed (http.py).
     client = gemini_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
                                 max_body_bytes=config.limits.max_body_bytes)
-    return {"gemini": GeminiAdapter(client, api_key=key, base_url=config.gemini_base_url, owns_client=True,
+    return {"gemini": GeminiAdapter(client, api_key=key, base_url=base_url, owns_client=True,
                                     limits=config.limits)}
+

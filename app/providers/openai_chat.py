@@ -294,11 +294,11 @@ def build_openai(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
     """
     adapters: dict[str, ProviderAdapter] = {}
     client = clients.get("openai")
-    key = config.openai_api_key.get_secret_value() if config.openai_api_key else ""
+    key = config.secret("openai_api_key")
     if client is not None:
         adapters["openai"] = OpenAIAdapter(client, name="openai", limits=config.limits)
     elif key:
-        client = make_client(api_key=key, base_url=config.openai_base_url or OPENAI_BASE_URL, config=config)
+        client = make_client(api_key=key, base_url=config.secret("openai_base_url") or OPENAI_BASE_URL, config=config)
         adapters["openai"] = OpenAIAdapter(client, name="openai", owns_client=True, limits=config.limits)
     for provider in config.compatible:
         # Compatible servers know max_tokens; max_completion_tokens is OpenAI's newer name.
@@ -314,3 +314,4 @@ def build_openai(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
         client = make_client(api_key=key or _NO_KEY, base_url=provider.base_url, config=config)
         adapters[provider.name] = OpenAIAdapter(client, owns_client=True, **options)
     return adapters
+

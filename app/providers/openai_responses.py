@@ -235,8 +235,9 @@ def build_openai_responses(config: ProviderConfig, clients: Mapping[str, Any]) -
     client = clients.get(PROVIDER) or clients.get("openai")
     if client is not None:
         return {PROVIDER: OpenAIResponsesAdapter(client, limits=config.limits)}
-    if config.openai_api_key is None or not config.openai_api_key.get_secret_value():
+    key = config.secret("openai_api_key")
+    if key is None:
         return {}
-    client = make_client(api_key=config.openai_api_key.get_secret_value(),
-                         base_url=config.openai_base_url or OPENAI_BASE_URL, config=config)
+    client = make_client(api_key=key, base_url=config.secret("openai_base_url") or OPENAI_BASE_URL, config=config)
     return {PROVIDER: OpenAIResponsesAdapter(client, owns_client=True, limits=config.limits)}
+
