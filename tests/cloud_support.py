@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
+from typing import Any
 
 from app.core.accumulator import Accumulator
 from app.core.events import StreamEvent
 from app.providers.base import drive
-from app.providers.eventstream import EventStreamPatchStream, FrameDecoder, FrameNormalizer
+from app.providers.eventstream import EventStreamDecoder
+from app.providers.framing import FrameDecoder, FramePatchStream, StreamNormalizer
 from tests.support import Recording, run_sync
 
 CLOUD_FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -27,9 +29,11 @@ def cloud_recordings(cloud: str, suffix: str = ".bin") -> list[Recording]:
     return out
 
 
-def run_frames(chunks: Iterable[bytes], normalizer: FrameNormalizer, *, model: str = "m",
-               provider: str = "bedrock", decoder: FrameDecoder | None = None) -> tuple[list[StreamEvent], Accumulator]:
-    """Bytes through the production path: EventStreamPatchStream -> normalizer -> `drive()`."""
+def run_frames(chunks: Iterable[bytes], normalizer: StreamNormalizer[Any], *, model: str = "m",
+               provider: str = "bedrock", decoder: FrameDecoder[Any] | None = None,
+               ) -> tuple[list[StreamEvent], Accumulator]:
+    """Bytes through the production path: FramePatchStream (an event-stream decoder unless
+    another is given) -> normalizer -> `drive()`."""
     acc = Accumulator(model=model, provider=provider)
     events: list[StreamEvent] = []
 
@@ -40,6 +44,7 @@ def run_frames(chunks: Iterable[bytes], normalizer: FrameNormalizer, *, model: s
     async def nothing() -> None:
         return None
 
-    stream = EventStreamPatchStream(body(), normalizer, close=nothing, provider=provider, decoder=decoder)
+    stream = FramePatchStream(body(), normalizer, close=nothing, provider=provider,
+                              decoder=decoder or EventStreamDecoder())
     run_sync(drive(stream, acc, events))
     return events, acc

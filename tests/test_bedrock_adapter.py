@@ -12,10 +12,10 @@ from botocore.credentials import Credentials, RefreshableCredentials
 from app.core.errors import GatewayError
 from app.core.events import FinalEvent
 from app.core.messages import Message, ToolSpec
-from app.providers.base import ProviderRequest
-from app.providers.bedrock import BedrockAdapter
+from app.providers.base import ProviderAdapter, ProviderRequest
+from app.providers.bedrock import build_bedrock
 from app.providers.cloud_auth import AwsSigner
-from app.providers.http import gemini_http_client
+from app.providers.config import ProviderConfig
 from tests.cloud_fakes import AWS_KEYS, FakeBedrock
 from tests.cloud_support import cloud_recordings
 from tests.support import serve
@@ -30,15 +30,15 @@ ASK = ProviderRequest(model=MODEL, messages=(Message(role="system", content="Be 
                       max_tokens=200, temperature=0.2, stop=("END",))
 
 
-async def _adapter(fake: FakeBedrock, credentials: Credentials = AWS_KEYS) -> AsyncIterator[BedrockAdapter]:
+async def _adapter(fake: FakeBedrock, credentials: Credentials = AWS_KEYS) -> AsyncIterator[ProviderAdapter]:
     async with serve(fake.app()) as url:
-        adapter = BedrockAdapter(gemini_http_client(connect_timeout=5, read_timeout=10),
-                                 signer=AwsSigner(region="us-east-1", credentials=credentials), endpoint=url,
-                                 owns_client=True)
+        config = ProviderConfig(values={"aws_region": "us-east-1", "bedrock_endpoint_url": url})
+        adapter = build_bedrock(config, {"bedrock-signer": AwsSigner(region="us-east-1", credentials=credentials)})[
+            "bedrock"]
         try:
             yield adapter
         finally:
-            await adapter.aclose()
+            await adapter.aclose()  # type: ignore[attr-defined]
 
 
 async def test_a_signed_converse_stream_with_parallel_tool_calls() -> None:

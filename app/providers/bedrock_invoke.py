@@ -55,7 +55,7 @@ class InvokeStreamDecoder:
     __slots__ = ("_frames",)
 
     def __init__(self, limits: ReadLimits = DEFAULT_LIMITS) -> None:
-        self._frames = EventStreamDecoder(max_frame_bytes=limits.max_event_bytes, max_frames=limits.max_idle_lines)
+        self._frames = EventStreamDecoder.bounded(limits)
 
     @classmethod
     def bounded(cls, limits: ReadLimits) -> InvokeStreamDecoder:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +26,9 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, ReadOnlyCredentials, RefreshableCredentials
 from botocore.session import Session as BotocoreSession
 
-__all__ = ["AZURE_SCOPE", "GOOGLE_SCOPE", "AwsSigner", "AzureBearer", "GoogleBearer"]
+from app.providers.cloud import CloudRequest
+
+__all__ = ["AZURE_SCOPE", "GOOGLE_SCOPE", "ApiKeyHeader", "AwsSigner", "AzureBearer", "GoogleBearer"]
 
 GOOGLE_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 AZURE_SCOPE = "https://cognitiveservices.azure.com/.default"
@@ -56,13 +57,13 @@ class AwsSigner:
             return await asyncio.to_thread(creds.get_frozen_credentials)
         return creds.get_frozen_credentials()
 
-    async def sign(self, url: str, body: bytes, headers: Mapping[str, str]) -> dict[str, str]:
-        """The headers of a signed `POST url` (Authorization, X-Amz-Date, the session token)."""
+    async def apply(self, request: CloudRequest) -> None:
+        """Sign the final request: Authorization, X-Amz-Date and the session token added."""
         frozen = await self.frozen()
-        request = AWSRequest(method="POST", url=url, data=body, headers=dict(headers))
+        signed = AWSRequest(method="POST", url=request.url, data=request.body, headers=request.headers)
         SigV4Auth(Credentials(frozen.access_key, frozen.secret_key, frozen.token), self.service,
-                  self.region).add_auth(request)
-        return dict(request.headers.items())
+                  self.region).add_auth(signed)
+        request.headers = dict(signed.headers.items())
 
 
 @dataclass(slots=True, kw_only=True)
@@ -86,6 +87,9 @@ class GoogleBearer:
             return None
         return cls(credentials=credentials), project
 
+    async def apply(self, request: CloudRequest) -> None:
+        request.headers["authorization"] = f"Bearer {await self.token()}"
+
     async def token(self) -> str:
         creds = self.credentials
         if not creds.valid:  # missing, or within google-auth's refresh window of its expiry
@@ -104,6 +108,17 @@ class GoogleBearer:
 
 
 @dataclass(slots=True, kw_only=True)
+class ApiKeyHeader:
+    """A static key in a header (Azure OpenAI's `api-key`)."""
+
+    header: str
+    key: str
+
+    async def apply(self, request: CloudRequest) -> None:
+        request.headers[self.header] = self.key
+
+
+@dataclass(slots=True, kw_only=True)
 class AzureBearer:
     """An Entra ID token for Azure OpenAI from an azure-identity async credential."""
 
@@ -119,6 +134,9 @@ class AzureBearer:
         from azure.identity.aio import DefaultAzureCredential
 
         return cls(credential=DefaultAzureCredential())
+
+    async def apply(self, request: CloudRequest) -> None:
+        request.headers["authorization"] = f"Bearer {await self.token()}"
 
     async def token(self) -> str:
         if self._token is None or time.time() > self._expires - 300:

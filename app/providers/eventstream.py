@@ -10,34 +10,27 @@ needs of every decoder (DESIGN.md section 4):
    passed, not when 20 MiB are held. Frames in one read are counted as well (`max_frames`).
 2. Typed: a frame becomes `EventFrame` (event type, message type, exception type, payload bytes):
    the normalizers read only that, never botocore's classes.
-3. Errors are `EventStreamError` (a ValueError), whatever botocore raised: a bad CRC, a header
+3. Errors are `EventStreamError` (the framing seam's FrameLimitExceeded), whatever botocore raised: a bad CRC, a header
    type it does not know, a length out of range.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from botocore.eventstream import EventStreamBuffer, ParserError
 
-from app.core.errors import GatewayError, UpstreamError
-from app.core.patches import Patch, Relay
-from app.providers.base import mid_stream_errors
-from app.providers.config import DEFAULT_LIMITS, ReadLimits
+from app.providers.config import ReadLimits
+from app.providers.framing import FrameLimitExceeded
 
-__all__ = ["MAX_FRAME_BYTES", "EventFrame", "EventStreamDecoder", "EventStreamError", "EventStreamPatchStream",
-           "FrameNormalizer"]
+__all__ = ["MAX_FRAME_BYTES", "EventFrame", "EventStreamDecoder", "EventStreamError"]
 
 MAX_FRAME_BYTES = 1 << 20
 MAX_FRAMES_PER_READ = 100_000
 
 
-class EventStreamError(ValueError):
-    """A frame that fails its checks, or one past the decoder's bounds."""
+class EventStreamError(FrameLimitExceeded):
+    """A frame that fails its checks, or one past the decoder's bounds (`upstream_protocol_error`)."""
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -56,7 +49,8 @@ class EventFrame:
 
 
 class EventStreamDecoder:
-    """`feed(bytes) -> [EventFrame]` and `flush()` at the end of the body, no I/O."""
+    """`feed(bytes) -> [EventFrame]` and `flush()` at the end of the body, no I/O (a FrameDecoder,
+    app/providers/framing.py)."""
 
     __slots__ = ("_buffer", "_pending", "_max_frame", "_max_frames", "_keep_raw", "_raw")
 
@@ -69,6 +63,11 @@ class EventStreamDecoder:
         self._max_frames = max_frames
         self._keep_raw = keep_raw
         self._raw = bytearray()
+
+    @classmethod
+    def bounded(cls, limits: ReadLimits, *, keep_raw: bool = False) -> EventStreamDecoder:
+        """A decoder with the gateway's read limits: a frame's bytes `max_event_bytes`."""
+        return cls(max_frame_bytes=limits.max_event_bytes, max_frames=limits.max_idle_lines, keep_raw=keep_raw)
 
     def feed(self, data: bytes) -> list[EventFrame]:
         if not data:
@@ -118,86 +117,3 @@ def _frame(headers: dict[str, object], payload: bytes, raw: bytes) -> EventFrame
                       payload=payload, exception_type=text(":exception-type"), error_code=text(":error-code"),
                       error_message=text(":error-message"), raw=raw)
 
-
-class FrameNormalizer(Protocol):
-    """Decoded events -> patches (the StreamNormalizer contract, for any framing)."""
-
-    def feed(self, frame: Any, out: list[Patch]) -> None: ...
-
-    def finish(self, out: list[Patch]) -> None: ...
-
-
-class FrameDecoder(Protocol):
-    def feed(self, data: bytes) -> list[Any]: ...
-
-    def flush(self) -> list[Any]: ...
-
-    def encode(self, event: Any) -> bytes: ...
-
-
-class EventStreamPatchStream:
-    """An event-stream body, parsed once: bytes -> EventStreamDecoder -> normalizer -> patch batches
-    (one batch per upstream read); with `relay`, each frame also as a `Relay` patch of its bytes."""
-
-    __slots__ = ("_chunks", "_normalizer", "_close", "_provider", "_limits", "_relay", "_closed", "_decoder")
-
-    def __init__(self, chunks: AsyncIterator[bytes], normalizer: FrameNormalizer, *,
-                 close: Callable[[], Awaitable[None]], provider: str, limits: ReadLimits = DEFAULT_LIMITS,
-                 relay: bool = False, decoder: FrameDecoder | None = None) -> None:
-        self._decoder = decoder
-        self._chunks = chunks
-        self._normalizer = normalizer
-        self._close = close
-        self._provider = provider
-        self._limits = limits
-        self._relay = relay
-        self._closed = False
-
-    async def __aiter__(self) -> AsyncIterator[list[Patch]]:
-        decoder = self._decoder or EventStreamDecoder(max_frame_bytes=self._limits.max_event_bytes,
-                                                      max_frames=self._limits.max_idle_lines, keep_raw=self._relay)
-        feed = self._normalizer.feed
-        try:
-            with mid_stream_errors(self._provider), self._protocol_errors():
-                async for chunk in self._chunks:
-                    out: list[Patch] = []
-                    try:
-                        for frame in decoder.feed(chunk):
-                            feed(frame, out)
-                            if self._relay:
-                                out.append(Relay(frame=decoder.encode(frame)))
-                    except GatewayError:
-                        if out:
-                            yield out
-                        raise
-                    if out:
-                        yield out
-                    else:
-                        await asyncio.sleep(0)  # a read that completes no frame yields the loop
-                out = []
-                try:
-                    for frame in decoder.flush():
-                        feed(frame, out)
-                    self._normalizer.finish(out)
-                except GatewayError:
-                    if out:
-                        yield out
-                    raise
-                if out:
-                    yield out
-        finally:
-            await self.aclose()
-
-    @contextlib.contextmanager
-    def _protocol_errors(self) -> Iterator[None]:
-        try:
-            yield
-        except EventStreamError as exc:
-            raise UpstreamError(f"{self._provider}: {exc}", code="upstream_protocol_error",
-                                provider=self._provider) from None
-
-    async def aclose(self) -> None:
-        if not self._closed:
-            self._closed = True
-            with contextlib.suppress(Exception):
-                await self._close()
