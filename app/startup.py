@@ -48,6 +48,10 @@ def provider_statuses(settings: Settings, injected: frozenset[str] = frozenset()
     config = settings.provider_config()
     statuses = []
     for known in PROVIDERS:
+        if known.status is not None:
+            served, why = (True, "injected client") if known.name in injected else known.status(config)
+            statuses.append(ProviderStatus(name=known.name, served=served, why=why))
+            continue
         if not known.credentials:
             statuses.append(ProviderStatus(name=known.name, served=True, why="embedded"))
             continue

@@ -50,7 +50,7 @@ from app.core.patches import (
 from app.providers.errors import stream_error
 from app.providers.eventstream import EventFrame
 
-__all__ = ["EXCEPTION_STATUS", "STOP_REASON_MAP", "ConverseNormalizer", "exception_error"]
+__all__ = ["EXCEPTION_STATUS", "STOP_REASON_MAP", "ConverseNormalizer", "exception_error", "normalizer"]
 
 # https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_MessageStopEvent.html
 STOP_REASON_MAP: dict[str, StopReason] = {
@@ -249,3 +249,8 @@ class ConverseNormalizer:
         total = None if prompt is None and output is None else (prompt or 0) + (output or 0)
         return UsagePatch(input_tokens=prompt, output_tokens=output, total_tokens=total,
                           cache_read_tokens=read, cache_write_tokens=write)
+
+
+def normalizer(provider: str) -> ConverseNormalizer:
+    """A fresh normalizer for one response (its descriptor's `normalizer`)."""
+    return ConverseNormalizer(provider=provider)

@@ -10,6 +10,7 @@ and the docs' provider table read this list (docs/development.md, "Adding a prov
 from __future__ import annotations
 
 from app.providers.anthropic_spec import ANTHROPIC
+from app.providers.cloud_spec import AZURE, AZURE_RESPONSES, BEDROCK, VERTEX
 from app.providers.descriptor import ProviderDescriptor, SettingSpec
 from app.providers.gemini_spec import GEMINI
 from app.providers.mock_spec import MOCK
@@ -23,6 +24,10 @@ PROVIDERS: tuple[ProviderDescriptor, ...] = (
     OPENAI_RESPONSES,
     ANTHROPIC,
     GEMINI,
+    BEDROCK,
+    VERTEX,
+    AZURE,
+    AZURE_RESPONSES,
 )
 
 

@@ -78,7 +78,7 @@ class CloudAdapter(ProviderAdapter):
     """A cloud provider on an injected `httpx2.AsyncClient` (module docstring)."""
 
     def __init__(self, client: httpx2.AsyncClient, *, name: str, plan: Callable[[ProviderRequest, ReadLimits], CloudCall],
-                 auth: RequestAuth, error_answer: Callable[[int, Mapping[str, str], bytes, str], UpstreamError],
+                 auth: RequestAuth, error_answer: Callable[[int, Mapping[str, str], bytes, str], GatewayError],
                  wire_for: Callable[[str], Wire | None] = lambda model: None, owns_client: bool = False,
                  limits: ReadLimits = DEFAULT_LIMITS, closing: Callable[[], Any] | None = None) -> None:
         self.name = name

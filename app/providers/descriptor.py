@@ -118,5 +118,8 @@ class ProviderDescriptor:
     """The request builder of the gateway's own client (app/providers/upstream.py)."""
     auth: Callable[[ProviderConfig], RequestAuth | None] | None = None
     """The credentials hook (None: none needed, or carried in `request`'s headers)."""
+    status: Callable[[ProviderConfig], tuple[bool, str]] | None = None
+    """(config) -> (served, why) for a provider whose credentials are not one setting (a cloud's
+    credential chain): start-up lines and `config check` name what is missing."""
     error_answer: Callable[[int, Mapping[str, str], bytes, str], UpstreamError] | None = None
     """(status, headers, bounded body, provider) -> the gateway's error for an HTTP error answer."""
