@@ -26,4 +26,6 @@ ANTHROPIC = ProviderDescriptor(
     fixtures="anthropic",
     framing=lazy("app.providers.sse:SSEDecoder.bounded"),
     normalizer=lazy("app.providers.anthropic_stream:normalizer"),
+    request=lazy("app.providers.anthropic_wire:upstream_request"),
+    error_answer=lazy("app.providers.anthropic_wire:error_answer"),
 )

@@ -26,4 +26,6 @@ GEMINI = ProviderDescriptor(
     fixtures="gemini",
     framing=lazy("app.providers.sse:SSEDecoder.bounded"),
     normalizer=lazy("app.providers.gemini_stream:normalizer"),
+    request=lazy("app.providers.gemini:upstream_request"),
+    error_answer=lazy("app.providers.gemini:error_answer"),
 )

@@ -35,6 +35,7 @@ OPENAI = ProviderDescriptor(
     fixtures="openai-chat",
     framing=lazy("app.providers.sse:SSEDecoder.bounded"),
     normalizer=lazy("app.providers.openai_chat_stream:normalizer"),
+    error_answer=lazy("app.providers.openai_wire:error_answer"),
 )
 
 OPENAI_RESPONSES = ProviderDescriptor(
@@ -53,4 +54,5 @@ OPENAI_RESPONSES = ProviderDescriptor(
     fixtures="openai-responses",
     framing=lazy("app.providers.sse:SSEDecoder.bounded"),
     normalizer=lazy("app.providers.openai_responses_stream:normalizer"),
+    error_answer=lazy("app.providers.openai_wire:error_answer"),
 )
