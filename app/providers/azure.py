@@ -21,12 +21,12 @@ import orjson
 from app.core import safejson
 from app.core.errors import UpstreamBlocked, UpstreamError
 from app.providers.base import ProviderAdapter, ProviderRequest
-from app.providers.cloud import CloudAdapter, CloudCall, CloudRequest, RequestAuth
+from app.providers.cloud import CloudAdapter, CloudCall, Plan
 from app.providers.cloud_auth import ApiKeyHeader, AzureBearer
 from app.providers.cloud_urls import azure_url
 from app.providers.config import ProviderConfig, ReadLimits
+from app.providers.descriptor import RequestAuth, UpstreamRequest
 from app.providers.errors import status_error
-from app.providers.http import gemini_http_client
 from app.providers.openai_chat import stream_params
 from app.providers.openai_chat_stream import ChatChunkNormalizer
 from app.providers.openai_responses import responses_request
@@ -51,11 +51,11 @@ def _responses_wire(model: str) -> Wire | None:
 _WIRES: dict[Api, Any] = {"chat": _chat_wire, "responses": _responses_wire}
 
 
-def azure_plan(*, endpoint: str, api_version: str | None, api: Api) -> Any:
+def azure_plan(*, endpoint: str, api_version: str | None, api: Api, limits: ReadLimits) -> Plan:
     """The plan of one request (app/providers/cloud.py)."""
     provider = _NAMES[api]
 
-    def plan(request: ProviderRequest, limits: ReadLimits) -> CloudCall:
+    def plan(request: ProviderRequest) -> CloudCall:
         url = azure_url(endpoint, request.model, api=api, api_version=api_version)
         body: dict[str, Any]
         if api == "chat":
@@ -71,7 +71,7 @@ def azure_plan(*, endpoint: str, api_version: str | None, api: Api) -> Any:
             body = (passthrough.wire_body(request.model, request.options) if passthrough is not None
                     else responses_request(request))
             normalizer = ResponsesNormalizer(provider=provider)
-        return CloudCall(request=CloudRequest(url=url, body=orjson.dumps(body), headers={"content-type": "application/json"}),
+        return CloudCall(request=UpstreamRequest(url=url, body=orjson.dumps(body), headers={"content-type": "application/json"}),
                          decoder=SSEDecoder.bounded(limits), normalizer=normalizer,
                          relay=passthrough is not None and passthrough.relay)
 
@@ -104,15 +104,10 @@ def _build(config: ProviderConfig, clients: Mapping[str, Any], api: Api) -> dict
     key = config.secret("azure_openai_api_key")
     injected = clients.get("azure-auth")
     auth: RequestAuth = injected or (ApiKeyHeader(header="api-key", key=key) if key else AzureBearer.default())
-    client = clients.get(name)
-    owns = client is None
-    if client is None:
-        client = gemini_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
-                                    max_body_bytes=config.limits.max_body_bytes)
-    plan = azure_plan(endpoint=endpoint, api_version=config.secret("openai_api_version"), api=api)
+    plan = azure_plan(endpoint=endpoint, api_version=config.secret("openai_api_version"), api=api, limits=config.limits)
     closing = None if injected is not None else getattr(auth, "aclose", None)
-    return {name: CloudAdapter(client, name=name, plan=plan, auth=auth, error_answer=error_answer, wire_for=_WIRES[api],
-                               owns_client=owns, limits=config.limits, closing=closing)}
+    return {name: CloudAdapter(name=name, config=config, plan=plan, auth=auth, error_answer=error_answer,
+                               wire_for=_WIRES[api], session=clients.get(name), closing=closing)}
 
 
 def build_azure(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:

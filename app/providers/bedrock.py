@@ -28,12 +28,12 @@ from app.providers.base import ProviderAdapter, ProviderRequest
 from app.providers.bedrock_convert import converse_request
 from app.providers.bedrock_invoke import InvokeStreamDecoder, invoke_body
 from app.providers.bedrock_stream import EXCEPTION_STATUS, ConverseNormalizer
-from app.providers.cloud import CloudAdapter, CloudCall, CloudRequest
+from app.providers.cloud import CloudAdapter, CloudCall, Plan
 from app.providers.cloud_auth import AwsSigner
 from app.providers.config import ProviderConfig, ReadLimits
+from app.providers.descriptor import UpstreamRequest
 from app.providers.errors import status_error
 from app.providers.eventstream import EventStreamDecoder
-from app.providers.http import gemini_http_client
 from app.providers.passthrough import Wire, passthrough_for
 
 __all__ = ["bedrock_endpoint", "bedrock_plan", "build_bedrock", "error_answer", "is_claude"]
@@ -62,19 +62,19 @@ def model_url(endpoint: str, model: str, action: str) -> str:
     return f"{endpoint}/model/{quote(model, safe=':')}/{action}"
 
 
-def bedrock_plan(endpoint: str, provider: str = "bedrock") -> Any:
+def bedrock_plan(endpoint: str, limits: ReadLimits, provider: str = "bedrock") -> Plan:
     """The plan of one request (app/providers/cloud.py): Converse, or Anthropic's own body on invoke."""
 
-    def plan(request: ProviderRequest, limits: ReadLimits) -> CloudCall:
+    def plan(request: ProviderRequest) -> CloudCall:
         passthrough = passthrough_for(request.passthrough, "anthropic-messages")
         if passthrough is not None and is_claude(request.model):
             body = invoke_body(passthrough.wire_body(request.model, request.options))
-            return CloudCall(request=CloudRequest(url=model_url(endpoint, request.model, "invoke-with-response-stream"),
+            return CloudCall(request=UpstreamRequest(url=model_url(endpoint, request.model, "invoke-with-response-stream"),
                                                   body=orjson.dumps(body), headers=dict(_HEADERS)),
                              decoder=InvokeStreamDecoder(limits), normalizer=AnthropicNormalizer(),
                              relay=passthrough.relay)
         body = converse_request(request, provider=provider)
-        return CloudCall(request=CloudRequest(url=model_url(endpoint, request.model, "converse-stream"),
+        return CloudCall(request=UpstreamRequest(url=model_url(endpoint, request.model, "converse-stream"),
                                               body=orjson.dumps(body), headers=dict(_HEADERS)),
                          decoder=EventStreamDecoder.bounded(limits),
                          normalizer=ConverseNormalizer(provider=provider, model=request.model))
@@ -104,19 +104,14 @@ def error_answer(status: int, headers: Mapping[str, str], body: bytes, provider:
 
 def build_bedrock(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
     """`bedrock` when a region is set and botocore's chain finds credentials (or a signer is
-    injected as clients["bedrock-signer"]); clients["bedrock"] an httpx2.AsyncClient (tests)."""
+    injected as clients["bedrock-signer"]); clients["bedrock"] an aiohttp.ClientSession."""
     region = config.secret("aws_region")
     if region is None:
         return {}
     signer = clients.get("bedrock-signer") or AwsSigner.from_chain(region, profile=config.secret("aws_profile"))
     if signer is None:
         return {}
-    client = clients.get("bedrock")
-    owns = client is None
-    if client is None:
-        client = gemini_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
-                                    max_body_bytes=config.limits.max_body_bytes)
     endpoint = bedrock_endpoint(region, config.secret("bedrock_endpoint_url"))
-    return {"bedrock": CloudAdapter(client, name="bedrock", plan=bedrock_plan(endpoint), auth=signer,
-                                    error_answer=error_answer, wire_for=wire_for, owns_client=owns,
-                                    limits=config.limits)}
+    return {"bedrock": CloudAdapter(name="bedrock", config=config, plan=bedrock_plan(endpoint, config.limits),
+                                    auth=signer, error_answer=error_answer, wire_for=wire_for,
+                                    session=clients.get("bedrock"))}

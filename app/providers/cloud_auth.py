@@ -26,7 +26,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, ReadOnlyCredentials, RefreshableCredentials
 from botocore.session import Session as BotocoreSession
 
-from app.providers.cloud import CloudRequest
+from app.providers.descriptor import UpstreamRequest
 
 __all__ = ["AZURE_SCOPE", "GOOGLE_SCOPE", "ApiKeyHeader", "AwsSigner", "AzureBearer", "GoogleBearer"]
 
@@ -57,7 +57,7 @@ class AwsSigner:
             return await asyncio.to_thread(creds.get_frozen_credentials)
         return creds.get_frozen_credentials()
 
-    async def apply(self, request: CloudRequest) -> None:
+    async def apply(self, request: UpstreamRequest) -> None:
         """Sign the final request: Authorization, X-Amz-Date and the session token added."""
         frozen = await self.frozen()
         signed = AWSRequest(method="POST", url=request.url, data=request.body, headers=request.headers)
@@ -87,7 +87,7 @@ class GoogleBearer:
             return None
         return cls(credentials=credentials), project
 
-    async def apply(self, request: CloudRequest) -> None:
+    async def apply(self, request: UpstreamRequest) -> None:
         request.headers["authorization"] = f"Bearer {await self.token()}"
 
     async def token(self) -> str:
@@ -114,7 +114,7 @@ class ApiKeyHeader:
     header: str
     key: str
 
-    async def apply(self, request: CloudRequest) -> None:
+    async def apply(self, request: UpstreamRequest) -> None:
         request.headers[self.header] = self.key
 
 
@@ -135,7 +135,7 @@ class AzureBearer:
 
         return cls(credential=DefaultAzureCredential())
 
-    async def apply(self, request: CloudRequest) -> None:
+    async def apply(self, request: UpstreamRequest) -> None:
         request.headers["authorization"] = f"Bearer {await self.token()}"
 
     async def token(self) -> str:

@@ -21,13 +21,13 @@ from app.providers.anthropic_convert import build_anthropic_request
 from app.providers.anthropic_stream import AnthropicNormalizer
 from app.providers.base import ProviderAdapter, ProviderRequest
 from app.providers.bedrock_invoke import invoke_body
-from app.providers.cloud import CloudAdapter, CloudCall, CloudRequest
+from app.providers.cloud import CloudAdapter, CloudCall, Plan
 from app.providers.cloud_auth import GoogleBearer
 from app.providers.cloud_urls import is_vertex_claude, vertex_url
 from app.providers.config import ProviderConfig, ReadLimits
+from app.providers.descriptor import UpstreamRequest
 from app.providers.gemini import error_answer, gemini_request
 from app.providers.gemini_stream import GeminiNormalizer
-from app.providers.http import gemini_http_client
 from app.providers.passthrough import Wire, passthrough_for
 from app.providers.sse import SSEDecoder
 
@@ -41,21 +41,22 @@ def wire_for(model: str) -> Wire | None:
     return "anthropic-messages" if is_vertex_claude(model) else None
 
 
-def vertex_plan(*, project: str, location: str, base_url: str | None, provider: str = "vertex") -> Any:
+def vertex_plan(*, project: str, location: str, base_url: str | None, limits: ReadLimits,
+                provider: str = "vertex") -> Plan:
     """The plan of one request (app/providers/cloud.py)."""
 
-    def plan(request: ProviderRequest, limits: ReadLimits) -> CloudCall:
+    def plan(request: ProviderRequest) -> CloudCall:
         url = vertex_url(request.model, project=project, location=location, base_url=base_url)
         headers = {"content-type": "application/json"}
         if not is_vertex_claude(request.model):
             body = orjson.dumps(gemini_request(request, provider=provider))
-            return CloudCall(request=CloudRequest(url=url, body=body, headers=headers),
+            return CloudCall(request=UpstreamRequest(url=url, body=body, headers=headers),
                              decoder=SSEDecoder.bounded(limits), normalizer=GeminiNormalizer(provider=provider))
         passthrough = passthrough_for(request.passthrough, "anthropic-messages")
         wire = (passthrough.wire_body(request.model, request.options) if passthrough is not None
                 else build_anthropic_request(request, provider=provider))
         claude = {**invoke_body(wire, VERTEX_ANTHROPIC_VERSION), "stream": True}
-        return CloudCall(request=CloudRequest(url=url, body=orjson.dumps(claude), headers=headers),
+        return CloudCall(request=UpstreamRequest(url=url, body=orjson.dumps(claude), headers=headers),
                          decoder=SSEDecoder.bounded(limits), normalizer=AnthropicNormalizer(),
                          relay=passthrough is not None and passthrough.relay)
 
@@ -74,12 +75,7 @@ def build_vertex(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
         if found is None:
             return {}
         auth = found[0]
-    client = clients.get("vertex")
-    owns = client is None
-    if client is None:
-        client = gemini_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
-                                    max_body_bytes=config.limits.max_body_bytes)
     plan = vertex_plan(project=project, location=config.secret("google_cloud_location") or DEFAULT_LOCATION,
-                       base_url=config.secret("vertex_base_url"))
-    return {"vertex": CloudAdapter(client, name="vertex", plan=plan, auth=auth, error_answer=error_answer,
-                                   wire_for=wire_for, owns_client=owns, limits=config.limits)}
+                       base_url=config.secret("vertex_base_url"), limits=config.limits)
+    return {"vertex": CloudAdapter(name="vertex", config=config, plan=plan, auth=auth, error_answer=error_answer,
+                                   wire_for=wire_for, session=clients.get("vertex"))}
