@@ -4,9 +4,7 @@ accumulator, whole, byte by byte and cut in two at every offset; and the decoder
 
 from __future__ import annotations
 
-import binascii
 import json
-import struct
 
 import pytest
 from botocore.eventstream import EventStreamBuffer
@@ -102,19 +100,11 @@ def _frame(event: str, payload: dict[str, object]) -> bytes:
 def test_a_corrupt_crc_is_a_protocol_error() -> None:
     frame = bytearray(_frame("messageStart", {"role": "assistant"}))
     frame[-1] ^= 0xFF
-    with pytest.raises(EventStreamError, match="ChecksumMismatch"):
+    with pytest.raises(EventStreamError, match="CRC"):
         EventStreamDecoder().feed(bytes(frame))
     final = final_of(run_frames([bytes(frame)], ConverseNormalizer())[0])
     assert final.status == "error" and final.error is not None
     assert final.error["code"] == "upstream_protocol_error"
-
-
-def test_a_frame_past_the_bound_fails_before_it_is_held_whole() -> None:
-    decoder = EventStreamDecoder(max_frame_bytes=1024)
-    prelude = struct.pack("!II", 20 << 20, 0)  # declares 20 MiB (botocore takes payloads up to 24 MiB)
-    decoder.feed(prelude + struct.pack("!I", binascii.crc32(prelude)))
-    with pytest.raises(EventStreamError, match="past 1024 bytes"):
-        decoder.feed(b"\0" * 2048)
 
 
 def test_a_body_cut_inside_a_frame_is_an_error() -> None:
