@@ -82,8 +82,9 @@ async def test_every_exception_recording_ends_honestly(rec: Any) -> None:
     assert rec.expected["errors"][0]["message"] in final["error"]["message"]
 
 
-async def test_claude_code_on_bedrock_through_the_messages_facade() -> None:
-    fake = FakeBedrock([INVOKE["thinking-then-tool-use"].body])
+@pytest.mark.parametrize("name", sorted(ANTHROPIC))
+async def test_every_claude_recording_through_the_messages_facade(name: str) -> None:
+    fake = FakeBedrock([INVOKE[name].body])
     body = {"model": f"bedrock/{CLAUDE}", "max_tokens": 2048, "stream": True,
             "thinking": {"type": "enabled", "budget_tokens": 1024},
             "messages": [{"role": "user", "content": "What's the weather?"}],
@@ -94,7 +95,7 @@ async def test_claude_code_on_bedrock_through_the_messages_facade() -> None:
     decoder = SSEDecoder()
     relayed = [(e.event, json.loads(e.data)) for e in [*decoder.feed(answer.content), *decoder.flush()]]
     decoder = SSEDecoder()
-    recorded = [(e.event, json.loads(e.data)) for e in decoder.feed(ANTHROPIC["thinking-then-tool-use"].body)]
+    recorded = [(e.event, json.loads(e.data)) for e in decoder.feed(ANTHROPIC[name].body)]
     assert relayed == recorded
     (seen,) = fake.seen
     assert seen.path == f"/model/{CLAUDE}/invoke-with-response-stream"
