@@ -22,8 +22,8 @@ from app.core.errors import GatewayError
 from app.core.messages import Message
 from app.providers.base import ProviderRequest
 from app.providers.config import ProviderConfig, ReadLimits
-from app.providers.http import gemini_http_client
 from app.providers.gemini import GeminiAdapter, build_gemini
+from app.providers.http import gemini_http_client
 from tests.support import recordings, serve
 from tests.test_transport import RawUpstream, writes
 from tests.upstream_fakes import FakeUpstream

@@ -6,16 +6,18 @@ aiohttp directly, and 5-8 us more per chunk (docs/performance.md); the gateway b
 of each request from its own converters and parses the answer's bytes once (its frame decoders).
 
 Each session: the gateway's connect timeout and read timeout (the longest silence, before the
-head or mid-body), a bounded pool kept alive 30 s, the proxy environment honoured (`trust_env`:
-HTTP(S)_PROXY, NO_PROXY), response heads bounded (`max_line_size`, `max_field_size`), and never a
-redirect followed (`allow_redirects=False`: the request carries the gateway's credential, so a 3xx
-is an upstream error). An error answer is read up to `max_body_bytes` after decompression (aiohttp
+head or mid-body), a bounded pool kept alive 30 s, TLS verified against the trust store the
+environment names (SSL_CERT_FILE), the proxy environment honoured (`trust_env`: HTTP(S)_PROXY,
+NO_PROXY), response heads bounded (`max_line_size`, `max_field_size`), and never a redirect
+followed (`allow_redirects=False`: the request carries the gateway's credential, so a 3xx is an
+upstream error). An error answer is read up to `max_body_bytes` after decompression (aiohttp
 inflates in bounded pieces) and no further. Failures are mapped in app/providers/errors.py.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -44,7 +46,10 @@ def client_session(config: ProviderConfig) -> aiohttp.ClientSession:
     Built in the running loop (at a provider's first request)."""
     timeout = aiohttp.ClientTimeout(total=None, connect=config.connect_timeout, sock_connect=config.connect_timeout,
                                     sock_read=config.read_timeout)
-    connector = aiohttp.TCPConnector(limit=1000, limit_per_host=0, keepalive_timeout=30.0)
+    # The trust store as the environment names it now (SSL_CERT_FILE / SSL_CERT_DIR), not aiohttp's
+    # context made once at its import.
+    connector = aiohttp.TCPConnector(limit=1000, limit_per_host=0, keepalive_timeout=30.0,
+                                     ssl=ssl.create_default_context())
     return aiohttp.ClientSession(timeout=timeout, connector=connector, trust_env=True, auto_decompress=True,
                                  max_line_size=MAX_HEAD_BYTES, max_field_size=MAX_HEAD_BYTES)
 
