@@ -8,7 +8,8 @@ this process per request. The ways in, taking turns in each round:
 - `gateway_on_httpx2_default` / `gateway_on_sdk_aiohttp`: the adapters' one send path, the SDK's
   `client.post(..., options=RAW_STREAM)`, on each of the two clients above;
 - `gateway_own`: the gateway's own send path since the provider seam (app/providers/upstream.py:
-  `send()` on `client_session()`, the body bytes built per request as `HttpAdapter` does);
+  `send()` on `client_session()` with the proxy environment read once, the body bytes built per
+  request as `HttpAdapter` does);
 - `aiohttp`: aiohttp's own client with its URL, headers and timeout built once: the floor.
 
 Usage: `python bench/transport_bench.py [--requests 1000] [--rounds 3]`.

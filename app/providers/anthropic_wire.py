@@ -82,7 +82,7 @@ class AnthropicHttpAdapter(HttpAdapter):
         headers["accept"] = "application/json"
         sent = UpstreamRequest(url=_url(self._config, "/v1/messages/count_tokens"), body=orjson.dumps(body),
                                headers=headers)
-        response = await send(self._client(), sent, self.name)
+        response = await send(self._client(), sent, self.name, self.proxy(sent.url))
         with mid_stream_errors(self.name):
             content = await bounded_read(response, self._limits.max_body_bytes)
         if response.status >= 300:
