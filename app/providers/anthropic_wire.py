@@ -25,12 +25,14 @@ from app.providers.upstream import HttpAdapter, bounded_read, send
 __all__ = ["ANTHROPIC_BASE_URL", "ANTHROPIC_VERSION", "AnthropicHttpAdapter", "error_answer", "upstream_request"]
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
-ANTHROPIC_VERSION = "2023-06-01"
+ANTHROPIC_VERSION = "2026-10-21"
+"""The API version the pinned SDK sends (`anthropic._constants`' public value); a same-wire client's own
+`anthropic-version` header wins."""
 
 
 def _headers(config: ProviderConfig) -> dict[str, str]:
     return {"content-type": "application/json", "accept": "text/event-stream", "anthropic-version": ANTHROPIC_VERSION,
-            "x-api-key": config.secret("anthropic_api_key") or ""}
+            "authorization": f"Bearer {config.secret('anthropic_api_key') or ''}"}
 
 
 def _url(config: ProviderConfig, path: str) -> str:
@@ -80,7 +82,7 @@ class AnthropicHttpAdapter(HttpAdapter):
         headers["accept"] = "application/json"
         sent = UpstreamRequest(url=_url(self._config, "/v1/messages/count_tokens"), body=orjson.dumps(body),
                                headers=headers)
-        response = await send(self._client(), sent, self.name)
+        response = await send(self._client(), sent, self.name, self.proxy(sent.url))
         with mid_stream_errors(self.name):
             content = await bounded_read(response, self._limits.max_body_bytes)
         if response.status >= 300:

@@ -85,14 +85,16 @@ def error_answer(status: int, headers: Mapping[str, str], body: bytes, provider:
     """An error answer: `{"error": {"message", "type", "code"}}` (the SDK's reading of it: the
     message, else the body's start, else the status)."""
     error: Any = None
+    text = body.decode("utf-8", "replace")
     try:
         data = safejson.loads(body)
         error = data.get("error", data) if isinstance(data, dict) else None
+        text = ""  # JSON without a message: the status says it (as the SDK reads it)
     except (orjson.JSONDecodeError, AdapterError, ValueError):
         pass
     message = error.get("message") if isinstance(error, dict) else None
     if not isinstance(message, str) or not message:
-        message = body[:500].decode("utf-8", "replace") or f"HTTP {status}"
+        message = text[:500] or f"HTTP {status}"
     code = error.get("code") if isinstance(error, dict) else None
     return status_error(status, message, provider=provider, retry_after=headers.get("retry-after"),
                         upstream_code=code if isinstance(code, (str, int)) else None)
