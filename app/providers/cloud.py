@@ -28,7 +28,7 @@ from app.providers.config import ProviderConfig
 from app.providers.descriptor import RequestAuth, UpstreamRequest
 from app.providers.framing import FrameDecoder, FramePatchStream, StreamNormalizer
 from app.providers.passthrough import Wire
-from app.providers.upstream import bounded_read, client_session, send
+from app.providers.upstream import Proxy, bounded_read, client_session, proxy_for, send
 
 __all__ = ["CloudAdapter", "CloudCall", "ErrorAnswer", "Plan"]
 
@@ -65,6 +65,8 @@ class CloudAdapter(ProviderAdapter):
         self._session = session
         self._owns_session = session is None
         self._closing = closing
+        self._proxies: dict[str, Proxy] = {}
+        """The environment's proxy per upstream host, read at its first request (as HttpAdapter does)."""
 
     def ready(self) -> bool:
         return True  # built only when its credentials were found (the builders)
@@ -93,7 +95,10 @@ class CloudAdapter(ProviderAdapter):
         except LookupError as exc:  # the credential chain found nothing (any more)
             raise UpstreamError(f"{self.name}: no credentials: {exc}", code="upstream_auth",
                                 provider=self.name) from None
-        response = await send(self._client(), wire, self.name)
+        host = "/".join(wire.url.split("/", 3)[:3])
+        if host not in self._proxies:
+            self._proxies[host] = proxy_for(wire.url)
+        response = await send(self._client(), wire, self.name, self._proxies[host])
         if response.status >= 300:
             with mid_stream_errors(self.name):
                 payload = await bounded_read(response, self._config.limits.max_body_bytes)
