@@ -133,3 +133,20 @@ def test_config_check_names_what_bedrock_lacks(monkeypatch: pytest.MonkeyPatch) 
     lines = {s.name: s.line() for s in provider_statuses(Settings(aws_region="eu-west-1"))}
     assert lines["bedrock"] == "bedrock: served (region eu-west-1, credentials: env)"
     assert AWS_KEYS.secret_key not in str(lines)
+
+
+def test_the_endpoint_override_from_the_environment_or_the_config_file(tmp_path: Any,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", "https://vpce-1.bedrock-runtime.us-east-1.vpce.amazonaws.com")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    config = Settings().provider_config()
+    assert (config.secret("aws_region"), config.secret("bedrock_endpoint_url")) == (
+        "us-east-1", "https://vpce-1.bedrock-runtime.us-east-1.vpce.amazonaws.com")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME")
+    toml = tmp_path / "gateway.toml"
+    toml.write_text('[upstream]\nbedrock_endpoint_url = "https://bedrock.internal.example"\naws_region = "eu-west-3"\n')
+    monkeypatch.setenv("FOUNDRY_CONFIG", str(toml))
+    monkeypatch.delenv("AWS_REGION")
+    config = Settings().provider_config()
+    assert (config.secret("aws_region"), config.secret("bedrock_endpoint_url")) == (
+        "eu-west-3", "https://bedrock.internal.example")
