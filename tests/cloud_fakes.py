@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ from starlette.routing import Route
 
 from tests.upstream_fakes import paced
 
-__all__ = ["AWS_KEYS", "FakeAzure", "FakeBedrock", "FakeGoogle", "Seen", "service_account", "sigv4_problem"]
+__all__ = ["AWS_KEYS", "EntraCredential", "FakeAzure", "FakeBedrock", "FakeGoogle", "Seen", "service_account", "sigv4_problem"]
 
 AWS_KEYS = Credentials("AKIDEXAMPLEFAKE00000", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "session-token-fake")
 
@@ -63,6 +64,33 @@ def sigv4_problem(request: Request, body: bytes, *, region: str, service: str = 
     return None if expected == parts["Signature"] else "signature mismatch"
 
 
+def scripted(reply: Any, closed: asyncio.Event, media_type: str = "text/event-stream") -> Response:
+    """The next scripted reply: `(status, json, headers)`, or body bytes served in small reads."""
+    if isinstance(reply, tuple):
+        status, payload, headers = reply
+        return JSONResponse(payload, status_code=status, headers=headers)
+    return StreamingResponse(paced(reply, step=97, hold=False, closed=closed), media_type=media_type)
+
+
+class EntraCredential:
+    """Stands in for azure-identity's DefaultAzureCredential: the fake Azure's bearer, for the one scope."""
+
+    def __init__(self) -> None:
+        self.scopes: list[str] = []
+
+    async def get_token(self, *scopes: str, **kwargs: Any) -> Any:
+        self.scopes.extend(scopes)
+
+        class Token:
+            token = "entra-fake-token-0000"
+            expires_on = int(time.time()) + 3600
+
+        return Token()
+
+    async def close(self) -> None:
+        pass
+
+
 @dataclass
 class FakeBedrock:
     replies: list[Any]
@@ -79,12 +107,7 @@ class FakeBedrock:
             return JSONResponse({"message": f"The request signature we calculated does not match ({problem})"},
                                 status_code=403, headers={"x-amzn-ErrorType": "InvalidSignatureException:http://x/"})
         self.seen.append(Seen(request.scope["raw_path"].decode(), dict(request.headers), json.loads(body)))
-        reply = self.replies.pop(0)
-        if isinstance(reply, tuple):
-            status, payload, headers = reply
-            return JSONResponse(payload, status_code=status, headers=headers)
-        return StreamingResponse(paced(reply, step=97, hold=False, closed=self.closed),
-                                 media_type="application/vnd.amazon.eventstream")
+        return scripted(self.replies.pop(0), self.closed, "application/vnd.amazon.eventstream")
 
     def app(self) -> Starlette:
         return Starlette(routes=[Route("/model/{model:path}", self.handle, methods=["POST"])])
@@ -143,11 +166,7 @@ class FakeGoogle:
                                            "status": "UNAUTHENTICATED"}}, status_code=401)
         path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         self.seen.append(Seen(path, dict(request.headers), json.loads(body)))
-        reply = self.replies.pop(0)
-        if isinstance(reply, tuple):
-            status, payload, headers = reply
-            return JSONResponse(payload, status_code=status, headers=headers)
-        return StreamingResponse(paced(reply, step=97, hold=False, closed=self.closed), media_type="text/event-stream")
+        return scripted(self.replies.pop(0), self.closed)
 
     def app(self) -> Starlette:
         return Starlette(routes=[Route("/token", self.token, methods=["POST"]),
@@ -173,11 +192,7 @@ class FakeAzure:
                                            "or wrong API endpoint."}}, status_code=401)
         path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         self.seen.append(Seen(path, dict(request.headers), json.loads(body)))
-        reply = self.replies.pop(0)
-        if isinstance(reply, tuple):
-            status, payload, headers = reply
-            return JSONResponse(payload, status_code=status, headers=headers)
-        return StreamingResponse(paced(reply, step=97, hold=False, closed=self.closed), media_type="text/event-stream")
+        return scripted(self.replies.pop(0), self.closed)
 
     def app(self) -> Starlette:
         return Starlette(routes=[Route("/openai/{rest:path}", self.handle, methods=["POST"])])

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from app.core.accumulator import Accumulator
 from app.core.events import StreamEvent
-from app.providers.base import drive
 from app.providers.eventstream import EventStreamDecoder
-from app.providers.framing import FrameDecoder, FramePatchStream, StreamNormalizer
-from tests.support import Recording, run_sync
+from app.providers.framing import FrameDecoder, StreamNormalizer
+from tests.support import Recording, run_bytes
 
 CLOUD_FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -32,19 +31,6 @@ def cloud_recordings(cloud: str, suffix: str = ".bin") -> list[Recording]:
 def run_frames(chunks: Iterable[bytes], normalizer: StreamNormalizer[Any], *, model: str = "m",
                provider: str = "bedrock", decoder: FrameDecoder[Any] | None = None,
                ) -> tuple[list[StreamEvent], Accumulator]:
-    """Bytes through the production path: FramePatchStream (an event-stream decoder unless
-    another is given) -> normalizer -> `drive()`."""
-    acc = Accumulator(model=model, provider=provider)
-    events: list[StreamEvent] = []
-
-    async def body() -> AsyncIterator[bytes]:
-        for chunk in chunks:
-            yield chunk
-
-    async def nothing() -> None:
-        return None
-
-    stream = FramePatchStream(body(), normalizer, close=nothing, provider=provider,
-                              decoder=decoder or EventStreamDecoder())
-    run_sync(drive(stream, acc, events))
-    return events, acc
+    """Bytes through the production path (`tests.support.run_bytes`) framed as an AWS event stream
+    unless another decoder is given."""
+    return run_bytes(chunks, normalizer, model=model, provider=provider, decoder=decoder or EventStreamDecoder())

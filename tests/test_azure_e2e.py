@@ -6,7 +6,6 @@ the v1 and the deployment paths, Responses, a prompt refused by the content filt
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,7 +17,7 @@ from app.providers.cloud_auth import AzureBearer
 from app.providers.sse import SSEDecoder
 from app.settings import Settings
 from app.startup import provider_statuses
-from tests.cloud_fakes import FakeAzure
+from tests.cloud_fakes import EntraCredential, FakeAzure
 from tests.cloud_support import cloud_recordings
 from tests.support import parse_sse, recordings, serve
 
@@ -26,22 +25,6 @@ RECORDING = {r.name: r for r in cloud_recordings("azure", ".sse")}
 RESPONSES = {r.name: r for r in recordings("openai-responses")}
 ASK = {"messages": [{"role": "user", "content": "What is color?"}], "max_tokens": 100}
 KEY = "azure-fake-key-0000"
-
-
-class EntraCredential:
-    """Stands in for DefaultAzureCredential: hands out the fake's bearer for the one scope."""
-
-    async def get_token(self, *scopes: str, **kwargs: Any) -> Any:
-        assert scopes == ("https://cognitiveservices.azure.com/.default",)
-
-        class Token:
-            token = "entra-fake-token-0000"
-            expires_on = int(time.time()) + 3600
-
-        return Token()
-
-    async def close(self) -> None:
-        pass
 
 
 @contextlib.asynccontextmanager
@@ -82,7 +65,8 @@ async def test_the_chat_facade_relays_azure_chunks_as_sent_on_the_deployment_pat
 
 async def test_entra_id_bearer_and_the_responses_api() -> None:
     fake = FakeAzure([RESPONSES["text"].body])
-    async with azure_gateway(fake, clients={"azure-auth": AzureBearer(credential=EntraCredential())}) as client:
+    credential = EntraCredential()
+    async with azure_gateway(fake, clients={"azure-auth": AzureBearer(credential=credential)}) as client:
         answer = await client.post("/v1/stream", json={**ASK, "model": "azure-responses/gpt4o-prod"})
     final = parse_sse(answer.content)[-1][2]
     assert final["status"] == "ok" and final["provider"] == "azure-responses"
@@ -90,6 +74,7 @@ async def test_entra_id_bearer_and_the_responses_api() -> None:
     (seen,) = fake.seen
     assert seen.path == "/openai/v1/responses" and seen.headers["authorization"] == "Bearer entra-fake-token-0000"
     assert "api-key" not in seen.headers and fake.refused == 0
+    assert credential.scopes == ["https://cognitiveservices.azure.com/.default"]
 
 
 async def test_a_wrong_key_is_an_upstream_auth_error_without_echoing_it() -> None:

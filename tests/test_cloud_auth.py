@@ -5,9 +5,7 @@ token is asked once and kept; the cloud URLs."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -15,7 +13,7 @@ import pytest
 from app.core.messages import AdapterError
 from app.providers.cloud_auth import AZURE_SCOPE, AzureBearer, GoogleBearer
 from app.providers.cloud_urls import azure_url, vertex_url
-from tests.cloud_fakes import FakeGoogle, service_account
+from tests.cloud_fakes import EntraCredential, FakeGoogle, service_account
 from tests.support import serve
 
 
@@ -55,25 +53,8 @@ async def test_a_wrong_key_gets_no_token(tmp_path: Path, monkeypatch: pytest.Mon
     assert fake.issued == []
 
 
-class _Credential:
-    def __init__(self) -> None:
-        self.scopes: list[str] = []
-
-    async def get_token(self, *scopes: str, **kwargs: Any) -> Any:
-        self.scopes.extend(scopes)
-
-        class Token:
-            token = "entra-fake-token-0000"
-            expires_on = int(time.time()) + 3600
-
-        return Token()
-
-    async def close(self) -> None:
-        pass
-
-
 async def test_azure_bearer_asks_once_for_the_cognitive_services_scope() -> None:
-    credential = _Credential()
+    credential = EntraCredential()
     bearer = AzureBearer(credential=credential)
     assert await bearer.token() == await bearer.token() == "entra-fake-token-0000"
     assert credential.scopes == [AZURE_SCOPE] == ["https://cognitiveservices.azure.com/.default"]
