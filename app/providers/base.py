@@ -1,8 +1,10 @@
 """What every provider module implements, and the shared machinery to implement it with.
 
 A provider module is three things: request mapping (Foundry -> wire), a `StreamNormalizer`
-(wire SSE events -> normalized patches) and an adapter whose `open_stream()` performs the HTTP
-request through the injected client. `open_stream()` raises `GatewayError` for failures known
+(provider events, decoded by its framing, -> normalized patches: app/providers/framing.py) and an
+adapter whose `open_stream()` performs the HTTP request (app/providers/upstream.py: `HttpAdapter`,
+on the gateway's own aiohttp client; the SDK adapters for injected SDK clients).
+`open_stream()` raises `GatewayError` for failures known
 before the first byte of the body (they become HTTP errors); the returned `PatchStream` raises
 `GatewayError` for failures after it (they become `final{status: "error"}`). `generate()` (one
 request answered whole, reference/foundry-adapters.md) is written once, here, on `open_stream()`:

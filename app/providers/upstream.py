@@ -57,7 +57,8 @@ def client_session(config: ProviderConfig) -> aiohttp.ClientSession:
                                  max_line_size=MAX_HEAD_BYTES, max_field_size=MAX_HEAD_BYTES)
 
 
-Proxy = tuple[str | None, aiohttp.BasicAuth | None]
+Proxy = tuple[str | None, dict[str, str] | None]
+"""The proxy's URL and its `Proxy-Authorization` header (from the URL's credentials), or (None, None)."""
 
 
 def proxy_for(url: str) -> Proxy:
@@ -71,8 +72,10 @@ def proxy_for(url: str) -> Proxy:
     if not proxy or urllib.request.proxy_bypass(parts.hostname or ""):
         return None, None
     target = yarl.URL(proxy if "://" in proxy else f"http://{proxy}")
-    auth = aiohttp.BasicAuth.from_url(target)
-    return str(target.with_user(None)), auth
+    headers = None
+    if target.user is not None:
+        headers = {"Proxy-Authorization": aiohttp.encode_basic_auth(target.user, target.password or "")}
+    return str(target.with_user(None)), headers
 
 
 @contextlib.contextmanager
@@ -90,7 +93,7 @@ async def send(session: aiohttp.ClientSession, request: UpstreamRequest, provide
     """The request sent, its head read (a transport failure mapped: 502 unavailable, 504 timeout)."""
     with _before_body(provider):
         return await session.request(request.method, request.url, data=request.body, headers=request.headers,
-                                     allow_redirects=False, proxy=proxy[0], proxy_auth=proxy[1])
+                                     allow_redirects=False, proxy=proxy[0], proxy_headers=proxy[1])
 
 
 async def bounded_read(response: aiohttp.ClientResponse, limit: int) -> bytes:
