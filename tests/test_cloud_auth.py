@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -48,7 +49,7 @@ async def test_a_wrong_key_gets_no_token(tmp_path: Path, monkeypatch: pytest.Mon
         monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(path))
         found = GoogleBearer.from_adc()
         assert found is not None
-        with pytest.raises(Exception, match="invalid_grant"):
+        with pytest.raises(LookupError, match="could not be refreshed"):
             await found[0].token()
     assert fake.issued == []
 
@@ -79,3 +80,18 @@ def test_azure_urls() -> None:
         "https://res.openai.azure.com/openai/responses?api-version=2025-04-01-preview")
     with pytest.raises(AdapterError):
         azure_url(endpoint, "a/b", api="chat")
+
+
+class _Refused:
+    async def get_token(self, *scopes: str, **kwargs: Any) -> Any:
+        from azure.core.exceptions import ClientAuthenticationError
+
+        raise ClientAuthenticationError("DefaultAzureCredential failed to retrieve a token")
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_credential_that_cannot_be_had_is_a_lookup_error() -> None:
+    with pytest.raises(LookupError, match="no Microsoft Entra ID token"):
+        await AzureBearer(credential=_Refused()).token()

@@ -24,6 +24,7 @@ from typing import Any
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, ReadOnlyCredentials, RefreshableCredentials
+from botocore.exceptions import BotoCoreError
 from botocore.session import Session as BotocoreSession
 
 from app.providers.descriptor import UpstreamRequest
@@ -53,9 +54,12 @@ class AwsSigner:
         creds = self.credentials
         if creds is None:
             raise LookupError("no AWS credentials")
-        if isinstance(creds, RefreshableCredentials) and creds.refresh_needed():
-            return await asyncio.to_thread(creds.get_frozen_credentials)
-        return creds.get_frozen_credentials()
+        try:
+            if isinstance(creds, RefreshableCredentials) and creds.refresh_needed():
+                return await asyncio.to_thread(creds.get_frozen_credentials)
+            return creds.get_frozen_credentials()
+        except BotoCoreError as exc:  # the refresh failed (STS, the metadata service)
+            raise LookupError(f"AWS credentials could not be refreshed ({type(exc).__name__})") from None
 
     async def apply(self, request: UpstreamRequest) -> None:
         """Sign the final request: Authorization, X-Amz-Date and the session token added."""
@@ -91,11 +95,16 @@ class GoogleBearer:
         request.headers["authorization"] = f"Bearer {await self.token()}"
 
     async def token(self) -> str:
+        from google.auth.exceptions import GoogleAuthError
+
         creds = self.credentials
         if not creds.valid:  # missing, or within google-auth's refresh window of its expiry
             async with self._lock:
                 if not creds.valid:
-                    await asyncio.to_thread(creds.refresh, self._transport())
+                    try:
+                        await asyncio.to_thread(creds.refresh, self._transport())
+                    except GoogleAuthError as exc:  # the token endpoint refused or is unreachable
+                        raise LookupError(f"Google credentials could not be refreshed ({type(exc).__name__})") from None
         return str(creds.token)
 
     def _transport(self) -> Any:
@@ -142,7 +151,12 @@ class AzureBearer:
         if self._token is None or time.time() > self._expires - 300:
             async with self._lock:
                 if self._token is None or time.time() > self._expires - 300:
-                    access = await self.credential.get_token(self.scope)
+                    from azure.core.exceptions import AzureError
+
+                    try:
+                        access = await self.credential.get_token(self.scope)
+                    except AzureError as exc:  # no Entra ID credential found, or refused
+                        raise LookupError(f"no Microsoft Entra ID token ({type(exc).__name__})") from None
                     self._token, self._expires = access.token, float(access.expires_on)
         assert self._token is not None
         return self._token
