@@ -14,10 +14,8 @@ import functools
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime
 from decimal import Decimal
-
-import genai_prices
-from genai_prices.data_snapshot import get_snapshot
-from genai_prices.types import TieredPrices
+from importlib.metadata import version
+from typing import TYPE_CHECKING
 
 from app.auth import Auth
 from app.auth.policy import Price, price_for
@@ -29,9 +27,14 @@ from app.core.parts import TextPart
 from app.core.report import RunObserver, RunReport
 from app.observability import Metrics
 
+if TYPE_CHECKING:
+    from genai_prices.types import TieredPrices
+
 __all__ = ["LIBRARY_SOURCE", "KeyAccountant", "PriceBook", "estimate", "library_rates", "price_sources"]
 
-LIBRARY_SOURCE = f"genai-prices {genai_prices.__version__}"
+LIBRARY_SOURCE = f"genai-prices {version('genai-prices')}"
+"""Read from the installed distribution: `config check` names the source without importing the
+library (its price data takes ~0.2 s to import; it is imported by the first run that needs a price)."""
 """The price source of a run priced by the library: its name and version (its data ships with it)."""
 OPERATOR_SOURCE = "FOUNDRY_PRICES"
 _LIBRARY_PROVIDERS = {"gemini": "google", "openai-responses": "openai"}
@@ -70,6 +73,8 @@ def price_sources(prices: Mapping[str, Price], *, library: bool) -> str:
 def library_rates(provider: str, model: str, day: date) -> Rates | None:
     """The library's rates for `provider/model` on `day` (prices change on dates it knows), or None
     when it knows neither (a local server, the mock, a model it has no price for)."""
+    from genai_prices.data_snapshot import get_snapshot  # on first use (see LIBRARY_SOURCE)
+
     try:
         _, info = get_snapshot().find_provider_model(model, None, _LIBRARY_PROVIDERS.get(provider, provider), None)
     except LookupError:
@@ -87,6 +92,8 @@ def library_rates(provider: str, model: str, day: date) -> Rates | None:
 
 
 def _rate(value: Decimal | TieredPrices | None) -> Rate | None:
+    from genai_prices.types import TieredPrices
+
     if isinstance(value, TieredPrices):
         return Rate(value.base, tuple((tier.start, tier.price) for tier in value.tiers))
     return None if value is None else Rate(value)

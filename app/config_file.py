@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from app.providers.catalog import setting_specs
+
 __all__ = ["GROUPS", "STRUCTURED", "ConfigError", "group_of", "read_config_file"]
 
 
@@ -24,8 +26,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
                 "cache_max_entries", "cache_max_bytes",
                 "redis_url", "redis_timeout_seconds", "redis_lease_seconds", "redis_max_pending_bytes"),
     "upstream": ("connect_timeout", "read_timeout", "upstream_max_retries", "upstream_max_body_bytes",
-                 "upstream_max_event_bytes", "openai_api_key", "openai_base_url",
-                 "anthropic_api_key", "anthropic_base_url", "gemini_api_key", "gemini_base_url"),
+                 "upstream_max_event_bytes", *(spec.field for spec in setting_specs())),
     "routing": ("retry_backoff_seconds", "retry_backoff_max_seconds", "retry_after_max_seconds",
                 "first_token_timeout", "total_timeout", "max_first_token_timeout", "max_idle_timeout",
                 "max_total_timeout", "breaker_failures", "breaker_cooldown_seconds"),
@@ -38,7 +39,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "logging": ("log_level", "log_json", "trace_content"),
 }
 """The TOML file's tables for scalar settings, by the part of the gateway that owns them (a scalar
-may also stand at the top of the file). The structured settings are tables of their own:
+may also stand at the top of the file); every provider's settings (its descriptor's, app/providers/catalog.py)
+are in `[upstream]`. The structured settings are tables of their own:
 providers, routes, tools, mcp_servers, validators, keys, prices, aliases, provider_options_allow, cache."""
 
 STRUCTURED = ("providers", "routes", "tools", "mcp_servers", "validators", "keys", "prices", "aliases",

@@ -19,6 +19,7 @@ from pydantic import AliasChoices, ValidationError
 from pydantic_settings import SettingsError as PydanticSettingsError
 
 from app.config_file import STRUCTURED, ConfigError, group_of
+from app.providers.catalog import setting_specs
 from app.settings import Settings
 from app.tools.config import HttpToolConfig
 
@@ -118,9 +119,10 @@ def setting_error(field: str, message: str) -> ConfigError:
 def secret_values(settings: Settings) -> list[str]:
     """Every configured secret: provider keys (settings and the compatible providers' env
     variables) and FOUNDRY_* variables named like secrets; scrubbed from errors and logs."""
-    named = (settings.openai_api_key, settings.anthropic_api_key, settings.gemini_api_key, settings.admin_key,
-             settings.admin_key_previous, settings.metrics_token)
+    named = (settings.admin_key, settings.admin_key_previous, settings.metrics_token)
     values = [s.get_secret_value() for s in named if s is not None]
+    values += [value for spec in setting_specs() if spec.kind == "secret"
+               and (value := settings.provider_config().secret(spec.field))]
     values += [key for p in settings.providers if (key := p.api_key())]
     values += [v.get_secret_value() for t in settings.tools if isinstance(t, HttpToolConfig)
                for v in t.headers.values()]

@@ -34,6 +34,22 @@ def drain_budget(stop_grace: float) -> float:
     """The drain grace that fits in an orchestrator's stop grace (SIGTERM to SIGKILL), one second spare."""
     return stop_grace - FINALS_SECONDS - SERVER_CLOSE_SECONDS - 1.0
 
+
+def drain_grace(stop_grace: float, shutdown_grace: float | None) -> float:
+    """The drain grace for FOUNDRY_STOP_GRACE_SECONDS: the one given (`shutdown_grace`, when it fits)
+    or the largest that fits; ValueError naming the setting when none does."""
+    budget = drain_budget(stop_grace)
+    if shutdown_grace is None:
+        if budget < 0:
+            raise ValueError(f"FOUNDRY_STOP_GRACE_SECONDS: {stop_grace:g} s leaves no time to drain "
+                             f"(at least {drain_budget(0) * -1:g} s)")
+        return budget
+    if shutdown_grace > budget:
+        raise ValueError(f"FOUNDRY_SHUTDOWN_GRACE_SECONDS: {shutdown_grace:g} s does not fit in "
+                         f"FOUNDRY_STOP_GRACE_SECONDS {stop_grace:g} s (at most {max(budget, 0):g})")
+    return shutdown_grace
+
+
 class Overloaded(GatewayError):
     status = 503
     code = "overloaded"

@@ -33,6 +33,7 @@ from app.lifecycle import LoopLag, drain_on_stop_signal
 from app.observability import Metrics, configure_logging, get_logger
 from app.pipeline import Gateway
 from app.providers.base import ProviderAdapter
+from app.providers.catalog import PROVIDERS
 from app.providers.registry import build_registry
 from app.recording import RunRecorder, claimed_record, swept_record
 from app.records import RecordStore, RecordWriter, RunRecord
@@ -153,11 +154,10 @@ def _named_models(settings: Settings) -> set[str]:
 
 def _server_addresses(settings: Settings) -> dict[str, str]:
     """Each provider's upstream host, as traces name it (`server.address`)."""
-    urls = {"openai": settings.openai_base_url or "https://api.openai.com",
-            "openai-responses": settings.openai_base_url or "https://api.openai.com",
-            "anthropic": settings.anthropic_base_url or "https://api.anthropic.com",
-            "gemini": settings.gemini_base_url or "https://generativelanguage.googleapis.com",
-            **{p.name: p.base_url for p in settings.providers}}
+    config = settings.provider_config()
+    urls = {provider.name: config.secret(provider.base_url_setting or "") or provider.default_url or ""
+            for provider in PROVIDERS}
+    urls.update({p.name: p.base_url for p in settings.providers})
     return {name: host for name, url in urls.items() if (host := urlsplit(url).hostname)}
 
 

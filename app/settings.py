@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from sqlalchemy.engine import make_url
 
@@ -26,8 +26,10 @@ from app.auth.policy import MODEL_PATTERN_RE, ConfiguredKey, Price, known_valida
 from app.cache.config import CacheRule
 from app.config_file import read_config_file
 from app.core.errors import RequestError
-from app.lifecycle import drain_budget
-from app.providers.config import DEFAULT_MODEL_PATTERNS, BaseUrl, CompatibleProvider, ProviderConfig, ReadLimits
+from app.lifecycle import drain_grace
+from app.providers.catalog import default_patterns, provider_names, setting_specs
+from app.providers.config import BaseUrl, CompatibleProvider, ProviderConfig, ReadLimits
+from app.providers.descriptor import SettingSpec
 from app.records.urls import DatabaseUrl
 from app.redis_client import RedisUrl
 from app.routing.config import RouteConfig, check_route_deadlines, check_route_shapes
@@ -38,7 +40,9 @@ from app.validation import ValidatorSpec, check_specs
 __all__ = ["CompatibleProvider", "Settings"]  # CompatibleProvider: app/providers/config.py
 
 
-class Settings(BaseSettings):
+class _GatewaySettings(BaseSettings):
+    """The gateway's own settings; `Settings` adds every provider's (their descriptors' `SettingSpec`s)."""
+
     model_config = SettingsConfigDict(env_prefix="FOUNDRY_", extra="forbid", populate_by_name=True,
                                       env_ignore_empty=True, protected_namespaces=("settings_",))
 
@@ -67,7 +71,7 @@ class Settings(BaseSettings):
                     "the drain is fitted into it: shutdown_grace_seconds defaults to it less the time for the "
                     "cut streams' finals and the server's close (8 s), and a larger one is refused.")
     aliases: dict[str, str] = Field(default_factory=dict, description="Model aliases: alias -> provider/model.")
-    model_patterns: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_MODEL_PATTERNS), description=(
+    model_patterns: dict[str, str] = Field(default_factory=default_patterns, description=(
         "Bare model names (no `provider/`) as clients send them: glob pattern -> provider, first match wins; aliases "
         "win over them. On /v1/responses `openai` means openai-responses."))
     dropin_passthrough: bool = Field(default=True, description=(
@@ -119,24 +123,6 @@ class Settings(BaseSettings):
     upstream_max_idle_lines: int = Field(default=10_000, ge=10, le=10_000_000, description=(
         "Most upstream SSE lines that carry nothing (blank lines, comments, ignored fields) before an event, and in one "
         "read; past it the run ends `upstream_protocol_error`."))
-    openai_api_key: SecretStr | None = Field(
-        default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key"),
-        description="OpenAI's key: serves `openai/*` and `openai-responses/*` (unset: not served).")
-    openai_base_url: BaseUrl | None = Field(
-        default=None, validation_alias=AliasChoices("OPENAI_BASE_URL", "openai_base_url"),
-        description="OpenAI's API base URL (default https://api.openai.com/v1).")
-    anthropic_api_key: SecretStr | None = Field(
-        default=None, validation_alias=AliasChoices("ANTHROPIC_API_KEY", "anthropic_api_key"),
-        description="Anthropic's key: serves `anthropic/*` (unset: not served).")
-    anthropic_base_url: BaseUrl | None = Field(
-        default=None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL", "anthropic_base_url"),
-        description="Anthropic's API base URL (default https://api.anthropic.com).")
-    gemini_api_key: SecretStr | None = Field(
-        default=None, validation_alias=AliasChoices("GEMINI_API_KEY", "GOOGLE_API_KEY", "gemini_api_key"),
-        description="Google's Gemini API key (GEMINI_API_KEY or GOOGLE_API_KEY): serves `gemini/*` (unset: not served).")
-    gemini_base_url: BaseUrl | None = Field(
-        default=None, validation_alias=AliasChoices("GEMINI_BASE_URL", "gemini_base_url"),
-        description="The Gemini API's base URL (default https://generativelanguage.googleapis.com).")
     provider_options_allow: dict[str, list[str]] = Field(
         default_factory=dict,
         description="provider_options keys callers may pass, per provider name (JSON object in "
@@ -313,8 +299,7 @@ class Settings(BaseSettings):
     @field_validator("providers")
     @classmethod
     def _unique_provider_names(cls, providers: list[CompatibleProvider]) -> list[CompatibleProvider]:
-        names = [p.name for p in providers]
-        reserved = {"mock", "openai", "openai-responses", "anthropic", "gemini"}
+        names, reserved = [p.name for p in providers], set(provider_names())
         for name in names:
             if names.count(name) > 1:
                 raise ValueError(f"provider {name!r} declared twice")
@@ -330,9 +315,7 @@ class Settings(BaseSettings):
         """What the provider modules need (they never see Settings)."""
         return ProviderConfig(
             connect_timeout=self.connect_timeout, read_timeout=self.read_timeout, max_retries=self.upstream_max_retries,
-            openai_api_key=self.openai_api_key, openai_base_url=self.openai_base_url,
-            anthropic_api_key=self.anthropic_api_key, anthropic_base_url=self.anthropic_base_url,
-            gemini_api_key=self.gemini_api_key, gemini_base_url=self.gemini_base_url,
+            values={spec.field: getattr(self, spec.field) for spec in setting_specs()},
             compatible=tuple(self.providers), aliases=dict(self.aliases), model_patterns=dict(self.model_patterns),
             limits=ReadLimits(max_body_bytes=self.upstream_max_body_bytes, max_event_bytes=self.upstream_max_event_bytes,
                               max_idle_lines=self.upstream_max_idle_lines),
@@ -357,17 +340,9 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _drain_fits_the_stop_grace(self) -> Settings:
-        if self.stop_grace_seconds is None:
-            return self
-        budget = drain_budget(self.stop_grace_seconds)
-        if "shutdown_grace_seconds" not in self.model_fields_set:
-            if budget < 0:
-                raise ValueError(f"FOUNDRY_STOP_GRACE_SECONDS: {self.stop_grace_seconds:g} s leaves no time to drain "
-                                 f"(at least {drain_budget(0) * -1:g} s)")
-            self.shutdown_grace_seconds = budget
-        elif self.shutdown_grace_seconds > budget:
-            raise ValueError(f"FOUNDRY_SHUTDOWN_GRACE_SECONDS: {self.shutdown_grace_seconds:g} s does not fit in "
-                             f"FOUNDRY_STOP_GRACE_SECONDS {self.stop_grace_seconds:g} s (at most {max(budget, 0):g})")
+        if self.stop_grace_seconds is not None:
+            given = self.shutdown_grace_seconds if "shutdown_grace_seconds" in self.model_fields_set else None
+            self.shutdown_grace_seconds = drain_grace(self.stop_grace_seconds, given)
         return self
 
     @model_validator(mode="after")
@@ -409,3 +384,17 @@ class Settings(BaseSettings):
         if path:
             sources.append(InitSettingsSource(settings_cls, init_kwargs=read_config_file(Path(path), settings_cls.model_fields)))
         return tuple(sources)
+
+
+def _provider_field(spec: SettingSpec) -> Any:
+    kind: Any = {"secret": SecretStr, "url": BaseUrl, "text": str}[spec.kind]
+    return (kind | None, Field(default=None, validation_alias=AliasChoices(*spec.env, spec.field),
+                               description=spec.description))
+
+
+if TYPE_CHECKING:
+    Settings = _GatewaySettings
+else:  # the providers' settings from the catalog (app/providers/catalog.py), after the gateway's own
+    Settings = create_model("Settings", __base__=_GatewaySettings, __module__=__name__,
+                            __doc__="Every setting: the gateway's and its providers'.",
+                            **{spec.field: _provider_field(spec) for spec in setting_specs()})

@@ -17,6 +17,7 @@ from pydantic import SecretStr
 from app.accounting import price_sources
 from app.config_load import env_name, unknown_variables
 from app.observability import get_logger
+from app.providers.catalog import PROVIDERS
 from app.settings import Settings
 from app.tracing import tracing_configured
 
@@ -35,10 +36,6 @@ class ProviderStatus:
         return f"{self.name}: served ({self.why})" if self.served else f"{self.name}: not served: {self.why}"
 
 
-def _key(secret: SecretStr | None) -> bool:
-    return secret is not None and bool(secret.get_secret_value())
-
-
 def provider_statuses(settings: Settings, injected: frozenset[str] = frozenset()) -> list[ProviderStatus]:
     """Every provider the configuration names, served or not and why (`injected`: clients or
     adapters handed to create_app, served whatever the keys)."""
@@ -49,14 +46,18 @@ def provider_statuses(settings: Settings, injected: frozenset[str] = frozenset()
             return ProviderStatus(name=name, served=True, why=f"{variable} set")
         return ProviderStatus(name=name, served=False, why=f"{variable} is not set")
 
-    openai_key = _key(settings.openai_api_key)
-    statuses = [
-        ProviderStatus(name="mock", served=True, why="embedded"),
-        status("openai", openai_key, env_name("openai_api_key")),
-        status("openai-responses", openai_key, env_name("openai_api_key")),
-        status("anthropic", _key(settings.anthropic_api_key), env_name("anthropic_api_key")),
-        status("gemini", _key(settings.gemini_api_key), env_name("gemini_api_key")),
-    ]
+    config = settings.provider_config()
+    statuses = []
+    for known in PROVIDERS:
+        if known.status is not None:
+            served, why = (True, "injected client") if known.name in injected else known.status(config)
+            statuses.append(ProviderStatus(name=known.name, served=served, why=why))
+            continue
+        if not known.credentials:
+            statuses.append(ProviderStatus(name=known.name, served=True, why="embedded"))
+            continue
+        key = next((field for field in known.credentials if config.secret(field)), None)
+        statuses.append(status(known.name, key is not None, env_name(key or known.credentials[0])))
     for provider in settings.providers:
         if provider.api_key_env is None:
             statuses.append(ProviderStatus(name=provider.name, served=True, why=f"{provider.base_url}, no key needed"))

@@ -7,6 +7,9 @@ this process per request. The ways in, taking turns in each round:
   the client the gateway builds (app/providers/http.py), through `client.stream`;
 - `gateway_on_httpx2_default` / `gateway_on_sdk_aiohttp`: the adapters' one send path, the SDK's
   `client.post(..., options=RAW_STREAM)`, on each of the two clients above;
+- `gateway_own`: the gateway's own send path since the provider seam (app/providers/upstream.py:
+  `send()` on `client_session()` with the proxy environment read once, the body bytes built per
+  request as `HttpAdapter` does);
 - `aiohttp`: aiohttp's own client with its URL, headers and timeout built once: the floor.
 
 Usage: `python bench/transport_bench.py [--requests 1000] [--rounds 3]`.
@@ -32,7 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.providers.base import RAW_STREAM  # noqa: E402
+from app.providers.config import ProviderConfig  # noqa: E402
+from app.providers.descriptor import UpstreamRequest  # noqa: E402
 from app.providers.http import openai_http_client  # noqa: E402
+from app.providers.upstream import client_session, send  # noqa: E402
 from bench.run import emit, free_port, server  # noqa: E402
 
 
@@ -74,11 +80,22 @@ async def main() -> dict:
                 async for _ in response.content.iter_any():
                     pass
 
+        own = client_session(ProviderConfig(connect_timeout=5, read_timeout=60))
+
+        async def gateway_own() -> None:
+            response = await send(own, UpstreamRequest(url=url, body=orjson.dumps(body), headers=dict(headers)), "bench")
+            try:
+                async for _ in response.content.iter_any():
+                    pass
+            finally:
+                response.release()
+
         ways: dict[str, Callable[[], Awaitable[None]]] = {
             "httpx2_default": lambda: through(default),
             "sdk_aiohttp": lambda: through(on_aiohttp),
             "gateway_on_httpx2_default": lambda: gateway(sdks["httpx2_default"]),
             "gateway_on_sdk_aiohttp": lambda: gateway(sdks["sdk_aiohttp"]),
+            "gateway_own": gateway_own,
             "aiohttp": aiohttp_alone,
         }
         times: dict[str, list[float]] = {name: [] for name in ways}
@@ -94,7 +111,7 @@ async def main() -> dict:
                     await way()
                     times[name].append(time.perf_counter() - t0)
                 cpu[name] += time.process_time() - c0
-        for close in (default.aclose, on_aiohttp.aclose, session.close):
+        for close in (default.aclose, on_aiohttp.aclose, session.close, own.close):
             await close()
     total = args.requests * args.rounds
     results = {name: {"round_trip_median_us": round(statistics.median(times[name]) * 1e6, 1),

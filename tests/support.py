@@ -12,7 +12,8 @@ from typing import Any
 
 from app.core.accumulator import Accumulator
 from app.core.events import FinalEvent, StreamEvent
-from app.providers.base import SSEPatchStream, StreamNormalizer, drive
+from app.providers.base import StreamNormalizer, drive
+from app.providers.framing import FramePatchStream
 
 HANG_GUARD = 30.0
 KEEP_ALIVE_SECONDS = 300.0
@@ -38,10 +39,13 @@ class Recording:
 
 
 def recordings(provider: str) -> list[Recording]:
-    """Every `<name>.sse` of one provider folder with the `.expected.json` beside it."""
+    """Every `<name>.sse` (or `<name>.bin`, a binary framing) of one provider folder with the
+    `.expected.json` beside it: the shared fixtures, else the repository's tests/fixtures."""
     folder = FIXTURES / provider
+    if not folder.is_dir():
+        folder = Path(__file__).resolve().parent / "fixtures" / provider
     out = []
-    for sse in sorted(folder.glob("*.sse")):
+    for sse in sorted([*folder.glob("*.sse"), *folder.glob("*.bin")]):
         expected = json.loads(sse.with_suffix(".expected.json").read_text())
         out.append(Recording(provider, sse.stem, sse.read_bytes(), expected))
     if not out:
@@ -50,9 +54,11 @@ def recordings(provider: str) -> list[Recording]:
 
 
 def run_bytes(
-    chunks: Iterable[bytes], normalizer: StreamNormalizer, *, model: str = "m", provider: str = "p"
+    chunks: Iterable[bytes], normalizer: StreamNormalizer, *, model: str = "m", provider: str = "p",
+    decoder: Any = None,
 ) -> tuple[list[StreamEvent], Accumulator]:
-    """Drive bytes through the production path: SSEPatchStream (SSEDecoder -> normalizer) ->
+    """Drive bytes through the production path: FramePatchStream (the decoder, SSE unless given ->
+    normalizer) ->
     `drive()` (the accumulator). Ends with the FinalEvent: ok if the provider completed, else
     error with what ended it. Synchronous: nothing in the path waits on I/O."""
     acc = Accumulator(model=model, provider=provider)
@@ -65,7 +71,7 @@ def run_bytes(
     async def nothing() -> None:
         return None
 
-    stream = SSEPatchStream(body(), normalizer, close=nothing, provider=provider)
+    stream = FramePatchStream(body(), normalizer, close=nothing, provider=provider, decoder=decoder)
     run_sync(drive(stream, acc, events))
     return events, acc
 

@@ -22,6 +22,7 @@ from app.core.errors import (
 from app.core.events import FinalEvent
 from app.core.messages import AdapterError, Message, ToolCall, ToolSpec
 from app.providers.anthropic import AnthropicAdapter, build_anthropic
+from app.providers.anthropic_wire import AnthropicHttpAdapter
 from app.providers.base import ProviderRequest
 from app.providers.registry import build_registry
 from app.settings import Settings
@@ -195,8 +196,9 @@ async def test_registry_serves_anthropic_only_with_a_key_or_a_client() -> None:
     assert build_registry(settings().provider_config()).get("anthropic") is None
     registry = build_registry(settings(key="sk-ant-test-000000", base_url="http://127.0.0.1:9").provider_config())
     adapter = registry.get("anthropic")
-    assert isinstance(adapter, AnthropicAdapter) and adapter.ready()
-    assert str(adapter._client.base_url).startswith("http://127.0.0.1:9")
+    assert isinstance(adapter, AnthropicHttpAdapter) and adapter.ready()  # the gateway's own client
+    sent = adapter._build(ProviderRequest(model="claude", messages=(Message(role="user", content="hi"),)))
+    assert sent.url == "http://127.0.0.1:9/v1/messages"
     await registry.aclose()
 
     injected = client_for(lambda req: httpx2.Response(500))

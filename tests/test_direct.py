@@ -1,9 +1,9 @@
-"""The SDK-backed adapters' one send path (`client.post` with the raw-stream options), for a client
-the gateway builds from a key and the same client injected.
+"""The gateway's own client (app/providers/upstream.py: what the gateway builds from a key) against
+the SDK-backed adapters (`client.post` with the raw-stream options, an injected SDK client).
 
 On a loopback server that records every request (`upstream_fakes.FakeUpstream`), both send the
-same request (URL, JSON body, headers apart from the SDK's per-call bookkeeping) and map the same
-error answer to the same gateway error, the key never echoed.
+same request (URL, JSON body, the credential and wire headers; each client names itself and the SDK
+adds its own bookkeeping) and map the same error answer to the same gateway error, the key never echoed.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anthropic
 import pytest
 from pydantic import SecretStr
 
@@ -20,14 +21,14 @@ from app.core.messages import Message, ToolSpec
 from app.providers.anthropic import AnthropicAdapter, build_anthropic
 from app.providers.base import ProviderAdapter, ProviderRequest
 from app.providers.config import CompatibleProvider, ProviderConfig
-from app.providers.openai_chat import OpenAIAdapter, build_openai
+from app.providers.http import anthropic_http_client
+from app.providers.openai_chat import OpenAIAdapter, build_openai, make_client
 from app.providers.openai_responses import OpenAIResponsesAdapter, build_openai_responses
 from tests.support import serve
 from tests.upstream_fakes import FakeUpstream
 
-# Headers the SDK computes per call (attempt count, timeouts as sent, its raw-response marker).
-_PER_CALL = {"x-stainless-retry-count", "x-stainless-timeout", "x-stainless-read-timeout",
-             "x-stainless-raw-response"}
+# The headers that carry the credential and the wire's version: the same on both paths.
+_WIRE = {"content-type", "authorization", "x-api-key", "anthropic-version"}
 
 _CHAT = (b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n'
          b"data: [DONE]\n\n")
@@ -50,20 +51,24 @@ async def upstream(kind: str, reply: Any) -> AsyncIterator[tuple[FakeUpstream, s
 
 
 def _adapters(kind: str, url: str) -> tuple[ProviderAdapter, ProviderAdapter]:
-    """(gateway-built, the same SDK client injected)."""
+    """(gateway-built on its own client, an SDK client injected)."""
     direct: Any
     if kind == "chat":
         config = ProviderConfig(compatible=(CompatibleProvider(name="up", base_url=f"{url}/v1",
                                                                api_key_env="DIRECT_TEST_KEY"),))
         direct = build_openai(config, {})["up"]
-        return direct, OpenAIAdapter(direct._client, name="up", max_tokens_field="max_tokens")
+        sdk = make_client(api_key="sk-up-direct-test", base_url=f"{url}/v1", config=config)
+        return direct, OpenAIAdapter(sdk, name="up", max_tokens_field="max_tokens", owns_client=True)
     if kind == "responses":
-        config = ProviderConfig(openai_api_key=SecretStr("sk-direct-test"), openai_base_url=f"{url}/v1")
+        config = ProviderConfig(values={"openai_api_key": SecretStr("sk-direct-test"), "openai_base_url": f"{url}/v1"})
         direct = build_openai_responses(config, {})["openai-responses"]
-        return direct, OpenAIResponsesAdapter(direct._client)
-    config = ProviderConfig(anthropic_api_key=SecretStr("sk-ant-direct-test"), anthropic_base_url=url)
+        sdk = make_client(api_key="sk-direct-test", base_url=f"{url}/v1", config=config)
+        return direct, OpenAIResponsesAdapter(sdk, owns_client=True)
+    config = ProviderConfig(values={"anthropic_api_key": SecretStr("sk-ant-direct-test"), "anthropic_base_url": url})
     direct = build_anthropic(config, {})["anthropic"]
-    return direct, AnthropicAdapter(direct._client)
+    sdk = anthropic.AsyncAnthropic(api_key="sk-ant-direct-test", base_url=url, max_retries=0,
+                                   http_client=anthropic_http_client(connect_timeout=5, read_timeout=30))
+    return direct, AnthropicAdapter(sdk, owns_client=True)
 
 
 _REQUEST = ProviderRequest(
@@ -91,11 +96,12 @@ async def test_gateway_built_and_injected_clients_send_the_same_request(kind: st
                 await _open(adapter)
         finally:
             await built.aclose()
+            await injected.aclose()
     first, second = fake.requests
     assert first.url == second.url and first.url.endswith(_PATHS[kind])
     assert first.body == second.body
-    assert {k: v for k, v in first.headers.items() if k not in _PER_CALL} == \
-        {k: v for k, v in second.headers.items() if k not in _PER_CALL}
+    assert {k: v for k, v in first.headers.items() if k in _WIRE} == \
+        {k: v for k, v in second.headers.items() if k in _WIRE}
 
 
 @pytest.mark.parametrize("kind", ["chat", "responses", "anthropic"])
@@ -119,9 +125,14 @@ async def test_an_error_answer_maps_as_through_the_sdk(kind: str, status: int, b
                 errors.append(caught.value)
         finally:
             await direct.aclose()
+            await sdk.aclose()
     built, injected = errors
     assert type(built) is type(injected)
-    assert built.to_dict() == injected.to_dict()
+    if "unexpected" in body and kind == "anthropic":  # the SDK quotes a Python repr; the gateway the body
+        assert built.to_dict()["message"] == 'anthropic: {"unexpected":"shape"}'
+        assert {**built.to_dict(), "message": ""} == {**injected.to_dict(), "message": ""}
+    else:
+        assert built.to_dict() == injected.to_dict()
     assert built.to_dict()["upstream_status"] == status
     assert built.status == {429: 429, 400: 400}.get(status, 502)
     assert "sk-up-direct-test" not in str(built.to_dict())

@@ -27,8 +27,10 @@ from app.providers.gemini import (
     messages_to_gemini,
     tool_choice_to_gemini,
     tool_specs_to_gemini,
+    upstream_request,
 )
 from app.providers.registry import build_registry
+from app.providers.upstream import HttpAdapter
 from app.settings import Settings
 from tests.support import recordings
 from tests.upstream_fakes import Body, drain, event_stream
@@ -295,9 +297,12 @@ async def test_registry_serves_gemini_with_a_key_or_a_client(monkeypatch: pytest
     with pytest.raises(TypeError, match="httpx2.AsyncClient"):
         build_gemini(settings().provider_config(), {"gemini": object()})
     monkeypatch.setenv("GOOGLE_API_KEY", "from-google-env")
-    registry = build_registry(Settings().provider_config())
+    config = Settings().provider_config()
+    registry = build_registry(config)
     served = registry.get("gemini")
-    assert isinstance(served, GeminiAdapter) and served.ready()
-    assert served._headers["x-goog-api-key"] == "from-google-env"
+    assert isinstance(served, HttpAdapter) and served.ready()  # the gateway's own client (upstream.py)
+    sent = upstream_request(ProviderRequest(model="gemini-2.5-pro", messages=(Message(role="user", content="hi"),)),
+                            config)
+    assert sent.headers["x-goog-api-key"] == "from-google-env"
     assert registry.resolve("gemini/gemini-2.5-pro")[2] == "gemini-2.5-pro"
     await registry.aclose()

@@ -23,6 +23,7 @@ from app.core.messages import Message
 from app.providers.base import ProviderRequest
 from app.providers.config import ProviderConfig, ReadLimits
 from app.providers.gemini import GeminiAdapter, build_gemini
+from app.providers.http import gemini_http_client
 from tests.support import recordings, serve
 from tests.test_transport import RawUpstream, writes
 from tests.upstream_fakes import FakeUpstream
@@ -40,9 +41,20 @@ def recorder() -> RawUpstream:
 
 
 def adapters(base: str) -> tuple[Any, GeminiAdapter]:
-    """(built by the gateway: on the wire, the same client injected: through `send`)."""
-    wired: Any = build_gemini(ProviderConfig(gemini_api_key=SecretStr(KEY), gemini_base_url=base), {})["gemini"]
-    return wired, GeminiAdapter(wired._client, api_key=KEY, base_url=base)
+    """(built by the gateway: on its own aiohttp client; an injected httpx2 client: through `send`)."""
+    wired: Any = build_gemini(ProviderConfig(values={"gemini_api_key": SecretStr(KEY), "gemini_base_url": base}), {})["gemini"]
+    return wired, GeminiAdapter(gemini_http_client(connect_timeout=10, read_timeout=30), api_key=KEY, base_url=base,
+                                owns_client=True)
+
+
+def same_request(a: bytes, b: bytes) -> bool:
+    """The same request line, body and gateway headers (each client adds its own user-agent)."""
+    def parts(raw: bytes) -> tuple[bytes, set[bytes], bytes]:
+        head, _, body = raw.partition(b"\r\n\r\n")
+        line, *fields = head.split(b"\r\n")
+        keep = (b"content-type", b"x-goog-api-key", b"authorization", b"content-length")
+        return line, {f.lower() for f in fields if f.split(b":")[0].lower() in keep}, body
+    return parts(a) == parts(b)
 
 
 def ask(model: str) -> ProviderRequest:
@@ -68,9 +80,10 @@ async def test_the_wire_sends_the_clients_request_for_each_model() -> None:
                 await run(sent, model)
         finally:
             await wired.aclose()
+            await sent.aclose()
     assert len(upstream.received) == 6
     for model, on_wire, through_send in zip(models, upstream.received[::2], upstream.received[1::2], strict=True):
-        assert on_wire == through_send  # request line, headers (order, casing, content-length), body
+        assert same_request(on_wire, through_send)  # request line, the gateway's headers, body
         line = b"POST /v1beta/models/%s%s HTTP/1.1\r\n" % (model.removeprefix("models/").encode(), STREAM.encode())
         assert on_wire.startswith(line)
         assert b'"contents":[{"role":"user","parts":[{"text":"h\xc3\xa9llo \xe2\x9c\x93"}]}]' in on_wire
@@ -103,6 +116,7 @@ async def test_an_error_answer_maps_the_same_for_built_and_injected(status: int,
                 errors.append(caught.value)
         finally:
             await wired.aclose()
+            await sent.aclose()
     on_wire, through_send = errors
     assert type(on_wire) is type(through_send) and on_wire.to_dict() == through_send.to_dict()
     answer = on_wire.to_dict()
@@ -132,6 +146,7 @@ async def test_a_redirect_is_not_followed_even_on_the_same_origin() -> None:
                 assert caught.value.status == 502 and caught.value.code == "upstream_redirect"
         finally:
             await wired.aclose()
+            await sent.aclose()
     assert moved == [f"/old/models/gemini-2.5-flash{STREAM.split('?')[0]}"] * 2
     assert target.requests == []  # neither the body nor the key went along
 
@@ -145,8 +160,9 @@ async def test_credentials_in_the_base_url_are_sent_as_basic_auth() -> None:
             await run(sent, "gemini-2.5-flash")
         finally:
             await wired.aclose()
+            await sent.aclose()
     on_wire, through_send = upstream.received
-    assert on_wire == through_send and b"\r\nauthorization: basic dxnlcjpwdw==\r\n" in on_wire.lower()
+    assert same_request(on_wire, through_send) and b"\r\nauthorization: basic dxnlcjpwdw==\r\n" in on_wire.lower()
     assert b"user:pw" not in on_wire
 
 
@@ -164,7 +180,7 @@ async def test_an_endless_error_body_is_read_only_in_part() -> None:
 
     upstream = RawUpstream(endless)
     async with upstream.running(path="") as base:
-        config = ProviderConfig(gemini_api_key=SecretStr(KEY), gemini_base_url=base, read_timeout=30,
+        config = ProviderConfig(values={"gemini_api_key": SecretStr(KEY), "gemini_base_url": base}, read_timeout=30,
                                 limits=ReadLimits(max_body_bytes=1 << 16))
         adapter: Any = build_gemini(config, {})["gemini"]
         try:

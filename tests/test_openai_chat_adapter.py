@@ -29,6 +29,7 @@ from app.core.released import Released
 from app.providers.base import PatchStream, ProviderRequest
 from app.providers.openai_chat import OpenAIAdapter, build_openai
 from app.providers.registry import build_registry
+from app.providers.upstream import HttpAdapter
 from app.settings import CompatibleProvider, Settings
 from tests.support import Recording, recordings
 from tests.upstream_fakes import Body, event_stream
@@ -296,14 +297,17 @@ def settings(**kw: Any) -> Settings:
     return Settings(openai_api_key=kw.pop("openai_api_key", None), openai_base_url=None, **kw)
 
 
+_ASK = ProviderRequest(model="m", messages=(Message(role="user", content="hi"),))
+
+
 def test_openai_is_served_only_with_a_key_or_an_injected_client() -> None:
     assert build_openai(settings().provider_config(), {}) == {}
     config = settings(openai_api_key=KEY, connect_timeout=3, read_timeout=30, upstream_max_retries=0).provider_config()
-    built = build_openai(config, {})
-    client = built["openai"]._client  # type: ignore[attr-defined]
-    assert str(client.base_url) == "https://api.openai.com/v1/" and client.api_key == KEY
-    assert client.max_retries == 0
-    assert client.timeout.connect == 3 and client.timeout.read == 30
+    built = build_openai(config, {})["openai"]
+    assert isinstance(built, HttpAdapter)  # the gateway's own client (app/providers/upstream.py)
+    sent = built._build(_ASK)
+    assert sent.url == "https://api.openai.com/v1/chat/completions" and sent.headers["authorization"] == f"Bearer {KEY}"
+    assert built._config.connect_timeout == 3 and built._config.read_timeout == 30
     injected = sdk_client(lambda request: httpx2.Response(500))
     assert build_openai(settings().provider_config(), {"openai": injected})["openai"]._client is injected  # type: ignore[attr-defined]
 
@@ -318,12 +322,14 @@ def test_compatible_providers(monkeypatch: pytest.MonkeyPatch) -> None:
     built = build_openai(settings(providers=providers).provider_config(), {})
     assert set(built) == {"local"}
     local = built["local"]
-    assert local._client.api_key == "unused" and str(local._client.base_url) == "http://127.0.0.1:8000/v1/"  # type: ignore[attr-defined]
-    assert local._include_usage is False and local.name == "local"  # type: ignore[attr-defined]
+    sent = local._build(_ASK)  # type: ignore[attr-defined]
+    assert sent.url == "http://127.0.0.1:8000/v1/chat/completions" and "authorization" not in sent.headers
+    assert b"stream_options" not in sent.body and local.name == "local"
 
     monkeypatch.setenv("FOUNDRY_TEST_GROQ_KEY", "gsk-test")
     built = build_openai(settings(providers=providers).provider_config(), {})
-    assert set(built) == {"groq", "local"} and built["groq"]._client.api_key == "gsk-test"  # type: ignore[attr-defined]
+    assert set(built) == {"groq", "local"}
+    assert built["groq"]._build(_ASK).headers["authorization"] == "Bearer gsk-test"  # type: ignore[attr-defined]
 
     monkeypatch.delenv("FOUNDRY_TEST_GROQ_KEY")
     injected = sdk_client(lambda request: httpx2.Response(500))
@@ -337,7 +343,7 @@ async def test_registry_serves_openai_and_closes_only_its_own_clients() -> None:
     assert {"openai", "local", "mock"} <= set(registry.readiness())
     adapter, provider, model = registry.resolve("local/llama-3")
     assert (provider, model) == ("local", "llama-3")
-    own = adapter._client  # type: ignore[attr-defined]
+    assert isinstance(adapter, HttpAdapter) and adapter._session is None  # its session: made at its first request
     await registry.aclose()
-    assert own.is_closed() and not injected.is_closed()
+    assert not injected.is_closed()
     await injected.close()

@@ -30,6 +30,7 @@ from app.providers.openai_responses import (
     tool_specs_to_responses,
 )
 from app.providers.registry import build_registry
+from app.providers.upstream import HttpAdapter
 from app.settings import Settings
 from tests.support import recordings
 from tests.upstream_fakes import Body, drain, event_stream
@@ -268,6 +269,6 @@ async def test_registry_serves_openai_responses_with_a_key_or_a_client(monkeypat
     assert chosen["openai-responses"]._client is own
     registry = build_registry(settings(openai_api_key="sk-from-settings").provider_config())
     adapter = registry.get("openai-responses")
-    assert isinstance(adapter, OpenAIResponsesAdapter) and adapter.ready()
+    assert isinstance(adapter, HttpAdapter) and adapter.ready()  # the gateway's own client (upstream.py)
     assert registry.resolve("openai-responses/gpt-5")[2] == "gpt-5"
     await registry.aclose()

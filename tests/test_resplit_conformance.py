@@ -14,25 +14,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.providers.anthropic_stream import AnthropicNormalizer
-from app.providers.base import StreamNormalizer
-from app.providers.gemini_stream import GeminiNormalizer
-from app.providers.openai_chat_stream import ChatChunkNormalizer
-from app.providers.openai_responses_stream import ResponsesNormalizer
+from app.providers.catalog import PROVIDERS
+from app.providers.config import ReadLimits
+from app.providers.framing import FrameDecoder, StreamNormalizer
 from tests.support import Recording, recordings, run_bytes, split_at
 
-NORMALIZERS: dict[str, Callable[[], StreamNormalizer]] = {
-    "anthropic": AnthropicNormalizer,
-    "gemini": GeminiNormalizer,
-    "openai-chat": lambda: ChatChunkNormalizer(provider="p"),
-    "openai-responses": ResponsesNormalizer,
+# One entry per recordings folder of the catalog's providers (providers of one wire share theirs).
+FORMATS: dict[str, tuple[Callable[[], StreamNormalizer[Any]], Callable[[], FrameDecoder[Any]]]] = {
+    d.fixtures: (lambda d=d: d.normalizer(d.name), lambda d=d: d.framing(ReadLimits()))  # type: ignore[misc]
+    for d in PROVIDERS if d.fixtures and d.normalizer and d.framing
 }
 SMALL = {"anthropic": "text", "gemini": "vertex-parallel-calls-partial-args", "openai-responses": "function-call"}
-RECORDINGS = [rec for provider in NORMALIZERS for rec in recordings(provider)]
+RECORDINGS = [rec for folder in FORMATS for rec in recordings(folder)]
 
 
 def events(rec: Recording, chunks: list[bytes]) -> list[Any]:
-    return run_bytes(chunks, NORMALIZERS[rec.provider](), provider=rec.provider)[0]
+    normalizer, decoder = FORMATS[rec.provider]
+    return run_bytes(chunks, normalizer(), provider=rec.provider, decoder=decoder())[0]
 
 
 @pytest.mark.parametrize("rec", RECORDINGS, ids=repr)

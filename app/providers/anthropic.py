@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import aiohttp
 import anthropic
 import httpx2
 
@@ -33,10 +34,9 @@ from app.providers.anthropic_convert import (
     tool_specs_to_anthropic,
 )
 from app.providers.anthropic_stream import AnthropicNormalizer
-from app.providers.base import ProviderAdapter, ProviderRequest, SSEPatchStream, raw_stream, sse_body
+from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, raw_stream, sse_body
 from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, status_error, transport_error
-from app.providers.http import anthropic_http_client, upstream_timeout
 from app.providers.passthrough import Wire, passthrough_for
 
 __all__ = [
@@ -83,6 +83,27 @@ _COUNTED = frozenset({"model", "messages", "system", "tools", "tool_choice", "th
 """The fields of a Messages body that `count_tokens` takes."""
 
 
+def counted_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a Messages body that `count_tokens` takes."""
+    return {key: value for key, value in body.items() if key in _COUNTED}
+
+
+def read_count(provider: str, content_type: str, content: bytes) -> int:
+    """The count from the answer's bytes: read here, not by the SDK, whose models take any
+    value as it comes. An answer that is not a JSON object with a checked count (an event stream,
+    a body cut short, `-1`, `"12"`) is the upstream's fault: `upstream_protocol_error`, a 502."""
+    data: Any = None
+    if content_type.split(";")[0].strip() == "application/json":
+        with contextlib.suppress(ValueError):
+            data = safejson.loads(content)
+    count = token_count(data.get("input_tokens"), "input_tokens", provider=provider) \
+        if isinstance(data, dict) else None
+    if count is None:
+        raise UpstreamError(f"{provider}: count_tokens answered no count: {content[:200]!r}",
+                            code="upstream_protocol_error", provider=provider)
+    return count
+
+
 # -- the adapter ------------------------------------------------------------------------------
 
 
@@ -113,28 +134,13 @@ class AnthropicAdapter(ProviderAdapter):
             body = build_anthropic_request(request, provider=self.name)
         except AdapterError as exc:
             raise RequestError(f"{self.name}: {exc}", provider=self.name) from None
-        params = {key: value for key, value in body.items() if key in _COUNTED}
+        params = counted_fields(body)
         with anthropic_errors(self.name):
             raw = await self._client.messages.with_raw_response.count_tokens(**params)
             content = raw.http_response.content  # read already, bounded (app/providers/http.py)
-        return self._counted(raw.http_response.headers.get("content-type", ""), content)
+        return read_count(self.name, raw.http_response.headers.get("content-type", ""), content)
 
-    def _counted(self, content_type: str, content: bytes) -> int:
-        """The count from the answer's bytes: read here, not by the SDK, whose models take any
-        value as it comes. An answer that is not a JSON object with a checked count (an event stream,
-        a body cut short, `-1`, `"12"`) is the upstream's fault: `upstream_protocol_error`, a 502."""
-        data: Any = None
-        if content_type.split(";")[0].strip() == "application/json":
-            with contextlib.suppress(ValueError):
-                data = safejson.loads(content)
-        count = token_count(data.get("input_tokens"), "input_tokens", provider=self.name) \
-            if isinstance(data, dict) else None
-        if count is None:
-            raise UpstreamError(f"{self.name}: count_tokens answered no count: {content[:200]!r}",
-                                code="upstream_protocol_error", provider=self.name)
-        return count
-
-    async def open_stream(self, request: ProviderRequest) -> SSEPatchStream:
+    async def open_stream(self, request: ProviderRequest) -> PatchStream:
         """Send the request; raise GatewayError for anything known before the body starts.
 
         Through the SDK (auth, base URL, retries before the response, typed errors) by its
@@ -161,18 +167,16 @@ class AnthropicAdapter(ProviderAdapter):
 
 
 def build_anthropic(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
-    """`anthropic` from an injected client, else from ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL."""
+    """`anthropic` from ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL on the gateway's own client (an
+    injected `aiohttp.ClientSession` in clients["anthropic"] is used); an injected SDK client
+    (`AsyncAnthropic`) keeps the SDK adapter on it."""
     client = clients.get("anthropic")
-    if client is not None:
+    if client is not None and not isinstance(client, aiohttp.ClientSession):
         return {"anthropic": AnthropicAdapter(client, limits=config.limits)}
-    if config.anthropic_api_key is None:
+    key = config.secret("anthropic_api_key")
+    if key is None:
         return {}
-    client = anthropic.AsyncAnthropic(
-        api_key=config.anthropic_api_key.get_secret_value(),
-        base_url=config.anthropic_base_url,
-        max_retries=config.max_retries,  # only before a response starts: no duplicate output
-        timeout=upstream_timeout(connect=config.connect_timeout, read=config.read_timeout),
-        http_client=anthropic_http_client(connect_timeout=config.connect_timeout, read_timeout=config.read_timeout,
-                                          max_body_bytes=config.limits.max_body_bytes),
-    )
-    return {"anthropic": AnthropicAdapter(client, owns_client=True, limits=config.limits)}
+    from app.providers.anthropic_spec import ANTHROPIC
+    from app.providers.anthropic_wire import AnthropicHttpAdapter
+
+    return {"anthropic": AnthropicHttpAdapter(ANTHROPIC, config, session=client)}

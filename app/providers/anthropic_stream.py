@@ -52,6 +52,7 @@ from app.providers.errors import stream_error as shared_stream_error
 from app.providers.sse import SSEEvent
 
 __all__ = [
+    "normalizer",
     "AnthropicNormalizer",
     "STOP_REASON_MAP",
     "UsageTally",
@@ -355,3 +356,8 @@ def _misplaced(dtype: str, delta: dict[str, Any], kind: str) -> Ignored:
         raise UpstreamError(f"anthropic: {dtype} for a {kind} block", code="upstream_protocol_error",
                             provider="anthropic")
     return Ignored(what=f"anthropic:{dtype}_on_{kind}")
+
+
+def normalizer(provider: str) -> AnthropicNormalizer:
+    """A fresh normalizer for one response (its descriptor's `normalizer`)."""
+    return AnthropicNormalizer()

@@ -1,8 +1,10 @@
 """What every provider module implements, and the shared machinery to implement it with.
 
 A provider module is three things: request mapping (Foundry -> wire), a `StreamNormalizer`
-(wire SSE events -> normalized patches) and an adapter whose `open_stream()` performs the HTTP
-request through the injected client. `open_stream()` raises `GatewayError` for failures known
+(provider events, decoded by its framing, -> normalized patches: app/providers/framing.py) and an
+adapter whose `open_stream()` performs the HTTP request (app/providers/upstream.py: `HttpAdapter`,
+on the gateway's own aiohttp client; the SDK adapters for injected SDK clients).
+`open_stream()` raises `GatewayError` for failures known
 before the first byte of the body (they become HTTP errors); the returned `PatchStream` raises
 `GatewayError` for failures after it (they become `final{status: "error"}`). `generate()` (one
 request answered whole, reference/foundry-adapters.md) is written once, here, on `open_stream()`:
@@ -11,14 +13,11 @@ an adapter gets it by naming `ProviderAdapter` as its base.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import (
     AsyncGenerator,
     AsyncIterable,
     AsyncIterator,
-    Awaitable,
-    Callable,
     Iterator,
     Mapping,
     Sequence,
@@ -32,13 +31,13 @@ from app.core.accumulator import Accumulator
 from app.core.errors import GatewayError, UpstreamError
 from app.core.events import FinalEvent, ReasoningBlockEnd, StreamEvent
 from app.core.messages import AdapterError, Message, ToolSpec, assistant_message
-from app.core.patches import Patch, Relay
+from app.core.patches import Patch
 from app.core.released import Released
 from app.providers.config import DEFAULT_LIMITS, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, read_error
+from app.providers.framing import FramePatchStream, StreamNormalizer
 from app.providers.http import bounded_body
-from app.providers.passthrough import Passthrough, relay_frame
-from app.providers.sse import SSEDecoder, SSEEvent, SSELimitExceeded
+from app.providers.passthrough import Passthrough
 
 __all__ = [
     "RAW_STREAM",
@@ -176,15 +175,6 @@ class ProviderAdapter(Protocol):
         return assistant_message(message.content, message.tool_calls, message.reasoning)
 
 
-class StreamNormalizer(Protocol):
-    """Provider wire events -> normalized patches. Pure: no I/O, one instance per response."""
-
-    def feed(self, event: SSEEvent, out: list[Patch]) -> None: ...
-
-    def finish(self, out: list[Patch]) -> None:
-        """The body ended. Emit the closing patches, or raise UpstreamError when cut short."""
-
-
 @contextlib.contextmanager
 def mid_stream_errors(provider: str) -> Iterator[None]:
     """Map transport failures while reading a body to UpstreamError (after the first event)."""
@@ -196,94 +186,12 @@ def mid_stream_errors(provider: str) -> Iterator[None]:
         raise read_error(exc, provider) from exc
 
 
-class SSEPatchStream:
-    """An SSE body, parsed once: bytes -> SSEDecoder -> normalizer -> patch batches. A line or an
-    event past `limits.max_event_bytes` ends it with `upstream_protocol_error`."""
-
-    __slots__ = ("_chunks", "_normalizer", "_close", "_provider", "_closed", "_limits", "_relay")
-
-    def __init__(
-        self,
-        chunks: AsyncIterator[bytes],
-        normalizer: StreamNormalizer,
-        *,
-        close: Callable[[], Awaitable[None]],
-        provider: str,
-        limits: ReadLimits = DEFAULT_LIMITS,
-        relay: bool = False,
-    ) -> None:
-        self._limits = limits
-        self._relay = relay
-        """Each event also as a `Relay` patch, after the patches made from it."""
-        self._chunks = chunks
-        self._normalizer = normalizer
-        self._close = close
-        self._provider = provider
-        self._closed = False
-
-    async def __aiter__(self) -> AsyncIterator[list[Patch]]:
-        limits = self._limits
-        decoder = SSEDecoder(max_line_bytes=limits.max_event_bytes, max_event_bytes=limits.max_event_bytes,
-                             max_idle_lines=limits.max_idle_lines)
-        feed = _relaying(self._normalizer.feed) if self._relay else self._normalizer.feed
-        try:
-            with mid_stream_errors(self._provider), _decoding_limits(self._provider):
-                async for chunk in self._chunks:
-                    events = decoder.feed(chunk)
-                    if not events:  # reads that end no event (decompressed without I/O) yield the loop
-                        await asyncio.sleep(0)
-                    else:
-                        out: list[Patch] = []
-                        try:
-                            for event in events:
-                                feed(event, out)
-                        except GatewayError:
-                            if out:  # what arrived in the same read before the failure still counts
-                                yield out
-                            raise
-                        if out:
-                            yield out
-            out = []
-            try:
-                for event in decoder.flush():
-                    feed(event, out)
-                self._normalizer.finish(out)
-            except GatewayError:
-                if out:
-                    yield out
-                raise
-            if out:
-                yield out
-        finally:
-            await self.aclose()
-
-    async def aclose(self) -> None:
-        if not self._closed:
-            self._closed = True
-            with contextlib.suppress(Exception):
-                await self._close()
+SSEPatchStream = FramePatchStream
+"""The pump with its default framing (SSE): app/providers/framing.py."""
 
 
-def _relaying(feed: Callable[[SSEEvent, list[Patch]], None]) -> Callable[[SSEEvent, list[Patch]], None]:
-    """`feed`, each event followed by its `Relay` patch (after the patches made from it)."""
-
-    def relaying(event: SSEEvent, out: list[Patch]) -> None:
-        feed(event, out)
-        out.append(Relay(frame=relay_frame(event)))
-
-    return relaying
-
-
-@contextlib.contextmanager
-def _decoding_limits(provider: str) -> Iterator[None]:
-    try:
-        yield
-    except SSELimitExceeded as exc:
-        raise UpstreamError(f"{provider}: {exc}", code="upstream_protocol_error", provider=provider) from None
-
-
-async def sse_body(response: httpx2.Response, normalizer: StreamNormalizer, *, provider: str,
-                   limits: ReadLimits = DEFAULT_LIMITS, relay: bool = False) -> SSEPatchStream:
+async def sse_body(response: httpx2.Response, normalizer: StreamNormalizer[Any], *, provider: str,
+                   limits: ReadLimits = DEFAULT_LIMITS, relay: bool = False) -> FramePatchStream:
     """An open streaming response as patches.
 
     A JSON body where an event stream was asked for (a proxy that dropped `stream`, Gemini's
@@ -295,7 +203,8 @@ async def sse_body(response: httpx2.Response, normalizer: StreamNormalizer, *, p
             text = (await bounded_body(response, 500)).decode("utf-8", "replace")
         raise UpstreamError(f"{provider}: expected an event stream, got JSON: {text}", provider=provider)
     chunks = response.aiter_bytes()  # decoded as the response says (gzip, br), in pieces of at most 1 MiB
-    return SSEPatchStream(chunks, normalizer, close=response.aclose, provider=provider, limits=limits, relay=relay)
+    return FramePatchStream(chunks, normalizer, close=response.aclose, provider=provider, limits=limits, relay=relay,
+                            read_errors=mid_stream_errors)
 
 
 def incomplete(provider: str) -> UpstreamError:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr
 
-__all__ = ["DEFAULT_LIMITS", "DEFAULT_MODEL_PATTERNS", "PROVIDER_NAME_RE", "BaseUrl", "CompatibleProvider",
+__all__ = ["DEFAULT_LIMITS", "PROVIDER_NAME_RE", "BaseUrl", "CompatibleProvider",
            "ProviderConfig", "ReadLimits", "check_base_url"]
 
 PROVIDER_NAME_RE = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
@@ -72,9 +72,10 @@ class ReadLimits:
 DEFAULT_LIMITS = ReadLimits()
 
 
-DEFAULT_MODEL_PATTERNS = {"claude-*": "anthropic", "gpt-*": "openai", "o[0-9]*": "openai", "codex-*": "openai",
-                          "chatgpt-*": "openai", "gemini-*": "gemini"}
-"""The providers of the names their own SDKs and agents send (`claude-sonnet-4-5`, `gpt-5`, `o3`)."""
+def _default_patterns() -> dict[str, str]:
+    from app.providers.catalog import default_patterns  # the catalog imports every provider module
+
+    return default_patterns()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,15 +85,18 @@ class ProviderConfig:
     """Longest silence from an upstream mid-stream."""
     max_retries: int = 1
     """SDK retries before a response starts (never after: no duplicate output)."""
-    openai_api_key: SecretStr | None = None
-    openai_base_url: str | None = None
-    anthropic_api_key: SecretStr | None = None
-    anthropic_base_url: str | None = None
-    gemini_api_key: SecretStr | None = None
-    gemini_base_url: str | None = None
+    values: Mapping[str, SecretStr | str | None] = field(default_factory=dict)
+    """The providers' own settings by field name (their descriptors' `SettingSpec`s):
+    `openai_api_key`, `gemini_base_url`, ..."""
     compatible: tuple[CompatibleProvider, ...] = ()
     aliases: Mapping[str, str] = field(default_factory=dict)
     """Model aliases: alias -> provider/model."""
-    model_patterns: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_MODEL_PATTERNS))
+    model_patterns: Mapping[str, str] = field(default_factory=_default_patterns)
     """Bare model names as clients send them: glob pattern -> provider, the first match wins."""
     limits: ReadLimits = field(default_factory=ReadLimits)
+
+    def secret(self, name: str) -> str | None:
+        """A provider setting's value (a secret revealed for the request that carries it), None when unset or empty."""
+        value = self.values.get(name)
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        return text or None

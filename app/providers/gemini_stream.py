@@ -60,7 +60,7 @@ from app.core.patches import (
 from app.providers.errors import stream_error
 from app.providers.sse import SSEEvent
 
-__all__ = ["GeminiNormalizer", "gemini_error", "gemini_usage"]
+__all__ = ["GeminiNormalizer", "gemini_error", "gemini_usage", "normalizer"]
 
 TEXT_KEY = "text"
 THOUGHT_KEY = "thought"
@@ -305,3 +305,8 @@ class GeminiNormalizer:
     def _fail(self, reason: str) -> None:
         self._failure = UpstreamError(f"{self._provider}: {reason}", code="upstream_protocol_error",
                                       provider=self._provider)
+
+
+def normalizer(provider: str) -> GeminiNormalizer:
+    """A fresh normalizer for one response of `provider` (its descriptor's `normalizer`)."""
+    return GeminiNormalizer(provider=provider)

@@ -1,4 +1,6 @@
-"""The HTTP clients the gateway builds for its providers: the SDKs' own aiohttp-backed clients.
+"""The SDKs' aiohttp-backed HTTP clients, for the SDK adapters (an injected SDK client, the
+reference `generate()`); the streamed calls the gateway builds from its configuration go through
+its own aiohttp client instead (app/providers/upstream.py, docs/performance.md).
 
 OpenAI and Anthropic get their SDK's `DefaultAioHttpClient` (the `aiohttp` extra); Gemini, which
 has no SDK, an `httpx2.AsyncClient` on the same transport (`httpx_aiohttp.httpx2`, the package the

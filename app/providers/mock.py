@@ -52,6 +52,7 @@ from app.providers.base import ProviderAdapter, ProviderRequest
 from app.providers.iterator import BaseStreamIterator, replay_stream
 
 __all__ = [
+    "build_mock",
     "SCENARIOS",
     "MockAdapter",
     "MockStreamIterator",
@@ -260,3 +261,9 @@ class MockStreamIterator(BaseStreamIterator):
     async def _get_next_chunk(self) -> list[Patch] | None:
         await asyncio.sleep(0)
         return next(self._chunks, None)
+
+
+
+def build_mock(config: object, clients: object) -> dict[str, ProviderAdapter]:
+    """The mock is always served (its descriptor's `build`)."""
+    return {"mock": MockAdapter()}

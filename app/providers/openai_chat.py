@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import aiohttp
 import httpx2
 import openai
 from pydantic import ValidationError
@@ -38,6 +39,7 @@ from app.providers.openai_chat_convert import (
     tool_specs_to_openai,
 )
 from app.providers.openai_chat_stream import ChatChunkNormalizer
+from app.providers.openai_wire import OPENAI_BASE_URL, OpenAITarget, chat_request
 from app.providers.passthrough import Wire, passthrough_for
 
 __all__ = [
@@ -54,7 +56,6 @@ __all__ = [
     "upstream_errors",
 ]
 
-OPENAI_BASE_URL = "https://api.openai.com/v1"
 _NO_KEY = "unused"
 """Sent to compatible servers that need no key: the SDK insists on one, they ignore it."""
 
@@ -286,31 +287,41 @@ def make_client(*, api_key: str, base_url: str, config: ProviderConfig) -> opena
 
 
 def build_openai(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
-    """`openai` and every compatible server (`Settings.providers`); injected `clients[name]` win.
+    """`openai` and every compatible server (`Settings.providers`) on the gateway's own client
+    (app/providers/upstream.py; an injected `aiohttp.ClientSession` in `clients[name]` is used);
+    an injected SDK client (`clients[name]`, an `AsyncOpenAI`) keeps the SDK adapter on it.
 
     A provider whose key is not configured is not served; a compatible provider declared without
-    `api_key_env` needs none. Keys and base URLs are always passed explicitly, so the SDK never
-    picks up OPENAI_API_KEY for a third-party server.
+    `api_key_env` needs none. Keys and base URLs are always explicit: OPENAI_API_KEY never goes
+    to a third-party server.
     """
     adapters: dict[str, ProviderAdapter] = {}
     client = clients.get("openai")
-    key = config.openai_api_key.get_secret_value() if config.openai_api_key else ""
-    if client is not None:
+    key = config.secret("openai_api_key")
+    if client is not None and not isinstance(client, aiohttp.ClientSession):
         adapters["openai"] = OpenAIAdapter(client, name="openai", limits=config.limits)
     elif key:
-        client = make_client(api_key=key, base_url=config.openai_base_url or OPENAI_BASE_URL, config=config)
-        adapters["openai"] = OpenAIAdapter(client, name="openai", owns_client=True, limits=config.limits)
+        target = OpenAITarget(name="openai", base_url=config.secret("openai_base_url") or OPENAI_BASE_URL, key=key)
+        adapters["openai"] = _http_adapter(target, config, client)
     for provider in config.compatible:
         # Compatible servers know max_tokens; max_completion_tokens is OpenAI's newer name.
-        options: dict[str, Any] = {"name": provider.name, "include_usage": provider.include_usage,
-                                   "max_tokens_field": "max_tokens", "limits": config.limits}
         client = clients.get(provider.name)
-        if client is not None:
-            adapters[provider.name] = OpenAIAdapter(client, **options)
+        if client is not None and not isinstance(client, aiohttp.ClientSession):
+            adapters[provider.name] = OpenAIAdapter(client, name=provider.name, include_usage=provider.include_usage,
+                                                    max_tokens_field="max_tokens", limits=config.limits)
             continue
-        key = provider.api_key() or ""
+        key = provider.api_key() or None
         if provider.api_key_env and not key:
             continue
-        client = make_client(api_key=key or _NO_KEY, base_url=provider.base_url, config=config)
-        adapters[provider.name] = OpenAIAdapter(client, owns_client=True, **options)
+        target = OpenAITarget(name=provider.name, base_url=provider.base_url, key=key,
+                              include_usage=provider.include_usage, max_tokens_field="max_tokens")
+        adapters[provider.name] = _http_adapter(target, config, client)
     return adapters
+
+
+def _http_adapter(target: OpenAITarget, config: ProviderConfig, session: Any) -> ProviderAdapter:
+    from app.providers.openai_spec import OPENAI
+    from app.providers.upstream import HttpAdapter
+
+    return HttpAdapter(OPENAI, config, name=target.name, session=session,
+                       build=lambda request: chat_request(request, target))

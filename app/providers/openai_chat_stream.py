@@ -55,7 +55,7 @@ from app.core.patches import (
 from app.providers.errors import stream_error as shared_stream_error
 from app.providers.sse import SSEEvent
 
-__all__ = ["ChatChunkNormalizer", "stream_error", "usage_patch"]
+__all__ = ["ChatChunkNormalizer", "normalizer", "stream_error", "usage_patch"]
 
 TEXT_KEY = "content"
 REASONING_KEY = "reasoning"
@@ -273,3 +273,8 @@ class ChatChunkNormalizer:
         self._failure = UpstreamError(
             f"{self._provider}: {reason}", code="upstream_protocol_error", provider=self._provider
         )
+
+
+def normalizer(provider: str) -> ChatChunkNormalizer:
+    """A fresh normalizer for one response of `provider` (its descriptor's `normalizer`)."""
+    return ChatChunkNormalizer(provider=provider)

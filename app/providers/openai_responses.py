@@ -30,6 +30,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import aiohttp
 import httpx2
 import openai
 import orjson
@@ -39,9 +40,10 @@ from app.core.messages import AdapterError, Message, ToolSpec, thaw
 from app.core.parts import ImagePart, TextPart
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, raw_stream, sse_body
 from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
-from app.providers.openai_chat import OPENAI_BASE_URL, make_client, upstream_errors
+from app.providers.openai_chat import upstream_errors
 from app.providers.openai_chat_convert import json_schema_format, tool_output
 from app.providers.openai_responses_stream import ResponsesNormalizer
+from app.providers.openai_wire import OPENAI_BASE_URL, OpenAITarget, responses_upstream
 from app.providers.passthrough import Wire, passthrough_for
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools
 
@@ -230,13 +232,18 @@ class OpenAIResponsesAdapter(ProviderAdapter):
 
 
 def build_openai_responses(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
-    """`openai-responses` from clients["openai-responses"] or clients["openai"], else from
-    OPENAI_API_KEY / OPENAI_BASE_URL (with a client of its own, closed with the adapter)."""
+    """`openai-responses` from OPENAI_API_KEY / OPENAI_BASE_URL on the gateway's own client (an
+    injected `aiohttp.ClientSession` in clients["openai-responses"] or clients["openai"] is used);
+    an injected SDK client there keeps the SDK adapter on it."""
     client = clients.get(PROVIDER) or clients.get("openai")
-    if client is not None:
+    if client is not None and not isinstance(client, aiohttp.ClientSession):
         return {PROVIDER: OpenAIResponsesAdapter(client, limits=config.limits)}
-    if config.openai_api_key is None or not config.openai_api_key.get_secret_value():
+    key = config.secret("openai_api_key")
+    if key is None:
         return {}
-    client = make_client(api_key=config.openai_api_key.get_secret_value(),
-                         base_url=config.openai_base_url or OPENAI_BASE_URL, config=config)
-    return {PROVIDER: OpenAIResponsesAdapter(client, owns_client=True, limits=config.limits)}
+    from app.providers.openai_spec import OPENAI_RESPONSES
+    from app.providers.upstream import HttpAdapter
+
+    target = OpenAITarget(name=PROVIDER, base_url=config.secret("openai_base_url") or OPENAI_BASE_URL, key=key)
+    return {PROVIDER: HttpAdapter(OPENAI_RESPONSES, config, session=client,
+                                  build=lambda request: responses_upstream(request, target))}

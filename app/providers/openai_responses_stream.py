@@ -57,7 +57,7 @@ from app.core.patches import (
 from app.providers.openai_chat_stream import stream_error
 from app.providers.sse import SSEEvent
 
-__all__ = ["SERVER_TOOL_NAMES", "SUMMARY_PART_SEPARATOR", "ResponsesNormalizer", "responses_usage"]
+__all__ = ["SERVER_TOOL_NAMES", "SUMMARY_PART_SEPARATOR", "ResponsesNormalizer", "normalizer", "responses_usage"]
 
 SUMMARY_PART_SEPARATOR = "\n\n"
 
@@ -273,3 +273,8 @@ class ResponsesNormalizer:
     def _fail(self, reason: str) -> None:
         self._failure = UpstreamError(f"{self._provider}: {reason}", code="upstream_protocol_error",
                                       provider=self._provider)
+
+
+def normalizer(provider: str) -> ResponsesNormalizer:
+    """A fresh normalizer for one response of `provider` (its descriptor's `normalizer`)."""
+    return ResponsesNormalizer(provider=provider)

@@ -5,7 +5,7 @@ The gateway streams one choice and caps the answer's length, so whatever a provi
 - every spelling of the length limit (`max_tokens`, `max_completion_tokens`, `max_output_tokens`,
   `maxOutputTokens`, `max_tokens_to_sample`) gets the cap of the request's `max_tokens`.
 Beyond that, each provider has an allow-list of option keys: the operator's
-(`FOUNDRY_PROVIDER_OPTIONS_ALLOW`, per provider name) or the safe default below, which leaves out
+(`FOUNDRY_PROVIDER_OPTIONS_ALLOW`, per provider name) or the safe default of its descriptor (`options`), which leaves out
 what reaches other resources (server tools, MCP servers, vector stores) but takes every field the
 drop-in facades carry (docs/drop-in.md: `store`, `metadata`, `prompt_cache_key`, `service_tier`,
 `safety_identifier`, `verbosity`). Anything else is a 422 naming `provider_options.<key>`.
@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.core.errors import RequestError
+from app.providers.catalog import default_options
 
 __all__ = ["DEFAULT_ALLOWED", "MAX_OUTPUT_TOKENS", "check_provider_options"]
 
@@ -26,19 +27,7 @@ _LIMITS = frozenset({"max_tokens", "max_completion_tokens", "max_output_tokens",
                      "max_tokens_to_sample"})
 _NESTED = ("generationConfig",)  # Gemini puts counts and limits one level down
 
-_OPENAI_CHAT = ("top_p", "stop", "seed", "presence_penalty", "frequency_penalty", "logit_bias", "response_format",
-                "parallel_tool_calls", "reasoning_effort", "max_completion_tokens", "user", "logprobs", "top_logprobs",
-                "store", "metadata", "prompt_cache_key", "service_tier", "safety_identifier", "verbosity")
-DEFAULT_ALLOWED: dict[str, tuple[str, ...]] = {
-    "mock": ("delay_ms", "fail_after"),
-    "openai": _OPENAI_CHAT,
-    "openai-responses": ("reasoning_effort", "reasoning_summary", "top_p", "max_output_tokens", "truncation",
-                         "parallel_tool_calls", "user", "text", "store", "include", "metadata", "prompt_cache_key",
-                         "service_tier", "safety_identifier"),
-    "anthropic": ("top_k", "top_p", "stop_sequences", "thinking", "metadata", "output_config", "service_tier"),
-    "gemini": ("generationConfig", "safetySettings"),
-    "*": _OPENAI_CHAT,  # the OpenAI-compatible servers of FOUNDRY_PROVIDERS
-}
+DEFAULT_ALLOWED: dict[str, tuple[str, ...]] = default_options()
 """Used for a provider the operator's allow-list does not name."""
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.providers.sse import SSEEvent
+from app.providers.sse import encode_event
 
 __all__ = ["Passthrough", "Wire", "passthrough_for", "relay_frame"]
 
@@ -48,7 +48,5 @@ def passthrough_for(passthrough: Passthrough | None, wire: Wire) -> Passthrough 
     return passthrough if passthrough is not None and passthrough.wire == wire else None
 
 
-def relay_frame(event: SSEEvent) -> bytes:
-    """An SSE event encoded again as its provider sent it (one `data:` line per line of data)."""
-    head = b"" if event.event == "message" else b"event: " + event.event.encode() + b"\n"
-    return head + b"".join(b"data: " + line.encode() + b"\n" for line in event.data.split("\n")) + b"\n"
+relay_frame = encode_event
+"""An SSE event encoded again as its provider sent it (app/providers/sse.py)."""

@@ -4,36 +4,21 @@ Adapters are built from the provider config (`Settings.provider_config()`) and i
 clients: `clients={"openai": AsyncOpenAI(...)}` hands a configured (or fake) SDK client to the
 provider of that name; `adapters={...}` injects whole adapters (tests, embedders). A provider
 with no credentials is not served; `mock` always is. Each provider module contributes one
-builder, listed in `_BUILDERS` (explicit, no import-time registration).
+descriptor, listed once in app/providers/catalog.py (explicit, no import-time registration).
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from app.core.errors import RequestError
-from app.providers.anthropic import build_anthropic
 from app.providers.base import ProviderAdapter
-from app.providers.config import DEFAULT_MODEL_PATTERNS, ProviderConfig
-from app.providers.gemini import build_gemini
-from app.providers.mock import MockAdapter
-from app.providers.openai_chat import build_openai
-from app.providers.openai_responses import build_openai_responses
+from app.providers.catalog import PROVIDERS, default_patterns, provider_names
+from app.providers.config import ProviderConfig
 
 __all__ = ["ProviderRegistry", "build_registry"]
-
-Builder = Callable[[ProviderConfig, Mapping[str, Any]], dict[str, ProviderAdapter]]
-
-
-def _mock(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
-    return {"mock": MockAdapter()}
-
-
-_BUILDERS: list[Builder] = [_mock, build_anthropic, build_openai, build_openai_responses, build_gemini]
-_BUILT_IN = frozenset({"openai", "openai-responses", "anthropic", "gemini"})
-"""The providers the builders serve once their credentials are set."""
 
 
 class ProviderRegistry:
@@ -43,7 +28,7 @@ class ProviderRegistry:
         self._aliases = dict(aliases or {})
         self._unserved = unserved
         """Providers this gateway knows but does not serve (no credentials): not "unknown" to a caller."""
-        self.patterns = dict(DEFAULT_MODEL_PATTERNS if patterns is None else patterns)
+        self.patterns = dict(default_patterns() if patterns is None else patterns)
         """Bare model names -> provider: glob pattern -> provider name, the first match wins."""
 
     @property
@@ -111,8 +96,8 @@ def build_registry(
 ) -> ProviderRegistry:
     clients = clients or {}
     built: dict[str, ProviderAdapter] = {}
-    for builder in _BUILDERS:
-        built.update(builder(config, clients))
+    for provider in PROVIDERS:
+        built.update(provider.build(config, clients))
     built.update(adapters or {})
-    known = _BUILT_IN | {provider.name for provider in config.compatible}
+    known = {*provider_names(), *(provider.name for provider in config.compatible)}
     return ProviderRegistry(built, config.aliases, unserved=frozenset(known - set(built)), patterns=config.model_patterns)

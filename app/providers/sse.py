@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["MAX_EVENT_BYTES", "MAX_IDLE_LINES", "SSEDecoder", "SSEEvent", "SSELimitExceeded"]
+from app.providers.config import ReadLimits
+from app.providers.framing import FrameLimitExceeded
+
+__all__ = ["MAX_EVENT_BYTES", "MAX_IDLE_LINES", "SSEDecoder", "SSEEvent", "SSELimitExceeded", "encode_event"]
 
 MAX_EVENT_BYTES = 1 << 20
 """The default cap on one line and on one event's data (FOUNDRY_UPSTREAM_MAX_EVENT_BYTES)."""
@@ -30,19 +33,35 @@ MAX_IDLE_LINES = 10_000
 (FOUNDRY_UPSTREAM_MAX_IDLE_LINES)."""
 
 
-class SSELimitExceeded(ValueError):
+class SSELimitExceeded(FrameLimitExceeded):
     """A line or an event past the decoder's cap."""
 
 
 class SSEEvent(NamedTuple):
-    """One dispatched event (a NamedTuple: built once per upstream event, on the hot path)."""
+    """One dispatched event. The decoder builds it with `tuple.__new__` directly (`_event`): the
+    NamedTuple's own `__new__` is a Python function, a frame per upstream event on the hot path."""
 
     event: str
     data: str
     id: str | None = None
 
 
+_tuple_new = tuple.__new__
+
+
+def _event(name: str, data: str, event_id: str | None) -> SSEEvent:
+    return _tuple_new(SSEEvent, (name, data, event_id))
+
+
+def encode_event(event: SSEEvent) -> bytes:
+    """An SSE event encoded again as its provider sent it (one `data:` line per line of data)."""
+    head = b"" if event.event == "message" else b"event: " + event.event.encode() + b"\n"
+    return head + b"".join(b"data: " + line.encode() + b"\n" for line in event.data.split("\n")) + b"\n"
+
+
 class SSEDecoder:
+    """The SSE `FrameDecoder` (app/providers/framing.py)."""
+
     __slots__ = ("_buf", "_cr", "_event", "_data", "_size", "_id", "comments", "_max_line", "_max_event", "_idle",
                  "_max_idle")
 
@@ -64,6 +83,14 @@ class SSEDecoder:
         """Blank and comment lines since the last event."""
         self._max_idle = max_idle_lines
 
+    @classmethod
+    def bounded(cls, limits: ReadLimits) -> SSEDecoder:
+        """A decoder with the gateway's read limits (a line and an event's data: `max_event_bytes`)."""
+        return cls(max_line_bytes=limits.max_event_bytes, max_event_bytes=limits.max_event_bytes,
+                   max_idle_lines=limits.max_idle_lines)
+
+    encode = staticmethod(encode_event)
+
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume bytes; return the events completed by them."""
         lines = self._lines(chunk)
@@ -79,7 +106,7 @@ class SSEDecoder:
                 if data:
                     if size > max_event:
                         raise SSELimitExceeded(f"an event's data passed {max_event} bytes")
-                    out.append(SSEEvent(self._event or "message", "\n".join(data), self._id))
+                    out.append(_tuple_new(SSEEvent, (self._event or "message", "\n".join(data), self._id)))
                     self._data = data = []
                     size = 0
                     self._idle = 0
@@ -154,7 +181,7 @@ class SSEDecoder:
         """Take one line; True when it carries nothing (a comment, an ignored field)."""
         if not raw:
             if self._data:
-                out.append(SSEEvent(self._event or "message", "\n".join(self._data), self._id))
+                out.append(_event(self._event or "message", "\n".join(self._data), self._id))
                 self._data = []
                 self._size = 0
                 self._idle = 0

@@ -47,10 +47,11 @@ def same_wire(gateway: Gateway, model: str, wire: Wire) -> bool:
     if not gateway.settings.dropin_passthrough or model in gateway.router.routes:
         return False
     try:
-        adapter, _, _ = gateway.registry.resolve(model)
+        adapter, _, upstream = gateway.registry.resolve(model)
     except GatewayError:
         return False  # answered when the run opens
-    return getattr(adapter, "wire", None) == wire
+    wire_for = getattr(adapter, "wire_for", None)  # a cloud whose wire depends on the model (Claude on Bedrock)
+    return (wire_for(upstream) if wire_for is not None else getattr(adapter, "wire", None)) == wire
 
 
 async def passthrough_spec(spec: RunSpec, request: Request, wire: Wire, *, relay: bool,
