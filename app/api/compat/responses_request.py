@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from app.api.compat.common import FacadeError, field_path, lenient, refuse_unknown, run_spec, validation_reason
 from app.api.compat.parts import responses_content
-from app.api.compat.responses_schema import FORWARDED, REFUSED, FunctionToolIn, ResponsesRequest
+from app.api.compat.responses_schema import FORWARDED, OPTIONAL, REFUSED, FunctionToolIn, ResponsesRequest
 from app.core.messages import Message, ToolCall, ToolSpec, check_unique_tool_names
 from app.core.parts import ContentPart
 from app.pipeline import RunSpec
@@ -32,16 +32,18 @@ _ITEM_ID = re.compile(r"^(?:msg|fc|rs)_\d+_(.+)$")
 PART_SEPARATOR = "\n\n"
 """Between the text parts of one message: canonical messages hold one text, not a list of parts."""
 
-OPTION_FIELDS = {option: field for field, option in FORWARDED.items()} | {
+OPTION_FIELDS = {option: field for field, option in (*FORWARDED.items(), *OPTIONAL.items())} | {
     "reasoning_effort": "reasoning.effort", "reasoning_summary": "reasoning.summary"}
 """provider option -> the request field the caller wrote (how a refused option is named)."""
 
 
 def to_run_spec(body: ResponsesRequest, history: tuple[Message, ...] = (),
-                references: Mapping[str, tuple[Message, ...]] | None = None, *, passthrough: bool = False) -> RunSpec:
+                references: Mapping[str, tuple[Message, ...]] | None = None, *, passthrough: bool = False,
+                carried: frozenset[str] = frozenset()) -> RunSpec:
     """Map the request; FacadeError (400 naming the parameter) for what the gateway cannot honour.
     `passthrough`: an OpenAI Responses upstream gets the client's own request; what does not
-    translate is only left out of the canonical one (records, validators)."""
+    translate is only left out of the canonical one (records, validators). `carried`: the
+    OPTIONAL fields the target takes (the others are a no-op)."""
     if not passthrough:
         refuse_unknown(body)
         _refuse_unsupported(body)
@@ -63,7 +65,7 @@ def to_run_spec(body: ResponsesRequest, history: tuple[Message, ...] = (),
     return run_spec(model=body.model, messages=tuple(messages), tools=tools,
                     tool_choice=_tool_choice(body.tool_choice, tools),
                     temperature=body.temperature,
-                    max_tokens=body.max_output_tokens, options=_options(body), extras=body,
+                    max_tokens=body.max_output_tokens, options=_options(body, carried), extras=body,
                     output_schema=_output_schema(body))
 
 
@@ -77,8 +79,9 @@ def _output_schema(body: ResponsesRequest) -> dict[str, Any] | None:
     return form.schema_
 
 
-def _options(body: ResponsesRequest) -> dict[str, Any]:
-    options = {option: getattr(body, name) for name, option in FORWARDED.items() if getattr(body, name) is not None}
+def _options(body: ResponsesRequest, carried: frozenset[str]) -> dict[str, Any]:
+    forwarded = {**FORWARDED, **{name: option for name, option in OPTIONAL.items() if name in carried}}
+    options = {option: getattr(body, name) for name, option in forwarded.items() if getattr(body, name) is not None}
     if body.reasoning is not None:
         summary = body.reasoning.summary or body.reasoning.generate_summary
         if body.reasoning.effort is not None:

@@ -1,0 +1,53 @@
+"""Across formats, what has a meaning on the target is carried, never silently dropped where it
+matters: Responses' `store` to the providers that store (OpenAI chat and Responses), a no-op where
+nothing is stored; the bodies a loopback upstream RECEIVED prove it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+
+from app.api.compat.fields import FACADES, fate
+from tests.compat_support import RecordedUpstream, facade_gateway
+
+
+def openai_sdk(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-gateway-client", max_retries=0)
+
+
+@pytest.mark.parametrize("store", [False, True, None])
+async def test_responses_store_is_carried_to_chat_as_sent(store: bool | None) -> None:
+    upstream = RecordedUpstream()
+    extra: dict[str, Any] = {} if store is None else {"store": store}
+    async with facade_gateway(upstream) as url, openai_sdk(url) as client:
+        answer = await client.responses.create(model="openai/text-include-usage", input="hi", **extra)
+    assert answer.status == "completed"
+    sent = upstream.requests[-1]
+    assert "messages" in sent  # the chat wire: translated
+    assert sent.get("store", "absent") == ("absent" if store is None else store)  # nothing invented
+
+
+async def test_responses_store_is_a_no_op_where_nothing_is_stored() -> None:
+    upstream = RecordedUpstream()
+    async with facade_gateway(upstream) as url, openai_sdk(url) as client:
+        for model in ("anthropic/text", "gemini/text"):
+            answer = await client.responses.create(model=model, input="hi", store=False)
+            assert answer.status == "completed"
+            assert "store" not in upstream.requests[-1]
+
+
+async def test_an_operator_allow_list_without_store_refuses_it_by_name() -> None:
+    upstream = RecordedUpstream()
+    allow = {"openai": ["top_p"]}
+    async with facade_gateway(upstream, provider_options_allow=allow) as url, openai_sdk(url) as client:
+        with pytest.raises(openai.BadRequestError) as raised:
+            await client.responses.create(model="openai/text-include-usage", input="hi", store=False)
+    assert raised.value.body["param"] == "store" and not upstream.requests
+
+
+def test_the_tables_say_so() -> None:
+    responses = FACADES[2]
+    assert [fate(responses, "store", t) for t in ("openai", "anthropic", "openai-responses", "gemini")] == [
+        "carried", "no-op", "passthrough", "no-op"]
