@@ -11,8 +11,8 @@ from starlette.responses import Response
 
 from app.api.access import Authenticated, PrincipalDep
 from app.api.compat.common import FacadeError, FacadeRoute, answer, open_run, route_responses
-from app.api.compat.openai_response import OpenAIErrors
 from app.api.compat.fields import takes_option
+from app.api.compat.openai_response import OpenAIErrors
 from app.api.compat.relay import ResponsesEnding, passthrough_spec, relay_answer, same_wire
 from app.api.compat.responses_history import previous_conversation, referenced_answers
 from app.api.compat.responses_request import OPTION_FIELDS, referenced_stream, to_run_spec
