@@ -51,3 +51,31 @@ def test_the_tables_say_so() -> None:
     responses = FACADES[2]
     assert [fate(responses, "store", t) for t in ("openai", "anthropic", "openai-responses", "gemini")] == [
         "carried", "no-op", "passthrough", "no-op"]
+
+
+CACHE = {"type": "ephemeral"}
+HOUR = {"type": "ephemeral", "ttl": "1h"}
+
+
+async def test_cache_control_is_kept_on_every_block_translated_to_anthropic() -> None:
+    """Claude Code's rolling breakpoint sits on the last tool_result (or tool_use); translated (the
+    proxy off), every block keeps its breakpoint as the client placed it."""
+    upstream = RecordedUpstream()
+    ask: list[Any] = [
+        {"role": "user", "content": [{"type": "text", "text": "Run it.", "cache_control": CACHE}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Running."},
+                                          {"type": "tool_use", "id": "toolu_1", "name": "Bash",
+                                           "input": {"command": "ls"}, "cache_control": HOUR}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt",
+                                      "cache_control": CACHE}]}]
+    tool = {"name": "Bash", "input_schema": {"type": "object"}, "cache_control": CACHE}
+    async with facade_gateway(upstream, dropin_passthrough=False) as url:
+        import anthropic
+        async with anthropic.AsyncAnthropic(base_url=url, api_key="sk-ant-client", max_retries=0) as client:
+            await client.messages.create(model="anthropic/text", max_tokens=64, messages=ask, tools=[tool])
+    sent = upstream.requests[-1]["messages"]
+    assert sent[0]["content"] == [{"type": "text", "text": "Run it.", "cache_control": CACHE}]
+    assert sent[1]["content"][1] == {"type": "tool_use", "id": "toolu_1", "name": "Bash",
+                                     "input": {"command": "ls"}, "cache_control": HOUR}
+    assert sent[2]["content"] == [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt",
+                                   "cache_control": CACHE}]
