@@ -5,8 +5,9 @@ Re-exported by `anthropic`. Anything outside the Foundry schema raises `AdapterE
   carries a cache breakpoint). Content parts become `text`, `image` and `document` blocks (a
   `base64` or `url` source), each with its `cache_control`; a lone plain text block is sent as a
   string, as the docs write it.
-- Tool results become `tool_result` blocks (a `tool_use` or `tool_result` keeps its `cache_control`); consecutive turns of one role are merged into one, so
-  the results of one assistant turn's calls arrive in a single user turn, as the API requires.
+- Tool results become `tool_result` blocks (a `tool_use` or `tool_result` keeps its
+  `cache_control`); consecutive turns of one role are merged into one, so the results of one
+  assistant turn's calls arrive in a single user turn, as the API requires.
 - An assistant message sends its reasoning first (signed `thinking`, `redacted_thinking`), then
   its text, then its `tool_use` blocks, so a tool loop with extended thinking round-trips as
   received. Unsigned blocks and blocks another provider produced are left out: the API only
