@@ -31,6 +31,9 @@ class Facade:
     """Request field -> the provider option it is carried as, on a translated route."""
     refused: frozenset[str]
     """Fields refused (400 naming them) on a translated route unless left at their default."""
+    translated: frozenset[str] = frozenset()
+    """Forwarded fields whose main form is translated for every provider (chat's `response_format`
+    json_schema: the canonical structured output; `json_object` stays a provider option)."""
     optional: Mapping[str, str] = field(default_factory=dict)
     """Request field -> the provider option it is carried as where the target's allow-list takes
     it, a no-op elsewhere (Responses' `store`: nothing is stored where the provider keeps nothing)."""
@@ -38,11 +41,12 @@ class Facade:
 
 FACADES = (
     Facade("/v1/chat/completions", openai_schema.ChatCompletionRequest, "openai-chat",
-           {name: name for name in openai_schema.FORWARDED}, frozenset({*openai_schema.REFUSED, "n", "modalities"})),
+           {name: name for name in openai_schema.FORWARDED}, frozenset({*openai_schema.REFUSED, "n", "modalities"}),
+           frozenset({"response_format"})),
     Facade("/v1/messages", anthropic_request.MessagesRequest, "anthropic-messages",
            {name: name for name in anthropic_request.FORWARDED}, frozenset()),
     Facade("/v1/responses", responses_schema.ResponsesRequest, "openai-responses",
-           responses_schema.FORWARDED, frozenset(responses_schema.REFUSED), responses_schema.OPTIONAL),
+           responses_schema.FORWARDED, frozenset(responses_schema.REFUSED), optional=responses_schema.OPTIONAL),
 )
 TARGETS: dict[str, Wire | None] = {"openai": "openai-chat", "anthropic": "anthropic-messages",
                                    "openai-responses": "openai-responses", "gemini": None}
@@ -58,6 +62,8 @@ def fate(facade: Facade, name: str | None, target: str) -> str:
         return "passthrough"
     if name is None or name in facade.refused:
         return "refused"
+    if name in facade.translated:
+        return "translated"
     option = facade.forwarded.get(name)
     if option is not None:
         return "carried" if option in DEFAULT_ALLOWED[target] else "refused"
