@@ -75,13 +75,15 @@ async def responses(body: ResponsesRequest, gateway: GatewayDep, record: RecordD
     if run.relay is not None:
         return relay_answer(gateway, handle, run.relay, ResponsesEnding(), limit_headers)
 
+    encrypted = "reasoning.encrypted_content" in (body.include or ())
+
     def build(events: list[StreamEvent], final: FinalEvent) -> dict[str, Any]:
-        writer = ResponseWriter(run, echo=echo, stream=False)
+        writer = ResponseWriter(run, echo=echo, stream=False, encrypted=encrypted)
         writer.feed(events)
         return writer.response
 
-    return await answer(gateway, request, handle, stream=ResponseWriter(run, echo=echo, stream=True) if body.stream
-                        else None, headers=limit_headers, build=build,
+    writer = ResponseWriter(run, echo=echo, stream=True, encrypted=encrypted) if body.stream else None
+    return await answer(gateway, request, handle, stream=writer, headers=limit_headers, build=build,
                         error=lambda status, text, code: ERRORS.body(status, text, None, code))
 
 

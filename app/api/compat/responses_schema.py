@@ -93,7 +93,8 @@ class ResponsesRequest(GatewayExtras):
     model: str = Field(min_length=1, max_length=256, description="`provider/model` or a configured alias.")
     input: str | _Items = Field(
         description="A string (one user message) or items: messages (`input_text`/`output_text` parts), "
-                    "`function_call`, `function_call_output`, `reasoning` (accepted, not sent on).")
+                    "`function_call`, `function_call_output`, `reasoning` (sent on only when its "
+                    "`encrypted_content` is the gateway's: a signed thinking block).")
     instructions: str | None = None
     previous_response_id: str | None = Field(
         default=None, max_length=128,
@@ -113,7 +114,8 @@ class ResponsesRequest(GatewayExtras):
     stream_options: StreamOptionsIn | None = None
     text: TextIn | None = None
     include: list[str] | None = Field(default=None, description="Carried to OpenAI Responses; elsewhere only "
-                                      "`reasoning.encrypted_content` (a no-op where the provider has none).")
+                                      "`reasoning.encrypted_content`: Anthropic's thinking signature, opaque "
+                                      "(a no-op where the provider has none).")
     truncation: Literal["disabled"] | None = Field(default=None, description='Only `"disabled"`.')
 
     # Forwarded as provider options (see FORWARDED)
