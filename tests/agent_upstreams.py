@@ -83,6 +83,17 @@ def _shell_call(tools: list[dict[str, Any]]) -> tuple[str, str] | None:
     return None
 
 
+CODE_MODE = f"const r = await tools.exec_command({{cmd: {json.dumps(COMMAND)}}});\ntext(r.output);"
+
+
+def _code_mode_call(items: list[dict[str, Any]]) -> bool:
+    """Whether the request offers Codex's code-mode `exec` (a custom tool in a `namespace`, sent in an
+    `additional_tools` input item, as Codex does for models whose `tool_mode` is `code_mode_only`)."""
+    return any(tool.get("type") == "custom" and tool.get("name") == "exec"
+               for item in items if item.get("type") == "additional_tools"
+               for space in item.get("tools") or () for tool in space.get("tools") or ())
+
+
 @dataclass
 class ResponsesScript:
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -92,7 +103,8 @@ class ResponsesScript:
         self.requests.append(body)
         items = body.get("input") if isinstance(body.get("input"), list) else []
         after_tool = any(str(i.get("type", "")).endswith("_output") for i in items)
-        call = None if after_tool else _shell_call(body.get("tools") or [])
+        code_mode = not after_tool and _code_mode_call(items)
+        call = None if after_tool or code_mode else _shell_call(body.get("tools") or [])
         response = {"id": "resp_script", "object": "response", "created_at": 1, "status": "in_progress",
                     "model": body.get("model"), "output": [], "usage": None}
         seq = iter(range(1000))
@@ -101,7 +113,17 @@ class ResponsesScript:
             return _sse(kind, {**data, "sequence_number": next(seq)})
 
         frames = [ev("response.created", response=response), ev("response.in_progress", response=response)]
-        if call is not None:
+        if code_mode:
+            item = {"type": "custom_tool_call", "id": "ctc_script", "call_id": "call_script_1", "name": "exec",
+                    "input": "", "status": "in_progress"}
+            done = {**item, "input": CODE_MODE, "status": "completed"}
+            frames += [ev("response.output_item.added", output_index=0, item=item),
+                       ev("response.custom_tool_call_input.delta", item_id="ctc_script", output_index=0,
+                          delta=CODE_MODE),
+                       ev("response.custom_tool_call_input.done", item_id="ctc_script", output_index=0,
+                          input=CODE_MODE),
+                       ev("response.output_item.done", output_index=0, item=done)]
+        elif call is not None:
             item = {"type": "function_call", "id": "fc_script", "call_id": "call_script_1", "name": call[0],
                     "arguments": "", "status": "in_progress"}
             done = {**item, "arguments": call[1], "status": "completed"}

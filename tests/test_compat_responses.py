@@ -175,7 +175,8 @@ async def test_the_request_reaches_the_upstream() -> None:
     assert sent["tool_choice"] == {"type": "function", "name": "weather"}
     assert (sent["max_output_tokens"], sent["top_p"], sent["parallel_tool_calls"]) == (50, 0.5, False)
     assert sent["reasoning"] == {"effort": "low", "summary": "auto"}
-    assert "metadata" not in sent and "store" not in sent  # echoed to the caller, not sent upstream
+    assert "metadata" not in sent  # echoed to the caller, not sent upstream
+    assert sent["store"] is False  # carried: the provider would store the response otherwise
     assert answer.metadata == {"team": "a"} and answer.store is False
     assert (answer.max_output_tokens, answer.top_p, answer.parallel_tool_calls) == (50, 0.5, False)
 

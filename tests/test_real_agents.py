@@ -81,13 +81,11 @@ async def test_claude_code_runs_its_shell_tool_through_the_gateway(tmp_path: Pat
     assert script.requests and "/" not in script.requests[0]["model"]  # its default model, by its bare name
 
 
-@pytest.mark.parametrize("model", [
-    pytest.param(None, marks=pytest.mark.xfail(strict=True, reason=(
-        "Codex 0.171's default model (gpt-6.2-sol) through a custom model provider: its request reaches the "
-        "upstream as written and the answer is relayed, but Codex offers that model no tools (the request has no "
-        "`tools` field), so it never runs its shell; not found why yet"))),
-    "gpt-5.1-codex",
-])
+# Codex's default model (gpt-6.2-sol) is `tool_mode: code_mode_only` with `use_responses_lite` in the
+# catalog Codex ships (`codex debug models`): it sends no `tools` field and offers its tools in an
+# `additional_tools` input item instead (a `namespace` holding the custom `exec` tool, JavaScript that calls
+# `tools.exec_command`). A named older model gets classic function tools. Both must run the shell.
+@pytest.mark.parametrize("model", [None, "gpt-5.1-codex"])
 async def test_codex_runs_its_shell_tool_through_the_gateway(tmp_path: Path, model: str | None) -> None:
     codex = _binary("codex")
     script = ResponsesScript()

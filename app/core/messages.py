@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
-from app.core.parts import CONTENT_TAGS, ContentPart, TextPart, join_text
+from app.core.parts import CONTENT_TAGS, CacheControl, ContentPart, TextPart, join_text
 
 __all__ = [
     "AdapterError",
@@ -132,6 +132,8 @@ class ToolCall(BaseModel):
     id: str = Field(min_length=1)
     name: str = Field(min_length=1)
     arguments: JsonObject = Field(default_factory=FrozenDict)
+    cache_control: CacheControl | None = Field(default=None, description="A prompt-cache breakpoint on the call "
+                                               "(Anthropic's `tool_use` block); a no-op elsewhere.")
 
 
 class ReasoningBlock(BaseModel):
@@ -167,11 +169,13 @@ class Message(BaseModel):
     name: str | None = None
     reasoning: tuple[ReasoningBlock, ...] = ()
     is_error: bool = Field(default=False, description="A tool message only: the tool failed and `content` says how.")
+    cache_control: CacheControl | None = Field(default=None, description="A tool message only: a prompt-cache "
+                                               "breakpoint on the result (Anthropic's `tool_result` block).")
 
     @model_validator(mode="after")
     def _check_shape(self) -> Message:
-        if self.is_error and self.role != "tool":
-            raise ValueError("only tool messages may carry is_error")
+        if (self.is_error or self.cache_control is not None) and self.role != "tool":
+            raise ValueError("only tool messages may carry is_error or cache_control")
         if self.tool_calls and self.role != "assistant":
             raise ValueError("only assistant messages may carry tool_calls")
         if self.reasoning and self.role != "assistant":

@@ -5,8 +5,9 @@ Re-exported by `anthropic`. Anything outside the Foundry schema raises `AdapterE
   carries a cache breakpoint). Content parts become `text`, `image` and `document` blocks (a
   `base64` or `url` source), each with its `cache_control`; a lone plain text block is sent as a
   string, as the docs write it.
-- Tool results become `tool_result` blocks; consecutive turns of one role are merged into one, so
-  the results of one assistant turn's calls arrive in a single user turn, as the API requires.
+- Tool results become `tool_result` blocks (a `tool_use` or `tool_result` keeps its
+  `cache_control`); consecutive turns of one role are merged into one, so the results of one
+  assistant turn's calls arrive in a single user turn, as the API requires.
 - An assistant message sends its reasoning first (signed `thinking`, `redacted_thinking`), then
   its text, then its `tool_use` blocks, so a tool loop with extended thinking round-trips as
   received. Unsigned blocks and blocks another provider produced are left out: the API only
@@ -103,6 +104,8 @@ def _tool_result(message: Message) -> dict[str, Any]:
     result: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id, "content": content}
     if message.is_error:
         result["is_error"] = True
+    if message.cache_control is not None:
+        result["cache_control"] = message.cache_control.model_dump(exclude_none=True)
     return result
 
 
@@ -147,7 +150,10 @@ def _assistant_blocks(message: Message, provider: str) -> list[dict[str, Any]]:
     blocks = [b for r in message.reasoning if (b := _reasoning_block(r, provider)) is not None]
     blocks.extend(_blocks(message))
     for call in message.tool_calls:
-        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": thaw(call.arguments)})
+        block = {"type": "tool_use", "id": call.id, "name": call.name, "input": thaw(call.arguments)}
+        if call.cache_control is not None:
+            block["cache_control"] = call.cache_control.model_dump(exclude_none=True)
+        blocks.append(block)
     if not blocks:
         raise AdapterError("an assistant message needs content, tool calls or signed reasoning")
     return blocks

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from app.api.compat.common import FacadeError, GatewayExtras, lenient, refuse_unknown, run_spec, validation_reason
 from app.api.compat.parts import anthropic_part
 from app.core.messages import ContentPart, Message, ReasoningBlock, ToolCall, ToolSpec, check_unique_tool_names
+from app.core.parts import CacheControl
 from app.pipeline import RunSpec
 
 __all__ = ["FORWARDED", "CountTokensRequest", "MessagesRequest", "to_run_spec"]
@@ -204,7 +205,8 @@ def _message(i: int, m: MessageIn) -> list[Message]:
 
 def _call(where: str, block: dict[str, Any]) -> ToolCall:
     try:
-        return ToolCall(id=block.get("id"), name=block.get("name"), arguments=block.get("input", {}))
+        return ToolCall(id=block.get("id"), name=block.get("name"), arguments=block.get("input", {}),
+                        cache_control=block.get("cache_control"))
     except ValidationError as exc:
         raise FacadeError(f"{where}: {validation_reason(exc)}", param=where) from None
 
@@ -233,8 +235,13 @@ def _result(where: str, block: dict[str, Any]) -> Message:
     if not isinstance(is_error, bool):
         raise FacadeError(f"{where}.is_error: must be a boolean", param=f"{where}.is_error")
     # An empty output is a fact to pass on (as the gateway's own tool loop does).
+    cache = block.get("cache_control")
+    try:
+        cache_control = None if cache is None else CacheControl.model_validate(cache)
+    except ValidationError as exc:
+        raise FacadeError(f"{where}.cache_control: {validation_reason(exc)}", param=f"{where}.cache_control") from None
     return Message.model_construct(role="tool", content=content, tool_call_id=call_id, name=None, tool_calls=(),
-                                   reasoning=(), is_error=is_error)
+                                   reasoning=(), is_error=is_error, cache_control=cache_control)
 
 
 def _result_part(where: str, block: dict[str, Any]) -> ContentPart:

@@ -44,11 +44,32 @@ def to_run_spec(body: ChatCompletionRequest, *, passthrough: bool = False) -> Ru
         tool_choice=choice,
         temperature=body.temperature,
         max_tokens=body.max_completion_tokens or body.max_tokens,
-        options={name: getattr(body, name) for name in FORWARDED if getattr(body, name) is not None},
+        options=_options(body),
         extras=body,
         stop=_stop(body.stop),
         parallel_tool_calls=body.parallel_tool_calls,
+        output_schema=output_schema(body.response_format),
     )
+
+
+def _options(body: ChatCompletionRequest) -> dict[str, Any]:
+    options = {name: getattr(body, name) for name in FORWARDED if getattr(body, name) is not None}
+    if output_schema(body.response_format) is not None or (body.response_format or {}).get("type") == "text":
+        del options["response_format"]  # the canonical structured output, or the default: nothing to pass on
+    return options
+
+
+def output_schema(response_format: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`response_format: {type: json_schema, json_schema: {schema}}`: the canonical structured
+    output, translated for every provider (`json_object` stays a provider option)."""
+    if (response_format or {}).get("type") != "json_schema":
+        return None
+    spec = (response_format or {}).get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if not isinstance(schema, dict):
+        raise FacadeError("response_format.json_schema.schema: a json_schema format needs its schema",
+                          param="response_format.json_schema.schema")
+    return schema
 
 
 def _stop(stop: str | list[str] | None) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ the instructions and the new input (responses_history.py).
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -18,30 +19,35 @@ from pydantic import ValidationError
 
 from app.api.compat.common import FacadeError, field_path, lenient, refuse_unknown, run_spec, validation_reason
 from app.api.compat.parts import responses_content
-from app.api.compat.responses_schema import FORWARDED, REFUSED, FunctionToolIn, ResponsesRequest
-from app.core.messages import Message, ToolCall, ToolSpec, check_unique_tool_names
+from app.api.compat.responses_schema import FORWARDED, OPTIONAL, REFUSED, FunctionToolIn, ResponsesRequest
+from app.core.messages import Message, ReasoningBlock, ToolCall, ToolSpec, check_unique_tool_names
 from app.core.parts import ContentPart
 from app.pipeline import RunSpec
 
-__all__ = ["OPTION_FIELDS", "input_messages", "referenced_stream", "to_run_spec"]
+__all__ = ["OPAQUE_PREFIX", "OPTION_FIELDS", "encrypted_reasoning", "input_messages", "opaque_reasoning",
+           "referenced_stream", "to_run_spec"]
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 _TEXT_PARTS = {"user": ("input_text",), "system": ("input_text",), "developer": ("input_text",),
                "assistant": ("output_text", "refusal", "input_text")}
 _ITEM_ID = re.compile(r"^(?:msg|fc|rs)_\d+_(.+)$")
 PART_SEPARATOR = "\n\n"
+OPAQUE_PREFIX = "fgw-reasoning."
+"""Starts every `encrypted_content` the gateway issues (a translated route's signed reasoning)."""
 """Between the text parts of one message: canonical messages hold one text, not a list of parts."""
 
-OPTION_FIELDS = {option: field for field, option in FORWARDED.items()} | {
+OPTION_FIELDS = {option: field for field, option in (*FORWARDED.items(), *OPTIONAL.items())} | {
     "reasoning_effort": "reasoning.effort", "reasoning_summary": "reasoning.summary"}
 """provider option -> the request field the caller wrote (how a refused option is named)."""
 
 
 def to_run_spec(body: ResponsesRequest, history: tuple[Message, ...] = (),
-                references: Mapping[str, tuple[Message, ...]] | None = None, *, passthrough: bool = False) -> RunSpec:
+                references: Mapping[str, tuple[Message, ...]] | None = None, *, passthrough: bool = False,
+                carried: frozenset[str] = frozenset()) -> RunSpec:
     """Map the request; FacadeError (400 naming the parameter) for what the gateway cannot honour.
     `passthrough`: an OpenAI Responses upstream gets the client's own request; what does not
-    translate is only left out of the canonical one (records, validators)."""
+    translate is only left out of the canonical one (records, validators). `carried`: the
+    OPTIONAL fields the target takes (the others are a no-op)."""
     if not passthrough:
         refuse_unknown(body)
         _refuse_unsupported(body)
@@ -63,7 +69,7 @@ def to_run_spec(body: ResponsesRequest, history: tuple[Message, ...] = (),
     return run_spec(model=body.model, messages=tuple(messages), tools=tools,
                     tool_choice=_tool_choice(body.tool_choice, tools),
                     temperature=body.temperature,
-                    max_tokens=body.max_output_tokens, options=_options(body), extras=body,
+                    max_tokens=body.max_output_tokens, options=_options(body, carried), extras=body,
                     output_schema=_output_schema(body))
 
 
@@ -77,8 +83,9 @@ def _output_schema(body: ResponsesRequest) -> dict[str, Any] | None:
     return form.schema_
 
 
-def _options(body: ResponsesRequest) -> dict[str, Any]:
-    options = {option: getattr(body, name) for name, option in FORWARDED.items() if getattr(body, name) is not None}
+def _options(body: ResponsesRequest, carried: frozenset[str]) -> dict[str, Any]:
+    forwarded = {**FORWARDED, **{name: option for name, option in OPTIONAL.items() if name in carried}}
+    options = {option: getattr(body, name) for name, option in forwarded.items() if getattr(body, name) is not None}
     if body.reasoning is not None:
         summary = body.reasoning.summary or body.reasoning.generate_summary
         if body.reasoning.effort is not None:
@@ -148,25 +155,53 @@ def input_messages(value: str | list[dict[str, Any]],
             raise FacadeError("input: must not be empty", param="input")
         return [Message(role="user", content=value)]
     out: list[Message] = []
-    text, calls = "", []  # the open assistant turn
+    text, calls, thinking = "", [], []  # the open assistant turn
     pending = dict(references or {})  # answers not placed yet
     for i, item in enumerate(value):
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "function_call":
             calls.append(_call(i, item))
             continue
-        if kind == "reasoning":  # accepted, not sent on (as chat's reasoning_content); the turn stays open
+        if kind == "reasoning":  # the turn stays open; only the gateway's own opaque reasoning is sent on
+            thinking += [block] if (block := opaque_reasoning(item)) is not None else []
             continue
         if kind == "message" and item.get("role") == "assistant" and not calls:
             text = PART_SEPARATOR.join(t for t in (text, _content(i, item, "assistant")) if t)
             continue
         if text or calls:
-            out.append(Message(role="assistant", content=text, tool_calls=tuple(calls)))
+            out.append(Message(role="assistant", content=text, tool_calls=tuple(calls), reasoning=tuple(thinking)))
             text, calls = "", []
+        thinking = []  # reasoning belongs to the assistant turn it opens
         text = _item(i, kind, item, out, pending, skip_unknown)
     if text or calls:
-        out.append(Message(role="assistant", content=text, tool_calls=tuple(calls)))
+        out.append(Message(role="assistant", content=text, tool_calls=tuple(calls), reasoning=tuple(thinking)))
     return out
+
+
+def encrypted_reasoning(block: ReasoningBlock) -> str | None:
+    """A signed (or redacted) reasoning block as a Responses `encrypted_content`: opaque to the
+    client, the gateway's own spelling, so only what it issued is sent back (to the provider that
+    signed it, as Anthropic's thinking signature)."""
+    if not (block.signature or block.redacted) or block.provider is None:
+        return None
+    data = {"provider": block.provider, "signature": block.signature, "redacted": block.redacted}
+    return OPAQUE_PREFIX + base64.urlsafe_b64encode(orjson.dumps(data)).decode()
+
+
+def opaque_reasoning(item: dict[str, Any]) -> ReasoningBlock | None:
+    """A `reasoning` input item whose `encrypted_content` the gateway issued -> the signed block
+    (its text: the summary's); any other reasoning item is accepted and not sent on."""
+    value = item.get("encrypted_content")
+    if not isinstance(value, str) or not value.startswith(OPAQUE_PREFIX):
+        return None
+    try:
+        data = orjson.loads(base64.urlsafe_b64decode(value.removeprefix(OPAQUE_PREFIX)))
+        text = PART_SEPARATOR.join(p["text"] for p in item.get("summary") or ())
+        return ReasoningBlock(text=text if data.get("signature") else "", signature=data.get("signature"),
+                              redacted=data.get("redacted"), provider=data["provider"])
+    except (ValueError, TypeError, KeyError, ValidationError):
+        raise FacadeError("input: a reasoning item's encrypted_content is not one this gateway issued intact",
+                          param="input") from None
 
 
 def _item(i: int, kind: Any, item: dict[str, Any], out: list[Message], pending: dict[str, tuple[Message, ...]],

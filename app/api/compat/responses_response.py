@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from app.api.compat.common import caller_call, failure
+from app.api.compat.responses_request import encrypted_reasoning
 from app.core.events import FinalEvent, ReasoningEvent, StartEvent, StreamEvent, TokenEvent, ToolCallEvent, Usage
 from app.run import Run
 
@@ -53,9 +54,11 @@ class ResponseWriter:
     """One response: `feed()` takes released events and gives the SSE bytes (when streaming);
     `response` is the Response object so far (the JSON answer once the final was fed)."""
 
-    def __init__(self, run: Run, *, echo: dict[str, Any], stream: bool) -> None:
+    def __init__(self, run: Run, *, echo: dict[str, Any], stream: bool, encrypted: bool = False) -> None:
         self.run = run
         self.stream = stream
+        self.encrypted = encrypted
+        """`include: ["reasoning.encrypted_content"]`: a signed reasoning item carries its signature."""
         self.response: dict[str, Any] = {
             "id": response_id(run.stream_id), "object": "response", "created_at": int(time.time()),
             "status": "in_progress", "error": None, "incomplete_details": None, **echo, "output": [], "usage": None}
@@ -137,7 +140,16 @@ class ResponseWriter:
             part = {"type": "summary_text", "text": text}
             self._emit("response.reasoning_summary_text.done", **where, summary_index=0, text=text)
             self._emit("response.reasoning_summary_part.done", **where, summary_index=0, part=part)
-            self._done(entry, {**entry.item, "summary": [part]})
+            self._done(entry, {**entry.item, "summary": [part], **self._opaque(text)})
+
+    def _opaque(self, text: str) -> dict[str, str]:
+        """The signed block's `encrypted_content` (the signature came with the block's end, before
+        any later event), when the request included it."""
+        if self.encrypted:
+            for block in self.run.released.message().reasoning:
+                if block.text == text and (opaque := encrypted_reasoning(block)) is not None:
+                    return {"encrypted_content": opaque}
+        return {}
 
     # -- the caller's tool calls --------------------------------------------------------------
 

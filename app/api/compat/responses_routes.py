@@ -11,12 +11,13 @@ from starlette.responses import Response
 
 from app.api.access import Authenticated, PrincipalDep
 from app.api.compat.common import FacadeError, FacadeRoute, answer, open_run, route_responses
+from app.api.compat.fields import takes_option
 from app.api.compat.openai_response import OpenAIErrors
 from app.api.compat.relay import ResponsesEnding, passthrough_spec, relay_answer, same_wire
 from app.api.compat.responses_history import previous_conversation, referenced_answers
 from app.api.compat.responses_request import OPTION_FIELDS, referenced_stream, to_run_spec
 from app.api.compat.responses_response import ResponseWriter
-from app.api.compat.responses_schema import ResponsesRequest
+from app.api.compat.responses_schema import OPTIONAL, ResponsesRequest
 from app.api.deps import GatewayDep, RecordDep
 from app.api.middleware import RequestLog
 from app.auth import Principal
@@ -62,7 +63,9 @@ async def responses(body: ResponsesRequest, gateway: GatewayDep, record: RecordD
     if body.previous_response_id is not None and not same:
         history = await previous_conversation(gateway, request, principal, body.previous_response_id)
     references = {} if same else await referenced_answers(gateway, request, principal, body.input)
-    spec = to_run_spec(body, history, references, passthrough=same)
+    carried = frozenset(name for name, option in OPTIONAL.items() if not same and getattr(body, name) is not None
+                        and takes_option(gateway, body.model, option))  # `store`: only where the provider stores
+    spec = to_run_spec(body, history, references, passthrough=same, carried=carried)
     if same:  # the client's own request; streamed, the upstream's own events (app/api/compat/relay.py)
         spec = await passthrough_spec(spec, request, WIRE, relay=bool(body.stream),
                                       provider_options=body.provider_options)
@@ -72,13 +75,15 @@ async def responses(body: ResponsesRequest, gateway: GatewayDep, record: RecordD
     if run.relay is not None:
         return relay_answer(gateway, handle, run.relay, ResponsesEnding(), limit_headers)
 
+    encrypted = "reasoning.encrypted_content" in (body.include or ())
+
     def build(events: list[StreamEvent], final: FinalEvent) -> dict[str, Any]:
-        writer = ResponseWriter(run, echo=echo, stream=False)
+        writer = ResponseWriter(run, echo=echo, stream=False, encrypted=encrypted)
         writer.feed(events)
         return writer.response
 
-    return await answer(gateway, request, handle, stream=ResponseWriter(run, echo=echo, stream=True) if body.stream
-                        else None, headers=limit_headers, build=build,
+    writer = ResponseWriter(run, echo=echo, stream=True, encrypted=encrypted) if body.stream else None
+    return await answer(gateway, request, handle, stream=writer, headers=limit_headers, build=build,
                         error=lambda status, text, code: ERRORS.body(status, text, None, code))
 
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.api.compat.common import GatewayExtras
 
-__all__ = ["FORWARDED", "REFUSED", "FunctionToolIn", "ReasoningIn", "ResponsesRequest", "TextIn"]
+__all__ = ["FORWARDED", "OPTIONAL", "REFUSED", "FunctionToolIn", "ReasoningIn", "ResponsesRequest", "TextIn"]
 
 _STRICT = ConfigDict(extra="allow")
 """Nested fields the facade does not know pass through to an OpenAI Responses model; translated,
@@ -68,6 +68,11 @@ FORWARDED = {"top_p": "top_p", "parallel_tool_calls": "parallel_tool_calls", "us
 as (the provider's allow-list may refuse them: 400 naming the field). `reasoning` is passed on as
 `reasoning_effort` and `reasoning_summary` (app/api/compat/responses_request.py)."""
 
+OPTIONAL = {"store": "store"}
+"""Carried as the provider option of the same name where the provider's allow-list takes it (OpenAI
+chat and Responses, which store); a no-op where the provider stores nothing (Anthropic, Gemini).
+Only as the client sent it: chat's default is not to store, Responses' to store."""
+
 REFUSED = {
     "background": "background responses are not supported by the gateway",
     "conversation": "conversations are not stored by the gateway; use previous_response_id or send the input",
@@ -88,7 +93,8 @@ class ResponsesRequest(GatewayExtras):
     model: str = Field(min_length=1, max_length=256, description="`provider/model` or a configured alias.")
     input: str | _Items = Field(
         description="A string (one user message) or items: messages (`input_text`/`output_text` parts), "
-                    "`function_call`, `function_call_output`, `reasoning` (accepted, not sent on).")
+                    "`function_call`, `function_call_output`, `reasoning` (sent on only when its "
+                    "`encrypted_content` is the gateway's: a signed thinking block).")
     instructions: str | None = None
     previous_response_id: str | None = Field(
         default=None, max_length=128,
@@ -101,13 +107,15 @@ class ResponsesRequest(GatewayExtras):
     reasoning: ReasoningIn | None = None
     metadata: dict[_MetadataKey, _MetadataValue] | None = Field(default=None, max_length=16,
                                             description="Echoed on the response; not sent upstream.")
-    store: bool | None = Field(default=None, description="Accepted and echoed: whether the gateway keeps the run "
-                                                         "is its operator's records setting.")
+    store: bool | None = Field(default=None, description="Carried as sent to providers that store (OpenAI chat and "
+                                                         "Responses); a no-op where the provider stores nothing. "
+                                                         "Whether the gateway keeps the run is its records setting.")
     stream: bool | None = Field(default=False, strict=True)
     stream_options: StreamOptionsIn | None = None
     text: TextIn | None = None
     include: list[str] | None = Field(default=None, description="Carried to OpenAI Responses; elsewhere only "
-                                      "`reasoning.encrypted_content` (a no-op where the provider has none).")
+                                      "`reasoning.encrypted_content`: Anthropic's thinking signature, opaque "
+                                      "(a no-op where the provider has none).")
     truncation: Literal["disabled"] | None = Field(default=None, description='Only `"disabled"`.')
 
     # Forwarded as provider options (see FORWARDED)
