@@ -238,7 +238,7 @@ class Gateway:
         """The request's response-cache plan (app/cache), when a rule applies and the caller allows it."""
         if self.cache is None:
             return None
-        offered = self.tools.for_run(session.primary.provider, (t.name for t in spec.tools)).specs
+        offered = self.tools.for_run(session.primary.provider, (t.name for t in spec.tools), spec.mcp_filters).specs
         return self.cache.plan(model=spec.model, targets=[t.name for t in session.targets], request=spec.request,
                                gateway_tools=[t.name for t in offered], validators=[*spec.validators,
                                *spec.policy_validators], chunking=spec.chunking, owner=spec.owner, choice=spec.cache)
