@@ -37,13 +37,14 @@ from app.providers.catalog import PROVIDERS
 from app.providers.registry import build_registry
 from app.recording import RunRecorder, claimed_record, swept_record
 from app.records import RecordStore, RecordWriter, RunRecord
+from app.records.mcp_calls import McpCallLog
 from app.records.store import Inserted
 from app.records.writer import Committed
 from app.routing.router import RouteConfigError
 from app.settings import Settings
 from app.startup import log_startup
 from app.streams.errors import ClaimedRun, ClaimHook
-from app.streams.mcp_sessions import build_sessions
+from app.streams.mcp_sessions import McpSessions, build_sessions
 from app.streams.memory import MemoryStreamStore, StreamStore
 from app.tools.mcp_config import McpSecretMissing
 from app.tracing import Tracing, build_tracing
@@ -83,13 +84,14 @@ def create_app(
     accountant = KeyAccountant(auth, metrics)  # each run's own observer, given when it starts (app/api/access.py)
     gateway.add_observer(metrics.observe_run)
     sessions = build_sessions(settings.redis_url.get_secret_value() if settings.redis_url else None)  # for /mcp
+    endpoint = McpEndpoint(gateway.tools.mcp, metrics, tracing, _mcp_calls(settings, records, metrics))
 
     app = FastAPI(
         title="Foundry Gateway",
         version=VERSION,
         description="One canonical SSE event stream for every LLM provider, with in-process chunk validation.",
         lifespan=_lifespan(settings, gateway, auth, records, frozenset({**(clients or {}), **(adapters or {})}),
-                           sessions.aclose),
+                           _mcp_closing(endpoint, sessions, settings.records_write_timeout)),
         docs_url=None,  # Swagger UI loads from a CDN (blank offline); the document is /openapi.json
         redoc_url=None,
     )
@@ -98,7 +100,7 @@ def create_app(
     app.state.records = records
     app.state.auth = auth
     app.state.accountant = accountant
-    app.state.mcp, app.state.mcp_sessions = McpEndpoint(gateway.tools.mcp, metrics, tracing), sessions
+    app.state.mcp, app.state.mcp_sessions = endpoint, sessions
     _install_routes(app)
     install_playground(app)
     install_error_handlers(app)
@@ -201,7 +203,7 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordW
                     async with asyncio.timeout(settings.records_write_timeout):
                         await records.flush()
             await auth.aclose()
-            await closing()  # the /mcp sessions' store
+            await closing()  # the /mcp calls still queued are written, the sessions' store closes
             await store.aclose()  # ... then the stream store flushes and closes
             if records is not None:
                 await records.aclose()  # after the runs: their records are written, then the engine goes
@@ -272,6 +274,25 @@ def _auth(settings: Settings, records: RecordWriter | None, metrics: Metrics) ->
         cache_seconds=settings.key_cache_seconds,
         on_outcome=metrics.count_key_outcome,
     )
+
+
+def _mcp_calls(settings: Settings, records: RecordWriter | None, metrics: Metrics) -> McpCallLog | None:
+    """Where the tool calls through /mcp are recorded (the records database), or None with records off."""
+    if records is None:
+        return None
+    return McpCallLog(records, queue_size=settings.records_queue_size, batch_size=settings.records_batch_size,
+                      on_drop=lambda reason, n: metrics.records_dropped.labels(reason).inc(n))
+
+
+def _mcp_closing(endpoint: McpEndpoint, sessions: McpSessions, grace: float) -> Callable[[], Awaitable[None]]:
+    """At shutdown: the calls through /mcp still queued are written, then the sessions' store closes."""
+
+    async def closing() -> None:
+        if endpoint.journal is not None:
+            await endpoint.journal.aclose(grace)
+        await sessions.aclose()
+
+    return closing
 
 
 def _records(settings: Settings, metrics: Metrics) -> RecordWriter | None:

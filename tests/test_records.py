@@ -54,7 +54,7 @@ async def test_migrations_from_an_empty_database(database_url: str) -> None:
             version = (await conn.execute(sa.text("SELECT version_num FROM alembic_version"))).scalar_one()
             # the migrated schema is what the code queries (tables.py and the revisions agree)
             assert await conn.run_sync(diff) == []
-        assert version == "0010_runs_cost_split"
+        assert version == "0011_mcp_calls"
     finally:
         await store.aclose()
 

@@ -6,8 +6,10 @@ prompts are visible when the key may use the whole server (`server__*` or `*`). 
 gateway names (`<server>__<tool>`), prompts are named the same way, resources keep their URIs.
 
 Every `tools/call` is forwarded to the owning server within its bounds (timeout, concurrency,
-result size) and recorded: a `mcp_call` log line (key, server, tool, SHA-256 of the arguments,
-status, duration, bytes), `foundry_mcp_calls_total{server, outcome}`, and an `execute_tool`
+result size) and recorded: a row of `mcp_calls` in the records database (key, server, tool, SHA-256 of the
+arguments, status, duration, bytes, time; written off the request path by
+app/records/mcp_calls.py, read with GET /v1/mcp/calls), a `mcp_call` log line with the same,
+`foundry_mcp_calls_total{server, outcome}`, and an `execute_tool`
 span with the GenAI attributes when tracing is on. The result goes back as the server gave it,
 scrubbed of the gateway's secrets; a failure is a result with `isError: true`.
 """
@@ -18,6 +20,7 @@ import asyncio
 import functools
 import hashlib
 import time
+from datetime import UTC, datetime
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -32,6 +35,7 @@ from app import VERSION
 from app.core import secrets
 from app.core.messages import ToolCall, freeze
 from app.observability import Metrics, get_logger
+from app.records.mcp_calls import McpCall, McpCallLog, new_call_id
 from app.tools.base import ToolError
 from app.tools.mcp_client import McpServer, McpUnavailable
 from app.tools.mcp_config import MCP_SEPARATOR, mcp_tool_name
@@ -70,8 +74,11 @@ def _error_result(text: str) -> dict[str, Any]:
 
 
 class McpEndpoint:
-    def __init__(self, hub: McpHub | None, metrics: Metrics, tracing: Tracing | None) -> None:
+    def __init__(self, hub: McpHub | None, metrics: Metrics, tracing: Tracing | None,
+                 journal: McpCallLog | None = None) -> None:
         self.hub = hub
+        self.journal = journal
+        """Where each call is recorded (None: FOUNDRY_RECORDS=off, the log line alone)."""
         self.calls = Counter("foundry_mcp_calls", "Tool calls through /mcp by MCP server and outcome (ok, error, "
                              "timeout, unavailable).", ["server", "outcome"], registry=metrics.registry)
         self.tracing = tracing
@@ -123,18 +130,23 @@ class McpEndpoint:
         tool = self.hub.offered(None, caller.filters).get(name) if self.hub is not None else None
         if tool is None:
             raise RpcError(types.INVALID_PARAMS, f"Unknown tool: {name[:200]}")
-        started = time.perf_counter()
+        at, started = datetime.now(UTC), time.perf_counter()
         span = self.tracing.tool(ToolCall(id=f"mcp-{started}", name=name, arguments=freeze(arguments))) \
             if self.tracing is not None else nullcontext(None)
         with span as current:
             result, outcome = await self._forward(tool.server, tool.tool, arguments)
             if self.tracing is not None and current is not None:
                 self.tracing.end_tool(current, outcome=outcome, content=str(result.get("content", ""))[:10_000])
-        size = len(orjson.dumps(result))
         self.calls.labels(tool.server.name, outcome).inc()
-        self.log.info("mcp_call", key_id=caller.owner, server=tool.server.name, tool=tool.tool,
-                      args_sha256=hashlib.sha256(orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)).hexdigest(),
-                      status=outcome, duration_ms=round((time.perf_counter() - started) * 1000, 1), bytes=size)
+        record = McpCall(id=new_call_id(), key_id=caller.owner, server=tool.server.name, tool=tool.tool,
+                         args_sha256=hashlib.sha256(orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS)).hexdigest(),
+                         status=outcome, duration_ms=round((time.perf_counter() - started) * 1000, 1),
+                         bytes=len(orjson.dumps(result)), created_at=at)
+        if self.journal is not None:
+            self.journal.submit(record)
+        self.log.info("mcp_call", call_id=record.id, key_id=record.key_id, server=record.server, tool=record.tool,
+                      args_sha256=record.args_sha256, status=outcome, duration_ms=record.duration_ms,
+                      bytes=record.bytes)
         return result
 
     async def _forward(self, server: McpServer, tool: str, arguments: dict[str, Any]) -> tuple[dict[str, Any], str]:

@@ -23,7 +23,7 @@ from app.records import spend
 from app.records.migrate import upgrade
 from app.records.record import RunRecord, as_utc
 from app.records.spend import SpendTotal
-from app.records.tables import run_rejects, run_transcripts, runs
+from app.records.tables import mcp_calls, run_rejects, run_transcripts, runs
 
 __all__ = ["Inserted", "RecordStore", "RunPage", "RunQuery", "decode_cursor", "encode_cursor"]
 
@@ -189,10 +189,12 @@ class RecordStore:
         return RunPage(runs=records, next_cursor=cursor)
 
     async def prune(self, before: datetime) -> int:
-        """Delete the runs created before `before` and their transcripts; how many runs."""
+        """Delete the runs created before `before` and their transcripts (and the calls through /mcp
+        made before it); how many runs."""
         old = sa.select(runs.c.id).where(runs.c.created_at < as_utc(before))
         async with self.engine.begin() as conn:
             await conn.execute(sa.delete(run_transcripts).where(run_transcripts.c.run_id.in_(old)))
+            await conn.execute(sa.delete(mcp_calls).where(mcp_calls.c.created_at < as_utc(before)))
             result = await conn.execute(sa.delete(runs).where(runs.c.created_at < as_utc(before)))
         return result.rowcount or 0
 

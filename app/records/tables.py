@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-__all__ = ["api_keys", "key_spend", "metadata", "run_rejects", "run_transcripts", "runs"]
+__all__ = ["api_keys", "key_spend", "mcp_calls", "metadata", "run_rejects", "run_transcripts", "runs"]
 
 metadata = sa.MetaData()
 
@@ -98,3 +98,21 @@ api_keys = sa.Table(
               comment="until when the previous secret is still accepted"),
     sa.Index("ix_api_keys_previous_key_hash", "previous_key_hash"),
 )
+
+mcp_calls = sa.Table(
+    "mcp_calls", metadata,
+    sa.Column("id", sa.String(32), primary_key=True, comment="the call's id (random)"),
+    sa.Column("key_id", sa.String(128), nullable=False, comment="the API key id, or admin / open"),
+    sa.Column("server", sa.String(64), nullable=False, comment="the MCP server (its name in the configuration)"),
+    sa.Column("tool", sa.String(256), nullable=False, comment="the tool as the server names it"),
+    sa.Column("args_sha256", sa.String(64), nullable=False, comment="SHA-256 of the arguments (sorted-key JSON)"),
+    sa.Column("status", sa.String(16), nullable=False, comment="ok, error, timeout, unavailable"),
+    sa.Column("duration_ms", sa.Float, nullable=False),
+    sa.Column("bytes", sa.BigInteger, nullable=False, comment="the result's size as JSON"),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, comment="when the call was received"),
+    sa.Index("ix_mcp_calls_created_id", "created_at", "id"),
+    sa.Index("ix_mcp_calls_key_created", "key_id", "created_at"),
+    sa.Index("ix_mcp_calls_server_created", "server", "created_at"),
+)
+"""Every tool call through /mcp (app/api/mcp_rpc.py), written off the request path
+(app/records/mcp_calls.py): who called which tool, a digest of what with, and how it went."""

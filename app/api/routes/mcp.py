@@ -7,21 +7,32 @@ a session is its key's only (another key, an unknown or expired id: 404, the cli
 again). Notifications and responses are accepted (202). GET answers 405: the gateway sends no
 server-initiated messages. DELETE ends the session. The caller's key is required as on every
 /v1 route (`Authorization: Bearer` or `x-api-key`); the body is held to FOUNDRY_MAX_BODY_BYTES.
+
+`GET /v1/mcp/calls`: the recorded tool calls through /mcp (app/records/mcp_calls.py), newest first,
+filtered and cursor-paginated like /v1/runs; the admin key reads every key's, a key its own.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
+from dataclasses import asdict, replace
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 import mcp_types as types
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from app.api.access import PrincipalDep
 from app.api.mcp_rpc import McpCaller, McpEndpoint, RpcError
 from app.api.responses import JSON
+from app.api.routes.runs import MAX_LIMIT, RecordsUnavailable, database_errors
+from app.api.schemas import ErrorBody
+from app.auth.service import AccessDenied
+from app.records import decode_cursor
+from app.records.mcp_calls import McpCallLog, McpCallQuery
+from app.records.record import as_utc
 from app.auth import Auth, Principal
 from app.core.errors import RequestError
 from app.streams.mcp_sessions import McpSessions
@@ -113,3 +124,57 @@ async def mcp_delete(request: Request, principal: PrincipalDep) -> Response:
         return _rpc_error(None, types.INVALID_REQUEST, "Session not found", 404)
     await sessions.delete(session_id)
     return Response(status_code=204)
+
+
+class McpCallOut(BaseModel):
+    """One tool call through /mcp, as recorded."""
+
+    id: str
+    key_id: str = Field(description="The API key id that called (`admin` for the admin key, `open` without keys).")
+    server: str = Field(description="The MCP server that owns the tool.")
+    tool: str = Field(description="The tool as its server names it (the gateway's name: `<server>__<tool>`).")
+    args_sha256: str = Field(description="SHA-256 of the arguments as JSON with sorted keys (never the arguments).")
+    status: Literal["ok", "error", "timeout", "unavailable"]
+    duration_ms: float
+    bytes: int = Field(description="The result's size as JSON.")
+    created_at: datetime
+
+
+class McpCallList(BaseModel):
+    data: list[McpCallOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next (older) page; null on the last.")
+
+
+@router.get("/v1/mcp/calls", response_model=McpCallList, responses={c: {"model": ErrorBody} for c in
+                                                                       (400, 401, 403, 404, 422, 503)},
+            summary="Tool calls through /mcp, newest first, with filters and cursor pagination")
+async def list_mcp_calls(
+    request: Request,
+    principal: PrincipalDep,
+    key_id: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_.-]{1,32}$",
+                                        description="The key that called (another key's: the admin key only).")] = None,
+    server: Annotated[str | None, Query(max_length=64, description="The MCP server.")] = None,
+    since: Annotated[datetime | None, Query(description="Made at or after (ISO 8601; UTC if no zone).")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Calls per page.")] = 50,
+    cursor: Annotated[str | None, Query(max_length=512, description="`next_cursor` of the previous page.")] = None,
+) -> Response:
+    journal: McpCallLog | None = request.app.state.mcp.journal
+    if journal is None:
+        raise RequestError("records are off on this gateway (FOUNDRY_RECORDS=off): no MCP calls are kept",
+                           code="records_disabled", status=404)
+    if not principal.sees_everything and key_id is not None and key_id != principal.owner:
+        raise AccessDenied("only the admin key reads another key's MCP calls", code="admin_only", status=403,
+                           field="key_id")
+    try:
+        after = decode_cursor(cursor) if cursor is not None else None
+    except ValueError as exc:
+        raise RequestError(f"cursor: {exc}", code="invalid_cursor", field="cursor") from None
+    await journal.writer.ensure_schema()
+    if not journal.writer.migrated:
+        raise RecordsUnavailable("the records database is unavailable (not migrated: unreachable?)")
+    query = McpCallQuery(key_id=key_id if principal.sees_everything else principal.owner or principal.kind,
+                         server=server, since=as_utc(since) if since is not None else None, limit=limit, after=after)
+    with database_errors():
+        page = await journal.list(query)
+    body = McpCallList(data=[McpCallOut(**asdict(c)) for c in page.calls], next_cursor=page.next_cursor)
+    return JSON(body.model_dump(mode="json"))
