@@ -20,10 +20,10 @@ import asyncio
 import functools
 import hashlib
 import time
-from datetime import UTC, datetime
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import mcp_types as types

@@ -29,12 +29,12 @@ from app.api.mcp_rpc import McpCaller, McpEndpoint, RpcError
 from app.api.responses import JSON
 from app.api.routes.runs import MAX_LIMIT, RecordsUnavailable, database_errors
 from app.api.schemas import ErrorBody
+from app.auth import Auth, Principal
 from app.auth.service import AccessDenied
+from app.core.errors import RequestError
 from app.records import decode_cursor
 from app.records.mcp_calls import McpCallLog, McpCallQuery
 from app.records.record import as_utc
-from app.auth import Auth, Principal
-from app.core.errors import RequestError
 from app.streams.mcp_sessions import McpSessions
 
 router = APIRouter(tags=["mcp"])
