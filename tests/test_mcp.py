@@ -212,3 +212,14 @@ def test_a_server_config_names_its_mistakes():
 def http_server() -> Iterator[McpServerConfig]:
     with http_mcp_server() as config:
         yield config
+
+
+async def test_a_long_mcp_call_in_a_run_keeps_the_stream_alive_with_pings():
+    # Progress notifications are not relayed (docs/mcp.md): the SSE keep-alive already covers a
+    # long tool call, as any silence, with `: ping` comments between tool_call and tool_result.
+    adapter = StepAdapter(calls_step(("c1", "basic__slow", {"seconds": 1.0})), answer_step("Done."))
+    async with gateway(adapter, mcp_servers=[BASIC], ping_seconds=0.05) as (_, client):
+        raw = (await client.post("/v1/stream", json=ASK)).content
+    during = raw[raw.index(b"event: tool_call"):raw.index(b"event: tool_result")]
+    assert b": ping" in during
+    assert kinds(parse_sse(raw))[-1] == "final"
