@@ -451,7 +451,7 @@ async def test_records_linger_into_one_insert_and_a_flush_does_not_wait_out_the_
         now = datetime.now(UTC)
         for i in range(2):
             writer.submit(record(f"str_a{i}", created_at=now))
-            await asyncio.sleep(0.01)  # the writer takes the first and lingers for the second
+            await asyncio.sleep(0)  # a turn for the writer: it takes the first and lingers (or takes both)
         await asyncio.wait_for(writer.flush(), 60)  # would hang for an hour if flush waited out the linger
         for i in range(4):  # a full batch queued: written without a flush, the rest lingers
             writer.submit(record(f"str_b{i}", created_at=now))

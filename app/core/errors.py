@@ -73,7 +73,9 @@ class ErrorData(TypedDict):
     field: NotRequired[Annotated[str, Field(description="Path of the offending field, e.g. `messages.0.content`.")]]
     provider: NotRequired[str]
     upstream_status: NotRequired[Annotated[int, Field(description="The provider's HTTP status.")]]
-    upstream_code: NotRequired[str | int]
+    # Annotated with a field of its own: typing caches `NotRequired[str | int]` as equal to a
+    # library's `NotRequired[int | str]`, and the schema would take whichever order came first.
+    upstream_code: NotRequired[Annotated[str | int, Field(description="The provider's own error code (some give numbers).")]]
     upstream_type: NotRequired[str]
     request_id: NotRequired[Annotated[str, Field(description="The provider's request id.")]]
     retry_after: NotRequired[str]
