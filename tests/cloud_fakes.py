@@ -30,7 +30,8 @@ from starlette.routing import Route
 
 from tests.upstream_fakes import paced
 
-__all__ = ["AWS_KEYS", "STALL", "EntraCredential", "FakeAnthropic", "FakeAzure", "FakeBedrock", "FakeGoogle", "Seen", "service_account", "sigv4_problem"]
+__all__ = ["AWS_KEYS", "STALL", "EntraCredential", "FakeAnthropic", "FakeAzure", "FakeBedrock", "FakeGoogle", "Seen",
+           "service_account", "sigv4_problem"]
 
 AWS_KEYS = Credentials("AKIDEXAMPLEFAKE00000", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "session-token-fake")
 
