@@ -70,3 +70,10 @@ def test_same_events_in_two_pieces_at_every_offset(rec: Recording) -> None:
     whole = events_of([rec.body])
     for cut in range(1, len(rec.body)):
         assert events_of([rec.body[:cut], rec.body[cut:]]) == whole, cut
+
+
+def test_the_annotations_survive_a_response_cache_replay() -> None:
+    from app.cache.entry import final_from_data
+
+    final = final_of(events_of([RECORDINGS[0].body]))
+    assert final.content_filter and final_from_data(dict(final.data())).content_filter == final.content_filter
