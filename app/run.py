@@ -338,7 +338,8 @@ class Run:
                           model=acc.model, provider=acc.provider, error=error, steps=progress.steps,
                           max_steps_reached=progress.max_steps_reached, messages=self.released.added,
                           validation=self.gate.summary(), attempts=routed.attempts if routed else (),
-                          route=routed.route if routed else None, target=routed.target if routed else None)
+                          route=routed.route if routed else None, target=routed.target if routed else None,
+                          content_filter=acc.content_filter)
 
     async def _end(self, final: FinalEvent) -> FinalEvent:
         """Close the upstream, append the final, report; the final as appended. Each part runs

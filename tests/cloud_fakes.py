@@ -7,6 +7,8 @@
 - `FakeGoogle`: a token endpoint (the service-account file's `token_uri`) that checks the signed
   JWT assertion and issues a bearer, and a Vertex AI endpoint that accepts only that bearer.
 - `FakeAzure`: accepts only the `api-key` header, or a bearer from a fake credential.
+- `FakeAnthropic`: accepts only its key (`x-api-key`, or the SDK's bearer), the Messages API at `/v1/messages`.
+A reply is SSE/event-stream bytes, `(status, json, headers)`, or `STALL` (headers, then silence).
 Requests are recorded (path, headers, JSON body) for the tests to read.
 """
 
@@ -28,7 +30,8 @@ from starlette.routing import Route
 
 from tests.upstream_fakes import paced
 
-__all__ = ["AWS_KEYS", "EntraCredential", "FakeAzure", "FakeBedrock", "FakeGoogle", "Seen", "service_account", "sigv4_problem"]
+__all__ = ["AWS_KEYS", "STALL", "EntraCredential", "FakeAnthropic", "FakeAzure", "FakeBedrock", "FakeGoogle", "Seen",
+           "service_account", "sigv4_problem"]
 
 AWS_KEYS = Credentials("AKIDEXAMPLEFAKE00000", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "session-token-fake")
 
@@ -64,8 +67,14 @@ def sigv4_problem(request: Request, body: bytes, *, region: str, service: str = 
     return None if expected == parts["Signature"] else "signature mismatch"
 
 
+STALL = object()
+"""A scripted reply: the headers, then silence until the client goes away (`closed` set then)."""
+
+
 def scripted(reply: Any, closed: asyncio.Event, media_type: str = "text/event-stream") -> Response:
-    """The next scripted reply: `(status, json, headers)`, or body bytes served in small reads."""
+    """The next scripted reply: `(status, json, headers)`, `STALL`, or body bytes served in small reads."""
+    if reply is STALL:
+        return StreamingResponse(paced(b"", step=97, hold=True, closed=closed), media_type=media_type)
     if isinstance(reply, tuple):
         status, payload, headers = reply
         return JSONResponse(payload, status_code=status, headers=headers)
@@ -196,3 +205,27 @@ class FakeAzure:
 
     def app(self) -> Starlette:
         return Starlette(routes=[Route("/openai/{rest:path}", self.handle, methods=["POST"])])
+
+
+@dataclass
+class FakeAnthropic:
+    """Anthropic's Messages API accepting only its key, as `x-api-key` or as the pinned SDK sends it
+    (`Authorization: Bearer <key>`)."""
+
+    replies: list[Any]
+    key: str = "sk-ant-fake-0000"
+    seen: list[Seen] = field(default_factory=list)
+    refused: int = 0
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, request: Request) -> Response:
+        body = await request.body()
+        if request.headers.get("x-api-key") != self.key and request.headers.get("authorization") != f"Bearer {self.key}":
+            self.refused += 1
+            return JSONResponse({"type": "error", "error": {"type": "authentication_error",
+                                                            "message": "invalid x-api-key"}}, status_code=401)
+        self.seen.append(Seen(request.url.path, dict(request.headers), json.loads(body)))
+        return scripted(self.replies.pop(0), self.closed)
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/v1/messages", self.handle, methods=["POST"])])

@@ -49,6 +49,9 @@ async def test_a_content_filter_stop_through_the_native_api_with_the_api_key() -
     final = parse_sse(answer.content)[-1][2]
     assert final["status"] == "ok" and final["stop_reason"] == "content_filter"
     assert final["message"]["content"] == "The fight ended" and final["usage"]["input_tokens"] == 18
+    expected = RECORDING["content-filter-stop"].expected
+    assert final["content_filter"] == {"prompt": expected["prompt_filter_results"],
+                                       "completion": expected["content_filter_results"]}
     (seen,) = fake.seen
     assert seen.path == "/openai/v1/chat/completions" and seen.headers["api-key"] == KEY
     assert seen.body["model"] == "gpt4o-prod" and seen.body["stream_options"] == {"include_usage": True}

@@ -150,3 +150,14 @@ def test_the_endpoint_override_from_the_environment_or_the_config_file(tmp_path:
     config = Settings().provider_config()
     assert (config.secret("aws_region"), config.secret("bedrock_endpoint_url")) == (
         "eu-west-3", "https://bedrock.internal.example")
+
+
+async def test_an_exception_on_the_claude_passthrough_names_bedrock() -> None:
+    fake = FakeBedrock([INVOKE["throttling-before-output"].body])
+    body = {"model": f"bedrock/{CLAUDE}", "max_tokens": 100, "stream": True,
+            "messages": [{"role": "user", "content": "Hello"}]}
+    async with bedrock_gateway(fake) as client:
+        answer = await client.post("/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"})
+    assert answer.status_code == 429, answer.text
+    message = answer.json()["error"]["message"]
+    assert message.startswith("bedrock: ") and "anthropic:" not in message, message

@@ -86,3 +86,14 @@ async def test_claude_code_on_vertex_through_the_messages_facade(tmp_path: Path,
     decoder = SSEDecoder()
     assert relayed == [(e.event, json.loads(e.data)) for e in decoder.feed(ANTHROPIC["thinking-then-tool-use"].body)]
     assert fake.seen[0].body["tools"] == body["tools"]
+
+
+async def test_an_error_from_claude_on_vertex_names_vertex(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    overloaded = (b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error",'
+                  b'"message":"Overloaded"}}\n\n')
+    fake = FakeGoogle([overloaded])
+    async with vertex_gateway(fake, tmp_path, monkeypatch) as client:
+        answer = await client.post("/v1/stream", json={**ASK, "model": f"vertex/{CLAUDE}"})
+    assert answer.status_code >= 500, answer.text
+    error = answer.json()["error"]
+    assert error["provider"] == "vertex" and error["message"].startswith("vertex: "), error

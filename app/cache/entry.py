@@ -91,7 +91,7 @@ def final_from_data(data: dict[str, Any]) -> FinalEvent:
         usage=Usage(**usage),
         error=data.get("error"), steps=data["steps"], max_steps_reached=data["max_steps_reached"],
         messages=tuple(Message.model_validate(m) for m in data.get("messages", ())),
-        route=data.get("route"), target=data.get("target"),
+        route=data.get("route"), target=data.get("target"), content_filter=data.get("content_filter"),
     )
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from app.core import safejson, secrets
+from app.core.content_filter import ContentFilterData, merge_content_filter
 from app.core.errors import UpstreamError
 from app.core.events import (
     ReasoningBlockEnd,
@@ -116,6 +117,7 @@ class Accumulator:
         self.response_id: str | None = None
         self.stop_reason: StopReason | None = None
         self.completed = False
+        self.content_filter: ContentFilterData | None = None  # the provider's filter annotations
         self._usage = UsagePatch()
         self.start_usage: Usage | None = None
         """The usage the provider reported as the response began (Anthropic's input tokens), if it did."""
@@ -363,6 +365,8 @@ class Accumulator:
             self.stop_reason = p.stop_reason
         if p.usage is not None:
             self._merge_usage(p.usage)
+        if p.content_filter is not None:
+            self.content_filter = merge_content_filter(self.content_filter, p.content_filter)
 
     def _message_end(self, p: MessageEnd, out: list[StreamEvent]) -> None:
         self._release_held(out)

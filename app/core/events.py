@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, NotRequired, cast, get_args
 from pydantic import Field, WithJsonSchema
 from typing_extensions import TypedDict
 
+from app.core.content_filter import ContentFilterData
 from app.core.errors import AttemptData, ErrorData, FinalStatus
 from app.core.messages import Message, ReasoningBlock, ToolCall, thaw
 from app.core.usage import Usage, UsageData
@@ -132,6 +133,8 @@ class FinalPayload(TypedDict):
     route: NotRequired[Annotated[str, Field(description="The route the request named.")]]
     target: NotRequired[Annotated[str, Field(description="The route's target that served (`provider/model`).")]]
     cache: NotRequired[Annotated[CacheData, Field(description="From the response cache (hit, age_s, charged).")]]
+    content_filter: NotRequired[Annotated[ContentFilterData, Field(
+        description="The provider's content-filter annotations (Azure OpenAI), when it sent any.")]]
 
 
 class CacheData(TypedDict):
@@ -303,6 +306,7 @@ class FinalEvent:
     target: str | None = None
     """For a route: its name and the target that served."""
     cache: CacheData | None = None  # set on a run the response cache answered (app/cache)
+    content_filter: ContentFilterData | None = None  # the provider's filter annotations (Azure)
 
     def data(self) -> FinalPayload:
         error: _ErrorPart = {"error": self.error} if self.error is not None else {}
@@ -329,6 +333,8 @@ class FinalEvent:
             out["target"] = self.target
         if self.cache is not None:
             out["cache"] = self.cache
+        if self.content_filter is not None:
+            out["content_filter"] = self.content_filter
         return out
 
 

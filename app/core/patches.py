@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from app.core.content_filter import ContentFilterData
 from app.core.errors import UpstreamError
 from app.core.events import StopReason
 
@@ -206,11 +207,13 @@ class ToolResultEnd:
 
 @dataclass(slots=True, kw_only=True)
 class MessageDelta:
-    """Message-level news: the stop reason and/or usage (later values win, field by field)."""
+    """Message-level news: the stop reason and/or usage (later values win, field by field), a
+    provider's content-filter annotations (merged, app/core/content_filter.py)."""
 
     kind: Literal["message_delta"] = "message_delta"
     stop_reason: StopReason | None = None
     usage: UsagePatch | None = None
+    content_filter: ContentFilterData | None = None
 
 
 @dataclass(slots=True, kw_only=True)

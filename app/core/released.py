@@ -87,7 +87,8 @@ class Released:
         and model (the run builds its own, over its steps)."""
         stop_reason = accumulator.stop_reason if status == "ok" else STOP_REASON_FOR_STATUS[status]
         return FinalEvent(status=status, message=self.message(), usage=accumulator.usage, stop_reason=stop_reason,
-                          model=accumulator.model, provider=accumulator.provider, error=error)
+                          model=accumulator.model, provider=accumulator.provider, error=error,
+                          content_filter=accumulator.content_filter)
 
     def end_turn(self) -> None:
         """The gateway answered the turn's calls (their results closed it as they came): the

@@ -114,18 +114,21 @@ class UsageTally:
     thinking: int | None = None
     write_1h: int | None = None
     """`cache_creation.ephemeral_1h_input_tokens`: the 1-hour part of the cache writes (the rest are 5-minute)."""
+    provider: str = "anthropic"
+    """Named in the errors of a bad count (`bedrock`, `vertex` for Claude on those clouds)."""
 
     def update(self, raw: Mapping[str, Any]) -> UsagePatch:
         """Take a `usage` object's counts, each checked (`token_count`): a bad one is an
         `upstream_protocol_error`, and nothing of that object is taken."""
         iterations = raw.get("iterations")
+        provider = self.provider
         if isinstance(iterations, list) and iterations:
-            raw = {**raw, **_sum_iterations(iterations)}
-        details = usage_object(raw.get("output_tokens_details"), "output_tokens_details", provider="anthropic")
-        created = usage_object(raw.get("cache_creation"), "cache_creation", provider="anthropic")
-        counts = [_count(raw, name) for name in ("input_tokens", "cache_read_input_tokens",
-                                                 "cache_creation_input_tokens", "output_tokens")]
-        counts += [_count(details, "thinking_tokens"), _count(created, "ephemeral_1h_input_tokens")]
+            raw = {**raw, **_sum_iterations(iterations, provider)}
+        details = usage_object(raw.get("output_tokens_details"), "output_tokens_details", provider=provider)
+        created = usage_object(raw.get("cache_creation"), "cache_creation", provider=provider)
+        counts = [_count(raw, name, provider) for name in ("input_tokens", "cache_read_input_tokens",
+                                                           "cache_creation_input_tokens", "output_tokens")]
+        counts += [_count(details, "thinking_tokens", provider), _count(created, "ephemeral_1h_input_tokens", provider)]
         for attr, value in zip(("input", "cache_read", "cache_write", "output", "thinking", "write_1h"), counts,
                                strict=True):
             if value is not None:
@@ -144,16 +147,16 @@ class UsageTally:
         )
 
 
-def _count(raw: Mapping[str, Any], name: str) -> int | None:
-    return token_count(raw.get(name), name, provider="anthropic")
+def _count(raw: Mapping[str, Any], name: str, provider: str) -> int | None:
+    return token_count(raw.get(name), name, provider=provider)
 
 
-def _sum_iterations(iterations: list[Any]) -> dict[str, int]:
+def _sum_iterations(iterations: list[Any], provider: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in iterations:
-        item = usage_object(item, "iterations", provider="anthropic")
+        item = usage_object(item, "iterations", provider=provider)
         for name in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
-            if (v := _count(item, name)) is not None:
+            if (v := _count(item, name, provider)) is not None:
                 out[name] = out.get(name, 0) + v
     return out
 
@@ -179,14 +182,19 @@ class _Block:
 
 @dataclass(slots=True, kw_only=True)
 class AnthropicNormalizer:
-    """One Messages stream's SSE events -> patches (the StreamNormalizer contract)."""
+    """One Messages stream's SSE events -> patches (the StreamNormalizer contract). `provider` is
+    named in its errors: `anthropic`, or `bedrock` / `vertex` for Claude on those clouds."""
 
+    provider: str = "anthropic"
     usage: UsageTally = field(default_factory=UsageTally)
     stop_sequence: str | None = None
     _blocks: dict[int, _Block] = field(default_factory=dict)
     _tool_names: dict[str, str] = field(default_factory=dict)
     _done: bool = False
     _error: UpstreamError | None = None
+
+    def __post_init__(self) -> None:
+        self.usage.provider = self.provider
 
     def feed(self, event: SSEEvent, out: list[Patch]) -> None:
         if self._error is not None:
@@ -197,12 +205,12 @@ class AnthropicNormalizer:
             data = safejson.loads(event.data)
         except orjson.JSONDecodeError:
             raise UpstreamError(
-                f"anthropic: undecodable stream event {event.event!r}", code="upstream_protocol_error",
-                provider="anthropic",
+                f"{self.provider}: undecodable stream event {event.event!r}", code="upstream_protocol_error",
+                provider=self.provider,
             ) from None
         if not isinstance(data, dict):
-            raise UpstreamError("anthropic: stream event is not a JSON object",
-                                code="upstream_protocol_error", provider="anthropic")
+            raise UpstreamError(f"{self.provider}: stream event is not a JSON object",
+                                code="upstream_protocol_error", provider=self.provider)
         kind = data.get("type", event.event)
         if kind == "content_block_delta":
             self._block_delta(data, out)
@@ -215,7 +223,7 @@ class AnthropicNormalizer:
             usage = message.get("usage")
             out.append(MessageStart(
                 id=message.get("id"), model=message.get("model"),
-                usage=None if usage is None else self.usage.update(usage_object(usage, "usage", provider="anthropic")),
+                usage=None if usage is None else self.usage.update(usage_object(usage, "usage", provider=self.provider)),
             ))
         elif kind == "message_delta":
             self._message_delta(data, out)
@@ -224,7 +232,7 @@ class AnthropicNormalizer:
             out.append(MessageEnd())
         elif kind == "error":
             self._done = True
-            self._error = stream_error(data.get("error"), data.get("request_id"))
+            self._error = stream_error(data.get("error"), data.get("request_id"), self.provider)
             self._raise_error(out)
         # ping and event types added later: nothing to do.
 
@@ -239,8 +247,8 @@ class AnthropicNormalizer:
             raise self._error
         if not self._done:
             raise UpstreamError(
-                "anthropic: stream ended before message_stop", code="upstream_incomplete",
-                retryable=True, provider="anthropic",
+                f"{self.provider}: stream ended before message_stop", code="upstream_incomplete",
+                retryable=True, provider=self.provider,
             )
 
     # -- blocks ----------------------------------------------------------------------------
@@ -250,8 +258,8 @@ class AnthropicNormalizer:
         block = data.get("content_block") or {}
         btype = str(block.get("type", ""))
         if not isinstance(key, int):
-            raise UpstreamError("anthropic: content block without an index",
-                                code="upstream_protocol_error", provider="anthropic")
+            raise UpstreamError(f"{self.provider}: content block without an index",
+                                code="upstream_protocol_error", provider=self.provider)
         if btype == "text":
             self._blocks[key] = _Block(kind="text")
             out.append(TextStart(key=key))
@@ -293,7 +301,7 @@ class AnthropicNormalizer:
         if expected is None:
             return  # citations_delta and delta types added later are dropped (module docstring)
         if block is not None and block.kind != expected:
-            out.append(_misplaced(dtype, delta, block.kind))
+            out.append(_misplaced(dtype, delta, block.kind, self.provider))
             return
         if dtype == "text_delta":
             out.append(TextDelta(key=key, text=delta.get("text", "")))
@@ -336,28 +344,28 @@ class AnthropicNormalizer:
         usage = data.get("usage")
         out.append(MessageDelta(
             stop_reason=STOP_REASON_MAP.get(reason, "stop") if reason else None,
-            usage=None if usage is None else self.usage.update(usage_object(usage, "usage", provider="anthropic")),
+            usage=None if usage is None else self.usage.update(usage_object(usage, "usage", provider=self.provider)),
         ))
 
 
-def stream_error(error: Any, request_id: Any = None) -> UpstreamError:
+def stream_error(error: Any, request_id: Any = None, provider: str = "anthropic") -> UpstreamError:
     """An in-stream `event: error` as the UpstreamError that ends the stream."""
     error = error if isinstance(error, Mapping) else {}
     kind = str(error.get("type") or "error")
-    return shared_stream_error("anthropic", f"{kind}: {error.get('message') or 'error event in stream'}",
+    return shared_stream_error(provider, f"{kind}: {error.get('message') or 'error event in stream'}",
                                kind=kind, request_id=request_id if isinstance(request_id, str) else None)
 
 
-def _misplaced(dtype: str, delta: dict[str, Any], kind: str) -> Ignored:
+def _misplaced(dtype: str, delta: dict[str, Any], kind: str, provider: str) -> Ignored:
     """A delta aimed at a block of another kind: fatal when it carries text, thinking or arguments
     with nowhere to go (the answer would be wrong); else (a signature_delta on a text block, an
     empty delta) ignored and counted, never fatal (DESIGN.md section 4)."""
     if delta.get(_DELTA_CONTENT[dtype]) and dtype != "signature_delta":
-        raise UpstreamError(f"anthropic: {dtype} for a {kind} block", code="upstream_protocol_error",
-                            provider="anthropic")
+        raise UpstreamError(f"{provider}: {dtype} for a {kind} block", code="upstream_protocol_error",
+                            provider=provider)
     return Ignored(what=f"anthropic:{dtype}_on_{kind}")
 
 
 def normalizer(provider: str) -> AnthropicNormalizer:
     """A fresh normalizer for one response (its descriptor's `normalizer`)."""
-    return AnthropicNormalizer()
+    return AnthropicNormalizer(provider=provider)

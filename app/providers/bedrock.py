@@ -71,7 +71,7 @@ def bedrock_plan(endpoint: str, limits: ReadLimits, provider: str = "bedrock") -
             body = invoke_body(passthrough.wire_body(request.model, request.options))
             return CloudCall(request=UpstreamRequest(url=model_url(endpoint, request.model, "invoke-with-response-stream"),
                                                   body=orjson.dumps(body), headers=dict(_HEADERS)),
-                             decoder=InvokeStreamDecoder(limits), normalizer=AnthropicNormalizer(),
+                             decoder=InvokeStreamDecoder(limits), normalizer=AnthropicNormalizer(provider=provider),
                              relay=passthrough.relay)
         body = converse_request(request, provider=provider)
         return CloudCall(request=UpstreamRequest(url=model_url(endpoint, request.model, "converse-stream"),

@@ -24,6 +24,9 @@ Decisions:
    bytes would give different events depending on where the reads split.
 4. A body that ends inside an event (the decoder flushes half a JSON chunk) is
    `upstream_incomplete`, like one that ends between events, not a protocol error.
+5. Azure's content-filter annotations (`prompt_filter_results` on a chunk, `content_filter_results`
+   and `content_filter_offsets` on choice 0) are kept for the final's `content_filter`
+   (app/core/content_filter.py); they are no answer, and a chat facade relays them as sent.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 import orjson
 
 from app.core import safejson
+from app.core.content_filter import ContentFilterData
 from app.core.errors import UpstreamError
 from app.core.events import StopReason
 from app.core.patches import (
@@ -118,6 +122,18 @@ def stream_error(payload: Any, provider: str) -> UpstreamError:
     )
 
 
+def _filter_annotations(choice: dict[str, Any]) -> ContentFilterData | None:
+    """Azure's per-choice `content_filter_results` (and its asynchronous filter's offsets), if any."""
+    out: ContentFilterData = {}
+    results = choice.get("content_filter_results")
+    if results and isinstance(results, dict):
+        out["completion"] = results
+    offsets = choice.get("content_filter_offsets")
+    if offsets and isinstance(offsets, dict):
+        out["offsets"] = offsets
+    return out or None
+
+
 class ChatChunkNormalizer:
     """`chat.completion.chunk` SSE events -> normalized patches. One instance per response."""
 
@@ -170,6 +186,9 @@ class ChatChunkNormalizer:
         usage = chunk.get("usage")
         if usage:
             out.append(MessageDelta(usage=usage_patch(usage, self._provider)))
+        prompt_filter = chunk.get("prompt_filter_results")
+        if prompt_filter and isinstance(prompt_filter, list):  # Azure: decision 5
+            out.append(MessageDelta(content_filter={"prompt": prompt_filter}))
         error = chunk.get("error")
         if error:
             self._failure = stream_error(error, self._provider)
@@ -209,6 +228,9 @@ class ChatChunkNormalizer:
             if tool_calls:
                 self._end_reasoning(out)
                 self._tool_deltas(tool_calls, out)
+        annotations = _filter_annotations(choice)
+        if annotations:
+            out.append(MessageDelta(content_filter=annotations))
         finish = choice.get("finish_reason")
         if finish:
             self._finished = True

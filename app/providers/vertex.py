@@ -57,7 +57,7 @@ def vertex_plan(*, project: str, location: str, base_url: str | None, limits: Re
                 else build_anthropic_request(request, provider=provider))
         claude = {**invoke_body(wire, VERTEX_ANTHROPIC_VERSION), "stream": True}
         return CloudCall(request=UpstreamRequest(url=url, body=orjson.dumps(claude), headers=headers),
-                         decoder=SSEDecoder.bounded(limits), normalizer=AnthropicNormalizer(),
+                         decoder=SSEDecoder.bounded(limits), normalizer=AnthropicNormalizer(provider=provider),
                          relay=passthrough is not None and passthrough.relay)
 
     return plan
