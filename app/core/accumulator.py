@@ -36,10 +36,10 @@ from app.core.events import (
     RelayedFrame,
     StopReason,
     StreamEvent,
-    TokenEvent,
     ToolCallEvent,
     ToolResultEvent,
     Usage,
+    token_event,
 )
 from app.core.messages import ReasoningBlock, freeze
 from app.core.patches import (
@@ -219,8 +219,7 @@ class Accumulator:
                 held = self._held[p.key] = HeldText()
             text = held.feed(text)
         if text:
-            out.append(TokenEvent(index=self._token_index, content=text, refusal=p.refusal) if p.refusal
-                       else TokenEvent(index=self._token_index, content=text))
+            out.append(token_event(self._token_index, text, p.refusal))
             self._token_index += 1
 
     def _text_end(self, p: TextEnd, out: list[StreamEvent]) -> None:
@@ -232,7 +231,7 @@ class Accumulator:
         if self._held:
             for held in self._held.values():
                 if text := held.flush():
-                    out.append(TokenEvent(index=self._token_index, content=text))
+                    out.append(token_event(self._token_index, text))
                     self._token_index += 1
 
     def _reasoning_start(self, p: ReasoningStart, out: list[StreamEvent]) -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "StopReason",
     "StreamEvent",
     "TokenEvent",
+    "token_event",
     "ToolCallEvent",
     "ToolResultEvent",
     "Usage",
@@ -202,6 +203,21 @@ class TokenEvent:
     def data(self) -> TokenData:
         data: TokenData = {"index": self.index, "content": self.content}
         return {**data, "refusal": True} if self.refusal else data
+
+
+_new_object, _set_slot = object.__new__, object.__setattr__
+
+
+def token_event(index: int, content: str, refusal: bool = False) -> TokenEvent:
+    """`TokenEvent(index=index, content=content, refusal=refusal)` on the hot path (one per answer
+    token): the frozen dataclass's own `__init__` is a Python frame that looks `object.__setattr__`
+    up once per field; this sets the same slots with the lookups done once (the same object)."""
+    event = _new_object(TokenEvent)
+    _set_slot(event, "type", "token")
+    _set_slot(event, "index", index)
+    _set_slot(event, "content", content)
+    _set_slot(event, "refusal", refusal)
+    return event
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)

@@ -209,7 +209,13 @@ class ChatChunkNormalizer:
 
     def _choice(self, choice: dict[str, Any], out: list[Patch]) -> None:
         delta = choice.get("delta")
-        if delta:
+        if delta and len(delta) == 1 and "content" in delta:  # a plain text delta, most of a stream
+            content = delta["content"]
+            if content:
+                if self._reasoning_open:
+                    self._end_reasoning(out)
+                out.append(TextDelta(key=TEXT_KEY, text=content))
+        elif delta:
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if reasoning and isinstance(reasoning, str):
                 self._reasoning_open = True
