@@ -14,7 +14,6 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import aiohttp
 import anthropic
 import httpx2
 

@@ -22,7 +22,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import aiohttp
 import httpx2
 import orjson
 

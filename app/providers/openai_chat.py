@@ -14,7 +14,6 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import aiohttp
 import httpx2
 import openai
 from pydantic import ValidationError

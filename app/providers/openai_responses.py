@@ -30,7 +30,6 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import aiohttp
 import httpx2
 import openai
 import orjson
