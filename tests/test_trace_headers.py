@@ -33,3 +33,13 @@ async def test_the_trace_context_goes_upstream_as_headers(provider: str, trace_h
         assert sent.headers["traceparent"] == TRACEPARENT and sent.headers["tracestate"] == "k=v"
     name, value = OWN_HEADER[provider]  # the provider's own headers stay beside ours
     assert sent.headers[name] == value
+
+
+def test_the_shared_raw_stream_options_are_never_changed() -> None:
+    """The SDK adapters' raw-stream options (still in app/providers/base.py until those adapters go)."""
+    from app.providers.base import RAW_STREAM, raw_stream
+
+    before = {**RAW_STREAM, "headers": dict(RAW_STREAM["headers"])}
+    options = raw_stream({"traceparent": TRACEPARENT})
+    assert options["headers"]["traceparent"] == TRACEPARENT and raw_stream(None) is RAW_STREAM
+    assert RAW_STREAM == before and "traceparent" not in RAW_STREAM["headers"]
