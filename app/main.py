@@ -61,8 +61,10 @@ def create_app(
     observers: Iterable[RunObserver] = (),
     tracing: Tracing | None = None,
 ) -> FastAPI:
-    """Build the gateway. `clients` injects provider SDK clients by provider name (tests pass
-    fakes, operators pass configured clients); `adapters` injects whole provider adapters;
+    """Build the gateway. `clients` injects one `aiohttp.ClientSession` per provider name (used for
+    that provider's upstream calls, never closed by the gateway: tests point it at loopback fakes,
+    embedders configure proxies or trust), and credentials hooks by their own keys (`bedrock-signer`,
+    `azure-auth`, `vertex-auth`); an SDK client is refused (docs/providers.md). `adapters` injects whole provider adapters;
     `observers` get each run's `RunReport` when it ends (app/core/report.py); `tracing` replaces the
     one the OTEL_* variables would build (tests pass one with an in-memory exporter). A configuration
     that cannot serve raises `ConfigError` (app/settings.py), one line per mistake."""

@@ -1,14 +1,16 @@
-"""AnthropicAdapter through a real AsyncAnthropic over httpx2.MockTransport: wire, errors, lifetime."""
+"""Anthropic on the gateway's own client (the adapter built from its key) against a loopback
+provider: wire, errors, lifetime; an injected `aiohttp.ClientSession`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import anthropic
-import httpx2
-import orjson
+import aiohttp
 import pytest
+from starlette.responses import Response
 
 from app.core.errors import (
     GatewayError,
@@ -21,23 +23,27 @@ from app.core.errors import (
 )
 from app.core.events import FinalEvent
 from app.core.messages import AdapterError, Message, ToolCall, ToolSpec
-from app.providers.anthropic import AnthropicAdapter, build_anthropic
+from app.providers.anthropic import build_anthropic
 from app.providers.anthropic_wire import AnthropicHttpAdapter
 from app.providers.base import ProviderRequest
 from app.providers.registry import build_registry
 from app.settings import Settings
-from tests.support import recordings
-from tests.upstream_fakes import Body, drain, event_stream
+from tests.support import recordings, serve
+from tests.upstream_fakes import Recorded, Scripted, answer, closed_port_url, cut, drain, http_adapter, silent, sse
 
 RECORDING = {r.name: r for r in recordings("anthropic")}
-Handler = Callable[[httpx2.Request], httpx2.Response]
+Reply = Callable[[Recorded], Response]
 
 
-def client_for(handler: Handler) -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(
-        api_key="test-key", base_url="http://anthropic.test", max_retries=0,
-        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)),
-    )
+@contextlib.asynccontextmanager
+async def anthropic_on(reply: Reply, **config: Any) -> AsyncIterator[tuple[Any, Scripted]]:
+    fake = Scripted(reply)
+    async with serve(fake.app()) as url:
+        adapter = http_adapter("anthropic", url, **config)
+        try:
+            yield adapter, fake
+        finally:
+            await adapter.aclose()
 
 
 def request(**kw: Any) -> ProviderRequest:
@@ -45,29 +51,22 @@ def request(**kw: Any) -> ProviderRequest:
 
 
 async def test_stream_reads_raw_bytes_and_sends_the_documented_body() -> None:
-    seen: list[httpx2.Request] = []
     rec = RECORDING["thinking-then-tool-use"]
-    body = Body([rec.body[i:i + 97] for i in range(0, len(rec.body), 97)])
-
-    def handler(req: httpx2.Request) -> httpx2.Response:
-        seen.append(req)
-        return event_stream(body)
-
-    adapter = AnthropicAdapter(client_for(handler))
+    closed = asyncio.Event()
     req = request(
         tools=(ToolSpec(name="fixed_version", description="The version"),), tool_choice="auto",
         options={"thinking": {"type": "enabled", "budget_tokens": 1024}, "metadata": {"user_id": "u1"}},
     )
-    events = await drain(adapter, req)
+    async with anthropic_on(lambda _: sse(rec.body, step=97, closed=closed)) as (adapter, fake):
+        events = await drain(adapter, req)
+        await asyncio.wait_for(closed.wait(), 5)
     final = events[-1]
     assert isinstance(final, FinalEvent) and final.status == "ok" and final.stop_reason == "tool_calls"
     assert [c.name for c in final.message.tool_calls] == ["fixed_version"]
     assert final.message.reasoning[0].signature
-    assert body.closed
-
-    (sent,) = seen
-    assert sent.url.path == "/v1/messages"
-    wire = orjson.loads(sent.content)
+    (sent,) = fake.requests
+    assert sent.url == "/v1/messages" and sent.headers["authorization"] == "Bearer test-key"
+    wire = sent.body
     assert wire == {
         "model": "claude-haiku-4-5",
         "max_tokens": 1024 + 4096,  # the thinking budget plus the default answer room
@@ -83,38 +82,34 @@ async def test_stream_reads_raw_bytes_and_sends_the_documented_body() -> None:
 
 
 async def test_aclose_closes_the_upstream_response() -> None:
-    body = Body([RECORDING["thinking-signature"].body[:2000]])
-    adapter = AnthropicAdapter(client_for(lambda req: event_stream(body)))
-    stream = await adapter.open_stream(request())
-    assert not body.closed
-    await stream.aclose()
-    assert body.closed
-    await stream.aclose()  # idempotent
+    closed = asyncio.Event()
+    body = RECORDING["thinking-signature"].body[:2000]
+    async with anthropic_on(lambda _: sse(body, hold=True, closed=closed)) as (adapter, _):
+        stream = await adapter.open_stream(request())
+        assert not closed.is_set()
+        await stream.aclose()
+        await asyncio.wait_for(closed.wait(), 5)  # the provider sees the gateway let go
+        await stream.aclose()  # idempotent
 
 
 async def test_transport_failure_mid_body_ends_with_a_retryable_error() -> None:
     rec = RECORDING["text"]
-    body = Body([rec.body[:600]], fail=httpx2.ReadError("connection reset"))
-    events = await drain(AnthropicAdapter(client_for(lambda req: event_stream(body))), request())
+    closed = asyncio.Event()
+    async with anthropic_on(lambda _: cut(rec.body[:600], closed=closed)) as (adapter, _):
+        events = await drain(adapter, request())
     final = events[-1]
     assert isinstance(final, FinalEvent) and final.status == "error"
     assert final.error["code"] == "upstream_disconnected" and final.error["retryable"]
-    assert body.closed
+    assert closed.is_set()
 
 
-def status(code: int, etype: str, headers: dict[str, str] | None = None) -> Handler:
+def status(code: int, etype: str, headers: dict[str, str] | None = None) -> Reply:
     payload = {"type": "error", "error": {"type": etype, "message": f"{etype} says no"}}
-    return lambda req: httpx2.Response(code, json=payload, headers={"request-id": "req_1", **(headers or {})})
-
-
-def raising(exc: Exception) -> Handler:
-    def handler(req: httpx2.Request) -> httpx2.Response:
-        raise exc
-    return handler
+    return lambda _: answer(code, payload, {"request-id": "req_1", **(headers or {})})
 
 
 @pytest.mark.parametrize(
-    ("handler", "kind", "http", "code", "retryable"),
+    ("reply", "kind", "http", "code", "retryable"),
     [
         (status(400, "invalid_request_error"), UpstreamBadRequest, 400, "upstream_bad_request", False),
         (status(401, "authentication_error"), UpstreamError, 502, "upstream_auth", False),
@@ -124,17 +119,22 @@ def raising(exc: Exception) -> Handler:
         (status(529, "overloaded_error"), UpstreamError, 502, "upstream_overloaded", True),
         (status(500, "api_error"), UpstreamError, 502, "upstream_error", True),
         (status(503, "api_error"), UpstreamError, 502, "upstream_error", True),
-        (raising(httpx2.ConnectError("connection refused")), UpstreamError, 502, "upstream_unavailable", True),
-        (raising(httpx2.ReadTimeout("slow")), UpstreamTimeout, 504, "upstream_timeout", True),
+        (None, UpstreamError, 502, "upstream_unavailable", True),  # a closed port: refused
+        (lambda _: silent(), UpstreamTimeout, 504, "upstream_timeout", True),  # silence before the head
     ],
     ids=["400", "401", "403", "404", "429", "529", "500", "503", "refused", "timeout"],
 )
 async def test_errors_before_the_body_are_raised_from_open_stream(
-    handler: Handler, kind: type[GatewayError], http: int, code: str, retryable: bool
+    reply: Reply | None, kind: type[GatewayError], http: int, code: str, retryable: bool
 ) -> None:
-    adapter = AnthropicAdapter(client_for(handler))
-    with pytest.raises(kind) as info:
-        await adapter.open_stream(request())
+    async with anthropic_on(reply or (lambda _: answer(200, {})), read_timeout=0.2) as (adapter, _):
+        if reply is None:
+            adapter = http_adapter("anthropic", closed_port_url())
+        with pytest.raises(kind) as info:
+            await drain(adapter, request())
+        with pytest.raises(kind):
+            await adapter.generate([Message(role="user", content="Hi")], model="claude-haiku-4-5")
+        await adapter.aclose()
     err = info.value
     assert (err.status, err.code, err.retryable) == (http, code, retryable)
     assert "test-key" not in str(err.to_dict())
@@ -142,57 +142,51 @@ async def test_errors_before_the_body_are_raised_from_open_stream(
         assert err.retry_after == "7"
     if http == 400:
         assert "invalid_request_error says no" in err.message
-    with pytest.raises(kind):
-        await adapter.generate([Message(role="user", content="Hi")], model="claude-haiku-4-5")
 
 
 async def test_schema_violations_are_request_errors() -> None:
-    adapter = AnthropicAdapter(client_for(lambda req: pytest.fail("no request may be sent")))
-    with pytest.raises(RequestError):
-        await adapter.open_stream(request(options={"model": "other"}))
-    with pytest.raises(RequestError):
-        await adapter.open_stream(request(tool_choice="required"))
+    async with anthropic_on(lambda _: pytest.fail("no request may be sent")) as (adapter, fake):
+        with pytest.raises(RequestError):
+            await adapter.open_stream(request(options={"model": "other"}))
+        with pytest.raises(RequestError):
+            await adapter.open_stream(request(tool_choice="required"))
+    assert fake.requests == []
 
 
 async def test_generate_sends_the_request_and_returns_the_assistant_message() -> None:
-    seen: list[dict[str, Any]] = []
     rec = RECORDING["thinking-then-tool-use"]
-
-    def handler(req: httpx2.Request) -> httpx2.Response:
-        seen.append(orjson.loads(req.content))
-        return event_stream(Body([rec.body]))
-
-    adapter = AnthropicAdapter(client_for(handler))
-    message = await adapter.generate([Message(role="user", content="Hi")], model="claude-haiku-4-5",
-                                     tools=[ToolSpec(name="add")], max_tokens=64, metadata={"user_id": "u"})
+    async with anthropic_on(lambda _: sse(rec.body)) as (adapter, fake):
+        message = await adapter.generate([Message(role="user", content="Hi")], model="claude-haiku-4-5",
+                                         tools=[ToolSpec(name="add")], max_tokens=64, metadata={"user_id": "u"})
+        with pytest.raises(AdapterError):
+            await adapter.generate([Message(role="user", content="Hi")], model="m", stream=True)
+    seen = [r.body for r in fake.requests]
     (call,) = rec.expected["tool_calls"]
     assert message.content == "" and message.tool_calls == (ToolCall(id=call["id"], name=call["name"], arguments={}),)
     (thinking,) = message.reasoning
     assert thinking.text == rec.expected["reasoning"] and thinking.signature and thinking.provider == "anthropic"
     assert seen[0]["max_tokens"] == 64 and seen[0]["metadata"] == {"user_id": "u"} and seen[0]["stream"] is True
     assert seen[0]["tools"][0]["name"] == "add"
-    with pytest.raises(AdapterError):
-        await adapter.generate([Message(role="user", content="Hi")], model="m", stream=True)
     assert len(seen) == 1
 
 
 async def test_a_json_answer_to_a_stream_request_is_an_upstream_error() -> None:
-    handler = lambda req: httpx2.Response(200, json={"type": "message", "content": []})  # noqa: E731
-    with pytest.raises(UpstreamError, match="expected an event stream"):
-        await AnthropicAdapter(client_for(handler)).open_stream(request())
+    async with anthropic_on(lambda _: answer(200, {"type": "message", "content": []})) as (adapter, _):
+        with pytest.raises(UpstreamError, match="expected an event stream"):
+            await adapter.open_stream(request())
 
 
 async def test_a_body_that_is_no_answer_is_an_upstream_error_from_generate() -> None:
-    handler = lambda req: httpx2.Response(200, content=b"<html>", headers={"content-type": "text/html"})  # noqa: E731
-    with pytest.raises(UpstreamError, match="ended before message_stop"):
-        await AnthropicAdapter(client_for(handler)).generate([Message(role="user", content="Hi")], model="m")
+    async with anthropic_on(lambda _: answer(200, b"<html>", {"content-type": "text/html"})) as (adapter, _):
+        with pytest.raises(UpstreamError, match="ended before message_stop"):
+            await adapter.generate([Message(role="user", content="Hi")], model="m")
 
 
 def settings(**kw: Any) -> Settings:
     return Settings(anthropic_api_key=kw.pop("key", None), anthropic_base_url=kw.pop("base_url", None), **kw)
 
 
-async def test_registry_serves_anthropic_only_with_a_key_or_a_client() -> None:
+async def test_registry_serves_anthropic_only_with_a_key_and_uses_an_injected_session() -> None:
     assert build_registry(settings().provider_config()).get("anthropic") is None
     registry = build_registry(settings(key="sk-ant-test-000000", base_url="http://127.0.0.1:9").provider_config())
     adapter = registry.get("anthropic")
@@ -201,6 +195,9 @@ async def test_registry_serves_anthropic_only_with_a_key_or_a_client() -> None:
     assert sent.url == "http://127.0.0.1:9/v1/messages"
     await registry.aclose()
 
-    injected = client_for(lambda req: httpx2.Response(500))
-    built = build_anthropic(settings(key="sk-ant-test-000000").provider_config(), {"anthropic": injected})
-    assert built["anthropic"]._client is injected  # injected clients win over settings
+    async with aiohttp.ClientSession() as injected:
+        assert build_anthropic(settings().provider_config(), {"anthropic": injected}) == {}  # a session is no key
+        built = build_anthropic(settings(key="sk-ant-test-000000").provider_config(), {"anthropic": injected})
+        assert built["anthropic"]._session is injected  # type: ignore[attr-defined]
+        await built["anthropic"].aclose()  # type: ignore[attr-defined]
+        assert not injected.closed  # injected: the caller's to close

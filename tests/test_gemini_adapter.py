@@ -1,13 +1,16 @@
-"""Gemini request mapping, and the adapter through an httpx2.AsyncClient over MockTransport."""
+"""Gemini request mapping, and the adapter the gateway builds from its key (its own aiohttp client)
+against a loopback provider."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx2
-import orjson
+import aiohttp
 import pytest
+from starlette.responses import Response
 
 from app.core.errors import (
     GatewayError,
@@ -20,11 +23,13 @@ from app.core.errors import (
 )
 from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec
 from app.providers.base import ProviderRequest
+from app.providers.config import ProviderConfig
 from app.providers.gemini import (
-    GeminiAdapter,
     build_gemini,
+    endpoint,
     gemini_request,
     messages_to_gemini,
+    model_url,
     tool_choice_to_gemini,
     tool_specs_to_gemini,
     upstream_request,
@@ -32,11 +37,11 @@ from app.providers.gemini import (
 from app.providers.registry import build_registry
 from app.providers.upstream import HttpAdapter
 from app.settings import Settings
-from tests.support import recordings
-from tests.upstream_fakes import Body, drain, event_stream
+from tests.support import recordings, serve
+from tests.upstream_fakes import Recorded, Scripted, answer, closed_port_url, cut, drain, http_adapter, silent, sse
 
 RECORDING = {r.name: r for r in recordings("gemini")}
-Handler = Callable[[httpx2.Request], httpx2.Response]
+Reply = Callable[[Recorded], Response]
 WEATHER = ToolSpec(name="get_weather", description="Weather for a city",
                    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
 CONVERSATION = (
@@ -145,32 +150,35 @@ def test_provider_options_cannot_override_what_the_gateway_owns(options: dict[st
         gemini_request(request(options=options))
 
 
-# -- the adapter over MockTransport -------------------------------------------------------------
+# -- the adapter the gateway builds from its key, against a loopback provider ---------------------
 
 
-def adapter_for(handler: Handler, **kw: Any) -> GeminiAdapter:
-    kw.setdefault("api_key", "gm-test-key")
-    return GeminiAdapter(httpx2.AsyncClient(transport=httpx2.MockTransport(handler)), **kw)
+@contextlib.asynccontextmanager
+async def gemini_on(reply: Reply, **config: Any) -> AsyncIterator[tuple[Any, Scripted]]:
+    fake = Scripted(reply)
+    async with serve(fake.app()) as url:
+        adapter = http_adapter("gemini", url, **config)
+        try:
+            yield adapter, fake
+        finally:
+            await adapter.aclose()
 
 
 async def test_stream_posts_to_stream_generate_content_and_reads_raw_bytes() -> None:
-    seen: list[httpx2.Request] = []
     raw = RECORDING["function-call"].body
-
-    def handler(req: httpx2.Request) -> httpx2.Response:
-        seen.append(req)
-        return event_stream(Body([raw[:50], raw[50:]]))
-
-    events = await drain(adapter_for(handler), request(messages=CONVERSATION, tools=(WEATHER,)))
+    async with gemini_on(lambda _: sse(raw, step=50)) as (adapter, fake):
+        events = await drain(adapter, request(messages=CONVERSATION, tools=(WEATHER,)))
     final = events[-1].data()
     assert final["status"] == "ok" and final["stop_reason"] == "tool_calls"
     assert final["message"]["tool_calls"] == [{"id": "call_1lpeaMTxIpW1nvgP-O3vwQY_0", "name": "get_capital",
                                                "arguments": {"country": "France"}}]
-    (req,) = seen
-    assert str(req.url) == ("https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash"
-                            ":streamGenerateContent?alt=sse")
+    (req,) = fake.requests
+    assert req.url == "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
     assert req.headers["x-goog-api-key"] == "gm-test-key" and req.headers["content-type"] == "application/json"
-    assert orjson.loads(req.content) == gemini_request(request(messages=CONVERSATION, tools=(WEATHER,)))
+    assert req.body == gemini_request(request(messages=CONVERSATION, tools=(WEATHER,)))
+    default = upstream_request(request(), ProviderConfig(values={"gemini_api_key": "k"}))
+    assert default.url == ("https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash"
+                           ":streamGenerateContent?alt=sse")
 
 
 @pytest.mark.parametrize(
@@ -182,39 +190,35 @@ async def test_stream_posts_to_stream_generate_content_and_reads_raw_bytes() -> 
       "/publishers/google/models/gemini-2.5-pro:generateContent")],
 )
 def test_base_url_and_model_name(base: str, model: str, url: str) -> None:
-    adapter = adapter_for(lambda r: httpx2.Response(500), base_url=base)
-    assert adapter.url(model, "generateContent") == url
+    root, _ = endpoint("gm-test-key", base)
+    assert model_url(root, model, "generateContent") == url
     with pytest.raises(AdapterError):
-        adapter.url("tunedModels/x", "generateContent")
+        model_url(root, "tunedModels/x", "generateContent")
 
 
 async def test_aclose_closes_the_upstream_response() -> None:
-    body = Body([RECORDING["text"].body[:100]])
-    stream = await adapter_for(lambda req: event_stream(body)).open_stream(request())
-    await stream.aclose()
-    assert body.closed
+    closed = asyncio.Event()
+    async with gemini_on(lambda _: sse(RECORDING["text"].body[:100], hold=True, closed=closed)) as (adapter, _):
+        stream = await adapter.open_stream(request())
+        await stream.aclose()
+        await asyncio.wait_for(closed.wait(), 5)  # the provider sees the gateway let go
 
 
 async def test_transport_failure_mid_body_ends_with_a_retryable_error_keeping_text() -> None:
     raw = RECORDING["text"].body
-    body = Body([raw[: raw.rindex(b"data: ")]], fail=httpx2.ReadError("reset"))
-    events = await drain(adapter_for(lambda req: event_stream(body)), request())
+    closed = asyncio.Event()
+    async with gemini_on(lambda _: cut(raw[: raw.rindex(b"data: ")], closed=closed)) as (adapter, _):
+        events = await drain(adapter, request())
     final = events[-1].data()
     assert final["status"] == "error" and final["error"]["code"] == "upstream_disconnected"
     assert final["message"]["content"] == "The capital of France"
-    assert body.closed
+    assert closed.is_set()
 
 
 def google_error(code: int, status: str, message: str, details: list[dict[str, Any]] | None = None,
-                 headers: dict[str, str] | None = None) -> Handler:
+                 headers: dict[str, str] | None = None) -> Reply:
     error = {"error": {"code": code, "message": message, "status": status, "details": details or []}}
-    return lambda req: httpx2.Response(code, headers=headers or {}, json=error)
-
-
-def raising(exc: Exception) -> Handler:
-    def handler(req: httpx2.Request) -> httpx2.Response:
-        raise exc
-    return handler
+    return lambda _: answer(code, error, headers)
 
 
 BAD_KEY = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}]
@@ -222,7 +226,7 @@ RETRY_INFO = [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay"
 
 
 @pytest.mark.parametrize(
-    ("handler", "kind", "http", "code", "retry_after"),
+    ("reply", "kind", "http", "code", "retry_after"),
     [
         (google_error(400, "INVALID_ARGUMENT", "contents is empty"), UpstreamBadRequest, 400, "upstream_bad_request", None),
         (google_error(400, "INVALID_ARGUMENT", "API key not valid: gm-test-key", BAD_KEY), UpstreamError, 502,
@@ -234,17 +238,23 @@ RETRY_INFO = [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay"
         (google_error(429, "RESOURCE_EXHAUSTED", "quota", RETRY_INFO), UpstreamRateLimited, 429, "rate_limited", "13"),
         (google_error(500, "INTERNAL", "oops"), UpstreamError, 502, "upstream_error", None),
         (google_error(503, "UNAVAILABLE", "overloaded"), UpstreamError, 502, "upstream_error", None),
-        (lambda req: httpx2.Response(502, content=b"<html>bad gateway</html>"), UpstreamError, 502, "upstream_error",
-         None),
-        (raising(httpx2.ConnectTimeout("slow")), UpstreamTimeout, 504, "upstream_timeout", None),
-        (raising(httpx2.ConnectError("refused")), UpstreamError, 502, "upstream_unavailable", None),
+        (lambda _: answer(502, b"<html>bad gateway</html>"), UpstreamError, 502, "upstream_error", None),
+        (lambda _: silent(), UpstreamTimeout, 504, "upstream_timeout", None),  # silence before the head
+        (None, UpstreamError, 502, "upstream_unavailable", None),  # a closed port: refused
     ],
 )
 async def test_errors_before_the_body_are_raised_from_open_stream(
-    handler: Handler, kind: type[GatewayError], http: int, code: str, retry_after: str | None
+    reply: Reply | None, kind: type[GatewayError], http: int, code: str, retry_after: str | None
 ) -> None:
-    with pytest.raises(kind) as info:
-        await adapter_for(handler).open_stream(request())
+    if reply is None:
+        adapter = http_adapter("gemini", closed_port_url())
+        with pytest.raises(kind) as info:
+            await adapter.open_stream(request())
+        await adapter.aclose()
+    else:
+        async with gemini_on(reply, read_timeout=0.2) as (adapter, _):
+            with pytest.raises(kind) as info:
+                await adapter.open_stream(request())
     error = info.value
     assert (error.status, error.code) == (http, code)
     assert "gm-test-key" not in str(error.to_dict())
@@ -253,49 +263,48 @@ async def test_errors_before_the_body_are_raised_from_open_stream(
 
 
 async def test_json_instead_of_an_event_stream_is_an_upstream_error() -> None:
-    adapter = adapter_for(lambda req: httpx2.Response(200, json=[{"candidates": []}]))
-    with pytest.raises(UpstreamError, match="expected an event stream"):
-        await adapter.open_stream(request())
+    async with gemini_on(lambda _: answer(200, [{"candidates": []}])) as (adapter, _):
+        with pytest.raises(UpstreamError, match="expected an event stream"):
+            await adapter.open_stream(request())
 
 
 async def test_schema_violations_are_request_errors() -> None:
-    adapter = adapter_for(raising(AssertionError("no request expected")))
-    with pytest.raises(RequestError):
-        await adapter.open_stream(request(tool_choice="missing", tools=(WEATHER,)))
-    with pytest.raises(RequestError):
-        await adapter.open_stream(request(options={"contents": []}))
-    with pytest.raises(RequestError):
-        await adapter.open_stream(request(model="a/b"))
+    async with gemini_on(lambda _: pytest.fail("no request expected")) as (adapter, fake):
+        with pytest.raises(RequestError):
+            await adapter.open_stream(request(tool_choice="missing", tools=(WEATHER,)))
+        with pytest.raises(RequestError):
+            await adapter.open_stream(request(options={"contents": []}))
+        with pytest.raises(RequestError):
+            await adapter.open_stream(request(model="a/b"))
+    assert fake.requests == []
 
 
 async def test_generate_returns_the_assistant_message() -> None:
-    seen: list[httpx2.Request] = []
-
-    def handler(req: httpx2.Request) -> httpx2.Response:
-        seen.append(req)
-        return event_stream(Body([RECORDING["function-call"].body]))
-
-    message = await adapter_for(handler).generate(request().messages, model="gemini-2.5-flash")
+    async with gemini_on(lambda _: sse(RECORDING["function-call"].body)) as (adapter, fake):
+        message = await adapter.generate(request().messages, model="gemini-2.5-flash")
     assert message.tool_calls == (ToolCall(id="call_1lpeaMTxIpW1nvgP-O3vwQY_0", name="get_capital",
                                            arguments={"country": "France"}),)
-    assert seen[0].url.path.endswith("/models/gemini-2.5-flash:streamGenerateContent")
-    with pytest.raises(UpstreamError, match="expected an event stream"):
-        await adapter_for(lambda r: httpx2.Response(200, json=[])).generate(request().messages, model="m")
+    assert fake.requests[0].url.split("?")[0].endswith("/models/gemini-2.5-flash:streamGenerateContent")
+    async with gemini_on(lambda _: answer(200, [])) as (adapter, _):
+        with pytest.raises(UpstreamError, match="expected an event stream"):
+            await adapter.generate(request().messages, model="m")
 
 
 def settings(**kw: Any) -> Settings:
     return Settings(_env_file=None, **kw)  # type: ignore[call-arg]
 
 
-async def test_registry_serves_gemini_with_a_key_or_a_client(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_registry_serves_gemini_with_a_key_and_uses_an_injected_session(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GEMINI_API_KEY", raising=False)
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     assert build_gemini(settings().provider_config(), {}) == {}
-    injected = httpx2.AsyncClient(transport=httpx2.MockTransport(raising(AssertionError())))
-    adapter = build_gemini(settings().provider_config(), {"gemini": injected})["gemini"]
-    assert isinstance(adapter, GeminiAdapter) and adapter._client is injected
-    with pytest.raises(TypeError, match="httpx2.AsyncClient"):
-        build_gemini(settings().provider_config(), {"gemini": object()})
+    async with aiohttp.ClientSession() as injected:
+        assert build_gemini(settings().provider_config(), {"gemini": injected}) == {}  # a session is no key
+        keyed = settings(gemini_api_key="gm-test-key").provider_config()
+        adapter = build_gemini(keyed, {"gemini": injected})["gemini"]
+        assert isinstance(adapter, HttpAdapter) and adapter._session is injected
+        with pytest.raises(TypeError, match=r"clients\['gemini'\] must be an aiohttp.ClientSession"):
+            build_registry(keyed, {"gemini": object()})
     monkeypatch.setenv("GOOGLE_API_KEY", "from-google-env")
     config = Settings().provider_config()
     registry = build_registry(config)

@@ -1,6 +1,6 @@
 """One Foundry conversation with a tool round trip, sent through all four adapters.
 
-Each adapter talks to its real SDK client (or httpx2 client) over MockTransport; the test reads
+Each adapter (as the gateway builds it from its keys) talks to a loopback provider; the test reads
 the request each one actually sent and checks that all four say the same thing in their own
 wire's terms (system prompt, the two calls with their arguments, each result matched to its
 call, the follow-up question), then that a recorded tool-call answer from each provider comes
@@ -11,21 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import anthropic
-import httpx2
-import openai
 import orjson
 import pytest
 
 from app.core.accumulator import Accumulator
 from app.core.messages import Message, ToolCall, ToolSpec
 from app.core.released import Released
-from app.providers.anthropic import AnthropicAdapter
-from app.providers.base import ProviderAdapter, ProviderRequest
-from app.providers.gemini import GeminiAdapter
-from app.providers.openai_chat import OpenAIAdapter
-from app.providers.openai_responses import OpenAIResponsesAdapter
-from tests.support import recordings
+from app.providers.base import ProviderRequest
+from tests.support import recordings, serve
+from tests.upstream_fakes import Scripted, http_adapter, sse
 
 WEATHER = ToolSpec(name="get_weather", description="Current weather for a city",
                    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
@@ -55,34 +49,18 @@ def answer(provider: str) -> bytes:
     return next(r.body for r in recordings(folder) if r.name == name)
 
 
-def make_adapter(provider: str, sent: list[httpx2.Request]) -> ProviderAdapter:
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        sent.append(request)
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=answer(provider))
-
-    http = httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
-    if provider == "openai":
-        return OpenAIAdapter(openai.AsyncOpenAI(api_key="k", base_url="http://o.test/v1", http_client=http, max_retries=0))
-    if provider == "openai-responses":
-        return OpenAIResponsesAdapter(openai.AsyncOpenAI(api_key="k", base_url="http://o.test/v1", http_client=http,
-                                                         max_retries=0))
-    if provider == "anthropic":
-        return AnthropicAdapter(anthropic.AsyncAnthropic(api_key="k", base_url="http://a.test", http_client=http,
-                                                         max_retries=0))
-    return GeminiAdapter(http, api_key="k", base_url="http://g.test")
-
-
 async def send(provider: str) -> tuple[dict[str, Any], Any]:
     """The JSON body the adapter sent, and the final event of its (recorded) answer."""
-    sent: list[httpx2.Request] = []
-    adapter = make_adapter(provider, sent)
-    stream = await adapter.open_stream(REQUEST)
-    acc, events = Accumulator(model=REQUEST.model, provider=provider, block_ends=True), []
-    async for batch in stream:
-        events += acc.push_all(batch)
-    (request,) = sent
-    return orjson.loads(request.content), Released.of(events, provider=provider).final(
-        acc, "ok" if acc.completed else "error")
+    fake = Scripted(lambda _: sse(answer(provider)))
+    async with serve(fake.app()) as url:
+        adapter = http_adapter(provider, url)
+        stream = await adapter.open_stream(REQUEST)
+        acc, events = Accumulator(model=REQUEST.model, provider=provider, block_ends=True), []
+        async for batch in stream:
+            events += acc.push_all(batch)
+        await adapter.aclose()
+    (request,) = fake.requests
+    return request.body, Released.of(events, provider=provider).final(acc, "ok" if acc.completed else "error")
 
 
 def said_by_openai(body: dict[str, Any]) -> dict[str, Any]:

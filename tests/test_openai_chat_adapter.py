@@ -1,17 +1,19 @@
-"""OpenAIAdapter: generate() with a fake client (the reference), open_stream() through a real AsyncOpenAI client on
-an injected httpx2.MockTransport (errors before the body, mid-stream failures, closing), builders."""
+"""OpenAI Chat: the reference `OpenAIAdapter.generate()` with a fake client (non-streaming); the stream on
+the gateway's own client against a loopback provider (errors before the body, mid-stream failures,
+closing); builders and an injected `aiohttp.ClientSession`."""
 
 from __future__ import annotations
 
-import json
-import socket
-from collections.abc import Callable
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any
 
-import httpx2
+import aiohttp
 import openai
 import pytest
+from starlette.responses import Response
 
 from app.core.accumulator import Accumulator
 from app.core.errors import (
@@ -31,8 +33,8 @@ from app.providers.openai_chat import OpenAIAdapter, build_openai
 from app.providers.registry import build_registry
 from app.providers.upstream import HttpAdapter
 from app.settings import CompatibleProvider, Settings
-from tests.support import Recording, recordings
-from tests.upstream_fakes import Body, event_stream
+from tests.support import Recording, recordings, serve
+from tests.upstream_fakes import Recorded, Scripted, answer, closed_port_url, cut, http_adapter, silent, sse
 
 KEY = "sk-test-0123456789abcdef"
 HI = (Message(role="user", content="hi"),)
@@ -122,12 +124,12 @@ async def test_generate_malformed_response_is_adapter_error(response: Any, match
         await adapter.generate(HI, model="m")
 
 
-# -- open_stream() through a real SDK client -----------------------------------------------
+# -- open_stream() on the gateway's own client, against a loopback provider ----------------
 
 
-def sdk_client(handler: Callable[[httpx2.Request], Any], base_url: str = "http://upstream.test/v1") -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(api_key=KEY, base_url=base_url, max_retries=0,
-                              http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)))
+def local(url: str, **kw: Any) -> Settings:
+    return Settings(openai_api_key=None, openai_base_url=None, upstream_max_retries=0,
+                    providers=[CompatibleProvider(name="local", base_url=f"{url}/v1", **kw)])
 
 
 async def drain(stream: PatchStream) -> tuple[list[StreamEvent], FinalEvent]:
@@ -142,59 +144,62 @@ async def drain(stream: PatchStream) -> tuple[list[StreamEvent], FinalEvent]:
     return events, Released.of(events, provider="openai").final(acc, "ok")
 
 
+@contextlib.asynccontextmanager
+async def openai_on(reply: Callable[[Recorded], Response], **config: Any) -> AsyncIterator[tuple[Any, Scripted]]:
+    """The `openai` adapter the gateway builds from its key, against a loopback provider."""
+    fake = Scripted(reply)
+    async with serve(fake.app()) as url:
+        adapter = http_adapter("openai", url, values={"openai_api_key": KEY}, **config)
+        try:
+            yield adapter, fake
+        finally:
+            await adapter.aclose()
+
+
 @pytest.mark.parametrize("rec", recordings("openai-chat"), ids=repr)
-async def test_every_recording_through_the_sdk(rec: Recording) -> None:
-    sent: list[httpx2.Request] = []
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        sent.append(request)
-        return event_stream(Body([rec.body[i:i + 700] for i in range(0, len(rec.body), 700)]))
-
-    adapter = OpenAIAdapter(sdk_client(handler))
-    _, final = await drain(await adapter.open_stream(ProviderRequest(model="gpt-x", messages=HI)))
+async def test_every_recording_through_the_gateways_client(rec: Recording) -> None:
+    async with openai_on(lambda _: sse(rec.body, step=700)) as (adapter, fake):
+        _, final = await drain(await adapter.open_stream(ProviderRequest(model="gpt-x", messages=HI)))
     assert final.status == ("error" if rec.expected["errors"] else "ok")
     assert final.message.content == (rec.expected["text"] or "") + (rec.expected["refusal"] or "")
     assert [c.id for c in final.message.tool_calls] == [c["id"] for c in rec.expected["tool_calls"]]
-    assert sent[0].headers["authorization"] == f"Bearer {KEY}"
+    assert fake.requests[0].headers["authorization"] == f"Bearer {KEY}"
 
 
 async def test_request_body_on_the_wire() -> None:
-    sent: list[dict[str, Any]] = []
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        sent.append(json.loads(request.content))
-        return event_stream(Body([b"data: [DONE]\n\n"]))
-
-    adapter = OpenAIAdapter(sdk_client(handler))
     request = ProviderRequest(model="gpt-x", messages=HI, tools=(ADD,), tool_choice="required", max_tokens=3,
                               options={"seed": 1, "temperature": 0.5})
-    await drain(await adapter.open_stream(request))
-    assert sent == [{
+    async with openai_on(lambda _: sse(b"data: [DONE]\n\n")) as (adapter, fake):
+        await drain(await adapter.open_stream(request))
+    assert [r.body for r in fake.requests] == [{
         "model": "gpt-x", "messages": [{"role": "user", "content": "hi"}], "stream": True,
         "stream_options": {"include_usage": True}, "temperature": 0.5, "max_completion_tokens": 3, "seed": 1,
         "tool_choice": "required",
         "tools": [{"type": "function", "function": {"name": "add", "parameters": dict(ADD.parameters)}}],
     }]
-    without_usage = OpenAIAdapter(sdk_client(handler), include_usage=False, max_tokens_field="max_tokens")
-    await drain(await without_usage.open_stream(ProviderRequest(model="m", messages=HI, max_tokens=3)))
-    assert "stream_options" not in sent[1] and sent[1]["max_tokens"] == 3
+    fake = Scripted(lambda _: sse(b"data: [DONE]\n\n"))  # a compatible server: no usage asked, max_tokens
+    async with serve(fake.app()) as url:
+        without_usage, _, _ = build_registry(local(url, include_usage=False).provider_config()).resolve("local/m")
+        await drain(await without_usage.open_stream(ProviderRequest(model="m", messages=HI, max_tokens=3)))
+        await without_usage.aclose()
+    assert "stream_options" not in fake.requests[0].body and fake.requests[0].body["max_tokens"] == 3
 
 
 async def test_caller_mistakes_are_request_errors_before_any_http() -> None:
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        raise AssertionError("no request expected")
-
-    adapter = OpenAIAdapter(sdk_client(handler))
-    with pytest.raises(RequestError, match="'stream'") as info:
-        await adapter.open_stream(ProviderRequest(model="m", messages=HI, options={"stream": False}))
-    assert info.value.status == 400
+    async with openai_on(lambda _: pytest.fail("no request expected")) as (adapter, fake):
+        with pytest.raises(RequestError, match="'stream'") as info:
+            await adapter.open_stream(ProviderRequest(model="m", messages=HI, options={"stream": False}))
+    assert info.value.status == 400 and fake.requests == []
 
 
-def error_response(status: int, error: dict[str, Any], headers: dict[str, str] | None = None) -> httpx2.Response:
-    return httpx2.Response(status, json={"error": error}, headers=headers or {})
+Reply = tuple[int, Any, dict[str, str]]
 
 
-@pytest.mark.parametrize(("response", "kind", "status", "code"), [
+def error_response(status: int, error: dict[str, Any], headers: dict[str, str] | None = None) -> Reply:
+    return status, {"error": error}, headers or {}
+
+
+@pytest.mark.parametrize(("reply", "kind", "status", "code"), [
     (error_response(400, {"message": "Invalid 'messages[0]'", "type": "invalid_request_error"}),
      UpstreamBadRequest, 400, "upstream_bad_request"),
     (error_response(422, {"message": "unprocessable"}), UpstreamBadRequest, 400, "upstream_bad_request"),
@@ -206,48 +211,64 @@ def error_response(status: int, error: dict[str, Any], headers: dict[str, str] |
     (error_response(429, {"message": "You exceeded your quota", "code": "insufficient_quota"}), UpstreamError, 502,
      "upstream_quota"),
     (error_response(500, {"message": "server error"}), UpstreamError, 502, "upstream_error"),
-    (httpx2.Response(503, text="upstream down"), UpstreamError, 502, "upstream_error"),
-    (httpx2.Response(200, json={"error": {"message": "not a stream"}}), UpstreamError, 502, "upstream_error"),
+    ((503, b"upstream down", {"content-type": "text/plain"}), UpstreamError, 502, "upstream_error"),
+    ((200, {"error": {"message": "not a stream"}}, {}), UpstreamError, 502, "upstream_error"),
 ])
-async def test_http_errors_before_the_body(response: httpx2.Response, kind: type, status: int, code: str) -> None:
-    adapter = OpenAIAdapter(sdk_client(lambda request: response))
-    with pytest.raises(GatewayError) as info:
-        await adapter.open_stream(ProviderRequest(model="nope", messages=HI))
+async def test_http_errors_before_the_body(reply: Reply, kind: type, status: int, code: str) -> None:
+    async with openai_on(lambda _: answer(*reply)) as (adapter, _):
+        with pytest.raises(GatewayError) as info:
+            await adapter.open_stream(ProviderRequest(model="nope", messages=HI))
     err = info.value
     assert type(err) is kind and err.status == status and err.code == code
     assert KEY[:8] not in err.message
     if code in ("upstream_bad_request", "model_not_found", "rate_limited"):
-        assert err.message.startswith("openai: ") and err.message[8:] in response.json()["error"]["message"]
+        assert err.message.startswith("openai: ") and err.message[8:] in reply[1]["error"]["message"]
     if kind is UpstreamRateLimited:
         assert err.retry_after == "7" and err.to_dict()["retry_after"] == "7"
-    if status == 502 and code == "upstream_error" and response.status_code >= 500:
-        assert err.retryable and err.upstream_status == response.status_code
+    if status == 502 and code == "upstream_error" and reply[0] >= 500:
+        assert err.retryable and err.upstream_status == reply[0]
+
+
+def failing_session(failure: Exception) -> aiohttp.ClientSession:
+    """An injected session whose every request fails with `failure` before it is sent (aiohttp's
+    public request hook)."""
+
+    async def fail(*_: Any) -> None:
+        raise failure
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_start.append(fail)
+    return aiohttp.ClientSession(trace_configs=[trace])
 
 
 @pytest.mark.parametrize(("failure", "kind", "status"), [
-    (httpx2.ConnectTimeout("connect timed out"), UpstreamTimeout, 504),
-    (httpx2.ReadTimeout("read timed out"), UpstreamTimeout, 504),
-    (httpx2.ConnectError("connection refused"), UpstreamError, 502),
+    (aiohttp.ConnectionTimeoutError("connect timed out"), UpstreamTimeout, 504),
+    (aiohttp.SocketTimeoutError("read timed out"), UpstreamTimeout, 504),
+    (aiohttp.ClientConnectionError("connection refused"), UpstreamError, 502),
 ])
 async def test_transport_failures_before_the_body(failure: Exception, kind: type, status: int) -> None:
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        raise failure
-
-    adapter = OpenAIAdapter(sdk_client(handler))
-    with pytest.raises(GatewayError) as info:
-        await adapter.open_stream(ProviderRequest(model="m", messages=HI))
+    async with failing_session(failure) as session:
+        adapter = http_adapter("openai", closed_port_url(), session=session, values={"openai_api_key": KEY})
+        with pytest.raises(GatewayError) as info:
+            await adapter.open_stream(ProviderRequest(model="m", messages=HI))
+        await adapter.aclose()
+        assert not session.closed  # injected: used, never closed by the adapter
     assert type(info.value) is kind and info.value.status == status and info.value.retryable
 
 
+async def test_upstream_silence_before_the_head_is_a_timeout() -> None:
+    async with openai_on(lambda _: silent(), read_timeout=0.2) as (adapter, _):
+        with pytest.raises(UpstreamTimeout) as info:
+            await drain(await adapter.open_stream(ProviderRequest(model="m", messages=HI)))
+    assert info.value.status == 504 and info.value.retryable
+
+
 async def test_connection_refused_on_loopback() -> None:
-    with socket.socket() as sock:  # a port that was free a moment ago and is closed now
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    client = openai.AsyncOpenAI(api_key=KEY, base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
+    adapter = http_adapter("openai", closed_port_url(), values={"openai_api_key": KEY})
     with pytest.raises(UpstreamError) as info:
-        await OpenAIAdapter(client).open_stream(ProviderRequest(model="m", messages=HI))
+        await adapter.open_stream(ProviderRequest(model="m", messages=HI))
     assert info.value.status == 502 and info.value.code == "upstream_unavailable"
-    await client.close()
+    await adapter.aclose()
 
 
 def chunk(content: str) -> bytes:
@@ -255,39 +276,39 @@ def chunk(content: str) -> bytes:
 
 
 @pytest.mark.parametrize(("failure", "code"), [
-    (httpx2.ReadError("connection reset by peer"), "upstream_disconnected"),
-    (httpx2.RemoteProtocolError("peer closed connection without sending complete message body"),
-     "upstream_disconnected"),
-    (httpx2.ReadTimeout("read timed out"), "upstream_timeout"),
+    ("reset", "upstream_disconnected"),
+    ("silence", "upstream_timeout"),
 ])
-async def test_mid_stream_failure_keeps_text_so_far(failure: Exception, code: str) -> None:
-    body = Body([chunk("Hel"), chunk("lo")], fail=failure)
-    adapter = OpenAIAdapter(sdk_client(lambda request: event_stream(body)))
-    events, final = await drain(await adapter.open_stream(ProviderRequest(model="m", messages=HI)))
+async def test_mid_stream_failure_keeps_text_so_far(failure: str, code: str) -> None:
+    closed = asyncio.Event()
+    reply = (lambda _: cut(chunk("Hel") + chunk("lo"), closed=closed)) if failure == "reset" else \
+        (lambda _: sse(chunk("Hel") + chunk("lo"), hold=True, closed=closed))
+    async with openai_on(reply, read_timeout=0.3) as (adapter, _):
+        events, final = await drain(await adapter.open_stream(ProviderRequest(model="m", messages=HI)))
+        await asyncio.wait_for(closed.wait(), 5)  # the upstream's body is over: cut, or let go of
     assert final.status == "error" and final.stop_reason == "error"
     assert final.error["code"] == code and final.error["retryable"] is True
     assert final.message.content == "Hello" and len(events) == 2
-    assert body.closed
 
 
 async def test_stream_ending_early_is_an_error() -> None:
-    body = Body([chunk("Hel")])
-    adapter = OpenAIAdapter(sdk_client(lambda request: event_stream(body)))
-    _, final = await drain(await adapter.open_stream(ProviderRequest(model="m", messages=HI)))
+    async with openai_on(lambda _: sse(chunk("Hel"))) as (adapter, _):
+        _, final = await drain(await adapter.open_stream(ProviderRequest(model="m", messages=HI)))
     assert final.error["code"] == "upstream_incomplete" and final.message.content == "Hel"
 
 
 async def test_aclose_closes_the_upstream_response() -> None:
-    body = Body([chunk("a"), chunk("b"), b"data: [DONE]\n\n"])
-    adapter = OpenAIAdapter(sdk_client(lambda request: event_stream(body)))
-    stream = await adapter.open_stream(ProviderRequest(model="m", messages=HI))
-    assert not body.closed
-    batches = stream.__aiter__()
-    await batches.__anext__()
-    await stream.aclose()
-    assert body.closed
-    await stream.aclose()  # idempotent
-    await batches.aclose()
+    closed = asyncio.Event()
+    body = chunk("a") + chunk("b") + b"data: [DONE]\n\n"
+    async with openai_on(lambda _: sse(body, step=len(chunk("a")), hold=True, closed=closed)) as (adapter, _):
+        stream = await adapter.open_stream(ProviderRequest(model="m", messages=HI))
+        batches = stream.__aiter__()
+        await batches.__anext__()
+        assert not closed.is_set()
+        await stream.aclose()
+        await asyncio.wait_for(closed.wait(), 5)  # the provider sees the gateway let go
+        await stream.aclose()  # idempotent
+        await batches.aclose()
 
 
 # -- configuration ------------------------------------------------------------------------
@@ -300,7 +321,7 @@ def settings(**kw: Any) -> Settings:
 _ASK = ProviderRequest(model="m", messages=(Message(role="user", content="hi"),))
 
 
-def test_openai_is_served_only_with_a_key_or_an_injected_client() -> None:
+async def test_openai_is_served_only_with_a_key_and_uses_an_injected_session() -> None:
     assert build_openai(settings().provider_config(), {}) == {}
     config = settings(openai_api_key=KEY, connect_timeout=3, read_timeout=30, upstream_max_retries=0).provider_config()
     built = build_openai(config, {})["openai"]
@@ -308,11 +329,13 @@ def test_openai_is_served_only_with_a_key_or_an_injected_client() -> None:
     sent = built._build(_ASK)
     assert sent.url == "https://api.openai.com/v1/chat/completions" and sent.headers["authorization"] == f"Bearer {KEY}"
     assert built._config.connect_timeout == 3 and built._config.read_timeout == 30
-    injected = sdk_client(lambda request: httpx2.Response(500))
-    assert build_openai(settings().provider_config(), {"openai": injected})["openai"]._client is injected  # type: ignore[attr-defined]
+    async with aiohttp.ClientSession() as injected:
+        assert build_openai(settings().provider_config(), {"openai": injected}) == {}  # a session is no credential
+        served = build_openai(settings(openai_api_key=KEY).provider_config(), {"openai": injected})["openai"]
+        assert served._session is injected  # type: ignore[attr-defined]
 
 
-def test_compatible_providers(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_compatible_providers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak-to-third-parties")
     monkeypatch.delenv("FOUNDRY_TEST_GROQ_KEY", raising=False)
     providers = [
@@ -331,19 +354,31 @@ def test_compatible_providers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert set(built) == {"groq", "local"}
     assert built["groq"]._build(_ASK).headers["authorization"] == "Bearer gsk-test"  # type: ignore[attr-defined]
 
-    monkeypatch.delenv("FOUNDRY_TEST_GROQ_KEY")
-    injected = sdk_client(lambda request: httpx2.Response(500))
-    assert build_openai(settings(providers=providers).provider_config(), {"groq": injected})["groq"]._client is injected  # type: ignore[attr-defined]
+    async with aiohttp.ClientSession() as injected:
+        built = build_openai(settings(providers=providers).provider_config(), {"groq": injected})
+        assert built["groq"]._session is injected  # type: ignore[attr-defined]
+        monkeypatch.delenv("FOUNDRY_TEST_GROQ_KEY")  # its key gone, the session does not serve it
+        assert "groq" not in build_openai(settings(providers=providers).provider_config(), {"groq": injected})
 
 
 async def test_registry_serves_openai_and_closes_only_its_own_clients() -> None:
-    injected = sdk_client(lambda request: httpx2.Response(500))
-    config = settings(providers=[CompatibleProvider(name="local", base_url="http://127.0.0.1:1/v1")]).provider_config()
+    injected = aiohttp.ClientSession()
+    config = settings(openai_api_key=KEY,
+                      providers=[CompatibleProvider(name="local", base_url="http://127.0.0.1:1/v1")]).provider_config()
     registry = build_registry(config, {"openai": injected})
     assert {"openai", "local", "mock"} <= set(registry.readiness())
     adapter, provider, model = registry.resolve("local/llama-3")
     assert (provider, model) == ("local", "llama-3")
     assert isinstance(adapter, HttpAdapter) and adapter._session is None  # its session: made at its first request
+    assert registry.get("openai")._session is injected  # type: ignore[attr-defined]
     await registry.aclose()
-    assert not injected.is_closed()
+    assert not injected.closed
     await injected.close()
+
+
+def test_an_sdk_client_is_refused_naming_its_key() -> None:
+    sdk = openai.AsyncOpenAI(api_key=KEY, base_url="http://127.0.0.1:1/v1", max_retries=0)
+    with pytest.raises(TypeError, match=r"clients\['openai'\] must be an aiohttp.ClientSession, got AsyncOpenAI"):
+        build_registry(settings(openai_api_key=KEY).provider_config(), {"openai": sdk})
+    with pytest.raises(TypeError, match=r"clients\['local'\]"):
+        build_registry(local("http://127.0.0.1:1").provider_config(), {"local": sdk})

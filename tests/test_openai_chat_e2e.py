@@ -10,6 +10,7 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import httpx
 import openai
 import pytest
@@ -80,8 +81,9 @@ def gateway_settings(upstream: str, **kw: Any) -> Settings:
     with socket.socket() as sock:  # a loopback port nobody listens on
         sock.bind(("127.0.0.1", 0))
         closed_port = sock.getsockname()[1]
+    kw.setdefault("openai_api_key", None)
     return Settings(
-        openai_api_key=None, upstream_max_retries=0,
+        upstream_max_retries=0,
         providers=[CompatibleProvider(name="fake", base_url=f"{upstream}/v1"),
                    CompatibleProvider(name="down", base_url=f"http://127.0.0.1:{closed_port}/v1")],
         **kw,
@@ -128,10 +130,11 @@ async def test_every_recording_end_to_end(upstream: tuple[FakeUpstream, str]) ->
     assert {r["model"] for r in fake.requests} == set(RECORDINGS)
 
 
-async def test_injected_openai_client_end_to_end(upstream: tuple[FakeUpstream, str]) -> None:
+async def test_injected_session_end_to_end(upstream: tuple[FakeUpstream, str]) -> None:
     fake, url = upstream
-    client_sdk = openai.AsyncOpenAI(api_key="sk-test", base_url=f"{url}/v1", max_retries=0)
-    app = create_app(gateway_settings(url), clients={"openai": client_sdk})
+    session = aiohttp.ClientSession()
+    app = create_app(gateway_settings(url, openai_api_key="sk-test", openai_base_url=f"{url}/v1"),
+                     clients={"openai": session})
     async with serve(app) as gateway, httpx.AsyncClient(base_url=gateway) as client:
         ready = (await client.get("/readyz")).json()
         assert "openai" in json.dumps(ready) and "fake" in json.dumps(ready)
@@ -142,7 +145,14 @@ async def test_injected_openai_client_end_to_end(upstream: tuple[FakeUpstream, s
         assert final["stop_reason"] == "tool_calls" and final["message"]["tool_calls"][0]["arguments"] == {"country": "UK"}
     sent = fake.requests[-1]
     assert sent["tool_choice"] == {"type": "function", "function": {"name": "get_capital"}} and sent["seed"] == 3
-    await client_sdk.close()
+    assert not session.closed  # injected: the embedder's to close
+    await session.close()
+
+
+def test_an_injected_sdk_client_is_refused_naming_the_key() -> None:
+    sdk = openai.AsyncOpenAI(api_key="sk-test", base_url="http://127.0.0.1:9/v1", max_retries=0)
+    with pytest.raises(TypeError, match=r"clients\['openai'\] must be an aiohttp.ClientSession, got AsyncOpenAI"):
+        create_app(gateway_settings("http://127.0.0.1:9"), clients={"openai": sdk})
 
 
 @pytest.mark.parametrize(("model", "status", "code"), [

@@ -1,14 +1,16 @@
-"""Responses API request mapping, and the adapter through a real AsyncOpenAI over MockTransport."""
+"""Responses API request mapping, and the adapter the gateway builds from its key (its own aiohttp
+client) against a loopback provider."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import httpx2
-import openai
-import orjson
+import aiohttp
 import pytest
+from starlette.responses import Response
 
 from app.core.errors import (
     GatewayError,
@@ -22,7 +24,6 @@ from app.core.errors import (
 from app.core.messages import AdapterError, Message, ReasoningBlock, ToolCall, ToolSpec
 from app.providers.base import ProviderRequest
 from app.providers.openai_responses import (
-    OpenAIResponsesAdapter,
     build_openai_responses,
     messages_to_responses,
     responses_request,
@@ -32,11 +33,10 @@ from app.providers.openai_responses import (
 from app.providers.registry import build_registry
 from app.providers.upstream import HttpAdapter
 from app.settings import Settings
-from tests.support import recordings
-from tests.upstream_fakes import Body, drain, event_stream
+from tests.support import recordings, serve
+from tests.upstream_fakes import Recorded, Scripted, answer, closed_port_url, cut, drain, http_adapter, silent, sse
 
 RECORDING = {r.name: r for r in recordings("openai-responses")}
-Handler = Callable[[httpx2.Request], httpx2.Response]
 ADD = ToolSpec(name="add", description="Add", parameters={"type": "object", "properties": {"a": {"type": "integer"}}})
 CONVERSATION = (
     Message(role="system", content="Be brief."),
@@ -137,66 +137,60 @@ def test_provider_options_cannot_override_what_the_gateway_owns(options: dict[st
         responses_request(request(options=options))
 
 
-# -- the adapter over MockTransport -------------------------------------------------------------
+# -- the adapter the gateway builds from its key, against a loopback provider ---------------------
 
 
-def client_for(handler: Handler) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(api_key="sk-test", base_url="http://openai.test/v1", max_retries=0,
-                              http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)))
+@contextlib.asynccontextmanager
+async def responses_on(reply: Callable[[Recorded], Response], **config: Any) -> AsyncIterator[tuple[Any, Scripted]]:
+    fake = Scripted(reply)
+    async with serve(fake.app()) as url:
+        adapter = http_adapter("openai-responses", url, **config)
+        try:
+            yield adapter, fake
+        finally:
+            await adapter.aclose()
 
 
 async def test_stream_posts_to_responses_and_reads_raw_bytes() -> None:
-    seen: list[httpx2.Request] = []
     body = RECORDING["function-call"].body
-
-    def handler(req: httpx2.Request) -> httpx2.Response:
-        seen.append(req)
-        return event_stream(Body([body[:100], body[100:]]))
-
-    adapter = OpenAIResponsesAdapter(client_for(handler))
-    events = await drain(adapter, request(messages=CONVERSATION, tools=(ADD,), options={"store": False}))
+    async with responses_on(lambda _: sse(body, step=100)) as (adapter, fake):
+        events = await drain(adapter, request(messages=CONVERSATION, tools=(ADD,), options={"store": False}))
     final = events[-1].data()
     assert final["status"] == "ok" and final["stop_reason"] == "tool_calls"
     assert final["message"]["tool_calls"] == [{"id": "call_kL0PCQV7M2WMoVX8V8OtYSAL", "name": "get_capital",
                                                "arguments": {"country": "France"}}]
-    (req,) = seen
-    assert req.url.path == "/v1/responses" and req.headers["authorization"] == "Bearer sk-test"
-    sent = orjson.loads(req.content)
-    assert sent == responses_request(request(messages=CONVERSATION, tools=(ADD,), options={"store": False}))
+    (req,) = fake.requests
+    assert req.url == "/v1/responses" and req.headers["authorization"] == "Bearer sk-test"
+    assert req.body == responses_request(request(messages=CONVERSATION, tools=(ADD,), options={"store": False}))
 
 
 async def test_aclose_closes_the_upstream_response() -> None:
-    body = Body([RECORDING["text"].body[:200]])
-    adapter = OpenAIResponsesAdapter(client_for(lambda req: event_stream(body)))
-    stream = await adapter.open_stream(request())
-    await stream.aclose()
-    assert body.closed
+    closed = asyncio.Event()
+    async with responses_on(lambda _: sse(RECORDING["text"].body[:200], hold=True, closed=closed)) as (adapter, _):
+        stream = await adapter.open_stream(request())
+        await stream.aclose()
+        await asyncio.wait_for(closed.wait(), 5)  # the provider sees the gateway let go
 
 
 async def test_transport_failure_mid_body_ends_with_a_retryable_error_keeping_text() -> None:
     raw = RECORDING["text"].body
-    cut = raw.index(b"event: response.output_text.done")
-    body = Body([raw[:cut]], fail=httpx2.ReadError("reset"))
-    events = await drain(OpenAIResponsesAdapter(client_for(lambda req: event_stream(body))), request())
+    closed = asyncio.Event()
+    async with responses_on(lambda _: cut(raw[:raw.index(b"event: response.output_text.done")], closed=closed)) \
+            as (adapter, _):
+        events = await drain(adapter, request())
     final = events[-1].data()
     assert final["status"] == "error" and final["error"]["code"] == "upstream_disconnected"
     assert final["error"]["retryable"] is True
     assert final["message"]["content"] == "The capital of France is Paris."
-    assert body.closed
+    assert closed.is_set()
 
 
-def status(code: int, error: dict[str, Any], headers: dict[str, str] | None = None) -> Handler:
-    return lambda req: httpx2.Response(code, headers=headers or {}, json={"error": error})
-
-
-def raising(exc: Exception) -> Handler:
-    def handler(req: httpx2.Request) -> httpx2.Response:
-        raise exc
-    return handler
+def status(code: int, error: dict[str, Any], headers: dict[str, str] | None = None) -> Callable[[Recorded], Response]:
+    return lambda _: answer(code, {"error": error}, headers)
 
 
 @pytest.mark.parametrize(
-    ("handler", "kind", "http", "code"),
+    ("reply", "kind", "http", "code"),
     [
         (status(400, {"message": "bad input", "type": "invalid_request_error"}), UpstreamBadRequest, 400,
          "upstream_bad_request"),
@@ -209,16 +203,15 @@ def raising(exc: Exception) -> Handler:
          UpstreamRateLimited, 429, "rate_limited"),
         (status(500, {"message": "oops", "type": "server_error"}), UpstreamError, 502, "upstream_error"),
         (status(503, {"message": "unavailable"}), UpstreamError, 502, "upstream_error"),
-        (raising(httpx2.ReadTimeout("slow")), UpstreamTimeout, 504, "upstream_timeout"),
-        (raising(httpx2.ConnectError("refused")), UpstreamError, 502, "upstream_unavailable"),
+        (lambda _: silent(), UpstreamTimeout, 504, "upstream_timeout"),  # silence before the head
     ],
 )
 async def test_errors_before_the_body_are_raised_from_open_stream(
-    handler: Handler, kind: type[GatewayError], http: int, code: str
+    reply: Callable[[Recorded], Response], kind: type[GatewayError], http: int, code: str
 ) -> None:
-    adapter = OpenAIResponsesAdapter(client_for(handler))
-    with pytest.raises(kind) as info:
-        await adapter.open_stream(request())
+    async with responses_on(reply, read_timeout=0.2) as (adapter, _):
+        with pytest.raises(kind) as info:
+            await drain(adapter, request())
     assert (info.value.status, info.value.code) == (http, code)
     assert "sk-abc" not in str(info.value.to_dict())  # credentials failures do not echo upstream text
     if code == "rate_limited":
@@ -227,46 +220,53 @@ async def test_errors_before_the_body_are_raised_from_open_stream(
         assert info.value.retryable
 
 
-async def test_json_instead_of_an_event_stream_is_an_upstream_error() -> None:
-    adapter = OpenAIResponsesAdapter(client_for(lambda req: httpx2.Response(200, json={"id": "resp_1"})))
-    with pytest.raises(UpstreamError, match="expected an event stream"):
+async def test_a_refused_connection_is_upstream_unavailable() -> None:
+    adapter = http_adapter("openai-responses", closed_port_url())
+    with pytest.raises(UpstreamError) as info:
         await adapter.open_stream(request())
+    assert (info.value.status, info.value.code) == (502, "upstream_unavailable") and info.value.retryable
+    await adapter.aclose()
+
+
+async def test_json_instead_of_an_event_stream_is_an_upstream_error() -> None:
+    async with responses_on(lambda _: answer(200, {"id": "resp_1"})) as (adapter, _):
+        with pytest.raises(UpstreamError, match="expected an event stream"):
+            await adapter.open_stream(request())
 
 
 async def test_schema_violations_are_request_errors() -> None:
-    adapter = OpenAIResponsesAdapter(client_for(raising(AssertionError("no request expected"))))
-    with pytest.raises(RequestError):
-        await adapter.open_stream(request(tool_choice="missing", tools=(ADD,)))
-    with pytest.raises(RequestError):
-        await adapter.open_stream(request(options={"input": []}))
+    async with responses_on(lambda _: pytest.fail("no request expected")) as (adapter, fake):
+        with pytest.raises(RequestError):
+            await adapter.open_stream(request(tool_choice="missing", tools=(ADD,)))
+        with pytest.raises(RequestError):
+            await adapter.open_stream(request(options={"input": []}))
+    assert fake.requests == []
 
 
 async def test_generate_returns_the_assistant_message() -> None:
-    seen: list[dict[str, Any]] = []
-
-    def handler(req: httpx2.Request) -> httpx2.Response:
-        seen.append(orjson.loads(req.content))
-        return event_stream(Body([RECORDING["text"].body]))
-
-    message = await OpenAIResponsesAdapter(client_for(handler)).generate(CONVERSATION, model="gpt-4o")
+    async with responses_on(lambda _: sse(RECORDING["text"].body)) as (adapter, fake):
+        message = await adapter.generate(CONVERSATION, model="gpt-4o")
     assert message == Message(role="assistant", content=RECORDING["text"].expected["text"])
-    assert seen[0]["stream"] is True and seen[0]["instructions"] == "Be brief."
-    with pytest.raises(UpstreamError, match="expected an event stream"):
-        await OpenAIResponsesAdapter(client_for(lambda r: httpx2.Response(200, json=[]))).generate(request().messages, model="m")
+    assert fake.requests[0].body["stream"] is True and fake.requests[0].body["instructions"] == "Be brief."
+    async with responses_on(lambda _: answer(200, [])) as (adapter, _):
+        with pytest.raises(UpstreamError, match="expected an event stream"):
+            await adapter.generate(request().messages, model="m")
 
 
 def settings(**kw: Any) -> Settings:
     return Settings(_env_file=None, **kw)  # type: ignore[call-arg]
 
 
-async def test_registry_serves_openai_responses_with_a_key_or_a_client(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_registry_serves_openai_responses_with_a_key_and_an_injected_session(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     assert build_openai_responses(settings().provider_config(), {}) == {}
-    shared = client_for(raising(AssertionError()))
-    own = client_for(raising(AssertionError()))
-    assert build_openai_responses(settings().provider_config(), {"openai": shared})["openai-responses"]._client is shared
-    chosen = build_openai_responses(settings().provider_config(), {"openai": shared, "openai-responses": own})
-    assert chosen["openai-responses"]._client is own
+    async with aiohttp.ClientSession() as shared, aiohttp.ClientSession() as own:
+        assert build_openai_responses(settings().provider_config(), {"openai": shared}) == {}  # no credential
+        config = settings(openai_api_key="sk-test").provider_config()
+        assert build_openai_responses(config, {"openai": shared})["openai-responses"]._session is shared  # type: ignore[attr-defined]
+        chosen = build_openai_responses(config, {"openai": shared, "openai-responses": own})
+        assert chosen["openai-responses"]._session is own  # type: ignore[attr-defined]
     registry = build_registry(settings(openai_api_key="sk-from-settings").provider_config())
     adapter = registry.get("openai-responses")
     assert isinstance(adapter, HttpAdapter) and adapter.ready()  # the gateway's own client (upstream.py)

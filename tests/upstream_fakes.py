@@ -11,6 +11,10 @@ facade tests.
   configured against it; `first_token_then_leave()` is a client that disconnects early.
   `paced()` is its body (a recording in small reads, then held open on request), also the
   facade tests' recorded upstream's (tests/compat_support.py).
+- `Scripted`: a loopback provider on every path whose each request is recorded and answered by
+  a function of it (`sse()` for an event stream in small reads, `answer()` for a JSON answer,
+  `cut()` for a body cut short, `silent()` for no head at all); `http_adapter()` builds a provider's adapter on the gateway's own
+  client pointed at it (the SDK adapters' tests moved here when the SDKs left the streaming path).
 - `FaultServer`: an OpenAI-compatible server on loopback whose every request follows a scripted
   `Fault` (ok, HTTP status with Retry-After, reset after headers, stall before the first chunk,
   slow first token, stall mid-stream) and records when the gateway let go of it (routing tests).
@@ -40,8 +44,8 @@ from app.providers.base import ProviderAdapter, ProviderRequest, drive
 from app.settings import Settings
 from tests.support import read_asgi_request, serve, until_disconnect
 
-__all__ = ["Body", "FakeUpstream", "Fault", "FaultServer", "Recorded", "Served", "chat_stream", "closed_port_url",
-           "drain", "first_token_then_leave", "gateway", "paced"]
+__all__ = ["Body", "FakeUpstream", "Fault", "FaultServer", "Recorded", "Scripted", "Served", "answer", "chat_stream",
+           "closed_port_url", "cut", "drain", "first_token_then_leave", "gateway", "http_adapter", "paced", "silent", "sse"]
 
 
 class Body(httpx2.AsyncByteStream):
@@ -130,6 +134,89 @@ async def first_token_then_leave(client: httpx.AsyncClient, ask: dict[str, Any])
         async for line in response.aiter_lines():
             if line.startswith("event: token"):
                 break
+
+
+# -- a scripted provider on loopback, and adapters on the gateway's own client -------------------
+
+Answer = Callable[[Recorded], Response]
+
+
+class Scripted:
+    """A provider on loopback: every request (any path) is recorded and answered by `answer`."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.requests: list[Recorded] = []
+
+    async def handle(self, request: Request) -> Response:
+        url = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raw = await request.body()
+        recorded = Recorded(url, dict(request.headers), json.loads(raw) if raw else {})
+        self.requests.append(recorded)
+        return self.answer(recorded)
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/{path:path}", self.handle, methods=["POST"])])
+
+
+def sse(body: bytes, *, step: int = 211, hold: bool = False, closed: asyncio.Event | None = None) -> Response:
+    """An event stream of `body` in small reads, then with `hold` held open until the client goes
+    (`closed` set when its body ends, however it ends)."""
+    return StreamingResponse(paced(body, step=step, hold=hold, closed=closed or asyncio.Event()),
+                             media_type="text/event-stream")
+
+
+def answer(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
+    """A JSON answer (or `bytes` as they are, with their own content type in `headers`)."""
+    if isinstance(body, bytes):
+        return Response(body, status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+class _Silent(Response):
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await until_disconnect(receive)
+
+
+def silent() -> Response:
+    """No answer at all, not even a head, until the client goes away."""
+    return _Silent()
+
+
+def cut(body: bytes, *, closed: asyncio.Event | None = None) -> Response:
+    """An event stream whose connection is cut after `body` (the server resets it mid-body)."""
+
+    async def pieces() -> AsyncIterator[bytes]:
+        try:
+            yield body
+            raise ConnectionResetError("scripted reset")  # uvicorn drops the connection mid-body
+        finally:
+            if closed is not None:
+                closed.set()
+
+    return StreamingResponse(pieces(), media_type="text/event-stream")
+
+
+_SETTINGS: dict[str, Callable[[str], dict[str, str]]] = {
+    "openai": lambda url: {"openai_api_key": "sk-test", "openai_base_url": f"{url}/v1"},
+    "openai-responses": lambda url: {"openai_api_key": "sk-test", "openai_base_url": f"{url}/v1"},
+    "anthropic": lambda url: {"anthropic_api_key": "test-key", "anthropic_base_url": url},
+    "gemini": lambda url: {"gemini_api_key": "gm-test-key", "gemini_base_url": url},
+}
+
+
+def http_adapter(provider: str, url: str, *, session: Any = None, **config: Any) -> ProviderAdapter:
+    """`provider`'s adapter as the gateway builds it from its keys, pointed at `url` (`config`:
+    more `ProviderConfig` fields, e.g. `read_timeout`); `session` an injected `aiohttp.ClientSession`."""
+    from app.providers.config import ProviderConfig
+    from app.providers.registry import build_registry
+
+    values = {**_SETTINGS[provider](url), **config.pop("values", {})}
+    registry = build_registry(ProviderConfig(values=values, max_retries=0, **config),
+                              {provider: session} if session is not None else {})
+    adapter = registry.get(provider)
+    assert adapter is not None, provider
+    return adapter
 
 
 # -- scripted faults (routing and resilience, issue 16) -------------------------------------------

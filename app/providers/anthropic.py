@@ -14,7 +14,6 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import aiohttp
 import anthropic
 import httpx2
 
@@ -168,11 +167,8 @@ class AnthropicAdapter(ProviderAdapter):
 
 def build_anthropic(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
     """`anthropic` from ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL on the gateway's own client (an
-    injected `aiohttp.ClientSession` in clients["anthropic"] is used); an injected SDK client
-    (`AsyncAnthropic`) keeps the SDK adapter on it."""
+    injected `aiohttp.ClientSession` in clients["anthropic"] is used, never closed by the adapter)."""
     client = clients.get("anthropic")
-    if client is not None and not isinstance(client, aiohttp.ClientSession):
-        return {"anthropic": AnthropicAdapter(client, limits=config.limits)}
     key = config.secret("anthropic_api_key")
     if key is None:
         return {}

@@ -22,7 +22,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import aiohttp
 import httpx2
 import orjson
 
@@ -188,20 +187,14 @@ class GeminiAdapter(ProviderAdapter):
 
 def build_gemini(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
     """`gemini` from GEMINI_API_KEY / GOOGLE_API_KEY and GEMINI_BASE_URL on the gateway's own client
-    (an injected clients["gemini"] `aiohttp.ClientSession`, else a session of its own); an injected
-    `httpx2.AsyncClient` keeps the `GeminiAdapter` on it (tests with `httpx2.MockTransport`)."""
+    (an injected clients["gemini"] `aiohttp.ClientSession`, never closed by the adapter, else a
+    session of its own)."""
     key = config.secret("gemini_api_key")
-    base_url = config.secret("gemini_base_url")
-    client = clients.get("gemini")
-    if client is not None and not isinstance(client, aiohttp.ClientSession):
-        if not isinstance(client, httpx2.AsyncClient):
-            raise TypeError(f"clients['gemini'] must be an httpx2.AsyncClient, got {type(client).__name__}")
-        return {"gemini": GeminiAdapter(client, api_key=key, base_url=base_url, limits=config.limits)}
     if not key:
         return {}
     # The gateway's own aiohttp client (app/providers/upstream.py); app/routing retries.
     from app.providers.gemini_spec import GEMINI
     from app.providers.upstream import HttpAdapter
 
-    return {"gemini": HttpAdapter(GEMINI, config, session=client if isinstance(client, aiohttp.ClientSession) else None)}
+    return {"gemini": HttpAdapter(GEMINI, config, session=clients.get("gemini"))}
 

@@ -14,7 +14,6 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import aiohttp
 import httpx2
 import openai
 from pydantic import ValidationError
@@ -288,8 +287,8 @@ def make_client(*, api_key: str, base_url: str, config: ProviderConfig) -> opena
 
 def build_openai(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
     """`openai` and every compatible server (`Settings.providers`) on the gateway's own client
-    (app/providers/upstream.py; an injected `aiohttp.ClientSession` in `clients[name]` is used);
-    an injected SDK client (`clients[name]`, an `AsyncOpenAI`) keeps the SDK adapter on it.
+    (app/providers/upstream.py; an injected `aiohttp.ClientSession` in `clients[name]` is used,
+    never closed by the adapter).
 
     A provider whose key is not configured is not served; a compatible provider declared without
     `api_key_env` needs none. Keys and base URLs are always explicit: OPENAI_API_KEY never goes
@@ -298,18 +297,12 @@ def build_openai(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
     adapters: dict[str, ProviderAdapter] = {}
     client = clients.get("openai")
     key = config.secret("openai_api_key")
-    if client is not None and not isinstance(client, aiohttp.ClientSession):
-        adapters["openai"] = OpenAIAdapter(client, name="openai", limits=config.limits)
-    elif key:
+    if key:
         target = OpenAITarget(name="openai", base_url=config.secret("openai_base_url") or OPENAI_BASE_URL, key=key)
         adapters["openai"] = _http_adapter(target, config, client)
     for provider in config.compatible:
         # Compatible servers know max_tokens; max_completion_tokens is OpenAI's newer name.
         client = clients.get(provider.name)
-        if client is not None and not isinstance(client, aiohttp.ClientSession):
-            adapters[provider.name] = OpenAIAdapter(client, name=provider.name, include_usage=provider.include_usage,
-                                                    max_tokens_field="max_tokens", limits=config.limits)
-            continue
         key = provider.api_key() or None
         if provider.api_key_env and not key:
             continue

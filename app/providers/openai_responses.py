@@ -30,7 +30,6 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import aiohttp
 import httpx2
 import openai
 import orjson
@@ -233,11 +232,9 @@ class OpenAIResponsesAdapter(ProviderAdapter):
 
 def build_openai_responses(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:
     """`openai-responses` from OPENAI_API_KEY / OPENAI_BASE_URL on the gateway's own client (an
-    injected `aiohttp.ClientSession` in clients["openai-responses"] or clients["openai"] is used);
-    an injected SDK client there keeps the SDK adapter on it."""
+    injected `aiohttp.ClientSession` in clients["openai-responses"] or clients["openai"] is used,
+    never closed by the adapter)."""
     client = clients.get(PROVIDER) or clients.get("openai")
-    if client is not None and not isinstance(client, aiohttp.ClientSession):
-        return {PROVIDER: OpenAIResponsesAdapter(client, limits=config.limits)}
     key = config.secret("openai_api_key")
     if key is None:
         return {}

@@ -1,8 +1,11 @@
 """Which providers this gateway serves, and which adapter answers `provider/model`.
 
 Adapters are built from the provider config (`Settings.provider_config()`) and injected
-clients: `clients={"openai": AsyncOpenAI(...)}` hands a configured (or fake) SDK client to the
-provider of that name; `adapters={...}` injects whole adapters (tests, embedders). A provider
+clients: `clients={"openai": aiohttp.ClientSession(...)}` hands a session to the provider of that
+name, used for its upstream calls and never closed by it (tests, embedders: a proxy, a trust
+store, a loopback fake); a provider's credentials hook goes in by its own key
+(`bedrock-signer`, `azure-auth`, `vertex-auth`). SDK clients are refused: the SDKs left the
+streaming path (docs/providers.md). `adapters={...}` injects whole adapters. A provider
 with no credentials is not served; `mock` always is. Each provider module contributes one
 descriptor, listed once in app/providers/catalog.py (explicit, no import-time registration).
 """
@@ -95,9 +98,21 @@ def build_registry(
     adapters: Mapping[str, ProviderAdapter] | None = None,
 ) -> ProviderRegistry:
     clients = clients or {}
+    known = {*provider_names(), *(provider.name for provider in config.compatible)}
+    _check_sessions(clients, known)
     built: dict[str, ProviderAdapter] = {}
     for provider in PROVIDERS:
         built.update(provider.build(config, clients))
     built.update(adapters or {})
-    known = {*provider_names(), *(provider.name for provider in config.compatible)}
     return ProviderRegistry(built, config.aliases, unserved=frozenset(known - set(built)), patterns=config.model_patterns)
+
+
+def _check_sessions(clients: Mapping[str, Any], providers: set[str]) -> None:
+    """A client injected under a provider's name is an `aiohttp.ClientSession`; anything else (an
+    SDK client, an httpx client) is a TypeError naming the key."""
+    import aiohttp
+
+    for name, client in clients.items():
+        if name in providers and not isinstance(client, aiohttp.ClientSession):
+            raise TypeError(f"clients[{name!r}] must be an aiohttp.ClientSession, got {type(client).__name__} "
+                            "(SDK clients are not used on the streaming path: docs/providers.md)")
