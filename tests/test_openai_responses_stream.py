@@ -49,9 +49,11 @@ def test_recording_gives_expected_outcome(rec: Recording) -> None:
     assert final.message.content == exp["text"] == "".join(e.content for e in events if isinstance(e, TokenEvent))
     reasoning = "".join(e.content for e in events if isinstance(e, ReasoningEvent))
     assert reasoning == SUMMARY_PART_SEPARATOR.join(exp["reasoning_summary_parts"])
-    assert [b.text for b in final.message.reasoning] == (
+    assert [b.text for b in final.message.reasoning if b.text] == (
         [reasoning] if exp["reasoning_summary_parts"] else []
     )
+    # An item with only encrypted content is a block of its own: no text, the signature.
+    assert all(b.signature for b in final.message.reasoning if not b.text)
     # Client function calls: id is the call_id, fragments join to the exact wire arguments.
     calls = [(c.id, c.name, dict(c.arguments)) for c in final.message.tool_calls]
     assert calls == [(t["id"], t["name"], orjson.loads(t["arguments"])) for t in exp["tool_calls"]]
@@ -210,3 +212,64 @@ def test_failed_server_call_result_is_an_error() -> None:
 def test_event_that_is_not_json_is_a_protocol_error() -> None:
     _, final = run([sse(CREATED) + b"event: response.output_text.delta\ndata: {nope\n\n" + sse(completed())])
     assert final.error is not None and final.error["code"] == "upstream_protocol_error"
+
+
+CODE = 'const r = await tools.exec_command({cmd: "echo \\"hi\\""});\ntext(r.output);'
+
+
+def custom_call(index: int, *, added: bool = True, deltas: tuple[str, ...] = (), done: bool = True) -> list[dict[str, Any]]:
+    item = {"type": "custom_tool_call", "id": f"ctc_{index}", "call_id": f"call_{index}", "name": "exec",
+            "input": "", "status": "in_progress"}
+    events = [{"type": "response.output_item.added", "output_index": index, "item": item}] if added else []
+    events += [{"type": "response.custom_tool_call_input.delta", "output_index": index, "item_id": f"ctc_{index}",
+                "delta": d} for d in deltas]
+    if done:
+        events += [{"type": "response.custom_tool_call_input.done", "output_index": index, "item_id": f"ctc_{index}",
+                    "input": CODE},
+                   {"type": "response.output_item.done", "output_index": index,
+                    "item": {**item, "input": CODE, "status": "completed"}}]
+    return events
+
+
+@pytest.mark.parametrize("deltas", [(CODE[:10], CODE[10:]), ()], ids=["streamed", "whole"])
+def test_a_custom_tool_call_is_a_tool_call_with_its_input(deltas: tuple[str, ...]) -> None:
+    """Codex's `custom_tool_call` (free-form input, `custom_tool_call_input.delta`s): a tool call
+    whose arguments are `{"input": <the text>}`, its fragments streamed as they arrive."""
+    events, final = run([sse(CREATED, *custom_call(0, deltas=deltas), completed())])
+    assert [(c.id, c.name, thaw(c.arguments)) for c in final.message.tool_calls] == [
+        ("call_0", "exec", {"input": CODE})]
+    assert final.stop_reason == "tool_calls"
+    calls = [e for e in events if isinstance(e, ToolCallEvent)]
+    assert "".join(e.args_fragment or "" for e in calls) == orjson.dumps({"input": CODE}).decode()
+    if deltas:  # the first fragment is out before the call ends
+        assert any(e.args_fragment and not e.is_final for e in calls)
+
+
+def test_a_custom_tool_call_given_only_whole_is_used() -> None:
+    done_only = custom_call(0, added=False)[1:]
+    _, final = run([sse(CREATED, *done_only, completed())])
+    assert [(c.name, thaw(c.arguments)) for c in final.message.tool_calls] == [("exec", {"input": CODE})]
+
+
+def reasoning_item(index: int, summary: str | None, encrypted: str | None) -> list[dict[str, Any]]:
+    item: dict[str, Any] = {"type": "reasoning", "id": f"rs_{index}", "summary": []}
+    events: list[dict[str, Any]] = [{"type": "response.output_item.added", "output_index": index, "item": item}]
+    if summary:
+        events.append({"type": "response.reasoning_summary_text.delta", "output_index": index, "summary_index": 0,
+                       "item_id": f"rs_{index}", "delta": summary})
+        item = {**item, "summary": [{"type": "summary_text", "text": summary}]}
+    if encrypted:
+        item = {**item, "encrypted_content": encrypted}
+    return [*events, {"type": "response.output_item.done", "output_index": index, "item": item}]
+
+
+@pytest.mark.parametrize("summary", ["Thinking it over.", None])
+def test_encrypted_reasoning_is_kept_as_the_blocks_signature(summary: str | None) -> None:
+    """`encrypted_content` (with the item's id, which the API wants back with it) is the block's
+    signature, so a later turn to the same provider can send the reasoning item back."""
+    _, final = run([sse(CREATED, *reasoning_item(0, summary, "gAAAA-opaque"), text(1, "Hi"), completed())])
+    [block] = final.message.reasoning
+    assert (block.text, block.provider) == (summary or "", "openai-responses")
+    assert orjson.loads(block.signature or "") == {"id": "rs_0", "encrypted_content": "gAAAA-opaque"}
+    _, plain = run([sse(CREATED, *reasoning_item(0, summary, None), text(1, "Hi"), completed())])
+    assert all(b.signature is None for b in plain.message.reasoning)

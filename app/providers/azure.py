@@ -69,7 +69,7 @@ def azure_plan(*, endpoint: str, api_version: str | None, api: Api, limits: Read
         else:
             passthrough = passthrough_for(request.passthrough, "openai-responses")
             body = (passthrough.wire_body(request.model, request.options) if passthrough is not None
-                    else responses_request(request))
+                    else responses_request(request, provider=provider))
             normalizer = ResponsesNormalizer(provider=provider)
         return CloudCall(request=UpstreamRequest(url=url, body=orjson.dumps(body), headers={"content-type": "application/json"}),
                          decoder=SSEDecoder.bounded(limits), normalizer=normalizer,

@@ -13,8 +13,9 @@ normalizer lives in `openai_responses_stream.py`. Request mapping decisions:
 - A failed tool's output (`is_error`) is kept in the text, `Error: <output>` (no error field).
   `parallel_tool_calls` goes out as given; `stop` is refused (the API has no stop sequences);
   the Anthropic-only `cache_control` is not sent (OpenAI caches prompt prefixes by itself).
-- Reasoning blocks are not sent back: a Responses reasoning item can only be replayed with its
-  item id and encrypted content, which the Foundry message does not carry.
+- Reasoning blocks this provider signed (its `encrypted_content` with the item's id, kept as the
+  block's signature by openai_responses_stream) go back as `reasoning` items before the turn's
+  message; others (no signature, or another provider's) are not sent: they would not verify.
 - `temperature` is not sent to reasoning models (`o1`, `o3`, `o4-mini`, `gpt-5*`) nor when
   reasoning options are set: those models refuse it with a 400 at any value.
 - `provider_options`: `reasoning_effort` and `reasoning_summary` become `reasoning`;
@@ -41,7 +42,7 @@ from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, To
 from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
 from app.providers.openai_chat import upstream_errors
 from app.providers.openai_chat_convert import json_schema_format, tool_output
-from app.providers.openai_responses_stream import ResponsesNormalizer
+from app.providers.openai_responses_stream import ResponsesNormalizer, reasoning_input_item
 from app.providers.openai_wire import OPENAI_BASE_URL, OpenAITarget, responses_upstream
 from app.providers.passthrough import Wire, passthrough_for
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools
@@ -63,8 +64,10 @@ _RESERVED_OPTIONS = frozenset({"model", "input", "instructions", "stream", "tool
 # -- request mapping (pure) ------------------------------------------------------------------
 
 
-def messages_to_responses(messages: tuple[Message, ...] | list[Message]) -> tuple[str | None, list[dict[str, Any]]]:
-    """Foundry messages -> (`instructions`, `input` items) of a Responses API request."""
+def messages_to_responses(messages: tuple[Message, ...] | list[Message], *, provider: str = PROVIDER,
+                          ) -> tuple[str | None, list[dict[str, Any]]]:
+    """Foundry messages -> (`instructions`, `input` items) of a Responses API request; `provider`:
+    whose signed reasoning is sent back."""
     instructions: list[str] = []
     items: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
@@ -78,6 +81,8 @@ def messages_to_responses(messages: tuple[Message, ...] | list[Message]) -> tupl
         elif message.role == "user":
             items.append({"type": "message", "role": "user", "content": _content(message)})
         elif message.role == "assistant":
+            items += [item for block in message.reasoning if block.provider == provider and block.signature
+                      and (item := reasoning_input_item(block.text, block.signature)) is not None]
             if message.content:
                 items.append({"type": "message", "role": "assistant", "content": _content(message)})
             for call in message.tool_calls:
@@ -136,13 +141,13 @@ def tool_choice_to_responses(choice: ToolChoice | None, tools: Sequence[ToolSpec
     return {"type": "function", "name": checked.name} if isinstance(checked, ForcedTool) else checked
 
 
-def responses_request(request: ProviderRequest) -> dict[str, Any]:
-    """The whole Responses API body for one (streamed) request."""
+def responses_request(request: ProviderRequest, *, provider: str = PROVIDER) -> dict[str, Any]:
+    """The whole Responses API body for one (streamed) request to `provider`."""
     options = dict(request.options or {})
     clash = _RESERVED_OPTIONS.intersection(options)
     if clash:
         raise AdapterError(f"provider_options may not set {sorted(clash)}: use the request's own fields")
-    instructions, items = messages_to_responses(request.messages)
+    instructions, items = messages_to_responses(request.messages, provider=provider)
     tools = tool_specs_to_responses(request.tools)
     builtin = options.pop("builtin_tools", None) or []
     if not isinstance(builtin, list) or not all(isinstance(t, Mapping) and "type" in t for t in builtin):
@@ -207,7 +212,7 @@ class OpenAIResponsesAdapter(ProviderAdapter):
 
     def _body(self, request: ProviderRequest) -> dict[str, Any]:
         try:
-            return responses_request(request)
+            return responses_request(request, provider=self.name)
         except AdapterError as exc:
             raise RequestError(f"{self.name}: {exc}", provider=self.name, field=exc.field) from None
 

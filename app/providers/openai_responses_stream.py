@@ -23,6 +23,13 @@ Decisions:
    `incomplete_details.reason` on `response.incomplete`, else `stop`.
 4. `error` / `response.failed` are recorded and raised from `finish()` (see openai_chat_stream,
    decision 3): the same bytes give the same events however the reads split.
+5. A `custom_tool_call` (free-form input, as Codex's code-mode `exec`) is a tool call like a
+   function call; its arguments are `{"input": "<the text>"}`, the `custom_tool_call_input.delta`s
+   escaped into that JSON string as they arrive (as decision 2's code).
+6. A reasoning item's `encrypted_content` becomes its block's signature, spelled
+   `reasoning_signature(item id, encrypted_content)` (the API wants the id back with it), so a later
+   turn to the same provider sends the item back (`reasoning_input_item`); an item with only
+   encrypted content is a block with no text.
 """
 
 from __future__ import annotations
@@ -57,7 +64,8 @@ from app.core.patches import (
 from app.providers.openai_chat_stream import stream_error
 from app.providers.sse import SSEEvent
 
-__all__ = ["SERVER_TOOL_NAMES", "SUMMARY_PART_SEPARATOR", "ResponsesNormalizer", "normalizer", "responses_usage"]
+__all__ = ["SERVER_TOOL_NAMES", "SUMMARY_PART_SEPARATOR", "ResponsesNormalizer", "normalizer", "reasoning_input_item",
+           "reasoning_signature", "responses_usage"]
 
 SUMMARY_PART_SEPARATOR = "\n\n"
 
@@ -77,7 +85,26 @@ SERVER_TOOL_NAMES = {
 """Built-in tool items the provider runs itself: output item type -> public tool name."""
 
 _CODE_PREFIX = '{"code":"'
+_INPUT_PREFIX = '{"input":"'
 _CODE_SUFFIX = '"}'
+_CALLS = ("function_call", "custom_tool_call")
+"""The caller's tool calls (decision 5); the others are the provider's own."""
+
+
+def reasoning_signature(item_id: str, encrypted_content: str) -> str:
+    """A reasoning item's opaque content as its block's signature (decision 6)."""
+    return orjson.dumps({"id": item_id, "encrypted_content": encrypted_content}).decode()
+
+
+def reasoning_input_item(text: str, signature: str) -> dict[str, Any] | None:
+    """A signed block of this provider as a `reasoning` input item (None: not one this module spelled)."""
+    try:
+        data = orjson.loads(signature)
+        item_id, opaque = data["id"], data["encrypted_content"]
+    except (orjson.JSONDecodeError, TypeError, KeyError):
+        return None
+    summary = [{"type": "summary_text", "text": text}] if text else []
+    return {"type": "reasoning", "id": item_id, "summary": summary, "encrypted_content": opaque}
 
 
 def responses_usage(usage: Any, provider: str) -> UsagePatch | None:
@@ -160,11 +187,9 @@ class ResponsesNormalizer:
         elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             self._reasoning_delta(index, data, out)
         elif kind == "response.code_interpreter_call_code.delta":
-            if index in self._open_tools:  # decision 2
-                prefix = "" if index in self._streamed_args else _CODE_PREFIX
-                self._streamed_args.add(index)
-                escaped = orjson.dumps(data.get("delta", "")).decode()[1:-1]
-                out.append(ToolDelta(key=index, fragment=prefix + escaped))
+            self._string_delta(index, _CODE_PREFIX, data, out)  # decision 2
+        elif kind == "response.custom_tool_call_input.delta":
+            self._string_delta(index, _INPUT_PREFIX, data, out)  # decision 5
         elif kind == "response.refusal.delta":
             self._refused = True
             out.append(TextDelta(key=index, text=data.get("delta", ""), refusal=True))
@@ -194,6 +219,13 @@ class ResponsesNormalizer:
             self._failure = stream_error(data, self._provider)
         # Other events (in_progress, content_part.*, *.done echoes, tool progress) add nothing.
 
+    def _string_delta(self, index: int, prefix: str, data: dict[str, Any], out: list[Patch]) -> None:
+        """A fragment of a tool's one string argument, JSON-escaped (decisions 2 and 5)."""
+        if index in self._open_tools:
+            head = "" if index in self._streamed_args else prefix
+            self._streamed_args.add(index)
+            out.append(ToolDelta(key=index, fragment=head + orjson.dumps(data.get("delta", "")).decode()[1:-1]))
+
     def _reasoning_delta(self, index: int, data: dict[str, Any], out: list[Patch]) -> None:
         text = data.get("delta", "")
         part = data.get("summary_index", data.get("content_index", 0))
@@ -205,11 +237,11 @@ class ResponsesNormalizer:
 
     def _item_added(self, index: int, item: Mapping[str, Any], out: list[Patch]) -> None:
         kind = item.get("type")
-        if kind != "function_call" and kind not in SERVER_TOOL_NAMES or index in self._seen_tools:
+        if kind not in _CALLS and kind not in SERVER_TOOL_NAMES or index in self._seen_tools:
             return
         self._seen_tools.add(index)
         self._open_tools.add(index)
-        if kind == "function_call":
+        if kind in _CALLS:
             self._function_calls += 1
             out.append(ToolStart(key=index, id=item.get("call_id") or item.get("id") or f"call_{index}",
                                  name=item.get("name") or ""))
@@ -230,15 +262,35 @@ class ResponsesNormalizer:
         if kind == "message":
             out.append(TextEnd(key=index))
         elif kind == "reasoning":
-            if index in self._summary_index:
-                out.append(ReasoningEnd(key=index))
+            self._end_reasoning(index, item, out)
         elif kind == "function_call":
             self._item_added(index, item, out)  # a no-op unless the added event was missing
             self._end_function_call(index, item.get("arguments"), out)
+        elif kind == "custom_tool_call":
+            self._item_added(index, item, out)
+            self._end_custom_call(index, item.get("input"), out)
         elif kind in SERVER_TOOL_NAMES:
             self._item_added(index, item, out)
             if index in self._open_tools:
                 self._end_server_call(index, kind, item, out)
+
+    def _end_reasoning(self, index: int, item: Mapping[str, Any], out: list[Patch]) -> None:
+        opaque, item_id = item.get("encrypted_content"), item.get("id")
+        signature = reasoning_signature(item_id, opaque) if opaque and isinstance(item_id, str) else None
+        if index in self._summary_index:
+            out.append(ReasoningEnd(key=index, signature=signature))
+        elif signature is not None:  # decision 6: no summary, the opaque reasoning alone
+            out += [ReasoningDelta(key=index, signature=signature), ReasoningEnd(key=index)]
+
+    def _end_custom_call(self, index: int, text: Any, out: list[Patch]) -> None:
+        if index not in self._open_tools:
+            return
+        self._open_tools.discard(index)
+        if index in self._streamed_args:  # the input streamed as a JSON string: close it
+            out.append(ToolDelta(key=index, fragment=_CODE_SUFFIX))
+        else:
+            out.append(ToolDelta(key=index, fragment=orjson.dumps({"input": text or ""}).decode()))
+        out.append(ToolEnd(key=index))
 
     def _end_server_call(self, index: int, kind: str, item: Mapping[str, Any], out: list[Patch]) -> None:
         self._open_tools.discard(index)

@@ -75,7 +75,7 @@ def responses_upstream(request: ProviderRequest, target: OpenAITarget) -> Upstre
 
     passthrough = passthrough_for(request.passthrough, "openai-responses")
     body = passthrough.wire_body(request.model, request.options) if passthrough is not None \
-        else responses_request(request)
+        else responses_request(request, provider=target.name)
     headers = target.headers()
     url = with_passthrough(f"{target.base_url.rstrip('/')}/responses", headers, passthrough)
     return UpstreamRequest(url=url, body=orjson.dumps(body), headers=headers)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.api.compat.common import FacadeError, GatewayExtras, lenient, refuse_unknown, run_spec, validation_reason
 from app.api.compat.parts import anthropic_part
+from app.api.compat.responses_request import OPAQUE_PREFIX, opaque_block
 from app.core.messages import ContentPart, Message, ReasoningBlock, ToolCall, ToolSpec, check_unique_tool_names
 from app.core.parts import CacheControl
 from app.pipeline import RunSpec
@@ -212,12 +213,15 @@ def _call(where: str, block: dict[str, Any]) -> ToolCall:
 
 
 def _thinking(where: str, block: dict[str, Any]) -> ReasoningBlock:
-    """Thinking goes back unchanged with its signature (the provider checks it); redacted as its data."""
+    """Thinking goes back unchanged with its signature (the provider checks it); redacted as its data;
+    a signature the gateway wrapped (another provider's reasoning) back to that provider only."""
+    signature = block.get("signature") or None
+    if isinstance(signature, str) and signature.startswith(OPAQUE_PREFIX):  # another provider's, which the gateway wrapped
+        return opaque_block(signature, block.get("thinking", ""), f"{where}.signature")
     try:
         if block["type"] == "redacted_thinking":
             return ReasoningBlock(redacted=block.get("data"), provider="anthropic")
-        return ReasoningBlock(text=block.get("thinking", ""), signature=block.get("signature") or None,
-                              provider="anthropic")
+        return ReasoningBlock(text=block.get("thinking", ""), signature=signature, provider="anthropic")
     except ValidationError as exc:
         raise FacadeError(f"{where}: {validation_reason(exc)}", param=where) from None
 

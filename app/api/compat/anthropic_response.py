@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from app.api.compat.common import caller_call, failure
+from app.api.compat.responses_request import messages_signature
 from app.api.responses import JSON
 from app.core.errors import GatewayError
 from app.core.events import FinalEvent, ReasoningEvent, StartEvent, StreamEvent, TokenEvent, ToolCallEvent, Usage
@@ -138,7 +139,7 @@ class MessageWriter:
         carry only the text; the signature comes with the block's end marker, before any later event)."""
         for block in self.run.released.message().reasoning:
             if block.signature and block.text == text:
-                return block.signature
+                return messages_signature(block)
         return None
 
     def _tool_use(self, out: list[bytes], event: ToolCallEvent) -> None:
@@ -176,7 +177,7 @@ class MessageWriter:
 
 def message(run: Run, model: str, events: list[StreamEvent], final: FinalEvent) -> dict[str, Any]:
     """The non-streaming answer, built from the same released events as the stream."""
-    signatures = {b.text: b.signature for b in final.message.reasoning if b.signature and not b.redacted}
+    signatures = {b.text: messages_signature(b) for b in final.message.reasoning if b.signature and not b.redacted}
     content: list[dict[str, Any]] = [{"type": "redacted_thinking", "data": b.redacted}
                                      for b in final.message.reasoning if b.redacted]
     for event in events:
@@ -195,7 +196,7 @@ def message(run: Run, model: str, events: list[StreamEvent], final: FinalEvent) 
             content.append({"type": "tool_use", "id": event.id, "name": event.name, "input": event.arguments or {}})
     for block in content:
         if block["type"] == "thinking":
-            block["signature"] = signatures.get(block["thinking"], "")
+            block["signature"] = signatures.get(block["thinking"]) or ""
     return {"id": message_id(run), "type": "message", "role": "assistant", "model": model, "content": content,
             "stop_reason": stop_reason(final), "stop_sequence": None, "usage": usage(final.usage)}
 

@@ -20,15 +20,17 @@ from fastapi import Request
 from starlette.responses import Response
 
 from app.api.compat.common import GatewayExtras, failure
+from app.api.compat.responses_request import OPAQUE_PREFIX, opaque_block
 from app.api.sse import SSEResponse
 from app.core.errors import GatewayError
 from app.core.events import FinalEvent
 from app.pipeline import Gateway, RunHandle, RunSpec
+from app.providers.openai_responses_stream import reasoning_input_item
 from app.providers.passthrough import Passthrough, Wire
 from app.streams.relay import Relay
 
-__all__ = ["AnthropicEnding", "ChatEnding", "Ending", "ResponsesEnding", "passthrough_spec", "relay_answer",
-           "same_wire"]
+__all__ = ["AnthropicEnding", "ChatEnding", "Ending", "ResponsesEnding", "own_reasoning", "passthrough_spec",
+           "relay_answer", "same_wire"]
 
 GATEWAY_FIELDS = frozenset(GatewayExtras.model_fields)
 """The gateway's own request fields: never sent upstream."""
@@ -59,10 +61,37 @@ async def passthrough_spec(spec: RunSpec, request: Request, wire: Wire, *, relay
     """`spec` carrying the client's own request; its options are only the caller's explicit
     `provider_options` (the body already has every field the client wrote)."""
     raw = orjson.loads(await request.body())
-    body = {key: value for key, value in raw.items() if key not in GATEWAY_FIELDS}
+    body = own_reasoning(wire, {key: value for key, value in raw.items() if key not in GATEWAY_FIELDS})
     headers = {name: request.headers[name] for name in NAMESPACE_HEADERS[wire] if name in request.headers}
     passthrough = Passthrough(wire=wire, body=body, headers=headers, query=dict(request.query_params), relay=relay)
     return replace(spec, request=replace(spec.request, options=dict(provider_options), passthrough=passthrough))
+
+
+def own_reasoning(wire: Wire, body: dict[str, Any]) -> dict[str, Any]:
+    """The opaque reasoning the gateway issued (`fgw-reasoning.`..., its own value) in a same-wire
+    body: a Responses reasoning item OpenAI Responses issued becomes that item again; any other
+    (another provider's, which would not verify) is left out. Everything else stays as written."""
+    if wire == "openai-responses" and isinstance(body.get("input"), list):
+        body["input"] = [own for item in body["input"] if (own := _own_item(item)) is not None]
+    elif wire == "anthropic-messages" and isinstance(body.get("messages"), list):
+        for message in body["messages"]:  # the Messages facade wraps no Anthropic signature
+            if isinstance(message, dict) and isinstance(message.get("content"), list):
+                message["content"] = [b for b in message["content"] if not _gateways(b, "signature")]
+    return body
+
+
+def _gateways(item: Any, key: str) -> bool:
+    return isinstance(item, dict) and isinstance(item.get(key), str) and item[key].startswith(OPAQUE_PREFIX)
+
+
+def _own_item(item: Any) -> Any:
+    if not (_gateways(item, "encrypted_content") and item.get("type") == "reasoning"):
+        return item
+    block = opaque_block(item["encrypted_content"], "", "input")
+    if block.provider != "openai-responses" or block.signature is None:
+        return None
+    own = reasoning_input_item("", block.signature)
+    return None if own is None else {**own, "summary": item.get("summary") or []}
 
 
 class Ending(Protocol):

@@ -24,8 +24,8 @@ from app.core.messages import Message, ReasoningBlock, ToolCall, ToolSpec, check
 from app.core.parts import ContentPart
 from app.pipeline import RunSpec
 
-__all__ = ["OPAQUE_PREFIX", "OPTION_FIELDS", "encrypted_reasoning", "input_messages", "opaque_reasoning",
-           "referenced_stream", "to_run_spec"]
+__all__ = ["OPAQUE_PREFIX", "OPTION_FIELDS", "encrypted_reasoning", "input_messages", "messages_signature",
+           "opaque_block", "opaque_reasoning", "referenced_stream", "to_run_spec"]
 
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 _TEXT_PARTS = {"user": ("input_text",), "system": ("input_text",), "developer": ("input_text",),
@@ -188,20 +188,36 @@ def encrypted_reasoning(block: ReasoningBlock) -> str | None:
     return OPAQUE_PREFIX + base64.urlsafe_b64encode(orjson.dumps(data)).decode()
 
 
+def messages_signature(block: ReasoningBlock) -> str | None:
+    """A thinking block's `signature` as a Messages client gets it: Anthropic's as it signed it,
+    another provider's (OpenAI Responses' encrypted reasoning) in the gateway's opaque spelling, so
+    it goes back only to the provider that issued it."""
+    if not block.signature or block.redacted:
+        return None
+    return block.signature if block.provider in (None, "anthropic") else encrypted_reasoning(block)
+
+
 def opaque_reasoning(item: dict[str, Any]) -> ReasoningBlock | None:
     """A `reasoning` input item whose `encrypted_content` the gateway issued -> the signed block
     (its text: the summary's); any other reasoning item is accepted and not sent on."""
     value = item.get("encrypted_content")
     if not isinstance(value, str) or not value.startswith(OPAQUE_PREFIX):
         return None
+    summary = item.get("summary") or []
+    if not isinstance(summary, list) or not all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in summary):
+        raise FacadeError("input: a reasoning item's summary must be a list of summary_text parts", param="input")
+    return opaque_block(value, PART_SEPARATOR.join(p["text"] for p in summary), "input")
+
+
+def opaque_block(value: str, text: str, param: str) -> ReasoningBlock:
+    """The block behind an opaque value the gateway issued (`encrypted_reasoning`), with its text."""
     try:
         data = orjson.loads(base64.urlsafe_b64decode(value.removeprefix(OPAQUE_PREFIX)))
-        text = PART_SEPARATOR.join(p["text"] for p in item.get("summary") or ())
         return ReasoningBlock(text=text if data.get("signature") else "", signature=data.get("signature"),
                               redacted=data.get("redacted"), provider=data["provider"])
     except (ValueError, TypeError, KeyError, ValidationError):
-        raise FacadeError("input: a reasoning item's encrypted_content is not one this gateway issued intact",
-                          param="input") from None
+        raise FacadeError(f"{param}: an opaque reasoning value that is not one this gateway issued intact",
+                          param=param) from None
 
 
 def _item(i: int, kind: Any, item: dict[str, Any], out: list[Message], pending: dict[str, tuple[Message, ...]],

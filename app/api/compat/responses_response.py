@@ -2,7 +2,9 @@
 `data` with its `sequence_number`) and the JSON `response` object, both from one `ResponseWriter`.
 
 - Text goes out as one `message` item per stretch of text (`output_text` part), reasoning as a
-  `reasoning` item with one `summary_text` part, the caller's tool calls as `function_call`
+  `reasoning` item with one `summary_text` part (a block without text, redacted thinking or a
+  provider's encrypted-only reasoning, as a `reasoning` item with an empty summary, before the
+  item that follows it), the caller's tool calls as `function_call`
   items (`call_id` = the call's id). The gateway's tools and the provider's server tools run where
   they are and are not shown: their activity is in the stream's transcript.
 - The end: `response.completed`; `response.incomplete` for a cut answer (`max_output_tokens`:
@@ -65,6 +67,7 @@ class ResponseWriter:
         self._seq = 0
         self._open: _Item | None = None  # the text or reasoning item being written
         self._calls: dict[str, _Item] = {}  # caller call id -> its function_call item, until its last fragment
+        self._shown: set[tuple[str | None, str | None]] = set()  # blocks without text given an item
         self._out: list[bytes] = []
 
     def feed(self, events: list[StreamEvent]) -> bytes:
@@ -109,6 +112,7 @@ class ResponseWriter:
         entry = self._open
         if entry is None or entry.item["type"] != kind:
             self._close()
+            self._textless()
             n = len(self.response["output"])
             if kind == "message":
                 entry = self._add({"id": f"msg_{n}_{self.run.stream_id}", "type": "message", "status": "in_progress",
@@ -151,12 +155,26 @@ class ResponseWriter:
                     return {"encrypted_content": opaque}
         return {}
 
+    def _textless(self) -> None:
+        """A reasoning item for each released block without text (redacted thinking, encrypted-only
+        reasoning) not shown yet: its `encrypted_content` when the request included it."""
+        for block in self.run.released.message().reasoning:
+            if block.text or not (block.signature or block.redacted) or (block.signature, block.redacted) in self._shown:
+                continue
+            self._shown.add((block.signature, block.redacted))
+            n = len(self.response["output"])
+            item: dict[str, Any] = {"id": f"rs_{n}_{self.run.stream_id}", "type": "reasoning", "summary": []}
+            entry = self._add(item)
+            opaque = encrypted_reasoning(block) if self.encrypted else None
+            self._done(entry, item if opaque is None else {**item, "encrypted_content": opaque})
+
     # -- the caller's tool calls --------------------------------------------------------------
 
     def _call(self, event: ToolCallEvent) -> None:
         entry = self._calls.get(event.id)
         if entry is None:
             self._close()
+            self._textless()
             n = len(self.response["output"])
             entry = self._calls[event.id] = self._add({
                 "id": f"fc_{n}_{self.run.stream_id}", "type": "function_call", "status": "in_progress",
@@ -175,6 +193,7 @@ class ResponseWriter:
 
     def _end(self, final: FinalEvent) -> None:
         self._close()
+        self._textless()
         for entry in self._calls.values():  # cut before its last fragment
             self._done(entry, {**entry.item, "status": "incomplete", "arguments": "".join(entry.text)})
         self._calls.clear()

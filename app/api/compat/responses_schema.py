@@ -68,10 +68,12 @@ FORWARDED = {"top_p": "top_p", "parallel_tool_calls": "parallel_tool_calls", "us
 as (the provider's allow-list may refuse them: 400 naming the field). `reasoning` is passed on as
 `reasoning_effort` and `reasoning_summary` (app/api/compat/responses_request.py)."""
 
-OPTIONAL = {"store": "store"}
+OPTIONAL = {"store": "store", "include": "include"}
 """Carried as the provider option of the same name where the provider's allow-list takes it (OpenAI
-chat and Responses, which store); a no-op where the provider stores nothing (Anthropic, Gemini).
-Only as the client sent it: chat's default is not to store, Responses' to store."""
+chat and Responses, which store; `include` to OpenAI Responses, whose encrypted reasoning then comes
+back); a no-op where the provider stores nothing (Anthropic, Gemini) or has no opaque reasoning to
+include (Anthropic's thinking signature is in the gateway's answer anyway). Only as the client sent
+it: chat's default is not to store, Responses' to store."""
 
 REFUSED = {
     "background": "background responses are not supported by the gateway",
