@@ -58,8 +58,9 @@ async def test_every_converse_recording_through_the_native_api(rec: Any) -> None
     usage = rec.expected["usage"]
     read, write = usage.get("cacheReadInputTokens", 0), usage.get("cacheWriteInputTokens", 0)
     assert final["usage"]["input_tokens"] == usage["inputTokens"] + read + write
-    # priced as app/auth/policy.py Price.cost does for every provider (canonical input_tokens counts the cache too)
-    expected_cost = ((usage["inputTokens"] + read + write) * PRICE["input"] + usage["outputTokens"] * PRICE["output"]
+    # Bedrock's inputTokens are the uncached prompt (cache reads and writes are outside it, as Anthropic's):
+    # each kind at its own rate, never the cache twice (app/core/cost.py)
+    expected_cost = (usage["inputTokens"] * PRICE["input"] + usage["outputTokens"] * PRICE["output"]
                      + read * PRICE["cache_read"] + write * PRICE["cache_write"]) / 1e6
     assert final["usage"]["cost_usd"] == pytest.approx(expected_cost)
     assert fake.refused == 0 and fake.seen[0].path.endswith("/converse-stream")

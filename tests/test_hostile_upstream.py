@@ -194,17 +194,18 @@ def test_lone_surrogates_from_a_provider_become_replacement_characters(provider:
     """`\\udfff` in one text delta, and a pair split across the next two (`\\ud83d` | `\\ude00`):
     three U+FFFD in an `ok` answer, the rest of the text as recorded."""
     from tests.support import final_of, recordings, run_bytes
-    from tests.test_resplit_conformance import NORMALIZERS
+    from tests.test_resplit_conformance import FORMATS
 
     name, field_start = _TEXT_RECORDINGS[provider]
     (rec,) = [r for r in recordings(provider) if r.name == name]
-    original = final_of(run_bytes([rec.body], NORMALIZERS[provider](), provider=provider)[0])
+    normalizer, decoder = FORMATS[provider]
+    original = final_of(run_bytes([rec.body], normalizer(), provider=provider, decoder=decoder())[0])
     parts = rec.body.split(field_start)
     nonempty = [i for i in range(1, len(parts)) if not parts[i].startswith(b'"')][:3]
     assert len(nonempty) == 3
     for i, escape in zip(nonempty, (rb"\udfff", rb"\ud83d", rb"\ude00"), strict=True):
         parts[i] = escape + parts[i]
-    final = final_of(run_bytes([field_start.join(parts)], NORMALIZERS[provider](), provider=provider)[0])
+    final = final_of(run_bytes([field_start.join(parts)], normalizer(), provider=provider, decoder=decoder())[0])
     assert final.status == "ok", final.error
     assert final.message.content.count("\ufffd") == 3
     assert final.message.content.replace("\ufffd", "") == original.message.content

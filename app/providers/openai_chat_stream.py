@@ -216,24 +216,7 @@ class ChatChunkNormalizer:
                     self._end_reasoning(out)
                 out.append(TextDelta(key=TEXT_KEY, text=content))
         elif delta:
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if reasoning and isinstance(reasoning, str):
-                self._reasoning_open = True
-                out.append(ReasoningDelta(key=REASONING_KEY, text=reasoning))
-            content = delta.get("content")
-            if content:
-                if self._reasoning_open:
-                    self._end_reasoning(out)
-                out.append(TextDelta(key=TEXT_KEY, text=content))
-            refusal = delta.get("refusal")
-            if refusal:  # decision 2
-                self._refused = True
-                self._end_reasoning(out)
-                out.append(TextDelta(key=TEXT_KEY, text=refusal, refusal=True))
-            tool_calls = delta.get("tool_calls")
-            if tool_calls:
-                self._end_reasoning(out)
-                self._tool_deltas(tool_calls, out)
+            self._delta(delta, out)
         annotations = _filter_annotations(choice)
         if annotations:
             out.append(MessageDelta(content_filter=annotations))
@@ -245,6 +228,27 @@ class ChatChunkNormalizer:
             if self._refused and stop == "stop":
                 stop = "content_filter"
             out.append(MessageDelta(stop_reason=stop))
+
+    def _delta(self, delta: dict[str, Any], out: list[Patch]) -> None:
+        """Any other delta: reasoning, text, a refusal, tool-call fragments."""
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning and isinstance(reasoning, str):
+            self._reasoning_open = True
+            out.append(ReasoningDelta(key=REASONING_KEY, text=reasoning))
+        content = delta.get("content")
+        if content:
+            if self._reasoning_open:
+                self._end_reasoning(out)
+            out.append(TextDelta(key=TEXT_KEY, text=content))
+        refusal = delta.get("refusal")
+        if refusal:  # decision 2
+            self._refused = True
+            self._end_reasoning(out)
+            out.append(TextDelta(key=TEXT_KEY, text=refusal, refusal=True))
+        tool_calls = delta.get("tool_calls")
+        if tool_calls:
+            self._end_reasoning(out)
+            self._tool_deltas(tool_calls, out)
 
     def _tool_deltas(self, tool_calls: list[dict[str, Any]], out: list[Patch]) -> None:
         for position, call in enumerate(tool_calls):
