@@ -1,14 +1,10 @@
 """CPU of opening a run per request, in process (`Gateway.start` until `RunHandle.opened()`, then
-the run cancelled): admission, the run's task, model resolution, gate, the provider request
-through the SDK down to the transport, the stream log and transcript. The transport is an
-`httpx2.MockTransport` answering a one-chunk stream at once, so no socket work is counted.
+the run cancelled): admission, the run's task, model resolution, gate, the provider request on
+the gateway's own aiohttp client (app/providers/upstream.py), the stream log and transcript.
+The upstream is an aiohttp server on loopback in the same process answering a one-chunk stream
+at once, so its socket work is counted too (the same for every adapter).
 
-Two ways in, each for the OpenAI Chat, Responses and Anthropic adapters, both on the one send
-path (the SDK's `client.post` with the raw-stream options: its per-call option, URL and header
-machinery):
-- `gateway_built`: clients the gateway builds from keys (the default, app/providers/http.py); the
-  bench swaps only their HTTP client for one on the mock transport;
-- `injected_sdk`: SDK clients passed to `create_app(clients=...)`.
+For the OpenAI Chat, Responses and Anthropic adapters the gateway builds from keys.
 
 Usage: `python bench/open_bench.py [--requests 2000]`. Prints microseconds of CPU per open
 (median of 5 rounds).
@@ -24,9 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-import anthropic
-import httpx2
-import openai
+from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -34,8 +28,6 @@ sys.path.insert(0, str(ROOT))
 from app.core.messages import Message  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.pipeline import RunSpec  # noqa: E402
-from app.providers import anthropic as anthropic_provider  # noqa: E402
-from app.providers import openai_chat  # noqa: E402
 from app.providers.base import ProviderRequest  # noqa: E402
 from app.settings import Settings  # noqa: E402
 
@@ -49,10 +41,11 @@ _ANTHROPIC_SSE = (b'event: message_start\ndata: {"type":"message_start","message
                   b'"delta":{"type":"text_delta","text":"hi"}}\n\n')
 
 
-def _answer(request: httpx2.Request) -> httpx2.Response:
-    path = request.url.path
+async def _answer(request: web.Request) -> web.StreamResponse:
+    await request.read()
+    path = request.path
     body = _RESPONSES_SSE if path.endswith("/responses") else _ANTHROPIC_SSE if path.endswith("/messages") else _SSE
-    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+    return web.Response(body=body, headers={"content-type": "text/event-stream"})
 
 
 async def open_once(gateway, spec: RunSpec) -> None:
@@ -82,26 +75,20 @@ async def main() -> None:
     models = ("openai/gpt-4o-mini", "openai-responses/gpt-4o-mini", "anthropic/claude")
     out: dict[str, dict[str, float]] = {}
 
-    def mock_client(**_: object) -> httpx2.AsyncClient:
-        return httpx2.AsyncClient(transport=httpx2.MockTransport(_answer))
-
-    # The default: the gateway builds its clients from keys; only their transport is the mock.
-    openai_chat.openai_http_client = mock_client  # type: ignore[assignment]
-    anthropic_provider.anthropic_http_client = mock_client  # type: ignore[assignment]
-    settings = Settings(log_level="warning", max_streams=1_000_000, openai_api_key="k",
-                        openai_base_url="http://up.test/v1", anthropic_api_key="k",
-                        anthropic_base_url="http://up.test")
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", _answer)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    settings = Settings(log_level="warning", max_streams=1_000_000, max_loop_lag_seconds=0, openai_api_key="k",
+                        openai_base_url=f"http://127.0.0.1:{port}/v1", anthropic_api_key="k",
+                        anthropic_base_url=f"http://127.0.0.1:{port}")
     gateway = create_app(settings).state.gateway
     out["gateway_built"] = {m: round(await per_open(gateway, m, args.requests), 1) for m in models}
-
-    http = mock_client()
-    clients = {
-        "openai": openai.AsyncOpenAI(api_key="k", base_url="http://up.test/v1", http_client=http, max_retries=1),
-        "anthropic": anthropic.AsyncAnthropic(api_key="k", base_url="http://up.test", http_client=http,
-                                              max_retries=1),
-    }
-    gateway = create_app(Settings(log_level="warning", max_streams=1_000_000), clients=clients).state.gateway
-    out["injected_sdk"] = {m: round(await per_open(gateway, m, args.requests), 1) for m in models}
+    await gateway.aclose()
+    await runner.cleanup()
     print(json.dumps({"gateway_open_cpu_us": out}, indent=2))
 
 
