@@ -51,6 +51,19 @@ class ClusterNodeProc:
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         _wait(self.ping, "redis-server (cluster node)", self.proc)
 
+    def first_start(self, attempts: int = 3) -> None:
+        """Start on fresh ports when the chosen ones were taken between `free_port()` and the bind
+        (another process on the machine; redis-server then exits at once, saying so on stdout)."""
+        for attempt in range(attempts):
+            try:
+                return self.start()
+            except RuntimeError:
+                if attempt == attempts - 1 or self.alive():
+                    raise
+                self.port, self.bus_port = free_port(), free_port()
+                self.dir = self.dir.parent / str(self.port)
+                self.dir.mkdir(parents=True, exist_ok=True)
+
     def ping(self) -> bool:
         try:
             return bool(_ask(self.port, "PING"))
@@ -104,7 +117,7 @@ class RedisClusterServer:
 
     def _start(self) -> RedisClusterServer:
         for node in self.nodes:
-            node.start()
+            node.first_start()
         subprocess.run(
             [self.cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
              "--cluster-replicas", str(self.replicas), "--cluster-yes"],
