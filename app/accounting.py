@@ -14,13 +14,12 @@ import functools
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from importlib.metadata import version
 from typing import TYPE_CHECKING
 
 from app.auth import Auth
 from app.auth.policy import Price, price_for
 from app.auth.service import Reservation, Ticket
-from app.core.cost import Rate, Rates
+from app.core.cost import LIBRARY_SOURCE, OPERATOR_SOURCE, Rate, Rates
 from app.core.events import Usage
 from app.core.messages import Message
 from app.core.parts import TextPart
@@ -30,13 +29,8 @@ from app.observability import Metrics
 if TYPE_CHECKING:
     from genai_prices.types import TieredPrices
 
-__all__ = ["LIBRARY_SOURCE", "KeyAccountant", "PriceBook", "estimate", "library_rates", "price_sources"]
+__all__ = ["LIBRARY_SOURCE", "KeyAccountant", "PriceBook", "estimate", "library_rates"]
 
-LIBRARY_SOURCE = f"genai-prices {version('genai-prices')}"
-"""Read from the installed distribution: `config check` names the source without importing the
-library (its price data takes ~0.2 s to import; it is imported by the first run that needs a price)."""
-"""The price source of a run priced by the library: its name and version (its data ships with it)."""
-OPERATOR_SOURCE = "FOUNDRY_PRICES"
 _LIBRARY_PROVIDERS = {"gemini": "google", "openai-responses": "openai"}
 """The gateway's provider names the library knows by another name (the rest it knows by theirs:
 openai, anthropic, groq, deepseek, mistral, ...; a name it does not know leaves the model unpriced)."""
@@ -59,14 +53,6 @@ class PriceBook:
             return price.rates(OPERATOR_SOURCE)
         provider, _, name = target.partition("/")
         return library_rates(provider, name, datetime.now(UTC).date()) if self.library and name else None
-
-
-def price_sources(prices: Mapping[str, Price], *, library: bool) -> str:
-    """Where prices come from, as `config check` and the start-up log say it."""
-    operator = f"FOUNDRY_PRICES for {len(prices)} model(s) or pattern(s): {', '.join(sorted(prices))}" if prices else ""
-    if not library:
-        return (operator or "none") + " (FOUNDRY_PRICE_LIBRARY=false: other models are unpriced)"
-    return f"{LIBRARY_SOURCE} (its bundled data)" + (f", overridden by {operator}" if operator else "")
 
 
 @functools.lru_cache(maxsize=512)

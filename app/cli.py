@@ -290,7 +290,7 @@ async def _rotate(keystore: Any, key_id: str, overlap_seconds: int) -> int:
 
 
 def _config_check(args: argparse.Namespace) -> int:
-    from app.accounting import price_sources
+    from app.core.cost import price_sources
     from app.startup import describe_settings, provider_statuses, stream_store_label
 
     settings = _load_settings()

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, create_model, field_validator, model_validator
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
-from sqlalchemy.engine import make_url
 
 from app.auth.keys import AdminKey
 from app.auth.policy import MODEL_PATTERN_RE, ConfiguredKey, Price, known_validators
@@ -30,7 +29,7 @@ from app.lifecycle import drain_grace
 from app.providers.catalog import default_patterns, provider_names, setting_specs
 from app.providers.config import BaseUrl, CompatibleProvider, ProviderConfig, ReadLimits
 from app.providers.descriptor import SettingSpec
-from app.records.urls import DatabaseUrl
+from app.records.urls import DatabaseUrl, masked_url
 from app.redis_client import RedisUrl
 from app.routing.config import RouteConfig, check_route_deadlines, check_route_shapes
 from app.tools.config import ToolConfig, default_tools
@@ -309,7 +308,7 @@ class _GatewaySettings(BaseSettings):
 
     def records_url_masked(self) -> str:
         """The records database URL with its password hidden (for logs and `config check`)."""
-        return make_url(self.records_url()).render_as_string(hide_password=True)
+        return masked_url(self.records_url())
 
     def provider_config(self) -> ProviderConfig:
         """What the provider modules need (they never see Settings)."""

@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
-from app.accounting import price_sources
 from app.config_load import env_name, unknown_variables
+from app.core.cost import price_sources
 from app.observability import get_logger
 from app.providers.catalog import PROVIDERS
 from app.settings import Settings

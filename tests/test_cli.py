@@ -260,7 +260,7 @@ print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 @pytest.mark.parametrize(("argv", "forbidden"), [
     (["--version"], _SERVING + _SETTINGS),
     (["--help"], _SERVING + _SETTINGS),
-    (["config", "check"], _SERVING),
+    (["config", "check"], (*_SERVING, "sqlalchemy", "alembic", "genai_prices")),  # nor the records machinery
 ])
 def test_help_version_and_config_check_import_no_provider(tmp_path: Path, argv: list[str],
                                                           forbidden: tuple[str, ...]) -> None:
@@ -274,3 +274,16 @@ def test_help_version_and_config_check_import_no_provider(tmp_path: Path, argv: 
     assert done.returncode == 0, done.stderr
     imported = json.loads(done.stderr.splitlines()[-1])
     assert [m for m in imported if m in forbidden or m.split(".")[0] in forbidden] == []
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql+asyncpg://u:p%40ss@h:5432/db", "postgresql+asyncpg://u@h/db", "sqlite+aiosqlite:///var/foundry.db",
+    "postgresql+asyncpg://u:pw@h/db?ssl=require", "postgresql+asyncpg://:pw@h/db", "postgresql+asyncpg://u:a:b@h/db",
+])
+def test_a_masked_database_url_reads_as_sqlalchemys(url: str) -> None:
+    """`config check` masks the URL with the standard library (no SQLAlchemy import): the same text."""
+    from sqlalchemy.engine import make_url
+
+    from app.records.urls import masked_url
+
+    assert masked_url(url) == make_url(url).render_as_string(hide_password=True)

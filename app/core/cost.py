@@ -16,15 +16,32 @@ uses). The same convention as genai-prices' `Usage`, whose totals the tests comp
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from decimal import Decimal
+from importlib.metadata import version
 from typing import Protocol
 
 from typing_extensions import TypedDict
 
-__all__ = ["Cost", "CostData", "Counts", "Rate", "Rates"]
+__all__ = ["LIBRARY_SOURCE", "OPERATOR_SOURCE", "Cost", "CostData", "Counts", "Rate", "Rates", "price_sources"]
 
 _MILLION = Decimal(1_000_000)
+
+LIBRARY_SOURCE = f"genai-prices {version('genai-prices')}"
+"""The price source of a run priced by the library: its name and version (its data ships with it).
+Read from the installed distribution, so that naming the source (`config check`, the start-up
+log) imports neither the library's data nor the key and records machinery."""
+OPERATOR_SOURCE = "FOUNDRY_PRICES"
+
+
+def price_sources(prices: Collection[str], *, library: bool) -> str:
+    """Where prices come from, as `config check` and the start-up log say it: the operator's
+    model names or patterns (`FOUNDRY_PRICES`), then the library's data unless it is turned off."""
+    operator = f"FOUNDRY_PRICES for {len(prices)} model(s) or pattern(s): {', '.join(sorted(prices))}" if prices else ""
+    if not library:
+        return (operator or "none") + " (FOUNDRY_PRICE_LIBRARY=false: other models are unpriced)"
+    return f"{LIBRARY_SOURCE} (its bundled data)" + (f", overridden by {operator}" if operator else "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,9 +2,15 @@
 deployments. `RunRecord` (record.py) is the typed input, `RecordWriter` (writer.py) takes it off
 the streaming path, `RecordStore` (store.py) reads and writes, migrations live in `migrations/`."""
 
-from app.records.record import RunRecord, validation_without_content, without_content
-from app.records.store import RecordStore, RunPage, RunQuery, decode_cursor, encode_cursor
-from app.records.writer import RecordWriter
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.records.record import RunRecord, validation_without_content, without_content
+    from app.records.store import RecordStore, RunPage, RunQuery, decode_cursor, encode_cursor
+    from app.records.writer import RecordWriter
 
 __all__ = [
     "RecordStore",
@@ -17,3 +23,25 @@ __all__ = [
     "validation_without_content",
     "without_content",
 ]
+
+# Each public name -> its submodule, imported on first use (PEP 562): the settings read
+# `urls.py` to check a database URL, which must not import the store, its engine and migrations.
+_HOMES = {
+    "RunRecord": "record",
+    "validation_without_content": "record",
+    "without_content": "record",
+    "RecordStore": "store",
+    "RunPage": "store",
+    "RunQuery": "store",
+    "decode_cursor": "store",
+    "encode_cursor": "store",
+    "RecordWriter": "writer",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value

@@ -10,12 +10,11 @@ scheme or driver is a configuration error naming it (never the URL: it may hold 
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import AfterValidator, SecretStr
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
-__all__ = ["DatabaseUrl", "async_database_url"]
+__all__ = ["DatabaseUrl", "async_database_url", "masked_url"]
 
 _DRIVERS = {"postgresql": "asyncpg", "sqlite": "aiosqlite"}
 _BACKENDS = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
@@ -23,6 +22,11 @@ _BACKENDS = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sq
 
 def async_database_url(url: str) -> str:
     """`url` with the async driver the store uses; ValueError for a URL the store cannot open."""
+    # Imported here: the settings run this only when a URL is configured, and importing
+    # SQLAlchemy is most of what `config check` would otherwise cost without one.
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url.strip())
     except (ArgumentError, ValueError):
@@ -41,3 +45,15 @@ def async_database_url(url: str) -> str:
 
 DatabaseUrl = Annotated[SecretStr, AfterValidator(lambda url: SecretStr(async_database_url(url.get_secret_value())))]
 """FOUNDRY_DATABASE_URL as a setting: read with the store's driver when the configuration loads."""
+
+
+def masked_url(url: str) -> str:
+    """`url` with its password shown as `***` (as SQLAlchemy's `render_as_string` does), for logs
+    and `config check`. By the standard library: this runs in `config check`, which must not pay
+    for importing SQLAlchemy (most of its start-up time otherwise)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
