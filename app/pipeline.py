@@ -32,7 +32,7 @@ from app.core.errors import GatewayError
 from app.core.events import Usage
 from app.core.report import RunObserver
 from app.lifecycle import FINALS_SECONDS, Admission, ShuttingDown
-from app.observability import BoundedLabels, Metrics, get_logger
+from app.observability import Metrics, get_logger
 from app.opener import GateFactory, RunOpener, RunSpec
 from app.providers.base import PatchStream, ProviderRequest
 from app.providers.registry import ProviderRegistry
@@ -42,7 +42,7 @@ from app.run import CancelReason, Run
 from app.settings import Settings
 from app.streams.log import StreamLog
 from app.streams.memory import StreamStore
-from app.tools import ToolRegistry, build_tools
+from app.tools import build_tools
 from app.tools.mcp_hub import build_hub
 from app.tracing import RunTrace, Tracing
 from app.validation import Gate, build_gate
@@ -144,7 +144,6 @@ class Gateway:
         store: StreamStore,
         metrics: Metrics,
         gate_factory: GateFactory | None = None,
-        tools: ToolRegistry | None = None,
         observers: Iterable[RunObserver] = (),
         tracing: Tracing | None = None,
         cache: ResponseCache | None = None,
@@ -155,22 +154,18 @@ class Gateway:
         self.registry = registry
         self.store = store
         self.metrics = metrics
-        self.tools = tools if tools is not None else build_tools(
-            settings.tools, observer=self._observe_tool, max_output_chars=settings.tool_max_output_chars)
-        if self.tools.mcp is None:
-            self.tools.mcp = build_hub(settings.mcp_servers)
+        self.tools = build_tools(settings.tools, observer=self._observe_tool, max_output_chars=settings.tool_max_output_chars,
+                                 mcp=build_hub(settings.mcp_servers), tracing=tracing)
         self.log = get_logger("foundry.pipeline")
         self.observers: list[RunObserver] = list(observers)
-        self.router = Router(registry=registry, routes=settings.routes, policy=routing_policy(settings))
-        self.router.observer = self._observe_attempt
-        self.router.tracing = self.tools.tracing = tracing
+        self.router = Router(registry=registry, routes=settings.routes, policy=routing_policy(settings),
+                             observer=self._observe_attempt, tracing=tracing)
         self.judge = JudgeBackend(self._judge_stream, span=tracing.judge if tracing is not None else None)
         self.opener = RunOpener(settings=settings, store=store, tools=self.tools,
                                 gate_factory=gate_factory or self.build_gate, observers=self.observers,
                                 on_failure=lambda provider, code: metrics.upstream_errors.labels(provider, code).inc())
         self.admission = Admission(max_active=settings.max_active_runs, max_lag=settings.max_loop_lag_seconds or None,
                                    on_refuse=lambda reason: metrics.admission_refused.labels(reason).inc())
-        metrics.targets = BoundedLabels((), settings.max_unconfigured_targets)
         metrics.watch_circuits(self.router.breakers.states)
         metrics.active_runs.set_function(lambda: len(self.admission.active))
         metrics.max_active_runs.set(settings.max_active_runs)
