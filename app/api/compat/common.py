@@ -24,7 +24,6 @@ from app.api.schemas import refuse_invalid_unicode
 from app.api.sse import SSEResponse
 from app.core.errors import GatewayError
 from app.core.events import FinalEvent, StreamEvent, ToolCallEvent
-from app.core.messages import Message, ToolSpec
 from app.pipeline import Gateway, RunHandle, RunSpec
 from app.providers.base import ProviderRequest
 from app.run import Run
@@ -187,17 +186,13 @@ async def translate(log: StreamLog, translator: Translator) -> AsyncIterator[byt
             yield out
 
 
-def run_spec(*, model: str, messages: tuple[Message, ...], tools: tuple[ToolSpec, ...], tool_choice: str | None,
-             temperature: float | None, max_tokens: int | None, options: dict[str, Any], extras: GatewayExtras,
-             stop: tuple[str, ...] = (), parallel_tool_calls: bool | None = None,
-             cache_control: dict[str, Any] | None = None, output_schema: dict[str, Any] | None = None) -> RunSpec:
-    """The canonical request, as /v1/stream builds it (validators and chunker checked: 422)."""
+def run_spec(request: ProviderRequest, extras: GatewayExtras) -> RunSpec:
+    """The run of a facade's `request` with the gateway's own options of its body, as /v1/stream
+    builds it (validators and chunker checked: 422); `provider_options` win over the options the
+    facade carried from the client's fields."""
     check_specs(extras.validators, extras.chunking)
-    request = ProviderRequest(model=model, messages=messages, tools=tools, tool_choice=tool_choice,
-                              temperature=temperature, max_tokens=max_tokens,
-                              options={**options, **extras.provider_options}, stop=stop,
-                              parallel_tool_calls=parallel_tool_calls, cache_control=cache_control,
-                              output_schema=output_schema)
+    if extras.provider_options:
+        request = replace(request, options={**request.options, **extras.provider_options})
     return RunSpec(request=request, validators=tuple(extras.validators), chunking=extras.chunking,
                    max_steps=extras.max_steps)
 
