@@ -190,7 +190,7 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordW
         await gateway.tools.start()  # MCP servers' sessions (each first attempt waited for, bounded)
         sweeper = asyncio.create_task(_sweep(store, settings.stream_ttl_seconds))
         watcher = asyncio.create_task(_revocations(gateway, auth, settings.key_cache_seconds))
-        restore = drain_on_stop_signal(lambda: gateway.end_runs(settings.shutdown_grace_seconds))
+        restore = drain_on_stop_signal(lambda: gateway.runs.drain(settings.shutdown_grace_seconds))
         if records is not None:
             await records.start()  # migrate, prune, start writing (a database that is down: retried)
         if auth.mode == "open":
@@ -364,7 +364,7 @@ async def _revocations(gateway: Gateway, auth: Auth, period: float) -> None:
         await asyncio.sleep(max(period, 0.5))
         if auth.keystore is None:
             continue
-        for owner in gateway.running_owners():
+        for owner in gateway.runs.owners():
             if auth.configured(owner) is not None:
                 continue
             try:
@@ -372,7 +372,7 @@ async def _revocations(gateway: Gateway, auth: Auth, period: float) -> None:
             except Exception as exc:  # the database is away: the next pass asks again
                 log.warning("revocation_check_failed", key_id=owner, error=type(exc).__name__)
                 break
-            if row is not None and row.revoked_at is not None and (ended := gateway.end_runs_of(owner)):
+            if row is not None and row.revoked_at is not None and (ended := gateway.runs.end_of(owner)):
                 log.info("key_revoked_runs_ended", key_id=owner, runs=ended)
 
 

@@ -56,7 +56,7 @@ async def admin_health(_admin: AdminDep, gateway: GatewayDep, auth: AuthDep, wri
     providers += [ProviderState(name=name, served=True, why="injected adapter")
                   for name in sorted(set(served) - {s.name for s in statuses})]
     runs = []
-    for handle in list(gateway.runs):
+    for handle in list(gateway.runs.handles):
         if not handle.opening.done() or handle.opening.cancelled() or handle.opening.exception() is not None:
             continue
         info = handle.log.info

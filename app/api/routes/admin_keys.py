@@ -111,7 +111,7 @@ async def revoke_key(key_id: KeyId, _admin: AdminDep, auth: AuthDep, gateway: Ga
         raise RequestError(f"key {key_id!r} was already revoked at {row.revoked_at.isoformat()}",
                            code="already_revoked", status=409, field="key_id")
     auth.forget()
-    gateway.end_runs_of(key_id)  # other replicas: app/main.py _revocations
+    gateway.runs.end_of(key_id)  # other replicas: app/main.py _revocations
     return Response(status_code=204)
 
 
