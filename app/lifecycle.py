@@ -25,7 +25,7 @@ __all__ = ["FINALS_SECONDS", "SERVER_CLOSE_SECONDS", "Admission", "LoopLag", "Ov
            "drain_budget", "drain_on_stop_signal"]
 
 FINALS_SECONDS = 2.0
-"""After the grace, the cut streams get up to this long to write their finals (app/pipeline.py)."""
+"""After the grace, the cut streams get up to this long to write their finals (app/run_tasks.py)."""
 SERVER_CLOSE_SECONDS = 5.0
 """Then uvicorn's graceful shutdown closes the connections left within this (`foundry-gateway serve`)."""
 

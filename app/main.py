@@ -71,20 +71,18 @@ def create_app(
     settings = settings or load_settings()
     secrets.remember(*secret_values(settings))
     configure_logging(settings.log_level, settings.log_json)
-    metrics = Metrics(known_models=_named_models(settings))
+    metrics = Metrics(known_models=_named_models(settings), max_targets=settings.max_unconfigured_targets)
     tracing = _tracing(settings, tracing)
     store = build_store(settings, metrics)
     metrics.store_bytes.set_function(lambda: store.total_bytes)
+    auth, records, recorder = _accounts(settings, store, metrics)
     try:
         gateway = Gateway(settings=settings, registry=build_registry(settings.provider_config(), clients, adapters),
-                          store=store, metrics=metrics, observers=observers, tracing=tracing,
-                          cache=build_cache(settings, metrics))
+                          store=store, metrics=metrics, observers=[*observers, *recorder, metrics.observe_run],
+                          tracing=tracing, cache=build_cache(settings, metrics))
     except (RouteConfigError, McpSecretMissing) as exc:
         raise setting_error("routes" if isinstance(exc, RouteConfigError) else "mcp_servers", str(exc)) from None
-    records = _records(settings, metrics)
-    auth = _wire_records(settings, gateway, store, records, metrics)
     accountant = KeyAccountant(auth, metrics)  # each run's own observer, given when it starts (app/api/access.py)
-    gateway.add_observer(metrics.observe_run)
     sessions = build_sessions(settings.redis_url.get_secret_value() if settings.redis_url else None)  # for /mcp
     endpoint = McpEndpoint(gateway.tools.mcp, metrics, tracing, _mcp_calls(settings, records, metrics))
 
@@ -114,17 +112,28 @@ def create_app(
     return app
 
 
-def _wire_records(settings: Settings, gateway: Gateway, store: StreamStore, records: RecordWriter | None,
-                  metrics: Metrics) -> Auth:
-    """Records fed by finished runs, swept streams and claims; the keys' auth beside them."""
+def _accounts(settings: Settings, store: StreamStore,
+              metrics: Metrics) -> tuple[Auth, RecordWriter | None, list[RunObserver]]:
+    """The keys' auth, the run-record writer (None with FOUNDRY_RECORDS=off, the keys then in
+    configuration only) and the observer that records each finished run."""
+    database = RecordStore(settings.records_url(), write_timeout=settings.records_write_timeout) \
+        if settings.records else None
+    auth = _auth(settings, database, metrics)
+    records = _records(settings, database, metrics, _committed(auth, store))
+    _feed_store(settings, store, records, auth)
+    if records is None:
+        return auth, None, []
+    return auth, records, [RunRecorder(records, content=settings.record_content, stage=store.stage_record)]
+
+
+def _feed_store(settings: Settings, store: StreamStore, records: RecordWriter | None, auth: Auth) -> None:
+    """The stream store's hooks: records of the runs another replica left (swept from its outbox)
+    or this one ended for a dead replica (claims). The one wiring done after construction: the
+    store and the records writer need each other (the writer tells the store's outbox what it
+    wrote), so one of them is told of the other once both exist."""
     if records is not None:
-        gateway.add_observer(RunRecorder(records, content=settings.record_content, stage=store.stage_record))
         store.on_swept = lambda swept: records.submit(swept_record(swept, content=settings.record_content))
-    auth = _auth(settings, records, metrics)
     store.on_claim = _claims(settings, records, auth)
-    if records is not None:
-        records.on_committed = _committed(auth, store)
-    return auth
 
 
 def _install_routes(app: FastAPI) -> None:
@@ -181,7 +190,7 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordW
         await gateway.tools.start()  # MCP servers' sessions (each first attempt waited for, bounded)
         sweeper = asyncio.create_task(_sweep(store, settings.stream_ttl_seconds))
         watcher = asyncio.create_task(_revocations(gateway, auth, settings.key_cache_seconds))
-        restore = drain_on_stop_signal(lambda: gateway.end_runs(settings.shutdown_grace_seconds))
+        restore = drain_on_stop_signal(lambda: gateway.runs.drain(settings.shutdown_grace_seconds))
         if records is not None:
             await records.start()  # migrate, prune, start writing (a database that is down: retried)
         if auth.mode == "open":
@@ -264,13 +273,13 @@ def _committed(auth: Auth, store: StreamStore) -> Committed:
     return committed
 
 
-def _auth(settings: Settings, records: RecordWriter | None, metrics: Metrics) -> Auth:
+def _auth(settings: Settings, database: RecordStore | None, metrics: Metrics) -> Auth:
     """Keys (the admin key, [[keys]], the records database's api_keys) and the limiter (Redis or memory)."""
     return Auth(
         admin_key=settings.admin_key.get_secret_value() if settings.admin_key else None,
         admin_key_previous=settings.admin_key_previous.get_secret_value() if settings.admin_key_previous else None,
         config_keys=settings.keys,
-        keystore=KeyStore(records.store.engine) if records is not None else None,
+        keystore=KeyStore(database.engine) if database is not None else None,
         limiter=build_limiter(settings.redis_url.get_secret_value() if settings.redis_url else None,
                               lease_seconds=settings.concurrency_lease_seconds),
         cache_seconds=settings.key_cache_seconds,
@@ -297,17 +306,17 @@ def _mcp_closing(endpoint: McpEndpoint, sessions: McpSessions, grace: float) -> 
     return closing
 
 
-def _records(settings: Settings, metrics: Metrics) -> RecordWriter | None:
-    """The run-record writer (app/records), or None with FOUNDRY_RECORDS=off."""
-    if not settings.records:
+def _records(settings: Settings, database: RecordStore | None, metrics: Metrics,
+             committed: Committed) -> RecordWriter | None:
+    """The run-record writer (app/records) on `database`, or None with FOUNDRY_RECORDS=off."""
+    if database is None:
         return None
-    store = RecordStore(settings.records_url(), write_timeout=settings.records_write_timeout)
     return RecordWriter(
-        store, queue_size=settings.records_queue_size, batch_size=settings.records_batch_size,
+        database, queue_size=settings.records_queue_size, batch_size=settings.records_batch_size,
         linger=settings.records_linger,
         write_timeout=settings.records_write_timeout, retention_days=settings.record_retention_days,
         on_drop=lambda reason, n: metrics.records_dropped.labels(reason).inc(n),
-        on_write=metrics.records_written.inc,
+        on_write=metrics.records_written.inc, on_committed=committed,
     )
 
 
@@ -355,7 +364,7 @@ async def _revocations(gateway: Gateway, auth: Auth, period: float) -> None:
         await asyncio.sleep(max(period, 0.5))
         if auth.keystore is None:
             continue
-        for owner in gateway.running_owners():
+        for owner in gateway.runs.owners():
             if auth.configured(owner) is not None:
                 continue
             try:
@@ -363,7 +372,7 @@ async def _revocations(gateway: Gateway, auth: Auth, period: float) -> None:
             except Exception as exc:  # the database is away: the next pass asks again
                 log.warning("revocation_check_failed", key_id=owner, error=type(exc).__name__)
                 break
-            if row is not None and row.revoked_at is not None and (ended := gateway.end_runs_of(owner)):
+            if row is not None and row.revoked_at is not None and (ended := gateway.runs.end_of(owner)):
                 log.info("key_revoked_runs_ended", key_id=owner, runs=ended)
 
 

@@ -122,9 +122,10 @@ class BoundedLabels:
 
 
 class Metrics:
-    def __init__(self, known_models: Iterable[str] = ()) -> None:
+    def __init__(self, known_models: Iterable[str] = (), max_targets: int = 256) -> None:
         """`known_models`: the models the configuration names (routes, their targets, aliases,
-        prices), always their own label value."""
+        prices), always their own label value; `max_targets`: how many unconfigured targets get
+        one of their own (FOUNDRY_MAX_UNCONFIGURED_TARGETS)."""
         # No `_created` series: a start time beside every labelled counter and histogram doubles
         # the exposition and no dashboard reads it (process-wide, as prometheus-client offers it).
         disable_created_metrics()
@@ -166,7 +167,7 @@ class Metrics:
         self.key_cost = Counter("foundry_key_cost_usd", "Spend in USD by key name (priced models).", ["key"],
                                 registry=r)
         self._key_names = BoundedLabels((), MAX_KEY_LABELS)
-        self.targets = BoundedLabels((), 256)
+        self.targets = BoundedLabels((), max_targets)
         """Unconfigured targets with their own label value (FOUNDRY_MAX_UNCONFIGURED_TARGETS)."""
         self.route_attempts = Counter("foundry_route_attempts", "Upstream attempts before the first content, by "
                                       "target and outcome (ok, error, timeout, rate_limited, skipped, cancelled).",

@@ -1,18 +1,11 @@
-"""The Gateway: the composition `create_app` makes, and the owner of every run's task.
-
-`Gateway.start(spec)` admits a run (503 when draining or full), then starts one asyncio task that
-opens it (app/opener.py: the route to its first content, the stream log) and executes it
-(app/run.py). The caller gets a `RunHandle`: `opened()` gives the `Run` once its log exists, or
-raises the `GatewayError` that answers the request over HTTP. From then on every response reads
-the run's log; none drives the run. One cancellation path: `RunHandle.cancel(reason)` cancels the
-task (a reader whose client left, `POST /v1/stream/{id}/cancel` through the log's canceller, the
-drain), and the run ends where it waits with the final that reason calls for.
+"""The Gateway: the composition `create_app` makes of providers, routes, tools, the stream store
+and the runs' tasks (app/run_tasks.py), each built whole here from the settings.
 
 A run is one or more *steps* (provider responses). When the model calls tools the gateway runs
 (app/tools), the step's calls are executed in parallel, their `tool_result` events go out, the
 assistant and tool messages are appended and the provider is called again, up to `max_steps`.
-All steps make one stream: one `start`, one sequence of ids and indexes, one validation gate,
-one `final` whose usage is summed over the steps.
+All steps make one stream: one `start`, one sequence of ids and indexes, one validation gate
+(built by `Gates`), one `final` whose usage is summed over the steps.
 
 When a run ends, every observer (`Gateway(observers=...)`, `add_observer`, and the request's own)
 gets its `RunReport` (app/core/report.py): the seam for run records, usage accounting and metrics.
@@ -20,42 +13,31 @@ gets its `RunReport` (app/core/report.py): the seam for run records, usage accou
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-import structlog
-
-from app.cache.replay import ReplayRun
-from app.cache.service import CachePlan, ResponseCache
-from app.core.errors import GatewayError
+from app.accounting import PriceBook
+from app.cache.service import ResponseCache
 from app.core.events import Usage
 from app.core.report import RunObserver
-from app.lifecycle import FINALS_SECONDS, Admission, ShuttingDown
-from app.observability import BoundedLabels, Metrics, get_logger
+from app.lifecycle import Admission
+from app.observability import Metrics
 from app.opener import GateFactory, RunOpener, RunSpec
 from app.providers.base import PatchStream, ProviderRequest
 from app.providers.registry import ProviderRegistry
-from app.routing.router import Router, RouteSession
+from app.routing.router import Router
 from app.routing.targets import Attempt, Policy
-from app.run import CancelReason, Run
+from app.run import Run
+from app.run_tasks import ClientGone, RunHandle, RunTasks
 from app.settings import Settings
-from app.streams.log import StreamLog
 from app.streams.memory import StreamStore
-from app.tools import ToolRegistry, build_tools
+from app.tools import build_tools
 from app.tools.mcp_hub import build_hub
-from app.tracing import RunTrace, Tracing
+from app.tracing import Tracing
 from app.validation import Gate, build_gate
 from app.validation.judge import JudgeBackend, RunJudge
 
-__all__ = ["ClientGone", "Gate", "Gateway", "Run", "RunHandle", "RunObserver", "RunSpec"]
-
-
-class ClientGone(GatewayError):
-    """The client left before its run's response began (nobody reads this answer)."""
-
-    status = 499
-    code = "client_closed_request"
+__all__ = ["ClientGone", "Gate", "Gates", "Gateway", "Run", "RunHandle", "RunObserver", "RunSpec", "RunTasks"]
 
 
 def routing_policy(settings: Settings) -> Policy:
@@ -69,249 +51,19 @@ def routing_policy(settings: Settings) -> Policy:
     )
 
 
-class RunHandle:
-    """The API's hold on one run: wait for it to open, cancel it. The task is the gateway's."""
+class Gates:
+    """Each run's validation gate, with the `llm_judge` calls its validators make: sent through
+    the router (a provider/model or a route) and priced as any run is."""
 
-    __slots__ = ("task", "reason", "detached", "trace", "owner", "cache", "_run", "_opened", "_begun")
-
-    def __init__(self, owner: str | None = None) -> None:
-        self.task: asyncio.Task[None] | None = None
-        self.owner = owner
-        """The API key id that started the run (None: open mode, the admin key)."""
-        self.reason: CancelReason | None = None
-        """Why the task was cancelled (the first reason given wins)."""
-        self._run: Run | None = None
-        self.detached = False
-        """No response reads the run (a background run): its own log line is written when it ends."""
-        self._opened: asyncio.Future[Run] = asyncio.get_running_loop().create_future()
-        self._begun = False
-        self.trace: RunTrace | None = None
-        """The run's span, when tracing is on (app/tracing.py)."""
-        self.cache: str | None = None
-        """`hit` or `miss` once opened, when a cache rule applied (the X-Foundry-Cache header)."""
-
-    @property
-    def trace_id(self) -> str | None:
-        return self.trace.trace_id if self.trace is not None else None
-
-    @property
-    def run(self) -> Run:
-        """The run, once opened."""
-        if self._run is None:
-            raise RuntimeError("the run has not opened")
-        return self._run
-
-    @property
-    def log(self) -> StreamLog:
-        return self.run.log
-
-    @property
-    def opening(self) -> asyncio.Future[Run]:
-        """Resolves to the run once its log exists; or to the error that answers the request."""
-        return self._opened
-
-    async def opened(self) -> Run:
-        return await asyncio.shield(self._opened)
-
-    def opened_as(self, run: Run) -> None:
-        """The run's log exists: readers may start."""
-        self._run = run
-        self._opened.set_result(run)
-
-    def begin(self) -> None:
-        """The task runs: a cancel from now on reaches it where it waits."""
-        self._begun = True
-
-    def cancel(self, reason: CancelReason) -> bool:
-        """Cancel the run's task (once); False when it had already ended."""
-        if self.task is None or self.task.done():
-            return False
-        if self.reason is None:
-            self.reason = reason
-            if self._begun:  # else the task sees the reason when it starts
-                self.task.cancel()
-        return True
-
-
-class Gateway:
-    """The service behind the HTTP API: providers, routes, the stream store, the runs' tasks."""
-
-    def __init__(
-        self,
-        *,
-        settings: Settings,
-        registry: ProviderRegistry,
-        store: StreamStore,
-        metrics: Metrics,
-        gate_factory: GateFactory | None = None,
-        tools: ToolRegistry | None = None,
-        observers: Iterable[RunObserver] = (),
-        tracing: Tracing | None = None,
-        cache: ResponseCache | None = None,
-    ) -> None:
+    def __init__(self, *, settings: Settings, router: Router, metrics: Metrics, prices: PriceBook,
+                 tracing: Tracing | None) -> None:
         self.settings = settings
-        self.cache = cache
-        self.tracing = tracing
-        self.registry = registry
-        self.store = store
+        self.router = router
         self.metrics = metrics
-        self.tools = tools if tools is not None else build_tools(
-            settings.tools, observer=self._observe_tool, max_output_chars=settings.tool_max_output_chars)
-        if self.tools.mcp is None:
-            self.tools.mcp = build_hub(settings.mcp_servers)
-        self.log = get_logger("foundry.pipeline")
-        self.observers: list[RunObserver] = list(observers)
-        self.router = Router(registry=registry, routes=settings.routes, policy=routing_policy(settings))
-        self.router.observer = self._observe_attempt
-        self.router.tracing = self.tools.tracing = tracing
+        self.prices = prices
         self.judge = JudgeBackend(self._judge_stream, span=tracing.judge if tracing is not None else None)
-        self.opener = RunOpener(settings=settings, store=store, tools=self.tools,
-                                gate_factory=gate_factory or self.build_gate, observers=self.observers,
-                                on_failure=lambda provider, code: metrics.upstream_errors.labels(provider, code).inc())
-        self.admission = Admission(max_active=settings.max_active_runs, max_lag=settings.max_loop_lag_seconds or None,
-                                   on_refuse=lambda reason: metrics.admission_refused.labels(reason).inc())
-        metrics.targets = BoundedLabels((), settings.max_unconfigured_targets)
-        metrics.watch_circuits(self.router.breakers.states)
-        metrics.active_runs.set_function(lambda: len(self.admission.active))
-        metrics.max_active_runs.set(settings.max_active_runs)
-        self.runs: set[RunHandle] = set()
-        """Every run's handle, from its admission to its task's end."""
 
-    def add_observer(self, observer: RunObserver) -> None:
-        """Call `observer(report)` when each later run ends (app/core/report.py)."""
-        self.observers.append(observer)
-
-    def start(self, spec: RunSpec, *, request_id: str | None = None,
-              observers: Sequence[RunObserver] = ()) -> RunHandle:
-        """Admit a run and start its task; an unknown model or route (404) and a full or draining
-        gateway (503) are refused at once, everything else through `RunHandle.opened()`.
-        `observers` get this run's report only."""
-        session = self.router.session(spec.model, spec.timeouts)
-        handle = RunHandle(spec.owner)
-        self.admission.admit(handle)  # 503 when draining or full
-        if self.tracing is not None:  # the span starts with the request, the caller's context its parent
-            request = spec.request
-            handle.trace = self.tracing.start_run(model=spec.model, messages=request.messages, parent=None,
-                                                  temperature=request.temperature, max_tokens=request.max_tokens)
-            observers = (*observers, handle.trace.observe)
-        self.runs.add(handle)
-        handle.task = asyncio.get_running_loop().create_task(
-            self._lifetime(handle, spec, session, request_id, observers), name="run")
-        return handle
-
-    async def _lifetime(self, handle: RunHandle, spec: RunSpec, session: RouteSession, request_id: str | None,
-                        observers: Sequence[RunObserver]) -> None:
-        """The run's task. Traced, the run's span is current in it (attempts, tools and judge calls
-        are its children) and its trace id is in every log line of the run (this task's context)."""
-        trace = handle.trace
-        if trace is None or self.tracing is None:
-            await self._execute(handle, spec, session, request_id, observers)
-            return
-        structlog.contextvars.bind_contextvars(trace_id=trace.trace_id)
-        try:
-            with self.tracing.use(trace.span):
-                await self._execute(handle, spec, session, request_id, observers)
-        finally:
-            trace.close()  # a run that left no report (cancelled before its first attempt)
-
-    async def _execute(self, handle: RunHandle, spec: RunSpec, session: RouteSession, request_id: str | None,
-                       observers: Sequence[RunObserver]) -> None:
-        """Open, then execute; the slot is given back however it ends."""
-        handle.begin()
-        cache = self._cache_plan(spec, session)
-        try:
-            run = await self._open(handle, spec, session, request_id, observers, cache)
-            if run is not None:
-                await run.execute(lambda: handle.reason)
-                if handle.detached and run.report is not None:
-                    self.log.info("background_stream", request_id=request_id, model=run.model,
-                                  provider=run.provider, **run.report.log_fields())
-                if cache is not None and self.cache is not None:
-                    await self.cache.keep(cache, run)
-        finally:
-            if cache is not None and self.cache is not None:
-                self.cache.release(cache)
-            self.admission.release(handle)
-            self.runs.discard(handle)
-
-    def _cache_plan(self, spec: RunSpec, session: RouteSession) -> CachePlan | None:
-        """The request's response-cache plan (app/cache), when a rule applies and the caller allows it."""
-        if self.cache is None:
-            return None
-        offered = self.tools.for_run(session.primary.provider, (t.name for t in spec.tools), spec.mcp_filters).specs
-        return self.cache.plan(model=spec.model, targets=[t.name for t in session.targets], request=spec.request,
-                               gateway_tools=[t.name for t in offered], validators=[*spec.validators,
-                               *spec.policy_validators], chunking=spec.chunking, owner=spec.owner, choice=spec.cache)
-
-    async def _open(self, handle: RunHandle, spec: RunSpec, session: RouteSession, request_id: str | None,
-                    observers: Sequence[RunObserver], cache: CachePlan | None) -> Run | None:
-        """The opened run, its log's canceller set; None when it did not open (the handle says why).
-        A cache hit (or a request following an identical one in flight) opens a replay."""
-        opening = handle.opening
-        try:
-            if handle.reason is not None:
-                raise asyncio.CancelledError
-            replay = await self.cache.find(cache) if cache is not None and self.cache is not None else None
-            run = await self.opener.open(spec, session, request_id=request_id, observers=observers, replay=replay)
-        except asyncio.CancelledError:
-            opening.set_exception(ShuttingDown("the gateway shut down before the run started; retry it")
-                                  if handle.reason in (None, "shutdown") else ClientGone("the client went away"))
-            return None
-        except GatewayError as exc:
-            if handle.trace is not None:  # no target served: the run's span ends with the error
-                handle.trace.close(exc.code)
-            opening.set_exception(exc)
-            return None
-        except Exception as exc:
-            self.log.error("run_open_failed", exception=type(exc).__name__)
-            opening.set_exception(exc)
-            return None
-        run.log.canceller = lambda: handle.cancel("cancel_request")
-        if cache is not None and self.cache is not None:
-            self.cache.opened(cache, run)
-            handle.cache = "hit" if isinstance(run, ReplayRun) else "miss"
-        handle.opened_as(run)
-        return run
-
-    def running_owners(self) -> set[str]:
-        """The keys of the runs in progress here."""
-        return {handle.owner for handle in self.runs if handle.owner is not None}
-
-    def end_runs_of(self, owner: str) -> int:
-        """A key was revoked: its runs here end at once with `final{error: key_revoked}`; how many."""
-        return sum(handle.cancel("key_revoked") for handle in list(self.runs) if handle.owner == owner)
-
-    async def end_runs(self, grace: float) -> int:
-        """Drain (SIGTERM): refuse new runs at once (/readyz 503), let running streams finish for
-        `grace` seconds, then end the rest with `final{status: "error", error.code: "shutdown",
-        retryable: true}` (their upstreams closed; one still opening answers 503). Returns how many were cut."""
-        admission = self.admission
-        admission.draining = True
-        loop = asyncio.get_running_loop()
-        await admission.until_idle(loop.time() + grace)
-        cut = len(self.runs)
-        for handle in list(self.runs):
-            handle.cancel("shutdown")
-        await admission.until_idle(loop.time() + FINALS_SECONDS)  # cut runs write their finals
-        self.log.info("drained", cut_runs=cut)
-        return cut
-
-    async def _judge_stream(self, request: ProviderRequest) -> PatchStream:
-        """The judge's stream: `request.model` through the router (a provider/model or a route)."""
-        session = self.router.session(request.model)
-        return await session.open_stream(replace(request, model=session.primary.upstream_model))
-
-    def _observe_tool(self, tool: str, outcome: str) -> None:
-        self.metrics.tool_executions.labels(tool, outcome).inc()
-
-    def _observe_attempt(self, attempt: Attempt) -> None:
-        label = self.metrics.target_label(attempt.target, configured=self.router.is_configured(attempt.target),
-                                          served=attempt.outcome == "ok")
-        self.metrics.route_attempts.labels(label, attempt.outcome).inc()
-        if attempt.outcome != "skipped":
-            self.metrics.observe_attempt(attempt.target.partition("/")[0], attempt.outcome, attempt.duration_ms / 1000)
-
-    def build_gate(self, spec: RunSpec) -> Gate | None:
+    def build(self, spec: RunSpec) -> Gate | None:
         """The run's validation gate: operator validators always, the request's added; None
         (a pass-through, no added latency) when there are none."""
         settings = self.settings
@@ -324,18 +76,79 @@ class Gateway:
             judge_usage=judge.lines,
         )
 
+    async def _judge_stream(self, request: ProviderRequest) -> PatchStream:
+        """The judge's stream: `request.model` through the router (a provider/model or a route)."""
+        session = self.router.session(request.model)
+        return await session.open_stream(replace(request, model=session.primary.upstream_model))
+
     def _judge_cost(self, model: str, usage: Usage) -> float | None:
         """A judge call's cost (the operator's price or the library's, by the model or its alias's target)."""
-        rates = self.opener.prices.rates(model)
+        rates = self.prices.rates(model)
         return rates.of(usage).total_usd if rates is not None else None
+
+
+class Gateway:
+    """The service behind the HTTP API: providers, routes, tools, the stream store, the gates and
+    the runs' tasks (`runs`: start a run there)."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        registry: ProviderRegistry,
+        store: StreamStore,
+        metrics: Metrics,
+        gate_factory: GateFactory | None = None,
+        observers: Iterable[RunObserver] = (),
+        tracing: Tracing | None = None,
+        cache: ResponseCache | None = None,
+    ) -> None:
+        self.settings = settings
+        self.cache = cache
+        self.tracing = tracing
+        self.registry = registry
+        self.store = store
+        self.metrics = metrics
+        self.tools = build_tools(settings.tools, observer=self._observe_tool, max_output_chars=settings.tool_max_output_chars,
+                                 mcp=build_hub(settings.mcp_servers), tracing=tracing)
+        self.observers: list[RunObserver] = list(observers)
+        self.router = Router(registry=registry, routes=settings.routes, policy=routing_policy(settings),
+                             observer=self._observe_attempt, tracing=tracing)
+        self.gates = Gates(settings=settings, router=self.router, metrics=metrics, tracing=tracing,
+                           prices=PriceBook(settings.prices, settings.aliases, library=settings.price_library))
+        self.opener = RunOpener(settings=settings, store=store, tools=self.tools,
+                                gate_factory=gate_factory or self.gates.build, observers=self.observers,
+                                on_failure=lambda provider, code: metrics.upstream_errors.labels(provider, code).inc())
+        self.admission = Admission(max_active=settings.max_active_runs, max_lag=settings.max_loop_lag_seconds or None,
+                                   on_refuse=lambda reason: metrics.admission_refused.labels(reason).inc())
+        self.runs = RunTasks(router=self.router, opener=self.opener, admission=self.admission, tools=self.tools,
+                             cache=cache, tracing=tracing)
+        metrics.watch_circuits(self.router.breakers.states)
+        metrics.active_runs.set_function(lambda: len(self.admission.active))
+        metrics.max_active_runs.set(settings.max_active_runs)
+
+    def add_observer(self, observer: RunObserver) -> None:
+        """Call `observer(report)` when each later run ends (app/core/report.py)."""
+        self.observers.append(observer)
+
+    def start(self, spec: RunSpec, *, request_id: str | None = None,
+              observers: Sequence[RunObserver] = ()) -> RunHandle:
+        """Start a run (`RunTasks.start`): the service's one verb, kept on it for embedders."""
+        return self.runs.start(spec, request_id=request_id, observers=observers)
+
+    def _observe_tool(self, tool: str, outcome: str) -> None:
+        self.metrics.tool_executions.labels(tool, outcome).inc()
+
+    def _observe_attempt(self, attempt: Attempt) -> None:
+        label = self.metrics.target_label(attempt.target, configured=self.router.is_configured(attempt.target),
+                                          served=attempt.outcome == "ok")
+        self.metrics.route_attempts.labels(label, attempt.outcome).inc()
+        if attempt.outcome != "skipped":
+            self.metrics.observe_attempt(attempt.target.partition("/")[0], attempt.outcome, attempt.duration_ms / 1000)
 
     async def aclose(self) -> None:
         """End every run still going (a shutdown final each), then the providers and tools."""
-        for handle in list(self.runs):
-            handle.cancel("shutdown")
-        tasks = [h.task for h in self.runs if h.task is not None]
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self.runs.aclose()
         await self.registry.aclose()
         await self.tools.aclose()
         if self.cache is not None:

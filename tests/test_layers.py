@@ -47,7 +47,7 @@ RANK = {
     "tracing": 1,
     "lifecycle": 1,
     "routing": 2, "accounting": 2, "recording": 2,
-    "run": 3, "opener": 3, "pipeline": 3, "cache": 3, "settings": 3, "config_file": 1, "config_load": 3,
+    "run": 3, "run_tasks": 3, "opener": 3, "pipeline": 3, "cache": 3, "settings": 3, "config_file": 1, "config_load": 3,
     "api": 4, "startup": 4,
     "main": 5,
     "cli": 6,

@@ -2,19 +2,23 @@
 dependency, and `open_run`, the one seam through which a route starts a run for a caller
 (model check, limits, ownership, the key's validators, the x-ratelimit-* headers).
 
-A facade route (OpenAI/Anthropic shapes) attaches `dependencies=[Authenticated]` to its router
-and starts its runs with `open_run`; nothing else is needed.
+A route that opens a run takes one `CallerDep` (`JsonCallerDep` for a JSON body) and starts the
+run with `open_run`; any other authenticated route takes `PrincipalDep`. Either is solved once per
+request: FastAPI walks a dependency's sub-dependencies again each time it is named, even when its
+value is cached, so neither is also named on the router.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Annotated
 
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from app.accounting import KeyAccountant, estimate
+from app.api.deps import accountant_in, auth_in, gateway_in, log_of, writer_in
+from app.api.errors import require_json
 from app.api.media import check_media
 from app.api.middleware import RequestLog
 from app.api.readers import opened
@@ -22,10 +26,11 @@ from app.auth import Auth, Principal
 from app.auth.service import AccessDenied
 from app.cache.config import CacheChoice
 from app.pipeline import Gateway, RunHandle, RunSpec
+from app.records import RecordWriter
 from app.validation import called_models
 
-__all__ = ["AdminDep", "Authenticated", "PrincipalDep", "admit_request", "not_found_unless_owner", "open_run",
-           "principal_of"]
+__all__ = ["AdminDep", "Caller", "CallerDep", "JsonCallerDep", "PrincipalDep", "admit_request",
+           "not_found_unless_owner", "open_run", "principal_of"]
 
 # The security schemes: FastAPI puts them in the OpenAPI document for every route that depends on
 # `principal_of`. Neither refuses a request itself (auto_error=False): the gateway answers a
@@ -43,8 +48,7 @@ async def principal_of(
 
     The raw Authorization header is checked rather than HTTPBearer's parse (`bearer`), which
     reads a malformed header as none at all: the caller is told which of the two it sent."""
-    auth: Auth = request.app.state.auth
-    principal = await auth.authenticate(request.headers.get("authorization"), api_key)
+    principal = await auth_in(request).authenticate(request.headers.get("authorization"), api_key)
     record = request.scope.get("state", {}).get("record")
     if isinstance(record, RequestLog):  # the log line names the key by id and name, never the key
         record.key_id = principal.owner or principal.kind
@@ -55,8 +59,7 @@ async def principal_of(
 async def _admin(request: Request, principal: Annotated[Principal, Depends(principal_of)]) -> Principal:
     if principal.kind == "admin":
         return principal
-    auth: Auth = request.app.state.auth
-    if not auth.has_admin:
+    if not auth_in(request).has_admin:
         raise AccessDenied("key administration needs FOUNDRY_ADMIN_KEY on this gateway", code="admin_disabled",
                            status=403)
     raise AccessDenied("this call needs the admin key", code="admin_only", status=403)
@@ -64,8 +67,41 @@ async def _admin(request: Request, principal: Annotated[Principal, Depends(princ
 
 PrincipalDep = Annotated[Principal, Depends(principal_of)]
 AdminDep = Annotated[Principal, Depends(_admin)]
-Authenticated = Depends(principal_of)
-"""For `APIRouter(dependencies=[Authenticated])`."""
+
+
+@dataclass(slots=True, frozen=True)
+class Caller:
+    """What a request that opens a run needs, solved as one dependency: the caller and the
+    services that admit, start and account for its run."""
+
+    request: Request
+    principal: Principal
+    gateway: Gateway
+    auth: Auth
+    accountant: KeyAccountant
+    record: RequestLog
+    records: RecordWriter | None
+    """The run-record writer (None: records off), where a request's earlier runs are looked up."""
+
+
+def _caller(request: Request, principal: Principal) -> Caller:
+    return Caller(request=request, principal=principal, gateway=gateway_in(request), auth=auth_in(request),
+                  accountant=accountant_in(request), record=log_of(request), records=writer_in(request))
+
+
+async def caller_of(request: Request, principal: PrincipalDep) -> Caller:
+    return _caller(request, principal)
+
+
+async def json_caller_of(request: Request, principal: PrincipalDep) -> Caller:
+    """The caller of a route whose body must be JSON: authenticated first (401), then the body's
+    declared type checked (415)."""
+    await require_json(request)
+    return _caller(request, principal)
+
+
+CallerDep = Annotated[Caller, Depends(caller_of)]
+JsonCallerDep = Annotated[Caller, Depends(json_caller_of)]
 
 
 def not_found_unless_owner(principal: Principal, owner: str | None, error: Exception) -> None:
@@ -75,30 +111,29 @@ def not_found_unless_owner(principal: Principal, owner: str | None, error: Excep
         raise error
 
 
-async def admit_request(request: Request, gateway: Gateway, principal: Principal, model: str) -> dict[str, str]:
+async def admit_request(caller: Caller, model: str) -> dict[str, str]:
     """Admit a request that starts no run (Anthropic's count_tokens) through the same check as a
     run, against the key's models and requests per minute only (403, 429), and give the
     x-ratelimit-* headers. It produces no tokens, holds no run and costs nothing, so the key's
     tokens per minute, runs at once and budget are not asked (and nothing is settled after)."""
-    auth: Auth = request.app.state.auth
-    key = principal.key
+    principal, key = caller.principal, caller.principal.key
     if key is not None:
         principal = replace(principal, key=replace(key, tpm=None, max_concurrent=None, budget_usd=None))
-    ticket = await auth.admit(principal, model, gateway.settings.aliases.get(model, ""))
+    ticket = await caller.auth.admit(principal, model, caller.gateway.settings.aliases.get(model, ""))
     return ticket.headers if ticket is not None else {}
 
 
-async def open_run(request: Request, gateway: Gateway, spec: RunSpec, principal: Principal,
-                   record: RequestLog) -> tuple[RunHandle, dict[str, str]]:
+async def open_run(caller: Caller, spec: RunSpec) -> tuple[RunHandle, dict[str, str]]:
     """Bound the images and documents (413), admit the caller (403 model, 429 limits or budget),
     start the run as theirs and wait until it opened (app/api/readers.py), and give the
     x-ratelimit-* headers for the response. A run that fails to open gives its slot back; one that
     opened settles the key's accounts when it ends."""
-    check_media(spec.request.messages, gateway.settings, request)
-    auth: Auth = request.app.state.auth
-    aliases = gateway.settings.aliases
-    judges = [(field, model, aliases.get(model, "")) for field, model in called_models(spec.validators)]
+    request, gateway, principal = caller.request, caller.gateway, caller.principal
+    record, auth = caller.record, caller.auth
     settings = gateway.settings
+    check_media(spec.request.messages, settings, request)
+    aliases = settings.aliases
+    judges = [(field, model, aliases.get(model, "")) for field, model in called_models(spec.validators)]
     rates = gateway.opener.prices.rates(spec.model)
     reserve = estimate(spec.request.messages, spec.request.max_tokens, settings.output_estimate_tokens, rates)
     ticket = await auth.admit(principal, spec.model, aliases.get(spec.model, ""), also=judges, reserve=reserve)
@@ -109,10 +144,9 @@ async def open_run(request: Request, gateway: Gateway, spec: RunSpec, principal:
                        mcp_filters=spec.mcp_filters + ((key_tools,) if key_tools is not None else ()))
     spec = replace(spec, cache=cache_choice(spec.cache, request.headers.get("cache-control"), principal))
     record.model = spec.model
-    accountant: KeyAccountant = request.app.state.accountant
     try:
         handle = gateway.start(spec, request_id=record.request_id or None,
-                               observers=(accountant.settle(ticket),) if ticket is not None else ())
+                               observers=(caller.accountant.settle(ticket),) if ticket is not None else ())
         record.trace_id = handle.trace_id
         record.run = await opened(request, handle)
     except BaseException:

@@ -1,6 +1,6 @@
 """How a response reads its run: every way out of the gateway is a reader of the run's log.
 
-A run is a task the gateway owns (app/pipeline.py); a route only waits for it to open, then
+A run is a task the gateway owns (app/run_tasks.py); a route only waits for it to open, then
 reads its log: the SSE frames (`/v1/stream`, subscriptions), the events (a facade translating
 them), or the final alone (a JSON answer). A reader whose client leaves cancels the run when
 the caller asked for that (`on_disconnect: "cancel"`, the default). A client that leaves before

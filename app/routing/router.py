@@ -59,7 +59,8 @@ def check_routes(routes: dict[str, RouteConfig], registry: ProviderRegistry) -> 
 
 class Router:
     def __init__(self, *, registry: ProviderRegistry, routes: dict[str, RouteConfig], policy: Policy,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, observer: Callable[[Attempt], None] | None = None,
+                 tracing: Tracing | None = None) -> None:
         check_routes(routes, registry)
         self.registry = registry
         self.routes = routes
@@ -70,9 +71,9 @@ class Router:
         self.breakers = Breakers(failures=policy.breaker_failures, cooldown=policy.breaker_cooldown,
                                  configured=configured, max_others=policy.max_unconfigured_targets)
         self.rng = rng or random.Random()
-        self.observer: Callable[[Attempt], None] | None = None
+        self.observer = observer
         """Called with each finished attempt (metrics)."""
-        self.tracing: Tracing | None = None
+        self.tracing = tracing
         """Each attempt in a span of its own, whose context the upstream receives (app/tracing.py)."""
 
     def _aliased(self) -> list[str]:

@@ -53,6 +53,8 @@ class ToolRegistry:
         observer: ToolObserver | None = None,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         client: httpx2.AsyncClient | None = None,
+        mcp: McpHub | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         scopes = providers or {}
         self._tools = {
@@ -63,10 +65,10 @@ class ToolRegistry:
         self.observer = observer
         self.max_output_chars = max_output_chars
         self._client = client
-        self.tracing: Tracing | None = None
-        self.mcp: McpHub | None = None
-        """The MCP servers' tools, offered by key and request (app/tools/mcp_hub.py)."""
+        self.tracing = tracing
         """Each execution in an `execute_tool` span (app/tracing.py), when tracing is on."""
+        self.mcp = mcp
+        """The MCP servers' tools, offered by key and request (app/tools/mcp_hub.py)."""
 
     @property
     def names(self) -> list[str]:
@@ -198,6 +200,8 @@ def build_tools(
     observer: ToolObserver | None = None,
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
     client: httpx2.AsyncClient | None = None,
+    mcp: McpHub | None = None,
+    tracing: Tracing | None = None,
 ) -> ToolRegistry:
     """The registry the configuration describes; ValueError naming a tool whose target is wrong.
 
@@ -217,7 +221,7 @@ def build_tools(
             raise ValueError(f"tools: {config.name}: {exc}") from None
         scopes[config.name] = config.providers
     return ToolRegistry(tools, providers=scopes, processors=processors, observer=observer,
-                        max_output_chars=max_output_chars, client=client)
+                        max_output_chars=max_output_chars, client=client, mcp=mcp, tracing=tracing)
 
 
 def _build(config: ToolConfig, client: httpx2.AsyncClient | None) -> Tool:

@@ -19,6 +19,7 @@ from app.api.compat.responses_request import OPAQUE_PREFIX, opaque_block
 from app.core.messages import ContentPart, Message, ReasoningBlock, ToolCall, ToolSpec, check_unique_tool_names
 from app.core.parts import CacheControl
 from app.pipeline import RunSpec
+from app.providers.base import ProviderRequest
 
 __all__ = ["FORWARDED", "CountTokensRequest", "MessagesRequest", "to_run_spec"]
 
@@ -125,13 +126,13 @@ def to_run_spec(body: MessagesRequest, *, passthrough: bool = False) -> RunSpec:
     messages = [_build("system", role="system", content=s) for s in [_system(body.system)] if s]
     for i, m in enumerate(body.messages):
         messages.extend(lenient(lambda: _message(i, m), passthrough, []))  # noqa: B023
-    return run_spec(
+    return run_spec(ProviderRequest(
         model=body.model, messages=tuple(messages), tools=tools, tool_choice=_choice(body.tool_choice, tools),
         temperature=body.temperature, max_tokens=body.max_tokens,
-        options=_options(body), extras=body, stop=tuple(body.stop_sequences or ()), cache_control=body.cache_control,
+        options=_options(body), stop=tuple(body.stop_sequences or ()), cache_control=body.cache_control,
         output_schema=body.output_config.format.schema_ if body.output_config and body.output_config.format else None,
         parallel_tool_calls=False if body.tool_choice and body.tool_choice.disable_parallel_tool_use else None,
-    )
+    ), body)
 
 
 def _options(body: MessagesRequest) -> dict[str, Any]:

@@ -15,16 +15,15 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from starlette.responses import Response
 
+from app.api.access import Caller
 from app.api.access import open_run as admit_and_open
-from app.api.middleware import RequestLog, note_refusal
+from app.api.middleware import note_refusal
 from app.api.readers import events_or_gone
 from app.api.responses import JSON, final_status_code
 from app.api.schemas import refuse_invalid_unicode
 from app.api.sse import SSEResponse
-from app.auth import Principal
 from app.core.errors import GatewayError
 from app.core.events import FinalEvent, StreamEvent, ToolCallEvent
-from app.core.messages import Message, ToolSpec
 from app.pipeline import Gateway, RunHandle, RunSpec
 from app.providers.base import ProviderRequest
 from app.run import Run
@@ -187,23 +186,19 @@ async def translate(log: StreamLog, translator: Translator) -> AsyncIterator[byt
             yield out
 
 
-def run_spec(*, model: str, messages: tuple[Message, ...], tools: tuple[ToolSpec, ...], tool_choice: str | None,
-             temperature: float | None, max_tokens: int | None, options: dict[str, Any], extras: GatewayExtras,
-             stop: tuple[str, ...] = (), parallel_tool_calls: bool | None = None,
-             cache_control: dict[str, Any] | None = None, output_schema: dict[str, Any] | None = None) -> RunSpec:
-    """The canonical request, as /v1/stream builds it (validators and chunker checked: 422)."""
+def run_spec(request: ProviderRequest, extras: GatewayExtras) -> RunSpec:
+    """The run of a facade's `request` with the gateway's own options of its body, as /v1/stream
+    builds it (validators and chunker checked: 422); `provider_options` win over the options the
+    facade carried from the client's fields."""
     check_specs(extras.validators, extras.chunking)
-    request = ProviderRequest(model=model, messages=messages, tools=tools, tool_choice=tool_choice,
-                              temperature=temperature, max_tokens=max_tokens,
-                              options={**options, **extras.provider_options}, stop=stop,
-                              parallel_tool_calls=parallel_tool_calls, cache_control=cache_control,
-                              output_schema=output_schema)
+    if extras.provider_options:
+        request = replace(request, options={**request.options, **extras.provider_options})
     return RunSpec(request=request, validators=tuple(extras.validators), chunking=extras.chunking,
                    max_steps=extras.max_steps)
 
 
-async def open_run(gateway: Gateway, spec: RunSpec, record: RequestLog, *, request: Request, principal: Principal,
-                   body: GatewayExtras, forwards: Iterable[str], held: bool = True) -> tuple[RunHandle, dict[str, str]]:
+async def open_run(caller: Caller, spec: RunSpec, *, body: GatewayExtras, forwards: Iterable[str],
+                   held: bool = True) -> tuple[RunHandle, dict[str, str]]:
     """Open the run through the same Gateway and the same admission as /v1/stream (app/api/access.py:
     the key's models, limits, ownership; GatewayError before any event), and give the x-ratelimit-*
     headers. `held`: the response reads the log (not a relayed stream, which has its own bound).
@@ -211,7 +206,7 @@ async def open_run(gateway: Gateway, spec: RunSpec, record: RequestLog, *, reque
     facade's `forwards`) is named as that field, which is what the caller wrote."""
     forwarded = forwarded_fields(body, forwards, body.provider_options)
     try:
-        return await admit_and_open(request, gateway, replace(spec, keep_events=True, held=held), principal, record)
+        return await admit_and_open(caller, replace(spec, keep_events=True, held=held))
     except GatewayError as exc:
         field = exc.field
         prefix, _, key = field.partition(".") if isinstance(field, str) else ("", "", "")

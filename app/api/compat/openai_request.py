@@ -12,6 +12,7 @@ from app.api.compat.openai_schema import FORWARDED, REFUSED, ChatCompletionReque
 from app.api.compat.parts import openai_chat_part
 from app.core.messages import ContentPart, Message, ToolCall, ToolSpec, check_unique_tool_names
 from app.pipeline import RunSpec
+from app.providers.base import ProviderRequest
 
 __all__ = ["to_run_spec"]
 
@@ -37,7 +38,7 @@ def to_run_spec(body: ChatCompletionRequest, *, passthrough: bool = False) -> Ru
         choice = body.tool_choice.function.name
         if choice not in {t.name for t in tools}:
             raise FacadeError(f"tool_choice names {choice!r}, which is not among tools", param="tool_choice")
-    return run_spec(
+    request = ProviderRequest(
         model=body.model,
         messages=tuple(_messages(body.messages, passthrough)),
         tools=tools,
@@ -45,11 +46,11 @@ def to_run_spec(body: ChatCompletionRequest, *, passthrough: bool = False) -> Ru
         temperature=body.temperature,
         max_tokens=body.max_completion_tokens or body.max_tokens,
         options=_options(body),
-        extras=body,
         stop=_stop(body.stop),
         parallel_tool_calls=body.parallel_tool_calls,
         output_schema=output_schema(body.response_format),
     )
+    return run_spec(request, body)
 
 
 def _options(body: ChatCompletionRequest) -> dict[str, Any]:

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Request
+from fastapi import APIRouter, Header, Path
 from starlette.responses import Response
 
-from app.api.access import Authenticated, PrincipalDep
+from app.api.access import CallerDep, PrincipalDep
 from app.api.compat.common import FacadeError, FacadeRoute, answer, open_run, route_responses
 from app.api.compat.models import anthropic_list, anthropic_model, find, openai_list, openai_model, served_models
 from app.api.compat.openai_request import to_run_spec
 from app.api.compat.openai_response import ChunkWriter, OpenAIErrors, completion
 from app.api.compat.openai_schema import FORWARDED, ChatCompletionRequest
 from app.api.compat.relay import ChatEnding, passthrough_spec, relay_answer, same_wire
-from app.api.deps import GatewayDep, RecordDep
+from app.api.deps import GatewayDep
 from app.api.responses import JSON
 from app.providers.passthrough import Wire
 
@@ -30,7 +30,7 @@ class OpenAIRoute(FacadeRoute):
     writer = ERRORS
 
 
-router = APIRouter(tags=["openai-compatible"], route_class=OpenAIRoute, dependencies=[Authenticated])
+router = APIRouter(tags=["openai-compatible"], route_class=OpenAIRoute)
 
 
 @router.post(
@@ -43,18 +43,18 @@ router = APIRouter(tags=["openai-compatible"], route_class=OpenAIRoute, dependen
         example=OpenAIErrors.body(400, "n: must be 1", "n", "invalid_request")),
     summary="OpenAI Chat Completions (drop-in): the same run as /v1/stream, in OpenAI's shapes",
 )
-async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, record: RecordDep, request: Request,
-                           principal: PrincipalDep) -> Response:
+async def chat_completions(body: ChatCompletionRequest, caller: CallerDep) -> Response:
     """To OpenAI or a compatible server, the client's own request and, streamed, the upstream's own
     chunks (app/api/compat/relay.py); to another provider, translated."""
+    gateway, request = caller.gateway, caller.request
     body.model = gateway.registry.qualify(body.model)  # `gpt-5` as the SDKs send it
     same = same_wire(gateway, body.model, WIRE)
     spec = to_run_spec(body, passthrough=same)
     if same:
         spec = await passthrough_spec(spec, request, WIRE, relay=bool(body.stream),
                                       provider_options=body.provider_options)
-    handle, limit_headers = await open_run(gateway, spec, record, request=request, principal=principal,
-                                           body=body, forwards=FORWARDED, held=not (same and body.stream))
+    handle, limit_headers = await open_run(caller, spec, body=body, forwards=FORWARDED,
+                                           held=not (same and body.stream))
     run = handle.run
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     if run.relay is not None:
@@ -68,7 +68,7 @@ async def chat_completions(body: ChatCompletionRequest, gateway: GatewayDep, rec
 @router.get("/v1/models", summary="The models this gateway serves to the caller (OpenAI's list; Anthropic's with "
                                   "anthropic-version): a key limited to some models sees only those")
 async def list_models(
-    gateway: GatewayDep, principal: PrincipalDep,
+    principal: PrincipalDep, gateway: GatewayDep,
     anthropic_version: Annotated[str | None, Header(alias="anthropic-version")] = None,
 ) -> JSON:
     models = served_models(gateway, principal)
@@ -78,7 +78,7 @@ async def list_models(
 @router.get("/v1/models/{model_id:path}",
             summary="One served model (OpenAI's shape; Anthropic's with anthropic-version)")
 async def get_model(
-    gateway: GatewayDep, principal: PrincipalDep, model_id: Annotated[str, Path(max_length=256)],
+    principal: PrincipalDep, gateway: GatewayDep, model_id: Annotated[str, Path(max_length=256)],
     anthropic_version: Annotated[str | None, Header(alias="anthropic-version")] = None,
 ) -> JSON:
     model = find(gateway, model_id, principal)

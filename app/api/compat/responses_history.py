@@ -18,34 +18,30 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from fastapi import Request
 from pydantic import ValidationError
 
+from app.api.access import Caller
 from app.api.compat.common import FacadeError
 from app.api.compat.responses_request import referenced_stream
 from app.api.routes.transcript import find_transcript
-from app.auth import Principal
 from app.core.messages import Message, ToolCall
-from app.pipeline import Gateway
 
 __all__ = ["answer_messages", "conversation", "previous_conversation", "referenced_answers"]
 
 _PARAM = "previous_response_id"
 
 
-async def previous_conversation(gateway: Gateway, request: Request, principal: Principal,
-                                previous_id: str) -> tuple[Message, ...]:
+async def previous_conversation(caller: Caller, previous_id: str) -> tuple[Message, ...]:
     missing = FacadeError(f"Previous response with id {previous_id!r} not found.", param=_PARAM, status=404,
                           code="previous_response_not_found")
     stream_id = previous_id.removeprefix("resp_")
     if stream_id == previous_id or not stream_id:
         raise missing
-    document = await find_transcript(gateway, request, principal, stream_id, missing)
+    document = await find_transcript(caller.gateway, caller.records, caller.principal, stream_id, missing)
     return conversation(document)
 
 
-async def referenced_answers(gateway: Gateway, request: Request, principal: Principal,
-                             items: str | list[dict[str, Any]]) -> dict[str, tuple[Message, ...]]:
+async def referenced_answers(caller: Caller, items: str | list[dict[str, Any]]) -> dict[str, tuple[Message, ...]]:
     """The answers of the responses that `item_reference` input items point into (what clients
     such as the Vercel AI SDK send for earlier output when `store` is on), by stream id: each
     rebuilt from its transcript as for previous_response_id, for the key that ran it only."""
@@ -60,7 +56,7 @@ async def referenced_answers(gateway: Gateway, request: Request, principal: Prin
         if stream_id is None:
             raise missing
         if stream_id not in out:
-            document = await find_transcript(gateway, request, principal, stream_id, missing)
+            document = await find_transcript(caller.gateway, caller.records, caller.principal, stream_id, missing)
             out[stream_id] = tuple(answer_messages(document, param))
     return out
 

@@ -23,6 +23,7 @@ from app.api.compat.responses_schema import FORWARDED, OPTIONAL, REFUSED, Functi
 from app.core.messages import Message, ReasoningBlock, ToolCall, ToolSpec, check_unique_tool_names
 from app.core.parts import ContentPart
 from app.pipeline import RunSpec
+from app.providers.base import ProviderRequest
 
 __all__ = ["OPAQUE_PREFIX", "OPTION_FIELDS", "encrypted_reasoning", "input_messages", "messages_signature",
            "opaque_block", "opaque_reasoning", "referenced_stream", "to_run_spec"]
@@ -66,11 +67,10 @@ def to_run_spec(body: ResponsesRequest, history: tuple[Message, ...] = (),
     messages += input_messages(body.input, references or {}, skip_unknown=passthrough)
     if not any(m.role != "system" for m in messages):
         raise FacadeError("input: the conversation needs at least one message", param="input")
-    return run_spec(model=body.model, messages=tuple(messages), tools=tools,
-                    tool_choice=_tool_choice(body.tool_choice, tools),
-                    temperature=body.temperature,
-                    max_tokens=body.max_output_tokens, options=_options(body, carried), extras=body,
-                    output_schema=_output_schema(body))
+    return run_spec(ProviderRequest(model=body.model, messages=tuple(messages), tools=tools,
+                                    tool_choice=_tool_choice(body.tool_choice, tools), temperature=body.temperature,
+                                    max_tokens=body.max_output_tokens, options=_options(body, carried),
+                                    output_schema=_output_schema(body)), body)
 
 
 def _output_schema(body: ResponsesRequest) -> dict[str, Any] | None:

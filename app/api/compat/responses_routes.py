@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from starlette.responses import Response
 
-from app.api.access import Authenticated, PrincipalDep
+from app.api.access import Caller, CallerDep
 from app.api.compat.common import FacadeError, FacadeRoute, answer, open_run, route_responses
 from app.api.compat.fields import takes_option
 from app.api.compat.openai_response import OpenAIErrors
@@ -18,13 +18,10 @@ from app.api.compat.responses_history import previous_conversation, referenced_a
 from app.api.compat.responses_request import OPTION_FIELDS, referenced_stream, to_run_spec
 from app.api.compat.responses_response import ResponseWriter
 from app.api.compat.responses_schema import OPTIONAL, ResponsesRequest
-from app.api.deps import GatewayDep, RecordDep
-from app.api.middleware import RequestLog
-from app.auth import Principal
 from app.core.errors import GatewayError
 from app.core.events import FinalEvent, StreamEvent
 from app.core.messages import Message
-from app.pipeline import Gateway, RunHandle, RunSpec
+from app.pipeline import RunHandle, RunSpec
 from app.providers.passthrough import Wire
 
 __all__ = ["router"]
@@ -37,7 +34,7 @@ class ResponsesRoute(FacadeRoute):
     writer = ERRORS
 
 
-router = APIRouter(tags=["openai-compatible"], route_class=ResponsesRoute, dependencies=[Authenticated])
+router = APIRouter(tags=["openai-compatible"], route_class=ResponsesRoute)
 
 
 @router.post(
@@ -55,22 +52,21 @@ router = APIRouter(tags=["openai-compatible"], route_class=ResponsesRoute, depen
                                   "invalid_request")),
     summary="OpenAI Responses (drop-in): the same run as /v1/stream, in the Responses API's shapes",
 )
-async def responses(body: ResponsesRequest, gateway: GatewayDep, record: RecordDep, request: Request,
-                    principal: PrincipalDep) -> Response:
+async def responses(body: ResponsesRequest, caller: CallerDep) -> Response:
+    gateway, request = caller.gateway, caller.request
     body.model = gateway.registry.qualify(body.model, responses=True)  # `gpt-5` as Codex sends it
     same = same_wire(gateway, body.model, WIRE) and not _gateway_history(body)
     history: tuple[Message, ...] = ()
     if body.previous_response_id is not None and not same:
-        history = await previous_conversation(gateway, request, principal, body.previous_response_id)
-    references = {} if same else await referenced_answers(gateway, request, principal, body.input)
+        history = await previous_conversation(caller, body.previous_response_id)
+    references = {} if same else await referenced_answers(caller, body.input)
     carried = frozenset(name for name, option in OPTIONAL.items() if not same and getattr(body, name) is not None
                         and takes_option(gateway, body.model, option))  # `store`: only where the provider stores
     spec = to_run_spec(body, history, references, passthrough=same, carried=carried)
     if same:  # the client's own request; streamed, the upstream's own events (app/api/compat/relay.py)
         spec = await passthrough_spec(spec, request, WIRE, relay=bool(body.stream),
                                       provider_options=body.provider_options)
-    handle, limit_headers = await _open(gateway, spec, record, request=request, principal=principal, body=body,
-                                        held=not (same and body.stream))
+    handle, limit_headers = await _open(caller, spec, body=body, held=not (same and body.stream))
     run, echo = handle.run, _echo(body)
     if run.relay is not None:
         return relay_answer(gateway, handle, run.relay, ResponsesEnding(), limit_headers)
@@ -96,13 +92,11 @@ def _gateway_history(body: ResponsesRequest) -> bool:
     return any(item.get("type") == "item_reference" and referenced_stream(item.get("id")) for item in items)
 
 
-async def _open(gateway: Gateway, spec: RunSpec, record: RequestLog, *, request: Request, principal: Principal,
-                body: ResponsesRequest, held: bool) -> tuple[RunHandle, dict[str, str]]:
+async def _open(caller: Caller, spec: RunSpec, *, body: ResponsesRequest, held: bool) -> tuple[RunHandle, dict[str, str]]:
     """open_run, naming a provider option the provider refused as the field the caller wrote
     (`reasoning.effort`, `top_p`, ...) unless the caller set it in provider_options itself."""
     try:
-        return await open_run(gateway, spec, record, request=request, principal=principal, body=body, forwards=(),
-                              held=held)
+        return await open_run(caller, spec, body=body, forwards=(), held=held)
     except GatewayError as exc:
         prefix, _, key = exc.field.partition(".") if isinstance(exc.field, str) else ("", "", "")
         name = OPTION_FIELDS.get(key.split(".")[0])

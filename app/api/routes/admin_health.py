@@ -7,12 +7,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from app.api.access import AdminDep
-from app.api.deps import GatewayDep
+from app.api.deps import AuthDep, GatewayDep, WriterDep
 from app.api.responses import JSON
 from app.api.routes.health import readiness
 from app.api.schemas import ErrorBody
@@ -48,15 +48,15 @@ class AdminHealth(BaseModel):
 
 @router.get("/v1/admin/health", response_model=AdminHealth, responses={c: {"model": ErrorBody} for c in (401, 403)},
             summary="Readiness, providers served or not and why, breakers, this replica's active runs")
-async def admin_health(gateway: GatewayDep, request: Request, _admin: AdminDep) -> Response:
-    ready, body = await readiness(gateway, request)
+async def admin_health(_admin: AdminDep, gateway: GatewayDep, auth: AuthDep, writer: WriterDep) -> Response:
+    ready, body = await readiness(gateway, auth, writer)
     served = gateway.registry.names
     statuses = provider_statuses(gateway.settings, injected=frozenset(served) - {"mock"})
     providers = [ProviderState(name=s.name, served=s.served, why=s.why) for s in statuses]
     providers += [ProviderState(name=name, served=True, why="injected adapter")
                   for name in sorted(set(served) - {s.name for s in statuses})]
     runs = []
-    for handle in list(gateway.runs):
+    for handle in list(gateway.runs.handles):
         if not handle.opening.done() or handle.opening.cancelled() or handle.opening.exception() is not None:
             continue
         info = handle.log.info

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path
 from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.api.access import AdminDep
+from app.api.deps import AuthDep, GatewayDep
 from app.api.key_schemas import KeyCreate, KeyCreated, KeyList, KeyOut, KeyPatch, KeyRotate
 from app.api.responses import JSON
 from app.api.schemas import ErrorBody
@@ -24,8 +25,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {c: {"model": ErrorBody} for c in (40
 KeyId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_.-]{1,32}$")]
 
 
-def _keystore(request: Request) -> KeyStore:
-    auth: Auth = request.app.state.auth
+def _keystore(auth: Auth) -> KeyStore:
     if auth.keystore is None:
         raise RequestError("keys made over HTTP live in the records database, which is off here "
                            "(FOUNDRY_RECORDS=off): list keys in configuration instead", code="keys_need_records",
@@ -33,8 +33,7 @@ def _keystore(request: Request) -> KeyStore:
     return auth.keystore
 
 
-def _configured(request: Request, key_id: str) -> KeyOut | None:
-    auth: Auth = request.app.state.auth
+def _configured(auth: Auth, key_id: str) -> KeyOut | None:
     policy = auth.configured(key_id)
     return KeyOut.of(policy) if policy is not None else None
 
@@ -45,15 +44,14 @@ def _missing(key_id: str) -> RequestError:
 
 @router.post("/v1/admin/keys", status_code=201, response_model=KeyCreated, responses=_ERRORS,
              summary="Create a key (the answer carries the key, this once)")
-async def create_key(body: KeyCreate, request: Request, _admin: AdminDep) -> Response:
-    row, key = await _keystore(request).create(body)
+async def create_key(body: KeyCreate, _admin: AdminDep, auth: AuthDep) -> Response:
+    row, key = await _keystore(auth).create(body)
     return JSON(KeyCreated(**KeyOut.of(row.policy, row).model_dump(), key=key).model_dump(mode="json"),
                 status_code=201, headers={"Cache-Control": "no-store"})
 
 
 @router.get("/v1/admin/keys", response_model=KeyList, responses=_ERRORS, summary="Every key, without secrets")
-async def list_keys(request: Request, _admin: AdminDep) -> Response:
-    auth: Auth = request.app.state.auth
+async def list_keys(_admin: AdminDep, auth: AuthDep) -> Response:
     data = [KeyOut.of(p) for p in auth.configured_keys()]
     if auth.keystore is not None:
         data += [KeyOut.of(row.policy, row) for row in await auth.keystore.list()]
@@ -61,11 +59,11 @@ async def list_keys(request: Request, _admin: AdminDep) -> Response:
 
 
 @router.get("/v1/admin/keys/{key_id}", response_model=KeyOut, responses=_ERRORS, summary="One key")
-async def get_key(key_id: KeyId, request: Request, _admin: AdminDep) -> Response:
-    configured = _configured(request, key_id)
+async def get_key(key_id: KeyId, _admin: AdminDep, auth: AuthDep) -> Response:
+    configured = _configured(auth, key_id)
     if configured is not None:
         return JSON(configured.model_dump(mode="json"))
-    row = await _keystore(request).get(key_id)
+    row = await _keystore(auth).get(key_id)
     if row is None:
         raise _missing(key_id)
     return JSON(KeyOut.of(row.policy, row).model_dump(mode="json"))
@@ -73,11 +71,11 @@ async def get_key(key_id: KeyId, request: Request, _admin: AdminDep) -> Response
 
 @router.patch("/v1/admin/keys/{key_id}", response_model=KeyOut, responses=_ERRORS,
               summary="Change a key's name or policy (every replica within FOUNDRY_KEY_CACHE_SECONDS)")
-async def patch_key(key_id: KeyId, body: KeyPatch, request: Request, _admin: AdminDep) -> Response:
-    if _configured(request, key_id) is not None:
+async def patch_key(key_id: KeyId, body: KeyPatch, _admin: AdminDep, auth: AuthDep) -> Response:
+    if _configured(auth, key_id) is not None:
         raise RequestError(f"key {key_id!r} is in configuration: change it there", code="key_in_config",
                            status=409, field="key_id")
-    store = _keystore(request)
+    store = _keystore(auth)
     row = await store.get(key_id)
     if row is None or row.revoked_at is not None:
         raise _missing(key_id)
@@ -94,39 +92,39 @@ async def patch_key(key_id: KeyId, body: KeyPatch, request: Request, _admin: Adm
     updated = await store.update(key_id, fields)
     if updated is None:
         raise _missing(key_id)
-    request.app.state.auth.forget()
+    auth.forget()
     return JSON(KeyOut.of(updated.policy, updated).model_dump(mode="json"))
 
 
 @router.delete("/v1/admin/keys/{key_id}", status_code=204, responses=_ERRORS,
                summary="Revoke a key (refused by every replica within FOUNDRY_KEY_CACHE_SECONDS; its running streams end "
                        "with final error key_revoked)")
-async def revoke_key(key_id: KeyId, request: Request, _admin: AdminDep) -> Response:
-    if _configured(request, key_id) is not None:
+async def revoke_key(key_id: KeyId, _admin: AdminDep, auth: AuthDep, gateway: GatewayDep) -> Response:
+    if _configured(auth, key_id) is not None:
         raise RequestError(f"key {key_id!r} is in configuration: remove it there", code="key_in_config",
                            status=409, field="key_id")
-    store = _keystore(request)
+    store = _keystore(auth)
     if not await store.revoke(key_id):
         row = await store.get(key_id)
         if row is None or row.revoked_at is None:
             raise _missing(key_id)
         raise RequestError(f"key {key_id!r} was already revoked at {row.revoked_at.isoformat()}",
                            code="already_revoked", status=409, field="key_id")
-    request.app.state.auth.forget()
-    request.app.state.gateway.end_runs_of(key_id)  # other replicas: app/main.py _revocations
+    auth.forget()
+    gateway.runs.end_of(key_id)  # other replicas: app/main.py _revocations
     return Response(status_code=204)
 
 
 @router.post("/v1/admin/keys/{key_id}/rotate", response_model=KeyCreated, responses=_ERRORS,
              summary="Rotate a key: a new secret (shown this once); the current one works for overlap_seconds more")
-async def rotate_key(key_id: KeyId, request: Request, _admin: AdminDep, body: KeyRotate | None = None) -> Response:
-    if _configured(request, key_id) is not None:
+async def rotate_key(key_id: KeyId, _admin: AdminDep, auth: AuthDep, body: KeyRotate | None = None) -> Response:
+    if _configured(auth, key_id) is not None:
         raise RequestError(f"key {key_id!r} is in configuration: rotate it there (a new hash, then remove the "
                            "old entry)", code="key_in_config", status=409, field="key_id")
-    rotated = await _keystore(request).rotate(key_id, (body or KeyRotate()).overlap_seconds)
+    rotated = await _keystore(auth).rotate(key_id, (body or KeyRotate()).overlap_seconds)
     if rotated is None:
         raise _missing(key_id)
     row, key = rotated
-    request.app.state.auth.forget()
+    auth.forget()
     return JSON(KeyCreated(**KeyOut.of(row.policy, row).model_dump(), key=key).model_dump(mode="json"),
                 headers={"Cache-Control": "no-store"})

@@ -9,10 +9,12 @@ from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
-from app.api.deps import GatewayDep
+from app.api.deps import AuthDep, GatewayDep, WriterDep
 from app.api.responses import JSON
+from app.auth import Auth
 from app.auth.service import AccessDenied
 from app.pipeline import Gateway
+from app.records import RecordWriter
 
 router = APIRouter(tags=["operations"])
 
@@ -24,20 +26,19 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", summary="Readiness: configuration loaded, store reachable, providers listed, not draining "
                                "or saturated; circuit breaker states")
-async def readyz(gateway: GatewayDep, request: Request) -> Response:
-    ready, body = await readiness(gateway, request)
+async def readyz(gateway: GatewayDep, auth: AuthDep, writer: WriterDep) -> Response:
+    ready, body = await readiness(gateway, auth, writer)
     return JSON(body, status_code=200 if ready else 503)
 
 
-async def readiness(gateway: Gateway, request: Request) -> tuple[bool, dict[str, Any]]:
+async def readiness(gateway: Gateway, auth: Auth, writer: RecordWriter | None) -> tuple[bool, dict[str, Any]]:
     """Ready or not, and the body /readyz answers (also shown by the console's health page)."""
     admission = gateway.admission
     draining, saturated = admission.draining, admission.saturated  # as the request found them
     store_ok = await gateway.store.ping()
     providers = gateway.registry.readiness()
-    auth = request.app.state.auth
     limiter_ok = await auth.limiter.ping()
-    records = await _records_state(request)
+    records = await _records_state(writer)
     # Keys required and kept in the records database: no key can be checked while it is down.
     keys_ok = not (auth.mode == "keys" and auth.keystore is not None and records == "unreachable")
     ready = store_ok and limiter_ok and keys_ok and any(providers.values()) and not draining and not saturated
@@ -54,11 +55,10 @@ async def readiness(gateway: Gateway, request: Request) -> tuple[bool, dict[str,
     return ready, body
 
 
-async def _records_state(request: Request) -> str:
+async def _records_state(writer: RecordWriter | None) -> str:
     """The records database: `ok`, `unreachable` or `off`. Reported, not required for runs (records are
     queued, then dropped and counted), but required when it holds the keys every request is checked
     against (`keys`)."""
-    writer = request.app.state.records
     if writer is None:
         return "off"
     return "ok" if await writer.store.ping() else "unreachable"

@@ -25,7 +25,8 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from app.api.access import PrincipalDep
-from app.api.mcp_rpc import McpCaller, McpEndpoint, RpcError
+from app.api.deps import AuthDep, McpEndpointDep, McpSessionsDep, SettingsDep
+from app.api.mcp_rpc import McpCaller, RpcError
 from app.api.responses import JSON
 from app.api.routes.runs import MAX_LIMIT, RecordsUnavailable, database_errors
 from app.api.schemas import ErrorBody
@@ -35,7 +36,6 @@ from app.core.errors import RequestError
 from app.records import decode_cursor
 from app.records.mcp_calls import McpCallLog, McpCallQuery
 from app.records.record import as_utc
-from app.streams.mcp_sessions import McpSessions
 
 router = APIRouter(tags=["mcp"])
 
@@ -53,7 +53,7 @@ def _owner(principal: Principal) -> str:
     return principal.owner or principal.kind
 
 
-def _caller(request: Request, principal: Principal) -> McpCaller:
+def _caller(auth: Auth, principal: Principal) -> McpCaller:
     key = principal.key
     filters = ((key.mcp_tools,) if key is not None and key.mcp_tools is not None else ())
 
@@ -61,7 +61,6 @@ def _caller(request: Request, principal: Principal) -> McpCaller:
         """One request of the key's requests per minute (models, tokens and budget are not asked)."""
         if key is None:
             return {}
-        auth: Auth = request.app.state.auth
         only_rpm = replace(principal, key=replace(key, models=None, tpm=None, max_concurrent=None, budget_usd=None))
         ticket = await auth.admit(only_rpm, "mcp")
         return ticket.headers if ticket is not None else {}
@@ -71,9 +70,10 @@ def _caller(request: Request, principal: Principal) -> McpCaller:
 
 @router.post("/mcp", summary="MCP (Streamable HTTP): the configured MCP servers' tools, filtered by the key",
              openapi_extra=_BODY, response_class=JSON)
-async def mcp_post(request: Request, principal: PrincipalDep) -> Response:
+async def mcp_post(request: Request, principal: PrincipalDep, settings: SettingsDep, auth: AuthDep,
+                   endpoint: McpEndpointDep, sessions: McpSessionsDep) -> Response:
     body = await request.body()
-    limit = request.app.state.settings.max_body_bytes  # no media here: the door's allowance for it does not apply
+    limit = settings.max_body_bytes  # no media here: the door's allowance for it does not apply
     if len(body) > limit:
         raise RequestError(f"the body has {len(body)} bytes, more than FOUNDRY_MAX_BODY_BYTES ({limit})",
                            status=413, code="payload_too_large", field="body")
@@ -89,8 +89,6 @@ async def mcp_post(request: Request, principal: PrincipalDep) -> Response:
     if not isinstance(method, str) or not isinstance(params, dict) or not isinstance(rid, (str, int)):
         return _rpc_error(rid if isinstance(rid, (str, int)) else None, types.INVALID_REQUEST,
                           "Invalid Request: method must be a string, params an object, id a string or number", 400)
-    endpoint: McpEndpoint = request.app.state.mcp
-    sessions: McpSessions = request.app.state.mcp_sessions
     if method == "initialize":
         result, version = endpoint.initialize(params)
         client = params.get("clientInfo", {}).get("name", "") if isinstance(params.get("clientInfo"), dict) else ""
@@ -104,7 +102,7 @@ async def mcp_post(request: Request, principal: PrincipalDep) -> Response:
     if found is None or found.owner != _owner(principal):
         return _rpc_error(rid, types.INVALID_REQUEST, "Session not found: initialize again", 404)
     try:
-        result, headers = await endpoint.dispatch(method, params, _caller(request, principal))
+        result, headers = await endpoint.dispatch(method, params, _caller(auth, principal))
     except RpcError as exc:
         return _rpc_error(rid, exc.code, exc.message)
     return JSON({"jsonrpc": "2.0", "id": rid, "result": result}, headers={**headers, _SESSION: session_id})
@@ -116,8 +114,7 @@ async def mcp_get(principal: PrincipalDep) -> Response:
 
 
 @router.delete("/mcp", summary="MCP: end the session named by Mcp-Session-Id", status_code=204)
-async def mcp_delete(request: Request, principal: PrincipalDep) -> Response:
-    sessions: McpSessions = request.app.state.mcp_sessions
+async def mcp_delete(request: Request, principal: PrincipalDep, sessions: McpSessionsDep) -> Response:
     session_id = request.headers.get(_SESSION, "")
     found = await sessions.get(session_id) if session_id else None
     if found is None or found.owner != _owner(principal):
@@ -149,8 +146,8 @@ class McpCallList(BaseModel):
                                                                        (400, 401, 403, 404, 422, 503)},
             summary="Tool calls through /mcp, newest first, with filters and cursor pagination")
 async def list_mcp_calls(
-    request: Request,
     principal: PrincipalDep,
+    endpoint: McpEndpointDep,
     key_id: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_.-]{1,32}$",
                                         description="The key that called (another key's: the admin key only).")] = None,
     server: Annotated[str | None, Query(max_length=64, description="The MCP server.")] = None,
@@ -158,7 +155,7 @@ async def list_mcp_calls(
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Calls per page.")] = 50,
     cursor: Annotated[str | None, Query(max_length=512, description="`next_cursor` of the previous page.")] = None,
 ) -> Response:
-    journal: McpCallLog | None = request.app.state.mcp.journal
+    journal: McpCallLog | None = endpoint.journal
     if journal is None:
         raise RequestError("records are off on this gateway (FOUNDRY_RECORDS=off): no MCP calls are kept",
                            code="records_disabled", status=404)

@@ -7,10 +7,11 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query
 from starlette.responses import Response
 
-from app.api.access import Authenticated, PrincipalDep, not_found_unless_owner
+from app.api.access import PrincipalDep, not_found_unless_owner
+from app.api.deps import WriterDep
 from app.api.responses import JSON
 from app.api.run_schemas import RunList, RunOut, RunStatus
 from app.api.schemas import ErrorBody
@@ -18,7 +19,7 @@ from app.auth.service import AccessDenied
 from app.core.errors import GatewayError, RequestError
 from app.records import RecordStore, RecordWriter, RunQuery, RunRecord, decode_cursor
 
-router = APIRouter(tags=["runs"], dependencies=[Authenticated])
+router = APIRouter(tags=["runs"])
 
 MAX_LIMIT = 200
 
@@ -29,8 +30,7 @@ class RecordsUnavailable(GatewayError):
     retryable = True
 
 
-async def _records(request: Request) -> RecordStore:
-    writer = request.app.state.records
+async def _records(writer: WriterDep) -> RecordStore:
     if writer is None:
         raise RequestError("run records are off on this gateway (FOUNDRY_RECORDS=off)", code="records_disabled",
                            status=404)
@@ -48,9 +48,8 @@ async def _migrated(writer: RecordWriter) -> RecordStore:
 RecordsDep = Annotated[RecordStore, Depends(_records)]
 
 
-async def stored_transcript(request: Request, stream_id: str) -> dict[str, Any] | None:
+async def stored_transcript(writer: RecordWriter | None, stream_id: str) -> dict[str, Any] | None:
     """A finished stream's transcript from the record store; None when there is none (or records are off)."""
-    writer = request.app.state.records
     if writer is None:
         return None
     store = await _migrated(writer)
@@ -58,10 +57,9 @@ async def stored_transcript(request: Request, stream_id: str) -> dict[str, Any] 
         return await store.transcript(stream_id)
 
 
-async def stored_run(request: Request, stream_id: str) -> RunRecord | None:
+async def stored_run(writer: RecordWriter | None, stream_id: str) -> RunRecord | None:
     """A recorded run (None: unknown, records off, or the database unreachable: a lookup that
     only refines another answer never fails it)."""
-    writer = request.app.state.records
     if writer is None:
         return None
     try:
@@ -71,9 +69,8 @@ async def stored_run(request: Request, stream_id: str) -> RunRecord | None:
         return None
 
 
-async def stored_owner(request: Request, stream_id: str) -> str | None:
+async def stored_owner(writer: RecordWriter | None, stream_id: str) -> str | None:
     """The key that ran a recorded run (None: unknown run, or run in open mode / by the admin key)."""
-    writer = request.app.state.records
     if writer is None:
         return None
     with database_errors():
@@ -97,8 +94,8 @@ def database_errors() -> Iterator[None]:
     summary="Run records, newest first, with filters and cursor pagination",
 )
 async def list_runs(
-    store: RecordsDep,
     principal: PrincipalDep,
+    store: RecordsDep,
     model: Annotated[str | None, Query(max_length=256, description="As requested (provider/model or alias).")] = None,
     status: Annotated[RunStatus | None, Query(description="The final status.")] = None,
     request_id: Annotated[str | None, Query(max_length=128, description="The X-Request-ID of the request that "
@@ -135,7 +132,7 @@ async def list_runs(
     responses={c: {"model": ErrorBody} for c in (401, 404, 503)},
     summary="One run's record (its transcript: GET /v1/stream/{id}/transcript)",
 )
-async def get_run(store: RecordsDep, principal: PrincipalDep,
+async def get_run(principal: PrincipalDep, store: RecordsDep,
                   run_id: Annotated[str, Path(max_length=64)]) -> Response:
     with database_errors():
         record = await store.get(run_id)

@@ -7,22 +7,24 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi import APIRouter, Header, Path, Query
 from starlette.responses import Response
 
-from app.api.access import Authenticated, PrincipalDep, not_found_unless_owner, open_run
+from app.api.access import JsonCallerDep, PrincipalDep, not_found_unless_owner, open_run
 from app.api.convert import to_spec
-from app.api.deps import GatewayDep, RecordDep
-from app.api.errors import require_json
+from app.api.deps import GatewayDep, WriterDep
 from app.api.responses import JSON
 from app.api.routes.runs import stored_run
 from app.api.schemas import CancelResult, GenerateRequest
 from app.api.sse import SSEResponse
+from app.auth import Principal
 from app.core.errors import RequestError
+from app.pipeline import Gateway
+from app.records import RecordWriter
 from app.streams.errors import CursorAhead, FinalDelivered, StoreUnavailable
 from app.streams.memory import parse_cursor
 
-router = APIRouter(tags=["stream"], dependencies=[Authenticated])
+router = APIRouter(tags=["stream"])
 
 RETRY_MS = 1000
 """The `retry:` hint sent once at the start of a native stream: how long an EventSource waits before it
@@ -44,11 +46,11 @@ def json_errors(*codes: int) -> dict[int | str, dict[str, object]]:
     return {code: {"description": "Error", "content": {"application/json": {"schema": schema}}} for code in codes}
 
 
-async def stream(body: GenerateRequest, request: Request, gateway: GatewayDep, record: RecordDep,
-                 principal: PrincipalDep) -> SSEResponse:
-    record.model = body.model
+async def stream(body: GenerateRequest, caller: JsonCallerDep) -> SSEResponse:
+    caller.record.model = body.model
+    gateway = caller.gateway
     cancel = body.on_disconnect != "continue"
-    handle, limit_headers = await open_run(request, gateway, replace(to_spec(body), held=cancel), principal, record)
+    handle, limit_headers = await open_run(caller, replace(to_spec(body), held=cancel))
     # A reader of the run's log: its client leaving cancels the run, unless asked to let it go on
     # (then it can come back by id, GET /v1/stream/{id}). The reader that owns its run holds its
     # place in the log: a slow client slows the run rather than losing events.
@@ -63,7 +65,6 @@ router.add_api_route(
     response_class=SSEResponse,
     responses={200: _SSE_DOC, **json_errors(400, 401, 403, 404, 413, 415, 422, 429, 502, 503, 504)},
     summary="Run and stream canonical events as SSE",
-    dependencies=[Depends(require_json)],
 )
 
 
@@ -76,9 +77,9 @@ router.add_api_route(
     summary="Subscribe to a stream: replay after Last-Event-ID or ?after=N, then follow live",
 )
 async def subscribe(
-    gateway: GatewayDep,
-    request: Request,
     principal: PrincipalDep,
+    gateway: GatewayDep,
+    writer: WriterDep,
     stream_id: Annotated[str, Path(max_length=64)],
     after: Annotated[int | None, Query(ge=0, description="Replay events after this id.")] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
@@ -100,7 +101,7 @@ async def subscribe(
         if await gateway.store.recovering():  # its replica may be writing it back: come again, not "gone"
             raise StoreUnavailable(f"stream {stream_id!r} is not in the stream store while it recovers "
                                    f"(Redis failed or restarted moments ago); retry shortly", retry_after="2")
-        raise await _expired_or_not_found(request, gateway, principal, stream_id)
+        raise await _expired_or_not_found(writer, gateway, principal, stream_id)
     return SSEResponse(frames, ping_seconds=gateway.settings.ping_seconds, retry_ms=RETRY_MS,
                        send_timeout=gateway.settings.send_timeout_seconds, headers={"x-stream-id": stream_id})
 
@@ -117,7 +118,7 @@ async def subscribe(
         "ended: cancelling a finished stream is a no-op answered 200, so a retried cancel is harmless."
     ),
 )
-async def cancel(gateway: GatewayDep, principal: PrincipalDep,
+async def cancel(principal: PrincipalDep, gateway: GatewayDep,
                  stream_id: Annotated[str, Path(max_length=64)]) -> JSON:
     await _check_owner(gateway, principal, stream_id)
     outcome = await gateway.store.cancel(stream_id)
@@ -130,12 +131,12 @@ async def cancel(gateway: GatewayDep, principal: PrincipalDep,
     return JSON({"stream_id": stream_id, "status": outcome})
 
 
-async def _expired_or_not_found(request: Request, gateway: GatewayDep, principal: PrincipalDep,
+async def _expired_or_not_found(writer: RecordWriter | None, gateway: Gateway, principal: Principal,
                                 stream_id: str) -> RequestError:
     """A stream the store does not have: 410 when its run record says it ended within the stream
     TTL (`stream_lost` on Redis, which keeps every stream its TTL: a Redis restarted empty lost
     it; `stream_expired` in memory, whose bounds let a finished stream go first), else 404."""
-    run = await stored_run(request, stream_id)
+    run = await stored_run(writer, stream_id)
     if run is None or not principal.may_see(run.owner):
         return _not_found(stream_id)
     # A run no target served is recorded too, but it never had a stream (`opened` false). Runs
@@ -161,7 +162,7 @@ def _not_found(stream_id: str) -> RequestError:
                         status=404, field="stream_id")
 
 
-async def _check_owner(gateway: GatewayDep, principal: PrincipalDep, stream_id: str) -> None:
+async def _check_owner(gateway: Gateway, principal: Principal, stream_id: str) -> None:
     """Another key's stream is unknown to the caller (404), on whichever replica it runs."""
     if principal.sees_everything:
         return

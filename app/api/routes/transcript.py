@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path
 from starlette.responses import Response
 
-from app.api.access import Authenticated, PrincipalDep, not_found_unless_owner
-from app.api.deps import GatewayDep
+from app.api.access import PrincipalDep, not_found_unless_owner
+from app.api.deps import GatewayDep, WriterDep
 from app.api.responses import JSON
 from app.api.routes.runs import stored_owner, stored_transcript
 from app.api.schemas import ErrorBody, Transcript
@@ -17,8 +17,9 @@ from app.auth import Principal
 from app.core.errors import RequestError
 from app.pipeline import Gateway
 from app.recording import live_transcript
+from app.records import RecordWriter
 
-router = APIRouter(tags=["stream"], dependencies=[Authenticated])
+router = APIRouter(tags=["stream"])
 
 
 @router.get(
@@ -28,11 +29,11 @@ router = APIRouter(tags=["stream"], dependencies=[Authenticated])
     summary="The stream's transcript: request, reasoning and response messages, tool calls with their outputs",
 )
 async def transcript(
-    gateway: GatewayDep, request: Request, principal: PrincipalDep, stream_id: Annotated[str, Path(max_length=64)]
+    principal: PrincipalDep, gateway: GatewayDep, writer: WriterDep, stream_id: Annotated[str, Path(max_length=64)]
 ) -> Response:
     missing = RequestError(f"no stream {stream_id!r} (unknown, or expired and not recorded)",
                            code="stream_not_found", status=404, field="stream_id")
-    return JSON(with_iso_times(await find_transcript(gateway, request, principal, stream_id, missing)))
+    return JSON(with_iso_times(await find_transcript(gateway, writer, principal, stream_id, missing)))
 
 
 def _iso(at: Any) -> Any:
@@ -52,7 +53,7 @@ def with_iso_times(document: dict[str, Any]) -> dict[str, Any]:
     return {**document, "created_at": _iso(document.get("created_at")), "tool_calls": calls, **messages}
 
 
-async def find_transcript(gateway: Gateway, request: Request, principal: Principal, stream_id: str,
+async def find_transcript(gateway: Gateway, writer: RecordWriter | None, principal: Principal, stream_id: str,
                           missing: Exception) -> dict[str, Any]:
     """A stream's transcript document if the caller may see it, else `missing` is raised (never
     confirming another key's stream): live here, else the shared stream store (another replica's
@@ -70,8 +71,8 @@ async def find_transcript(gateway: Gateway, request: Request, principal: Princip
                     "created_at": shared.created_at, **shared.transcript, "content_recorded": True}
     if body is None:
         if not principal.sees_everything:
-            not_found_unless_owner(principal, await stored_owner(request, stream_id), missing)
-        body = await stored_transcript(request, stream_id)
+            not_found_unless_owner(principal, await stored_owner(writer, stream_id), missing)
+        body = await stored_transcript(writer, stream_id)
     if body is None:
         raise missing
     return body

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
@@ -108,9 +108,8 @@ def _whose(principal: Principal, key_id: str | None, start: datetime, end: datet
 @router.get("/v1/usage", response_model=UsageReport, responses={c: {"model": ErrorBody} for c in (401, 403, 404, 422, 503)},
             summary="Sums of requests, tokens, errors and cost, by model or day (own key; admin: any key)")
 async def usage(
-    request: Request,
-    store: RecordsDep,
     principal: PrincipalDep,
+    store: RecordsDep,
     since: Since = None,
     until: Until = None,
     group_by: Annotated[Literal["model", "day"], Query(description="Group the sums by model or by day.")] = "model",
@@ -157,8 +156,8 @@ class UsageSeries(BaseModel):
             responses={c: {"model": ErrorBody} for c in (401, 403, 404, 422, 503)},
             summary="Requests, tokens of each kind and cost per day, week or month, key and model (charts)")
 async def usage_series_route(
-    store: RecordsDep,
     principal: PrincipalDep,
+    store: RecordsDep,
     since: Since = None,
     until: Until = None,
     bucket: Annotated[Literal["day", "week", "month"], Query(description="The period of each point.")] = "day",
