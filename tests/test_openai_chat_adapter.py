@@ -326,7 +326,7 @@ async def test_openai_is_served_only_with_a_key_and_uses_an_injected_session() -
     config = settings(openai_api_key=KEY, connect_timeout=3, read_timeout=30, upstream_max_retries=0).provider_config()
     built = build_openai(config, {})["openai"]
     assert isinstance(built, HttpAdapter)  # the gateway's own client (app/providers/upstream.py)
-    sent = built._build(_ASK)
+    sent = built.plan(_ASK).request
     assert sent.url == "https://api.openai.com/v1/chat/completions" and sent.headers["authorization"] == f"Bearer {KEY}"
     assert built._config.connect_timeout == 3 and built._config.read_timeout == 30
     async with aiohttp.ClientSession() as injected:
@@ -345,14 +345,14 @@ async def test_compatible_providers(monkeypatch: pytest.MonkeyPatch) -> None:
     built = build_openai(settings(providers=providers).provider_config(), {})
     assert set(built) == {"local"}
     local = built["local"]
-    sent = local._build(_ASK)  # type: ignore[attr-defined]
+    sent = local.plan(_ASK).request  # type: ignore[attr-defined]
     assert sent.url == "http://127.0.0.1:8000/v1/chat/completions" and "authorization" not in sent.headers
     assert b"stream_options" not in sent.body and local.name == "local"
 
     monkeypatch.setenv("FOUNDRY_TEST_GROQ_KEY", "gsk-test")
     built = build_openai(settings(providers=providers).provider_config(), {})
     assert set(built) == {"groq", "local"}
-    assert built["groq"]._build(_ASK).headers["authorization"] == "Bearer gsk-test"  # type: ignore[attr-defined]
+    assert built["groq"].plan(_ASK).request.headers["authorization"] == "Bearer gsk-test"  # type: ignore[attr-defined]
 
     async with aiohttp.ClientSession() as injected:
         built = build_openai(settings(providers=providers).provider_config(), {"groq": injected})
