@@ -37,8 +37,12 @@ from app.providers.errors import CONNECTION_ERRORS, status_error, transport_erro
 from app.providers.framing import FrameDecoder, FramePatchStream, StreamNormalizer
 from app.providers.passthrough import Wire, passthrough_for
 
-__all__ = ["MAX_HEAD_BYTES", "Call", "ErrorAnswer", "HttpAdapter", "Plan", "SessionFactory", "bounded_read", "client_session",
-           "descriptor_plan", "send"]
+__all__ = ["KEEPALIVE_SECONDS", "MAX_HEAD_BYTES", "Call", "ErrorAnswer", "HttpAdapter", "Plan", "SessionFactory",
+           "bounded_read", "client_session", "descriptor_plan", "send"]
+
+KEEPALIVE_SECONDS = 30.0
+"""How long an idle upstream connection is kept for reuse (providers keep theirs 60 s or more, so
+the gateway lets go first and never writes a request onto a connection being closed)."""
 
 MAX_HEAD_BYTES = 64 * 1024
 """The longest response head line and header field the client holds (aiohttp's own default is 8 KiB)."""
@@ -54,7 +58,7 @@ def client_session(config: ProviderConfig) -> aiohttp.ClientSession:
                                     sock_read=config.read_timeout)
     # The trust store as the environment names it now (SSL_CERT_FILE / SSL_CERT_DIR), not aiohttp's
     # context made once at its import.
-    connector = aiohttp.TCPConnector(limit=1000, limit_per_host=0, keepalive_timeout=30.0,
+    connector = aiohttp.TCPConnector(limit=1000, limit_per_host=0, keepalive_timeout=KEEPALIVE_SECONDS,
                                      ssl=ssl.create_default_context())
     return aiohttp.ClientSession(timeout=timeout, connector=connector, auto_decompress=True,
                                  max_line_size=MAX_HEAD_BYTES, max_field_size=MAX_HEAD_BYTES)
