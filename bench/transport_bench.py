@@ -2,15 +2,16 @@
 completion stream), its body read to the end, in a loop on uvloop; round trip median and CPU of
 this process per request. The ways in, taking turns in each round:
 
-- `httpx2_default`: `httpx2.AsyncClient` on its own transport (httpcore2 + h11), as the SDKs ship;
-- `sdk_aiohttp`: the OpenAI SDK's `DefaultAioHttpClient` (httpx2 on aiohttp, its `aiohttp` extra),
-  the client the gateway builds (app/providers/http.py), through `client.stream`;
-- `gateway_on_httpx2_default` / `gateway_on_sdk_aiohttp`: the adapters' one send path, the SDK's
-  `client.post(..., options=RAW_STREAM)`, on each of the two clients above;
-- `gateway_own`: the gateway's own send path since the provider seam (app/providers/upstream.py:
-  `send()` on `client_session()` with the proxy environment read once, the body bytes built per
-  request as `HttpAdapter` does);
-- `aiohttp`: aiohttp's own client with its URL, headers and timeout built once: the floor.
+- `gateway_own`: the gateway's own send path (app/providers/upstream.py: `send()` on
+  `client_session()` with the proxy environment read once, the body bytes built per request as
+  `HttpAdapter` does): what the gateway runs;
+- `aiohttp`: aiohttp's own client with its URL, headers and timeout built once: the floor;
+- for comparison, the official SDK's ways in (the SDKs are in the dev install, not the gateway's):
+  `httpx2_default`, `httpx2.AsyncClient` on its own transport (httpcore2 + h11), as the SDKs ship;
+  `sdk_aiohttp`, the OpenAI SDK's `DefaultAioHttpClient` (httpx2 on aiohttp, its `aiohttp` extra),
+  through `client.stream`; `gateway_on_httpx2_default` / `gateway_on_sdk_aiohttp`, a streamed call
+  through the SDK's `client.post` with its raw-response marker (the request unread, no typed
+  parsing), on each of the two clients: the path the gateway would take on an SDK.
 
 Usage: `python bench/transport_bench.py [--requests 1000] [--rounds 3]`.
 """
@@ -34,12 +35,14 @@ import yarl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.providers.base import RAW_STREAM  # noqa: E402
 from app.providers.config import ProviderConfig  # noqa: E402
 from app.providers.descriptor import UpstreamRequest  # noqa: E402
-from app.providers.http import openai_http_client  # noqa: E402
 from app.providers.upstream import client_session, send  # noqa: E402
 from bench.run import emit, free_port, server  # noqa: E402
+
+RAW_STREAM = {"headers": {"X-Stainless-Raw-Response": "stream"}, "max_retries": 0}
+"""`options=` of the SDK's documented `client.post(path, cast_to=httpx2.Response, ...)`: its own
+marker for "hand me the response unread"."""
 
 
 async def main() -> dict:
@@ -55,7 +58,7 @@ async def main() -> dict:
     headers = {"content-type": "application/json", "authorization": "Bearer bench"}
     with server("bench.upstream:app", port):
         default = httpx2.AsyncClient(timeout=60, follow_redirects=False)
-        on_aiohttp = openai_http_client(connect_timeout=5, read_timeout=60)
+        on_aiohttp = openai.DefaultAioHttpClient(timeout=60, follow_redirects=False)
         sdks = {name: openai.AsyncOpenAI(api_key="bench", base_url=base, http_client=http, max_retries=0)
                 for name, http in (("httpx2_default", default), ("sdk_aiohttp", on_aiohttp))}
         session = aiohttp.ClientSession()

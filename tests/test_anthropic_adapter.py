@@ -191,7 +191,7 @@ async def test_registry_serves_anthropic_only_with_a_key_and_uses_an_injected_se
     registry = build_registry(settings(key="sk-ant-test-000000", base_url="http://127.0.0.1:9").provider_config())
     adapter = registry.get("anthropic")
     assert isinstance(adapter, AnthropicHttpAdapter) and adapter.ready()  # the gateway's own client
-    sent = adapter._build(ProviderRequest(model="claude", messages=(Message(role="user", content="hi"),)))
+    sent = adapter.plan(ProviderRequest(model="claude", messages=(Message(role="user", content="hi"),))).request
     assert sent.url == "http://127.0.0.1:9/v1/messages"
     await registry.aclose()
 

@@ -1,9 +1,8 @@
-"""The gateway's own client (app/providers/upstream.py: what the gateway builds from a key) against
-the SDK-backed adapters (`client.post` with the raw-stream options, an injected SDK client).
-
-On a loopback server that records every request (`upstream_fakes.FakeUpstream`), both send the
-same request (URL, JSON body, the credential and wire headers; each client names itself and the SDK
-adds its own bookkeeping) and map the same error answer to the same gateway error, the key never echoed.
+"""The adapter the gateway builds from a key, on its own aiohttp session and on an injected one
+(`upstream_fakes.http_adapter`, the one adapter-test setup): against a loopback server that records
+every request (`upstream_fakes.FakeUpstream`), both send the same request (URL, JSON body, the
+credential and wire headers), and each error answer maps to the gateway error written out below
+(what the official SDKs raised for the same answers, mapped), the key never echoed.
 """
 
 from __future__ import annotations
@@ -12,20 +11,14 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-import anthropic
+import aiohttp
 import pytest
-from pydantic import SecretStr
 
 from app.core.errors import GatewayError
 from app.core.messages import Message, ToolSpec
-from app.providers.anthropic import AnthropicAdapter, build_anthropic
 from app.providers.base import ProviderAdapter, ProviderRequest
-from app.providers.config import CompatibleProvider, ProviderConfig
-from app.providers.http import anthropic_http_client
-from app.providers.openai_chat import OpenAIAdapter, build_openai, make_client
-from app.providers.openai_responses import OpenAIResponsesAdapter, build_openai_responses
 from tests.support import serve
-from tests.upstream_fakes import FakeUpstream
+from tests.upstream_fakes import FakeUpstream, http_adapter
 
 # The headers that carry the credential and the wire's version: the same on both paths.
 _WIRE = {"content-type", "authorization", "x-api-key", "anthropic-version"}
@@ -50,25 +43,13 @@ async def upstream(kind: str, reply: Any) -> AsyncIterator[tuple[FakeUpstream, s
         yield fake, url
 
 
-def _adapters(kind: str, url: str) -> tuple[ProviderAdapter, ProviderAdapter]:
-    """(gateway-built on its own client, an SDK client injected)."""
-    direct: Any
-    if kind == "chat":
-        config = ProviderConfig(compatible=(CompatibleProvider(name="up", base_url=f"{url}/v1",
-                                                               api_key_env="DIRECT_TEST_KEY"),))
-        direct = build_openai(config, {})["up"]
-        sdk = make_client(api_key="sk-up-direct-test", base_url=f"{url}/v1", config=config)
-        return direct, OpenAIAdapter(sdk, name="up", max_tokens_field="max_tokens", owns_client=True)
-    if kind == "responses":
-        config = ProviderConfig(values={"openai_api_key": SecretStr("sk-direct-test"), "openai_base_url": f"{url}/v1"})
-        direct = build_openai_responses(config, {})["openai-responses"]
-        sdk = make_client(api_key="sk-direct-test", base_url=f"{url}/v1", config=config)
-        return direct, OpenAIResponsesAdapter(sdk, owns_client=True)
-    config = ProviderConfig(values={"anthropic_api_key": SecretStr("sk-ant-direct-test"), "anthropic_base_url": url})
-    direct = build_anthropic(config, {})["anthropic"]
-    sdk = anthropic.AsyncAnthropic(api_key="sk-ant-direct-test", base_url=url, max_retries=0,
-                                   http_client=anthropic_http_client(connect_timeout=5, read_timeout=30))
-    return direct, AnthropicAdapter(sdk, owns_client=True)
+_PROVIDERS = {"chat": "openai", "responses": "openai-responses", "anthropic": "anthropic"}
+
+
+def _adapters(kind: str, url: str, session: aiohttp.ClientSession) -> tuple[ProviderAdapter, ProviderAdapter]:
+    """(on a session of its own, on the injected `session`)."""
+    provider = _PROVIDERS[kind]
+    return http_adapter(provider, url), http_adapter(provider, url, session=session)
 
 
 _REQUEST = ProviderRequest(
@@ -87,10 +68,9 @@ async def _open(adapter: ProviderAdapter) -> None:
 
 
 @pytest.mark.parametrize(("kind", "body"), [("chat", _CHAT), ("responses", _RESPONSES), ("anthropic", _ANTHROPIC)])
-async def test_gateway_built_and_injected_clients_send_the_same_request(kind: str, body: bytes, monkeypatch) -> None:
-    monkeypatch.setenv("DIRECT_TEST_KEY", "sk-up-direct-test")
-    async with upstream(kind, body) as (fake, url):
-        built, injected = _adapters(kind, url)
+async def test_own_and_injected_sessions_send_the_same_request(kind: str, body: bytes) -> None:
+    async with upstream(kind, body) as (fake, url), aiohttp.ClientSession() as session:
+        built, injected = _adapters(kind, url, session)
         try:
             for adapter in (built, injected):
                 await _open(adapter)
@@ -104,35 +84,59 @@ async def test_gateway_built_and_injected_clients_send_the_same_request(kind: st
         {k: v for k, v in second.headers.items() if k in _WIRE}
 
 
-@pytest.mark.parametrize("kind", ["chat", "responses", "anthropic"])
-@pytest.mark.parametrize(("status", "body"), [
+_ANSWERS: list[tuple[int, dict[str, Any]]] = [
     (429, {"error": {"message": "slow down", "type": "rate_limit_error", "code": "rate_limit_exceeded"}}),
     (400, {"error": {"message": "bad field", "type": "invalid_request_error", "code": "invalid_value"}}),
     (503, {"error": {"message": "overloaded", "type": "overloaded_error"}}),
-    (401, {"error": {"message": "key sk-up-direct-test is wrong", "type": "authentication_error"}}),
+    (401, {"error": {"message": "key sk-test is wrong", "type": "authentication_error"}}),
     (500, {"unexpected": "shape"}),
-])
-async def test_an_error_answer_maps_as_through_the_sdk(kind: str, status: int, body: dict, monkeypatch) -> None:
-    monkeypatch.setenv("DIRECT_TEST_KEY", "sk-up-direct-test")
+]
+_REFUSED = "the provider refused the gateway's credentials (HTTP 401)"
+_EXPECTED: dict[int, tuple[str, dict[str, Any]]] = {
+    429: ("UpstreamRateLimited", {"code": "rate_limited", "message": "slow down", "retryable": True,
+                                  "retry_after": "7"}),
+    400: ("UpstreamBadRequest", {"code": "upstream_bad_request", "message": "bad field", "retryable": False}),
+    503: ("UpstreamError", {"code": "upstream_error", "message": "overloaded", "retryable": True}),
+    401: ("UpstreamError", {"code": "upstream_auth", "message": _REFUSED, "retryable": False}),
+    500: ("UpstreamError", {"code": "upstream_error", "message": "HTTP 500", "retryable": True}),
+}
+"""Each answer's error as the SDK adapters mapped it (and the gateway's own client does)."""
+
+
+def _expected(kind: str, status: int, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    name, fields = _EXPECTED[status]
+    provider = {"chat": "openai", "responses": "openai-responses", "anthropic": "anthropic"}[kind]
+    message = fields["message"]
+    if kind == "anthropic" and status == 500:  # the body as sent (the SDK quoted a Python repr of it)
+        message = '{"unexpected":"shape"}'
+    expected = {**fields, "message": f"{provider}: {message}", "provider": provider, "upstream_status": status}
+    error = body.get("error") or {}
+    if kind == "anthropic":  # Anthropic's type and request id; OpenAI's code
+        expected["request_id"] = "req_1"
+        if "type" in error:
+            expected["upstream_type"] = error["type"]
+    elif "code" in error:
+        expected["upstream_code"] = error["code"]
+    return name, expected
+
+
+@pytest.mark.parametrize("kind", ["chat", "responses", "anthropic"])
+@pytest.mark.parametrize(("status", "body"), _ANSWERS)
+async def test_an_error_answer_maps_as_through_the_sdk(kind: str, status: int, body: dict[str, Any]) -> None:
     errors: list[GatewayError] = []
     async with upstream(kind, (status, body, {"retry-after": "7", "request-id": "req_1", "x-request-id": "req_1"})) \
-            as (_, url):
-        direct, sdk = _adapters(kind, url)
+            as (_, url), aiohttp.ClientSession() as session:
+        built, injected = _adapters(kind, url, session)
         try:
-            for adapter in (direct, sdk):
+            for adapter in (built, injected):
                 with pytest.raises(GatewayError) as caught:
                     await _open(adapter)
                 errors.append(caught.value)
         finally:
-            await direct.aclose()
-            await sdk.aclose()
-    built, injected = errors
-    assert type(built) is type(injected)
-    if "unexpected" in body and kind == "anthropic":  # the SDK quotes a Python repr; the gateway the body
-        assert built.to_dict()["message"] == 'anthropic: {"unexpected":"shape"}'
-        assert {**built.to_dict(), "message": ""} == {**injected.to_dict(), "message": ""}
-    else:
-        assert built.to_dict() == injected.to_dict()
-    assert built.to_dict()["upstream_status"] == status
-    assert built.status == {429: 429, 400: 400}.get(status, 502)
-    assert "sk-up-direct-test" not in str(built.to_dict())
+            await built.aclose()
+            await injected.aclose()
+    name, expected = _expected(kind, status, body)
+    for error in errors:
+        assert (type(error).__name__, error.to_dict()) == (name, expected)
+    assert errors[0].status == {429: 429, 400: 400}.get(status, 502)
+    assert "sk-test" not in str(errors[0].to_dict())

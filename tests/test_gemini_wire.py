@@ -1,6 +1,6 @@
-"""Gemini's streamed request on the wire (app/providers/gemini.py): one send path, `client.send`,
-for the client the gateway builds (httpx2 on aiohttp, app/providers/http.py) and the same client
-injected.
+"""Gemini's streamed request on the wire (app/providers/gemini.py): one send path (`HttpAdapter`,
+app/providers/upstream.py) on the session the adapter makes itself and on an injected
+`aiohttp.ClientSession`.
 
 On loopback servers that keep what they receive, both send the same bytes for every model
 (method, path and query, headers, body), map error answers to the same gateway error, follow no
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import pytest
-from pydantic import SecretStr
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -20,13 +20,11 @@ from starlette.routing import Route
 
 from app.core.errors import GatewayError
 from app.core.messages import Message
-from app.providers.base import ProviderRequest
-from app.providers.config import ProviderConfig, ReadLimits
-from app.providers.gemini import GeminiAdapter, build_gemini
-from app.providers.http import gemini_http_client
+from app.providers.base import ProviderAdapter, ProviderRequest
+from app.providers.config import ReadLimits
 from tests.support import recordings, serve
 from tests.test_transport import RawUpstream, writes
-from tests.upstream_fakes import FakeUpstream
+from tests.upstream_fakes import FakeUpstream, http_adapter
 
 KEY = "gm-wire-test-key-0000000000"
 TEXT = next(r for r in recordings("gemini") if r.name == "text")
@@ -40,15 +38,14 @@ def recorder() -> RawUpstream:
                               % len(TEXT.body) + TEXT.body))
 
 
-def adapters(base: str) -> tuple[Any, GeminiAdapter]:
-    """(built by the gateway: on its own aiohttp client; an injected httpx2 client: through `send`)."""
-    wired: Any = build_gemini(ProviderConfig(values={"gemini_api_key": SecretStr(KEY), "gemini_base_url": base}), {})["gemini"]
-    return wired, GeminiAdapter(gemini_http_client(connect_timeout=10, read_timeout=30), api_key=KEY, base_url=base,
-                                owns_client=True)
+def adapters(base: str, session: aiohttp.ClientSession) -> tuple[ProviderAdapter, ProviderAdapter]:
+    """(on the session the adapter makes itself, on the injected `session`)."""
+    values = {"gemini_api_key": KEY, "gemini_base_url": base}
+    return http_adapter("gemini", base, values=values), http_adapter("gemini", base, values=values, session=session)
 
 
 def same_request(a: bytes, b: bytes) -> bool:
-    """The same request line, body and gateway headers (each client adds its own user-agent)."""
+    """The same request line, body and gateway headers (whatever else a session adds)."""
     def parts(raw: bytes) -> tuple[bytes, set[bytes], bytes]:
         head, _, body = raw.partition(b"\r\n\r\n")
         line, *fields = head.split(b"\r\n")
@@ -62,7 +59,7 @@ def ask(model: str) -> ProviderRequest:
                                                   Message(role="user", content="héllo ✓")), max_tokens=64)
 
 
-async def run(adapter: GeminiAdapter, model: str) -> None:
+async def run(adapter: ProviderAdapter, model: str) -> None:
     stream = await adapter.open_stream(ask(model))
     async for _ in stream:
         pass
@@ -72,8 +69,8 @@ async def run(adapter: GeminiAdapter, model: str) -> None:
 async def test_the_wire_sends_the_clients_request_for_each_model() -> None:
     upstream = recorder()
     models = ("gemini-2.5-flash", "models/gemini-3-pro-preview", "gemini-2.5-flash")  # the first one again: cached
-    async with upstream.running(path="") as base:
-        wired, sent = adapters(base)
+    async with upstream.running(path="") as base, aiohttp.ClientSession() as session:
+        wired, sent = adapters(base, session)
         try:
             for model in models:
                 await run(wired, model)
@@ -103,12 +100,12 @@ _QUOTA = {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUST
     (400, {"error": {"code": 400, "message": "bad field", "status": "INVALID_ARGUMENT"}}, {}, "upstream_bad_request"),
     (503, {"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}}, {}, "upstream_error"),
 ])
-async def test_an_error_answer_maps_the_same_for_built_and_injected(status: int, body: dict[str, Any], headers: dict[str, str],
-                                                    code: str) -> None:
+async def test_an_error_answer_maps_the_same_on_own_and_injected_sessions(status: int, body: dict[str, Any],
+                                                                          headers: dict[str, str], code: str) -> None:
     fake = FakeUpstream("/v1beta/models/{target}", [(status, body, headers)] * 2)
     errors: list[GatewayError] = []
-    async with serve(fake.app()) as url:
-        wired, sent = adapters(url)
+    async with serve(fake.app()) as url, aiohttp.ClientSession() as session:
+        wired, sent = adapters(url, session)
         try:
             for adapter in (wired, sent):
                 with pytest.raises(GatewayError) as caught:
@@ -137,8 +134,8 @@ async def test_a_redirect_is_not_followed_even_on_the_same_origin() -> None:
 
     app = Starlette(routes=[Route("/old/models/{target}", redirect, methods=["POST"]),
                             Route(target.path, target.handle, methods=["POST"])])
-    async with serve(app) as url:
-        wired, sent = adapters(f"{url}/old")
+    async with serve(app) as url, aiohttp.ClientSession() as session:
+        wired, sent = adapters(f"{url}/old", session)
         try:
             for adapter in (wired, sent):
                 with pytest.raises(GatewayError) as caught:
@@ -153,8 +150,8 @@ async def test_a_redirect_is_not_followed_even_on_the_same_origin() -> None:
 
 async def test_credentials_in_the_base_url_are_sent_as_basic_auth() -> None:
     upstream = recorder()
-    async with upstream.running(path="") as base:
-        wired, sent = adapters(base.replace("http://", "http://user:pw@"))
+    async with upstream.running(path="") as base, aiohttp.ClientSession() as session:
+        wired, sent = adapters(base.replace("http://", "http://user:pw@"), session)
         try:
             await run(wired, "gemini-2.5-flash")
             await run(sent, "gemini-2.5-flash")
@@ -180,9 +177,8 @@ async def test_an_endless_error_body_is_read_only_in_part() -> None:
 
     upstream = RawUpstream(endless)
     async with upstream.running(path="") as base:
-        config = ProviderConfig(values={"gemini_api_key": SecretStr(KEY), "gemini_base_url": base}, read_timeout=30,
-                                limits=ReadLimits(max_body_bytes=1 << 16))
-        adapter: Any = build_gemini(config, {})["gemini"]
+        adapter = http_adapter("gemini", base, values={"gemini_api_key": KEY, "gemini_base_url": base}, read_timeout=30,
+                               limits=ReadLimits(max_body_bytes=1 << 16))
         try:
             with pytest.raises(GatewayError) as caught:
                 await run(adapter, "gemini-2.5-flash")

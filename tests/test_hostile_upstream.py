@@ -12,7 +12,9 @@ import httpx
 import pytest
 
 from app.main import create_app
-from app.providers.http import gemini_http_client, openai_http_client
+from app.providers.config import ProviderConfig
+from app.providers.descriptor import UpstreamRequest
+from app.providers.upstream import bounded_read, client_session, send
 from tests.hostile_upstream import (
     KEY,
     PROVIDERS,
@@ -72,17 +74,17 @@ async def test_loops_empty_and_broken_locations_are_502_everywhere(provider: str
 
 
 async def test_an_error_answer_is_read_only_up_to_the_cap_after_decompression() -> None:
-    """A 500 whose gzip body inflates to 64 MiB: the client the gateway builds hands its SDK at
-    most `max_body_bytes`, and stops reading there (closing the connection)."""
+    """A 500 whose gzip body inflates to 64 MiB: the gateway's own client reads at most
+    `max_body_bytes` of it, decompressed, and stops reading there (closing the connection)."""
     bomb = gzip_bomb(64, prefix=b'{"error": {"message": "')
     async with HostileUpstream(raw_answer(500, bomb, [("content-encoding", "gzip"),
                                                       ("content-type", "application/json")])) as upstream:
-        for make in (openai_http_client, gemini_http_client):
-            async with make(connect_timeout=5, read_timeout=5, max_body_bytes=4096) as client:
-                response = await client.post(upstream.url + "/v1/chat/completions", content=b"{}")
-                assert response.status_code == 500
-                assert len(response.content) == 4096 and response.content.startswith(b'{"error": {"message": "AAA')
-                assert "content-encoding" not in response.headers
+        async with client_session(ProviderConfig(connect_timeout=5, read_timeout=5)) as session:
+            response = await send(session, UpstreamRequest(url=upstream.url + "/v1/chat/completions", body=b"{}"), "p")
+            assert response.status == 500
+            content = await bounded_read(response, 4096)
+            assert len(content) == 4096 and content.startswith(b'{"error": {"message": "AAA')
+            assert response.closed  # not read on, not pooled
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

@@ -14,7 +14,7 @@ import httpx
 import openai
 
 from app import cli
-from app.providers.http import UPSTREAM_LIMITS
+from app.providers.upstream import KEEPALIVE_SECONDS
 from tests.support import KEEP_ALIVE_SECONDS, REPO
 
 NGINX_UPSTREAM_KEEPALIVE = 60.0
@@ -24,10 +24,10 @@ idle timeout of the common cloud load balancers)."""
 
 def test_the_fakes_keep_idle_connections_longer_than_every_client_pools_them() -> None:
     pools = {
-        "the gateway's upstream pool": UPSTREAM_LIMITS.keepalive_expiry,
+        "the gateway's upstream pool": KEEPALIVE_SECONDS,
         "httpx's default pool (the tests' clients)": httpx.Limits().keepalive_expiry,
-        "the openai SDK's pool": openai.DEFAULT_CONNECTION_LIMITS.keepalive_expiry,
-        "the anthropic SDK's pool": anthropic.DEFAULT_CONNECTION_LIMITS.keepalive_expiry,
+        "the openai SDK's pool (the facade tests' clients)": openai.DEFAULT_CONNECTION_LIMITS.keepalive_expiry,
+        "the anthropic SDK's pool (the facade tests' clients)": anthropic.DEFAULT_CONNECTION_LIMITS.keepalive_expiry,
     }
     assert {name: s for name, s in pools.items() if s is None or s >= KEEP_ALIVE_SECONDS} == {}
 

@@ -5,7 +5,7 @@ import pytest
 from app.core.errors import UpstreamNotFound
 from app.core.events import FinalEvent, TokenEvent, ToolCallEvent, ToolResultEvent
 from app.core.messages import Message
-from app.providers.mock import MockStreamIterator, replay_stream
+from app.providers.reference import MockStreamIterator, replay_stream
 
 
 async def test_simple():

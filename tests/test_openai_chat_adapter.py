@@ -1,5 +1,5 @@
-"""OpenAI Chat: the reference `OpenAIAdapter.generate()` with a fake client (non-streaming); the stream on
-the gateway's own client against a loopback provider (errors before the body, mid-stream failures,
+"""OpenAI Chat: the reference `generate()` (app/providers/reference.py) and the stream on the gateway's own
+client against a loopback provider (errors before the body, mid-stream failures,
 closing); builders and an injected `aiohttp.ClientSession`."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
 import openai
+import orjson
 import pytest
 from starlette.responses import Response
 
@@ -29,7 +29,8 @@ from app.core.events import FinalEvent, StreamEvent
 from app.core.messages import AdapterError, Message, ToolCall, ToolSpec
 from app.core.released import Released
 from app.providers.base import PatchStream, ProviderRequest
-from app.providers.openai_chat import OpenAIAdapter, build_openai
+from app.providers.openai_chat import build_openai
+from app.providers.reference import generate, openai_adapter
 from app.providers.registry import build_registry
 from app.providers.upstream import HttpAdapter
 from app.settings import CompatibleProvider, Settings
@@ -41,57 +42,53 @@ HI = (Message(role="user", content="hi"),)
 ADD = ToolSpec(name="add", parameters={"type": "object", "properties": {"a": {"type": "integer"}}})
 
 
-# -- generate() with the reference's fake client (reference/foundry-adapters.md): non-streaming --
+# -- generate() (app/providers/reference.py) on the gateway's own client, against a loopback provider --
 
 
-class FakeCompletions:
-    """Records create() kwargs and returns a canned response (the reference's fake client)."""
-
-    def __init__(self, response: Any) -> None:
-        self.response = response
-        self.calls: list[dict[str, Any]] = []
-
-    async def create(self, **kwargs: Any) -> Any:
-        self.calls.append(kwargs)
-        return self.response
+def reply_chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return b"data: " + orjson.dumps({"id": "c", "model": "gpt-x", "choices": [choice]}) + b"\n\n"
 
 
-def fake_adapter(response: Any) -> tuple[OpenAIAdapter, FakeCompletions]:
-    completions = FakeCompletions(response)
-    return OpenAIAdapter(SimpleNamespace(chat=SimpleNamespace(completions=completions))), completions  # type: ignore[arg-type]
+@contextlib.asynccontextmanager
+async def reference_on(body: bytes) -> AsyncIterator[tuple[Any, Scripted]]:
+    """The reference's OpenAI adapter (`openai_adapter`) against a loopback provider streaming `body`."""
+    fake = Scripted(lambda _: sse(body))
+    async with serve(fake.app()) as url:
+        adapter = openai_adapter(KEY, base_url=f"{url}/v1")
+        try:
+            yield adapter, fake
+        finally:
+            await adapter.aclose()
 
 
-def completion(*messages: dict[str, Any]) -> dict[str, Any]:
-    return {"id": "c", "choices": [{"index": i, "message": m, "finish_reason": "stop"} for i, m in enumerate(messages)]}
-
-
-async def test_generate_defaults_temperature_and_returns_first_assistant_message() -> None:
-    adapter, fake = fake_adapter(completion({"role": "assistant", "content": "4"}, {"role": "assistant", "content": "5"}))
-    message = await adapter.generate(HI, model="gpt-x")
+async def test_generate_defaults_temperature_and_returns_the_assistant_message() -> None:
+    async with reference_on(reply_chunk({"role": "assistant", "content": "4"}, "stop") + b"data: [DONE]\n\n") as (adapter, fake):
+        message = await generate(adapter, HI, model="gpt-x")
     assert message == Message(role="assistant", content="4")
-    assert fake.calls == [{"model": "gpt-x", "temperature": 0, "messages": [{"role": "user", "content": "hi"}]}]
+    (sent,) = fake.requests
+    assert sent.body == {"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+                         "stream_options": {"include_usage": True}, "temperature": 0}
+    assert sent.headers["authorization"] == f"Bearer {KEY}"
 
 
 async def test_generate_keeps_caller_temperature_and_maps_tools() -> None:
-    wire_call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2}'}}
-    adapter, fake = fake_adapter(completion({"role": "assistant", "content": None, "tool_calls": [wire_call]}))
-    message = await adapter.generate(HI, model="gpt-x", tools=[ADD], temperature=0.7, tool_choice="add")
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2}'}}
+    body = reply_chunk({"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls") + b"data: [DONE]\n\n"
+    async with reference_on(body) as (adapter, fake):
+        message = await generate(adapter, HI, model="gpt-x", tools=[ADD], temperature=0.7, tool_choice="add")
     assert message.tool_calls == (ToolCall(id="call_1", name="add", arguments={"a": 2}),)
     assert message.content == ""
-    call = fake.calls[0]
-    assert call["temperature"] == 0.7
-    assert call["tools"] == [{"type": "function", "function": {"name": "add", "parameters": dict(ADD.parameters)}}]
-    assert call["tool_choice"] == {"type": "function", "function": {"name": "add"}}
+    sent = fake.requests[0].body
+    assert sent["temperature"] == 0.7
+    assert sent["tools"] == [{"type": "function", "function": {"name": "add", "parameters": dict(ADD.parameters)}}]
+    assert sent["tool_choice"] == {"type": "function", "function": {"name": "add"}}
 
 
-async def test_generate_accepts_sdk_response_objects() -> None:
-    response = openai.types.chat.ChatCompletion.model_validate({
-        "id": "c", "object": "chat.completion", "created": 0, "model": "gpt-x",
-        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": None,
-                                                                       "refusal": "I can't help with that."}}],
-    })
-    adapter, _ = fake_adapter(response)
-    assert (await adapter.generate(HI, model="gpt-x")).content == "I can't help with that."
+async def test_generate_answers_a_refusal_as_the_content() -> None:
+    body = reply_chunk({"role": "assistant", "refusal": "I can't help with that."}, "stop") + b"data: [DONE]\n\n"
+    async with reference_on(body) as (adapter, _):
+        assert (await generate(adapter, HI, model="gpt-x")).content == "I can't help with that."
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
@@ -101,27 +98,29 @@ async def test_generate_accepts_sdk_response_objects() -> None:
     ({"model": ""}, "model is required"),
 ])
 async def test_generate_refuses_overrides(kwargs: dict[str, Any], match: str) -> None:
-    adapter, fake = fake_adapter(completion({"role": "assistant", "content": "x"}))
-    with pytest.raises(AdapterError, match=match):
-        await adapter.generate(HI, **kwargs)
-    assert fake.calls == []
+    async with reference_on(b"data: [DONE]\n\n") as (adapter, fake):
+        with pytest.raises(AdapterError, match=match):
+            await generate(adapter, HI, **kwargs)
+    assert fake.requests == []
 
 
-@pytest.mark.parametrize(("response", "match"), [
-    (None, "not an object"),
-    ({"choices": []}, "no choices"),
-    ({"choices": "x"}, "no choices"),
-    (completion({"role": "user", "content": "x"}), "no assistant message"),
-    ({"choices": [{"message": None}]}, "no assistant message"),
-    (completion({"role": "assistant", "content": 7}), "not a string"),
-    (completion({"role": "assistant", "content": None}), "content"),
-    (completion({"role": "assistant", "content": "", "tool_calls": [
-        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}), "not valid JSON"),
-])
-async def test_generate_malformed_response_is_adapter_error(response: Any, match: str) -> None:
-    adapter, _ = fake_adapter(response)
-    with pytest.raises(AdapterError, match=match):
-        await adapter.generate(HI, model="m")
+_PROTOCOL = "upstream_protocol_error"
+
+
+@pytest.mark.parametrize(("body", "code"), [
+    (b"data: null\n\n", _PROTOCOL),
+    (b'data: {"choices": "x"}\n\n', _PROTOCOL),
+    (b"data: {oops\n\n", _PROTOCOL),
+    (reply_chunk({"role": "assistant", "content": 7}, "stop"), _PROTOCOL),
+    (reply_chunk({"role": "assistant", "tool_calls": [{"index": 0, "id": "c", "type": "function",
+                                                      "function": {"name": "f", "arguments": "{oops"}}]}, "tool_calls"),
+     "invalid_tool_arguments"),
+], ids=["null", "choices-not-a-list", "not-json", "content-not-a-string", "arguments-not-json"])
+async def test_generate_on_a_malformed_stream_raises_the_error_that_ended_it(body: bytes, code: str) -> None:
+    async with reference_on(body + b"data: [DONE]\n\n") as (adapter, _):
+        with pytest.raises(GatewayError) as info:
+            await generate(adapter, HI, model="m")
+    assert info.value.status == 502 and info.value.code == code
 
 
 # -- open_stream() on the gateway's own client, against a loopback provider ----------------
@@ -326,7 +325,7 @@ async def test_openai_is_served_only_with_a_key_and_uses_an_injected_session() -
     config = settings(openai_api_key=KEY, connect_timeout=3, read_timeout=30, upstream_max_retries=0).provider_config()
     built = build_openai(config, {})["openai"]
     assert isinstance(built, HttpAdapter)  # the gateway's own client (app/providers/upstream.py)
-    sent = built._build(_ASK)
+    sent = built.plan(_ASK).request
     assert sent.url == "https://api.openai.com/v1/chat/completions" and sent.headers["authorization"] == f"Bearer {KEY}"
     assert built._config.connect_timeout == 3 and built._config.read_timeout == 30
     async with aiohttp.ClientSession() as injected:
@@ -345,14 +344,14 @@ async def test_compatible_providers(monkeypatch: pytest.MonkeyPatch) -> None:
     built = build_openai(settings(providers=providers).provider_config(), {})
     assert set(built) == {"local"}
     local = built["local"]
-    sent = local._build(_ASK)  # type: ignore[attr-defined]
+    sent = local.plan(_ASK).request  # type: ignore[attr-defined]
     assert sent.url == "http://127.0.0.1:8000/v1/chat/completions" and "authorization" not in sent.headers
     assert b"stream_options" not in sent.body and local.name == "local"
 
     monkeypatch.setenv("FOUNDRY_TEST_GROQ_KEY", "gsk-test")
     built = build_openai(settings(providers=providers).provider_config(), {})
     assert set(built) == {"groq", "local"}
-    assert built["groq"]._build(_ASK).headers["authorization"] == "Bearer gsk-test"  # type: ignore[attr-defined]
+    assert built["groq"].plan(_ASK).request.headers["authorization"] == "Bearer gsk-test"  # type: ignore[attr-defined]
 
     async with aiohttp.ClientSession() as injected:
         built = build_openai(settings(providers=providers).provider_config(), {"groq": injected})

@@ -1,7 +1,7 @@
 """Every recording gives the same canonical events however its bytes are split (DESIGN.md 8).
 
 One test for the four wire formats, on the production path (`tests.support.run_bytes`:
-SSEPatchStream -> normalizer -> `drive()` -> the accumulator): split anywhere (hypothesis),
+FramePatchStream -> normalizer -> `drive()` -> the accumulator): split anywhere (hypothesis),
 byte by byte, and, for one small recording per provider, in two at every offset.
 """
 

@@ -35,11 +35,17 @@ async def test_the_trace_context_goes_upstream_as_headers(provider: str, trace_h
     assert sent.headers[name] == value
 
 
-def test_the_shared_raw_stream_options_are_never_changed() -> None:
-    """The SDK adapters' raw-stream options (still in app/providers/base.py until those adapters go)."""
-    from app.providers.base import RAW_STREAM, raw_stream
-
-    before = {**RAW_STREAM, "headers": dict(RAW_STREAM["headers"])}
-    options = raw_stream({"traceparent": TRACEPARENT})
-    assert options["headers"]["traceparent"] == TRACEPARENT and raw_stream(None) is RAW_STREAM
-    assert RAW_STREAM == before and "traceparent" not in RAW_STREAM["headers"]
+@pytest.mark.parametrize("provider", sorted(OWN_HEADER))
+async def test_one_requests_trace_context_does_not_stay_on_the_adapter(provider: str) -> None:
+    """The trace headers go on that request's headers only: the next request through the same
+    adapter carries none (the request builders make fresh headers per call)."""
+    fake = Scripted(lambda _: answer(400, {"error": {"message": "stop here", "type": "invalid_request_error"}}))
+    hi = (Message(role="user", content="Hi"),)
+    async with serve(fake.app()) as url:
+        adapter = http_adapter(provider, url)
+        for trace_headers in ({"traceparent": TRACEPARENT}, None):
+            with pytest.raises(GatewayError):
+                await adapter.open_stream(ProviderRequest(model="m", messages=hi, trace_headers=trace_headers))
+        await adapter.aclose()
+    traced, plain = fake.requests
+    assert traced.headers["traceparent"] == TRACEPARENT and "traceparent" not in plain.headers

@@ -1,7 +1,7 @@
-"""The upstream clients the gateway builds (app/providers/http.py: the SDKs' `DefaultAioHttpClient`,
-Gemini's httpx2 client on the same aiohttp transport), through the gateway: errors mapped by what
-happened (refused 502, silence 504 / final timeout, a hang-up mid-body a disconnect), connections
-reused, a client that leaves closes the upstream, and redirects never followed.
+"""The gateway's own upstream client (app/providers/upstream.py: one aiohttp session per upstream),
+through the gateway: errors mapped by what happened (refused 502, silence 504 / final timeout, a
+hang-up mid-body a disconnect), connections reused, a client that leaves closes the upstream, and
+redirects never followed.
 
 The upstream here is a raw HTTP/1.1 server on loopback (asyncio streams), so each test decides
 exactly what the wire does: headers then silence, a chunked body cut mid-way, keep-alive.
@@ -146,8 +146,8 @@ async def post_stream(app_settings: Settings, model: str) -> httpx.Response:
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_a_refused_connection_is_unavailable_not_a_timeout(provider: str) -> None:
-    # aiohttp's refused connection (ClientConnectorError) reaches the SDKs as a ConnectTimeout
-    # (the transport's error map): mapped back by its cause in app/providers/errors.py.
+    # aiohttp's refused connection (ClientConnectorError) is a connection failure, not a timeout:
+    # mapped by its cause in app/providers/errors.py.
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again: nobody listens there
@@ -267,7 +267,7 @@ async def test_a_hang_up_mid_body_is_a_disconnect_not_a_timeout() -> None:
     assert final["error"]["retryable"] is True and final["message"]["content"] == "Hel"
 
 
-async def test_an_http_error_before_the_body_keeps_the_sdk_mapping() -> None:
+async def test_an_http_error_before_the_body_is_mapped_with_its_retry_after() -> None:
     body = b'{"error": {"message": "slow down", "type": "rate_limit"}}'
     upstream = RawUpstream(writes(b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n"
                                   b"retry-after: 3\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)))
@@ -299,7 +299,7 @@ async def test_a_client_that_leaves_closes_the_upstream_within_a_second() -> Non
         await asyncio.wait_for(upstream.gone.wait(), timeout=1.0)  # DESIGN.md section 6
 
 
-async def test_an_encoded_body_goes_through_httpx2_decoding() -> None:
+async def test_an_encoded_body_is_decoded_before_the_frame_decoder() -> None:
     import gzip
 
     gzipped = writes(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
@@ -309,7 +309,7 @@ async def test_an_encoded_body_goes_through_httpx2_decoding() -> None:
 
 
 async def test_tls_upstreams_verify_the_certificate(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The built clients verify against the trust store the environment names (trust_env), and
+    # The gateway's client verifies against the trust store the environment names (SSL_CERT_FILE), and
     # refuse a certificate it does not hold.
     import ssl
 

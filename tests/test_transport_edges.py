@@ -1,4 +1,4 @@
-"""The upstream clients the gateway builds (app/providers/http.py) at the edges of HTTP/1.1: bytes
+"""The gateway's own upstream client (app/providers/upstream.py) at the edges of HTTP/1.1: bytes
 past the answer asked for, trailers, a head without end, an answer before the request was read,
 and the proxy environment. Loopback servers whose handlers write every byte (`RawUpstream`,
 tests/test_transport.py)."""
@@ -8,24 +8,30 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import aiohttp
 import httpx
-import httpx2
 import pytest
 
+from app.core.errors import GatewayError
 from app.main import create_app
+from app.providers.config import ProviderConfig
+from app.providers.descriptor import UpstreamRequest
 from app.providers.errors import CONNECTION_ERRORS, transport_error
-from app.providers.http import gemini_http_client
+from app.providers.upstream import client_session, send
 from tests.support import serve
 from tests.test_transport import HELLO, PROVIDERS, RawUpstream, provider_settings, writes
 
 
-def upstream_http_client(*, connect_timeout: float, read_timeout: float) -> httpx2.AsyncClient:
-    return gemini_http_client(connect_timeout=connect_timeout, read_timeout=read_timeout)
+def upstream_http_client(*, connect_timeout: float, read_timeout: float) -> aiohttp.ClientSession:
+    """The session the gateway makes for an upstream (its timeouts, pool, head bounds)."""
+    return client_session(ProviderConfig(connect_timeout=connect_timeout, read_timeout=read_timeout))
 
 
-async def _read(client: httpx2.AsyncClient, url: str, **kw: Any) -> tuple[int, bytes]:
-    async with client.stream("POST", url, content=kw.pop("content", b"{}"), **kw) as response:
-        return response.status_code, b"".join([part async for part in response.aiter_raw()])
+async def _read(client: aiohttp.ClientSession, url: str, **kw: Any) -> tuple[int, bytes]:
+    """One request on the gateway's send path, its body read whole."""
+    response = await send(client, UpstreamRequest(url=url, body=kw.pop("content", b"{}")), "p")
+    async with response:
+        return response.status, await response.read()
 
 
 _FIRST = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst"
@@ -42,16 +48,18 @@ async def test_bytes_after_a_complete_answer_are_not_its_body_and_retire_the_con
 
 async def test_garbage_after_a_complete_answer_is_an_upstream_failure_never_a_body() -> None:
     # aiohttp parses what arrived in one read together: bytes that are no answer fail the
-    # exchange (its ClientResponseError, which the transport leaves unmapped); the gateway maps
-    # it as a connection failure (502), and the connection is not reused.
+    # exchange (a ClientError); the gateway maps it as a connection failure (502), and the
+    # connection is not reused.
     upstream = RawUpstream(writes(_FIRST + b"\x00\x01garbage\r\n"))
     async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
         for _ in range(2):
             try:
                 assert await _read(client, f"{base}/x") == (200, b"first")
-            except CONNECTION_ERRORS as exc:
-                error = transport_error(exc, "p")
+            except GatewayError as error:  # before the body: mapped by the send path
                 assert error.status == 502 and error.code == "upstream_unavailable"
+            except CONNECTION_ERRORS as exc:  # while reading the body
+                mapped = transport_error(exc, "p")
+                assert mapped.status == 502 and mapped.code == "upstream_unavailable"
     assert upstream.connections == 2
 
 
@@ -60,11 +68,12 @@ async def test_chunked_trailers_are_not_merged_into_the_headers() -> None:
                                   b"x-trailer: 1\r\n\r\n"))
     async with upstream.running() as base, upstream_http_client(connect_timeout=5, read_timeout=5) as client:
         for _ in range(2):
-            async with client.stream("POST", f"{base}/x", content=b"{}") as response:
+            response = await send(client, UpstreamRequest(url=f"{base}/x", body=b"{}"), "p")
+            async with response:
                 # RFC 9110 section 6.5.1: trailer fields are not header fields (and, read in the same
                 # read as the headers or not, the response's headers are the same)
                 assert "x-trailer" not in response.headers
-                assert await response.aread() == b"abc"
+                assert await response.read() == b"abc"
     assert upstream.connections == 1  # the trailer section ends the answer: the connection is reused
 
 
@@ -118,7 +127,7 @@ async def test_an_answer_before_the_request_was_taken_is_the_answer_and_retires_
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_the_proxy_environment_is_honoured(provider: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The built clients read HTTP(S)_PROXY / NO_PROXY (httpx2's `trust_env`, its proxy mounts):
+    # The gateway's client reads HTTP(S)_PROXY / NO_PROXY once per upstream host (`proxy_for`):
     # the request goes to the proxy in absolute form, the key with it (the proxy is the operator's).
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
         monkeypatch.delenv(name, raising=False)

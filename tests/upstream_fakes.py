@@ -1,8 +1,7 @@
 """Fakes and drivers shared by the provider tests (Responses, Gemini, Anthropic, routing) and the
 facade tests.
 
-- `Body`: a response body for `httpx2.MockTransport`, served in pieces, that remembers whether
-  the client closed it; `drain()` runs an adapter's stream into canonical events.
+- `drain()` runs an adapter's stream into canonical events.
 - `FakeUpstream`: a scripted provider server for end-to-end tests, served on loopback with
   `support.serve`. Every POST to its path answers the next scripted reply: SSE bytes (sent in
   small uneven reads) or `(status, json_body, headers)`. Requests are recorded. With `hold`, the
@@ -14,7 +13,7 @@ facade tests.
 - `Scripted`: a loopback provider on every path whose each request is recorded and answered by
   a function of it (`sse()` for an event stream in small reads, `answer()` for a JSON answer,
   `cut()` for a body cut short, `silent()` for no head at all); `http_adapter()` builds a provider's adapter on the gateway's own
-  client pointed at it (the SDK adapters' tests moved here when the SDKs left the streaming path).
+  client pointed at it: the one adapter-test setup (a session of its own, or an injected one).
 - `FaultServer`: an OpenAI-compatible server on loopback whose every request follows a scripted
   `Fault` (ok, HTTP status with Retry-After, reset after headers, stall before the first chunk,
   slow first token, stall mid-stream) and records when the gateway let go of it (routing tests).
@@ -31,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import httpx2
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -44,30 +42,8 @@ from app.providers.base import ProviderAdapter, ProviderRequest, drive
 from app.settings import Settings
 from tests.support import read_asgi_request, serve, until_disconnect
 
-__all__ = ["Body", "FakeUpstream", "Fault", "FaultServer", "Recorded", "Scripted", "Served", "answer", "chat_stream",
+__all__ = ["FakeUpstream", "Fault", "FaultServer", "Recorded", "Scripted", "Served", "answer", "chat_stream",
            "closed_port_url", "cut", "drain", "first_token_then_leave", "gateway", "http_adapter", "paced", "silent", "sse"]
-
-
-class Body(httpx2.AsyncByteStream):
-    """A response body served in pieces, remembering whether the client closed it."""
-
-    def __init__(self, chunks: list[bytes], *, fail: Exception | None = None) -> None:
-        self.chunks = chunks
-        self.fail = fail
-        self.closed = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self.chunks:
-            yield chunk
-        if self.fail is not None:
-            raise self.fail
-
-    async def aclose(self) -> None:
-        self.closed = True
-
-
-def event_stream(body: Body) -> httpx2.Response:
-    return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
 
 
 async def drain(adapter: ProviderAdapter, request: ProviderRequest) -> list[StreamEvent]:

@@ -20,7 +20,7 @@ from app.providers.descriptor import UpstreamRequest
 from app.providers.errors import status_error
 from app.providers.openai_wire import with_passthrough
 from app.providers.passthrough import passthrough_for
-from app.providers.upstream import HttpAdapter, bounded_read, send
+from app.providers.upstream import HttpAdapter, bounded_read
 
 __all__ = ["ANTHROPIC_BASE_URL", "ANTHROPIC_VERSION", "AnthropicHttpAdapter", "error_answer", "upstream_request"]
 
@@ -82,7 +82,7 @@ class AnthropicHttpAdapter(HttpAdapter):
         headers["accept"] = "application/json"
         sent = UpstreamRequest(url=_url(self._config, "/v1/messages/count_tokens"), body=orjson.dumps(body),
                                headers=headers)
-        response = await send(self._client(), sent, self.name, self.proxy(sent.url))
+        response = await self.send(sent)
         with mid_stream_errors(self.name):
             content = await bounded_read(response, self._limits.max_body_bytes)
         if response.status >= 300:

@@ -21,7 +21,6 @@ import orjson
 from app.core import safejson
 from app.core.errors import UpstreamBlocked, UpstreamError
 from app.providers.base import ProviderAdapter, ProviderRequest
-from app.providers.cloud import CloudAdapter, CloudCall, Plan
 from app.providers.cloud_auth import ApiKeyHeader, AzureBearer
 from app.providers.cloud_urls import azure_url
 from app.providers.config import ProviderConfig, ReadLimits
@@ -31,8 +30,9 @@ from app.providers.openai_chat import stream_params
 from app.providers.openai_chat_stream import ChatChunkNormalizer
 from app.providers.openai_responses import responses_request
 from app.providers.openai_responses_stream import ResponsesNormalizer
-from app.providers.passthrough import Wire, passthrough_for
+from app.providers.passthrough import passthrough_for
 from app.providers.sse import SSEDecoder
+from app.providers.upstream import Call, HttpAdapter, Plan
 
 __all__ = ["azure_plan", "build_azure", "build_azure_responses", "error_answer"]
 
@@ -40,22 +40,11 @@ Api = Literal["chat", "responses"]
 _NAMES: dict[Api, str] = {"chat": "azure", "responses": "azure-responses"}
 
 
-def _chat_wire(model: str) -> Wire | None:
-    return "openai-chat"
-
-
-def _responses_wire(model: str) -> Wire | None:
-    return "openai-responses"
-
-
-_WIRES: dict[Api, Any] = {"chat": _chat_wire, "responses": _responses_wire}
-
-
 def azure_plan(*, endpoint: str, api_version: str | None, api: Api, limits: ReadLimits) -> Plan:
-    """The plan of one request (app/providers/cloud.py)."""
+    """The plan of one request (`HttpAdapter` sends it)."""
     provider = _NAMES[api]
 
-    def plan(request: ProviderRequest) -> CloudCall:
+    def plan(request: ProviderRequest) -> Call:
         url = azure_url(endpoint, request.model, api=api, api_version=api_version)
         body: dict[str, Any]
         if api == "chat":
@@ -71,7 +60,7 @@ def azure_plan(*, endpoint: str, api_version: str | None, api: Api, limits: Read
             body = (passthrough.wire_body(request.model, request.options) if passthrough is not None
                     else responses_request(request, provider=provider))
             normalizer = ResponsesNormalizer(provider=provider)
-        return CloudCall(request=UpstreamRequest(url=url, body=orjson.dumps(body), headers={"content-type": "application/json"}),
+        return Call(request=UpstreamRequest(url=url, body=orjson.dumps(body), headers={"content-type": "application/json"}),
                          decoder=SSEDecoder.bounded(limits), normalizer=normalizer,
                          relay=passthrough is not None and passthrough.relay)
 
@@ -106,8 +95,10 @@ def _build(config: ProviderConfig, clients: Mapping[str, Any], api: Api) -> dict
     auth: RequestAuth = injected or (ApiKeyHeader(header="api-key", key=key) if key else AzureBearer.default())
     plan = azure_plan(endpoint=endpoint, api_version=config.secret("openai_api_version"), api=api, limits=config.limits)
     closing = None if injected is not None else getattr(auth, "aclose", None)
-    return {name: CloudAdapter(name=name, config=config, plan=plan, auth=auth, error_answer=error_answer,
-                               wire_for=_WIRES[api], session=clients.get(name), closing=closing)}
+    from app.providers.cloud_spec import AZURE, AZURE_RESPONSES
+
+    descriptor = AZURE if api == "chat" else AZURE_RESPONSES
+    return {name: HttpAdapter(descriptor, config, plan=plan, auth=auth, session=clients.get(name), closing=closing)}
 
 
 def build_azure(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str, ProviderAdapter]:

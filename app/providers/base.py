@@ -3,12 +3,11 @@
 A provider module is three things: request mapping (Foundry -> wire), a `StreamNormalizer`
 (provider events, decoded by its framing, -> normalized patches: app/providers/framing.py) and an
 adapter whose `open_stream()` performs the HTTP request (app/providers/upstream.py: `HttpAdapter`,
-on the gateway's own aiohttp client; the SDK adapters for injected SDK clients).
-`open_stream()` raises `GatewayError` for failures known
+on the gateway's own aiohttp client). `open_stream()` raises `GatewayError` for failures known
 before the first byte of the body (they become HTTP errors); the returned `PatchStream` raises
 `GatewayError` for failures after it (they become `final{status: "error"}`). `generate()` (one
-request answered whole, reference/foundry-adapters.md) is written once, here, on `open_stream()`:
-an adapter gets it by naming `ProviderAdapter` as its base.
+request answered whole, reference/foundry-adapters.md) is written once, in app/providers/reference.py,
+on `open_stream()`: an adapter gets it by naming `ProviderAdapter` as its base.
 """
 
 from __future__ import annotations
@@ -25,61 +24,30 @@ from collections.abc import (
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-import httpx2
-
 from app.core.accumulator import Accumulator
 from app.core.errors import GatewayError, UpstreamError
 from app.core.events import FinalEvent, ReasoningBlockEnd, StreamEvent
-from app.core.messages import AdapterError, Message, ToolSpec, assistant_message
+from app.core.messages import Message, ToolSpec
 from app.core.patches import Patch
 from app.core.released import Released
-from app.providers.config import DEFAULT_LIMITS, ReadLimits
 from app.providers.errors import CONNECTION_ERRORS, read_error
-from app.providers.framing import FramePatchStream, StreamNormalizer
-from app.providers.http import bounded_body
+from app.providers.framing import StreamNormalizer
 from app.providers.passthrough import Passthrough
 
 __all__ = [
-    "RAW_STREAM",
     "PatchStream",
     "ProviderAdapter",
     "ProviderRequest",
-    "SSEPatchStream",
     "StreamNormalizer",
     "TokenCounter",
     "ToolChoice",
     "drive",
     "incomplete",
     "mid_stream_errors",
-    "raw_stream",
+    "released_batches",
     "response_events",
     "to_final",
-    "sse_body",
 ]
-
-RAW_STREAM: Any = {"headers": {"X-Stainless-Raw-Response": "stream"}, "max_retries": 0, "follow_redirects": False}
-"""`options=` for the official SDKs' documented `client.post(path, cast_to=httpx2.Response, ...)`:
-their own marker (`_constants.RAW_RESPONSE_HEADER`) for "hand me the response unread". The SDK
-keeps auth, base URL and typed errors; we skip its typed-params transform, a per-request CPU cost
-that buys nothing here (bench/run.py, docs/performance.md), and parse the bytes once. `max_retries: 0`: streamed requests are
-retried by the routing layer (app/routing), which counts each attempt once and falls back.
-`follow_redirects: False`: the request carries the gateway's credential, which must not follow a
-redirect to another origin (DESIGN.md section 4), whatever the injected client's own setting."""
-
-
-
-def raw_stream(headers: Mapping[str, str] | None, passthrough: Passthrough | None = None) -> Any:
-    """`RAW_STREAM`, with the request's extra headers (its trace context) when it has any, and a
-    passthrough's namespace headers and query string."""
-    if passthrough is not None:
-        headers = {**(headers or {}), **passthrough.headers}
-    if not headers and (passthrough is None or not passthrough.query):
-        return RAW_STREAM
-    options = {**RAW_STREAM, "headers": {**RAW_STREAM["headers"], **(headers or {})}}
-    if passthrough is not None and passthrough.query:
-        options["params"] = dict(passthrough.query)
-    return options
-
 
 ToolChoice = Literal["auto", "none", "required"] | str
 """`auto`, `none`, `required`, or the name of one tool the model must call."""
@@ -152,27 +120,12 @@ class ProviderAdapter(Protocol):
         max_tokens: int | None = None,
         **options: Any,
     ) -> Message:
-        """One request answered whole: the assistant message (reference/foundry-adapters.md).
+        """One request answered whole: the assistant message (reference/foundry-adapters.md), on
+        this adapter's `open_stream()`: app/providers/reference.py `generate`, the one body."""
+        from app.providers.reference import generate  # the reference helpers build on this module
 
-        The run's own path (`open_stream`, the accumulator, the released message), so every
-        provider answers as it streams; further keywords are `provider_options`. `temperature`
-        is 0 unless given; `messages` and `stream` are not the caller's to set. Raises the
-        GatewayError that ended the response.
-        """
-        if "messages" in options or "stream" in options:
-            raise AdapterError("generate() takes the messages as its first argument and does not stream")
-        if not model:
-            raise AdapterError("model is required")
-        request = ProviderRequest(model=model, messages=tuple(messages), tools=tuple(tools), tool_choice=tool_choice,
-                                  temperature=temperature, max_tokens=max_tokens, options=options)
-        released = Released(provider=self.name)
-        stream = await self.open_stream(request)
-        accumulator = Accumulator(model=model, provider=self.name, block_ends=True)
-        async with contextlib.aclosing(_released_batches(stream, accumulator, released)) as batches:
-            async for _ in batches:
-                pass
-        message = released.message()
-        return assistant_message(message.content, message.tool_calls, message.reasoning)
+        return await generate(self, messages, model=model, tools=tools, tool_choice=tool_choice,
+                              temperature=temperature, max_tokens=max_tokens, **options)
 
 
 @contextlib.contextmanager
@@ -184,27 +137,6 @@ def mid_stream_errors(provider: str) -> Iterator[None]:
         raise
     except CONNECTION_ERRORS as exc:
         raise read_error(exc, provider) from exc
-
-
-SSEPatchStream = FramePatchStream
-"""The pump with its default framing (SSE): app/providers/framing.py."""
-
-
-async def sse_body(response: httpx2.Response, normalizer: StreamNormalizer[Any], *, provider: str,
-                   limits: ReadLimits = DEFAULT_LIMITS, relay: bool = False) -> FramePatchStream:
-    """An open streaming response as patches.
-
-    A JSON body where an event stream was asked for (a proxy that dropped `stream`, Gemini's
-    `alt=sse` ignored) is an upstream error before the first event, with the body's start (read
-    no further than that).
-    """
-    if response.headers.get("content-type", "").startswith("application/json"):
-        with mid_stream_errors(provider):
-            text = (await bounded_body(response, 500)).decode("utf-8", "replace")
-        raise UpstreamError(f"{provider}: expected an event stream, got JSON: {text}", provider=provider)
-    chunks = response.aiter_bytes()  # decoded as the response says (gzip, br), in pieces of at most 1 MiB
-    return FramePatchStream(chunks, normalizer, close=response.aclose, provider=provider, limits=limits, relay=relay,
-                            read_errors=mid_stream_errors)
 
 
 def incomplete(provider: str) -> UpstreamError:
@@ -234,7 +166,7 @@ async def response_events(stream: AsyncIterable[list[Patch]], accumulator: Accum
         raise incomplete(accumulator.provider)
 
 
-async def _released_batches(stream: PatchStream, accumulator: Accumulator, released: Released,
+async def released_batches(stream: PatchStream, accumulator: Accumulator, released: Released,
                             ) -> AsyncGenerator[list[StreamEvent], None]:
     """One response's public batches, each event first observed by `released` (reasoning
     blocks' signatures reach its message; their markers are never yielded). Raises what ended
@@ -259,7 +191,7 @@ async def to_final(stream: PatchStream, accumulator: Accumulator) -> AsyncGenera
     Closes the stream."""
     released = Released(provider=accumulator.provider)
     try:
-        async with contextlib.aclosing(_released_batches(stream, accumulator, released)) as batches:
+        async with contextlib.aclosing(released_batches(stream, accumulator, released)) as batches:
             async for batch in batches:
                 yield batch
         final = released.final(accumulator)

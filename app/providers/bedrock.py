@@ -28,13 +28,13 @@ from app.providers.base import ProviderAdapter, ProviderRequest
 from app.providers.bedrock_convert import converse_request
 from app.providers.bedrock_invoke import InvokeStreamDecoder, invoke_body
 from app.providers.bedrock_stream import EXCEPTION_STATUS, ConverseNormalizer
-from app.providers.cloud import CloudAdapter, CloudCall, Plan
 from app.providers.cloud_auth import AwsSigner
 from app.providers.config import ProviderConfig, ReadLimits
 from app.providers.descriptor import UpstreamRequest
 from app.providers.errors import status_error
 from app.providers.eventstream import EventStreamDecoder
 from app.providers.passthrough import Wire, passthrough_for
+from app.providers.upstream import Call, HttpAdapter, Plan
 
 __all__ = ["bedrock_endpoint", "bedrock_plan", "build_bedrock", "error_answer", "is_claude"]
 
@@ -63,18 +63,18 @@ def model_url(endpoint: str, model: str, action: str) -> str:
 
 
 def bedrock_plan(endpoint: str, limits: ReadLimits, provider: str = "bedrock") -> Plan:
-    """The plan of one request (app/providers/cloud.py): Converse, or Anthropic's own body on invoke."""
+    """The plan of one request (`HttpAdapter` sends it): Converse, or Anthropic's own body on invoke."""
 
-    def plan(request: ProviderRequest) -> CloudCall:
+    def plan(request: ProviderRequest) -> Call:
         passthrough = passthrough_for(request.passthrough, "anthropic-messages")
         if passthrough is not None and is_claude(request.model):
             body = invoke_body(passthrough.wire_body(request.model, request.options))
-            return CloudCall(request=UpstreamRequest(url=model_url(endpoint, request.model, "invoke-with-response-stream"),
+            return Call(request=UpstreamRequest(url=model_url(endpoint, request.model, "invoke-with-response-stream"),
                                                   body=orjson.dumps(body), headers=dict(_HEADERS)),
                              decoder=InvokeStreamDecoder(limits), normalizer=AnthropicNormalizer(provider=provider),
                              relay=passthrough.relay)
         body = converse_request(request, provider=provider)
-        return CloudCall(request=UpstreamRequest(url=model_url(endpoint, request.model, "converse-stream"),
+        return Call(request=UpstreamRequest(url=model_url(endpoint, request.model, "converse-stream"),
                                               body=orjson.dumps(body), headers=dict(_HEADERS)),
                          decoder=EventStreamDecoder.bounded(limits),
                          normalizer=ConverseNormalizer(provider=provider, model=request.model))
@@ -112,6 +112,7 @@ def build_bedrock(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[st
     if signer is None:
         return {}
     endpoint = bedrock_endpoint(region, config.secret("bedrock_endpoint_url"))
-    return {"bedrock": CloudAdapter(name="bedrock", config=config, plan=bedrock_plan(endpoint, config.limits),
-                                    auth=signer, error_answer=error_answer, wire_for=wire_for,
-                                    session=clients.get("bedrock"))}
+    from app.providers.cloud_spec import BEDROCK
+
+    return {"bedrock": HttpAdapter(BEDROCK, config, plan=bedrock_plan(endpoint, config.limits), auth=signer,
+                                   wire_for=wire_for, session=clients.get("bedrock"))}

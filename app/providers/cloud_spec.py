@@ -31,6 +31,7 @@ BEDROCK = ProviderDescriptor(
     fixtures="bedrock",
     framing=lazy("app.providers.eventstream:EventStreamDecoder.bounded"),
     normalizer=lazy("app.providers.bedrock_stream:normalizer"),
+    error_answer=lazy("app.providers.bedrock:error_answer"),
     status=lazy("app.providers.cloud_status:bedrock_status"),
 )
 
@@ -55,6 +56,7 @@ VERTEX = ProviderDescriptor(
     fixtures="gemini",
     framing=lazy("app.providers.sse:SSEDecoder.bounded"),
     normalizer=lazy("app.providers.gemini_stream:normalizer"),
+    error_answer=lazy("app.providers.gemini:error_answer"),
     status=lazy("app.providers.cloud_status:vertex_status"),
 )
 
@@ -82,6 +84,7 @@ AZURE = ProviderDescriptor(
     fixtures="azure",
     framing=lazy("app.providers.sse:SSEDecoder.bounded"),
     normalizer=lazy("app.providers.openai_chat_stream:normalizer"),
+    error_answer=lazy("app.providers.azure:error_answer"),
     status=lazy("app.providers.cloud_status:azure_status"),
 )
 
@@ -99,5 +102,6 @@ AZURE_RESPONSES = ProviderDescriptor(
     fixtures="openai-responses",
     framing=lazy("app.providers.sse:SSEDecoder.bounded"),
     normalizer=lazy("app.providers.openai_responses_stream:normalizer"),
+    error_answer=lazy("app.providers.azure:error_answer"),
     status=lazy("app.providers.cloud_status:azure_status"),
 )

@@ -6,14 +6,11 @@ stream with `final{status: "error"}`); `transport_error()` maps a connection fai
 before the body and `read_error()` one while reading it. Each adapter only extracts the
 provider's own fields (message, type, retry hint) and calls these.
 
-Connection failures arrive as the SDKs' `APIConnectionError` / `APITimeoutError` (which wrap
-httpx2's), httpx2's `TransportError`s (Gemini's client, and bodies read through any client), or
-aiohttp's `ClientError`s (the transport under every client the gateway builds, app/providers/http.py).
-That transport maps aiohttp's errors to httpx2's, but maps every `ClientConnectionError` without a
-closer match to `ConnectTimeout`: a refused connection (`ClientConnectorError`) or an upstream that
-hung up (`ServerDisconnectedError`) would read as a timeout (504). So a timeout here is decided by
-the root cause when it is aiohttp's (its `ServerTimeoutError` family, or asyncio's timeout), and by
-httpx2's or the SDK's class otherwise.
+Connection failures arrive as aiohttp's `ClientError`s (the gateway's own client,
+app/providers/upstream.py) or asyncio's timeout. A timeout is decided by the root cause: aiohttp's
+`ServerTimeoutError` family when aiohttp's error is in the chain, else asyncio's timeout anywhere
+in it; a refused connection (`ClientConnectorError`) or an upstream that hung up
+(`ServerDisconnectedError`) is a connection failure (502), never a timeout.
 """
 
 from __future__ import annotations
@@ -23,9 +20,6 @@ import email.utils
 import time
 
 import aiohttp
-import anthropic
-import httpx2
-import openai
 
 from app.core.errors import (
     UpstreamBadRequest,
@@ -40,12 +34,8 @@ __all__ = ["CONNECTION_ERRORS", "RETRY_AFTER_MAX", "is_timeout", "read_error", "
 
 RETRY_AFTER_MAX = 3600
 
-CONNECTION_ERRORS: tuple[type[Exception], ...] = (
-    httpx2.TransportError, aiohttp.ClientError, openai.APIConnectionError, anthropic.APIConnectionError,
-)
-"""No answer, or an answer cut off: every library's word for it (the SDKs' timeouts subclass theirs)."""
-
-_TIMEOUTS: tuple[type[Exception], ...] = (httpx2.TimeoutException, openai.APITimeoutError, anthropic.APITimeoutError)
+CONNECTION_ERRORS: tuple[type[Exception], ...] = (aiohttp.ClientError,)
+"""No answer, or an answer cut off (aiohttp's timeouts subclass it too)."""
 
 # Error kinds providers report in a stream (OpenAI `type`/`code`, Anthropic `error.type`, Google
 # `status`) -> the gateway's code; any other kind is `upstream_error`.
@@ -177,11 +167,11 @@ def _aiohttp_cause(exc: BaseException) -> aiohttp.ClientError | None:
 
 def is_timeout(exc: BaseException) -> bool:
     """Whether a connection failure was a timeout: aiohttp's own error when it is behind it
-    (module docstring), else httpx2's, the SDK's or asyncio's class anywhere in the chain."""
+    (module docstring), else asyncio's timeout anywhere in the chain."""
     cause = _aiohttp_cause(exc)
     if cause is not None:
         return isinstance(cause, aiohttp.ServerTimeoutError)
-    return any(isinstance(link, (*_TIMEOUTS, asyncio.TimeoutError)) for link in _chain(exc))
+    return any(isinstance(link, asyncio.TimeoutError) for link in _chain(exc))
 
 
 def _cause_name(exc: BaseException) -> str:

@@ -10,9 +10,9 @@ Served as `mock/<scenario>`:
 - `echo`: the last user message back, word by word.
 - `lorem-<N>`: N tokens of lorem ipsum (N up to 100 000), made lazily, for demos and load.
 
-`MockStreamIterator` / `replay_stream` keep the reference's semantics (the whole scenario, the same
-list on every replay, the iterator closes itself): for `tool_call` it plays the conversation the
-gateway would, a calculator's result between the steps (`conversation_chunks`). Providers do not
+`conversation_chunks` is the whole scenario for the reference's `MockStreamIterator` /
+`replay_stream` (app/providers/reference.py): for `tool_call` the conversation the gateway would
+play, a calculator's result between the steps. Providers do not
 import tools (DESIGN.md section 3): that calculator is the mock's own two-operand arithmetic
 (`arithmetic`, enough for the expressions the mock itself writes), or one the caller passes in.
 
@@ -49,16 +49,13 @@ from app.core.patches import (
 )
 from app.core.released import Released
 from app.providers.base import ProviderAdapter, ProviderRequest
-from app.providers.iterator import BaseStreamIterator, replay_stream
 
 __all__ = [
     "build_mock",
     "SCENARIOS",
     "MockAdapter",
-    "MockStreamIterator",
     "arithmetic",
     "conversation_chunks",
-    "replay_stream",
     "scenario_chunks",
     "scenario_stream",
 ]
@@ -247,21 +244,6 @@ class MockAdapter(ProviderAdapter):
                                field="provider_options")
         chunks = scenario_stream(request.model, request.messages)
         return _MockPatchStream(chunks, delay=delay_ms / 1000, fail_after=fail_after)
-
-
-class MockStreamIterator(BaseStreamIterator):
-    """Replays a scenario as canonical events, the calculator's steps included (see
-    `conversation_chunks`); the same list on every replay."""
-
-    def __init__(self, scenario: str = "simple", messages: tuple = (), *,
-                 calculator: Callable[[str], str] = arithmetic) -> None:
-        super().__init__(model=scenario, provider="mock")
-        self._chunks = iter(conversation_chunks(scenario, messages, calculator=calculator))
-
-    async def _get_next_chunk(self) -> list[Patch] | None:
-        await asyncio.sleep(0)
-        return next(self._chunks, None)
-
 
 
 def build_mock(config: object, clients: object) -> dict[str, ProviderAdapter]:

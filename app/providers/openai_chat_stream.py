@@ -212,6 +212,8 @@ class ChatChunkNormalizer:
         if delta and len(delta) == 1 and "content" in delta:  # a plain text delta, most of a stream
             content = delta["content"]
             if content:
+                if content.__class__ is not str:
+                    raise TypeError("delta.content is not a string")
                 if self._reasoning_open:
                     self._end_reasoning(out)
                 out.append(TextDelta(key=TEXT_KEY, text=content))
@@ -237,11 +239,15 @@ class ChatChunkNormalizer:
             out.append(ReasoningDelta(key=REASONING_KEY, text=reasoning))
         content = delta.get("content")
         if content:
+            if not isinstance(content, str):
+                raise TypeError("delta.content is not a string")
             if self._reasoning_open:
                 self._end_reasoning(out)
             out.append(TextDelta(key=TEXT_KEY, text=content))
         refusal = delta.get("refusal")
         if refusal:  # decision 2
+            if not isinstance(refusal, str):
+                raise TypeError("delta.refusal is not a string")
             self._refused = True
             self._end_reasoning(out)
             out.append(TextDelta(key=TEXT_KEY, text=refusal, refusal=True))

@@ -1,4 +1,4 @@
-"""OpenAI Responses API: request mapping, the adapter, error mapping and the registry builder.
+"""OpenAI Responses API: request mapping and the registry builder.
 
 Served as `openai-responses/<model>` with the same key and client as `openai`. The stream
 normalizer lives in `openai_responses_stream.py`. Request mapping decisions:
@@ -31,24 +31,18 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import httpx2
-import openai
 import orjson
 
-from app.core.errors import RequestError
 from app.core.messages import AdapterError, Message, ToolSpec, thaw
 from app.core.parts import ImagePart, TextPart
-from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, ToolChoice, raw_stream, sse_body
-from app.providers.config import DEFAULT_LIMITS, ProviderConfig, ReadLimits
-from app.providers.openai_chat import upstream_errors
+from app.providers.base import ProviderAdapter, ProviderRequest, ToolChoice
+from app.providers.config import ProviderConfig
 from app.providers.openai_chat_convert import json_schema_format, tool_output
-from app.providers.openai_responses_stream import ResponsesNormalizer, reasoning_input_item
+from app.providers.openai_responses_stream import reasoning_input_item
 from app.providers.openai_wire import OPENAI_BASE_URL, OpenAITarget, responses_upstream
-from app.providers.passthrough import Wire, passthrough_for
 from app.providers.tool_specs import ForcedTool, checked_tool_choice, checked_tools
 
 __all__ = [
-    "OpenAIResponsesAdapter",
     "build_openai_responses",
     "messages_to_responses",
     "responses_request",
@@ -182,54 +176,6 @@ def _carry_controls(request: ProviderRequest, body: dict[str, Any]) -> None:
         body["text"] = {"format": {"type": "json_schema", **json_schema_format(request.output_schema)}}
     if request.parallel_tool_calls is not None and "tools" in body:
         body["parallel_tool_calls"] = request.parallel_tool_calls
-
-
-# -- the adapter ------------------------------------------------------------------------------
-
-
-class OpenAIResponsesAdapter(ProviderAdapter):
-    """The Responses API through an injected `AsyncOpenAI`; streams are read as raw bytes.
-
-    SDK and transport errors are mapped by `openai_chat.upstream_errors`: same SDK, same rules.
-    """
-
-    wire: Wire = "openai-responses"
-    """The drop-in facade of this wire passes its clients' requests through (DESIGN.md section 10)."""
-
-    def __init__(self, client: openai.AsyncOpenAI, *, name: str = PROVIDER, owns_client: bool = False,
-                 limits: ReadLimits = DEFAULT_LIMITS) -> None:
-        self.name = name
-        self._client = client
-        self._owns_client = owns_client
-        self._limits = limits
-
-    def ready(self) -> bool:
-        return True  # built only when credentials are configured (build_openai_responses)
-
-    async def aclose(self) -> None:
-        if self._owns_client:
-            await self._client.close()
-
-    def _body(self, request: ProviderRequest) -> dict[str, Any]:
-        try:
-            return responses_request(request, provider=self.name)
-        except AdapterError as exc:
-            raise RequestError(f"{self.name}: {exc}", provider=self.name, field=exc.field) from None
-
-    async def open_stream(self, request: ProviderRequest) -> PatchStream:
-        """Send the request; raise GatewayError for anything known before the body starts.
-
-        As openai_chat does: the SDK's `client.post` with the raw-stream header (no typed-params
-        transform, the body unread).
-        """
-        passthrough = passthrough_for(request.passthrough, "openai-responses")
-        # the client's own Responses request on a same-wire route (DESIGN.md section 10)
-        body = passthrough.wire_body(request.model, request.options) if passthrough is not None else self._body(request)
-        with upstream_errors(self.name):
-            http = await self._client.post("/responses", body=body, cast_to=httpx2.Response,
-                                           options=raw_stream(request.trace_headers, passthrough))
-        return await sse_body(http, ResponsesNormalizer(provider=self.name), provider=self.name, limits=self._limits,
-                              relay=passthrough is not None and passthrough.relay)
 
 
 # -- registry builder -------------------------------------------------------------------------

@@ -21,15 +21,15 @@ from app.providers.anthropic_convert import build_anthropic_request
 from app.providers.anthropic_stream import AnthropicNormalizer
 from app.providers.base import ProviderAdapter, ProviderRequest
 from app.providers.bedrock_invoke import invoke_body
-from app.providers.cloud import CloudAdapter, CloudCall, Plan
 from app.providers.cloud_auth import GoogleBearer
 from app.providers.cloud_urls import is_vertex_claude, vertex_url
 from app.providers.config import ProviderConfig, ReadLimits
 from app.providers.descriptor import UpstreamRequest
-from app.providers.gemini import error_answer, gemini_request
+from app.providers.gemini import gemini_request
 from app.providers.gemini_stream import GeminiNormalizer
 from app.providers.passthrough import Wire, passthrough_for
 from app.providers.sse import SSEDecoder
+from app.providers.upstream import Call, HttpAdapter, Plan
 
 __all__ = ["VERTEX_ANTHROPIC_VERSION", "build_vertex", "vertex_plan"]
 
@@ -43,20 +43,20 @@ def wire_for(model: str) -> Wire | None:
 
 def vertex_plan(*, project: str, location: str, base_url: str | None, limits: ReadLimits,
                 provider: str = "vertex") -> Plan:
-    """The plan of one request (app/providers/cloud.py)."""
+    """The plan of one request (`HttpAdapter` sends it): Gemini or Claude by the model."""
 
-    def plan(request: ProviderRequest) -> CloudCall:
+    def plan(request: ProviderRequest) -> Call:
         url = vertex_url(request.model, project=project, location=location, base_url=base_url)
         headers = {"content-type": "application/json"}
         if not is_vertex_claude(request.model):
             body = orjson.dumps(gemini_request(request, provider=provider))
-            return CloudCall(request=UpstreamRequest(url=url, body=body, headers=headers),
+            return Call(request=UpstreamRequest(url=url, body=body, headers=headers),
                              decoder=SSEDecoder.bounded(limits), normalizer=GeminiNormalizer(provider=provider))
         passthrough = passthrough_for(request.passthrough, "anthropic-messages")
         wire = (passthrough.wire_body(request.model, request.options) if passthrough is not None
                 else build_anthropic_request(request, provider=provider))
         claude = {**invoke_body(wire, VERTEX_ANTHROPIC_VERSION), "stream": True}
-        return CloudCall(request=UpstreamRequest(url=url, body=orjson.dumps(claude), headers=headers),
+        return Call(request=UpstreamRequest(url=url, body=orjson.dumps(claude), headers=headers),
                          decoder=SSEDecoder.bounded(limits), normalizer=AnthropicNormalizer(provider=provider),
                          relay=passthrough is not None and passthrough.relay)
 
@@ -77,5 +77,6 @@ def build_vertex(config: ProviderConfig, clients: Mapping[str, Any]) -> dict[str
         auth = found[0]
     plan = vertex_plan(project=project, location=config.secret("google_cloud_location") or DEFAULT_LOCATION,
                        base_url=config.secret("vertex_base_url"), limits=config.limits)
-    return {"vertex": CloudAdapter(name="vertex", config=config, plan=plan, auth=auth, error_answer=error_answer,
-                                   wire_for=wire_for, session=clients.get("vertex"))}
+    from app.providers.cloud_spec import VERTEX
+
+    return {"vertex": HttpAdapter(VERTEX, config, plan=plan, auth=auth, wire_for=wire_for, session=clients.get("vertex"))}
