@@ -45,8 +45,8 @@ def test_the_runtime_lock_is_the_dev_lock_without_the_tools() -> None:
     assert [name for name in declared if name not in runtime] == []
     assert [name for name in (*declared, *tools) if name not in dev] == []
     assert {name: (version, dev.get(name)) for name, version in runtime.items() if dev.get(name) != version} == {}
-    # What only tests and docs use stays out of what serves (httpx and pyyaml are runtime too: the SDKs, uvicorn).
-    assert sorted(set(tools) & set(runtime)) == ["httpx", "pyyaml"]
+    # What only tests and docs use stays out of what serves (pyyaml is runtime too: uvicorn's).
+    assert sorted(set(tools) & set(runtime)) == ["pyyaml"]
 
 
 def test_serving_installs_only_the_runtime_lock() -> None:
