@@ -226,7 +226,10 @@ class Run:
 
     def _gateway_calls(self) -> list[ToolCall]:
         """The step's calls the gateway runs (maybe none), as released: validators may have
-        rewritten their arguments (a call is released whole, once its last fragment passed)."""
+        rewritten their arguments (a call is released whole, once its last fragment passed). A run
+        with no gateway tools (most) has none: its message is built once, for its final."""
+        if not self.tools:
+            return []
         return [c for c in self.released.message().tool_calls if self.tools.runs(c.name)]
 
     async def _end_step(self, calls: list[ToolCall]) -> None:
