@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 from app.accounting import PriceBook
 from app.cache.config import CacheChoice
 from app.cache.replay import ReplayRun, ReplaySource
+from app.core.ending import RunEnding
 from app.core.errors import ErrorData, FinalStatus, GatewayError, RequestError
-from app.core.events import STOP_REASON_FOR_STATUS, AssistantMessage, FinalEvent, Usage
 from app.core.messages import ToolSpec
-from app.core.report import RunObserver, RunReport, notify
+from app.core.report import RunObserver
 from app.core.transcript import Transcript, TranscriptLimits
 from app.observability import get_logger
 from app.providers.base import ProviderRequest
@@ -165,19 +165,12 @@ class RunOpener:
             "code": "cancelled", "message": "the run was cancelled before its first content", "retryable": False}
         last = session.attempts[-1].target
         provider = next((t.provider for t in session.targets if t.name == last), session.primary.provider)
-        routed = session.outcome()
-        final = FinalEvent(status=status, message=AssistantMessage(), usage=Usage(), stop_reason=STOP_REASON_FOR_STATUS[status],
-                           model=request.model, provider=provider, error=error, steps=1, attempts=routed.attempts,
-                           route=routed.route, target=routed.target)
+        ending = RunEnding(model=spec.model, provider=provider, request_id=request_id, owner=spec.owner,
+                           started=started, started_at=started_at, observers=self.observers)
+        final = ending.bare_final(status, error, served_model=request.model, route=session.outcome())
         transcript = self._transcript(request)
-        transcript.finish(status=status, stop_reason=status, usage=final.usage, steps=1)
-        report = RunReport(
-            stream_id="str_" + uuid.uuid4().hex, request_id=request_id, owner=spec.owner, model=spec.model,
-            served_model=request.model, provider=provider, status=status, stop_reason=final.stop_reason, error=error,
-            usage=final.usage, steps=1, max_steps_reached=False, tools_run=0, events=0, validation=None, ttft=None,
-            duration=time.perf_counter() - started, started_at=started_at, final=final, transcript=transcript,
-            opened=False)
-        notify(self.observers, report, _log)
+        transcript.finish(status=status, stop_reason=final.stop_reason, usage=final.usage, steps=1)
+        ending.end(final, stream_id="str_" + uuid.uuid4().hex, transcript=transcript, logger=_log, opened=False)
 
     async def _log(self, spec: RunSpec, model: str, provider: str, request_id: str | None) -> StreamLog:
         return await self.store.create(model=model, provider=provider, owner=spec.owner, keep_events=spec.keep_events,

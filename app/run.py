@@ -7,7 +7,7 @@ subscription, a facade) is a reader of that log. `Run.execute()` is three parts:
 - the tool loop (`_run_tools`, `_continues`, `_next_step`): between steps, the gateway's tools
   run and their results go out, then the provider is called again, up to `max_steps`;
 - the end (`_end`): exactly one `final` in the log whatever happened (upstream break, validator
-  block, the task cancelled, a bug), the upstream closed, and a `RunReport` (app/core/report.py)
+  block, the task cancelled, a bug), the upstream closed, and a `RunReport` (app/core/ending.py)
   handed to the observers: metrics, records, key accounting and the request log read it.
 The task is cancelled only by its owner, with a reason (`CancelReason`) that decides the final.
 The run knows no HTTP: how an error answers over HTTP is the API layer's business.
@@ -20,7 +20,7 @@ import contextlib
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -28,9 +28,9 @@ import anyio
 
 from app.core.accumulator import Accumulator
 from app.core.cost import Rates
+from app.core.ending import RunEnding, final_event
 from app.core.errors import ErrorData, GatewayError
 from app.core.events import (
-    STOP_REASON_FOR_STATUS,
     AssistantMessage,
     FinalEvent,
     FinalStatus,
@@ -43,7 +43,7 @@ from app.core.events import (
 )
 from app.core.messages import ToolCall
 from app.core.released import Released
-from app.core.report import RunObserver, RunReport, notify
+from app.core.report import RunReport
 from app.core.transcript import Transcript
 from app.observability import get_logger
 from app.providers.base import PatchStream, ProviderAdapter, ProviderRequest, response_events
@@ -79,28 +79,18 @@ _log = get_logger("foundry.run")
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
-class RunPlan:
-    """What the opener resolved for a run, before any event existed."""
+class RunPlan(RunEnding):
+    """What the opener resolved for a run, before any event existed; as a `RunEnding`, what its
+    end names (its model, provider, request, key, start and observers)."""
 
-    model: str
-    """As the caller asked for it."""
-    provider: str
     adapter: ProviderAdapter
     request: ProviderRequest
     """The first step's request; later steps append the turns and tool results."""
     max_steps: int
-    request_id: str | None = None
-    owner: str | None = None
-    """The API key id that started the run (app/auth)."""
     price: Rates | None = None
     """The model's rates (app/accounting.py `PriceBook`): `final.usage.cost` when known."""
-    started: float = field(default_factory=time.perf_counter)
-    started_at: float = field(default_factory=time.time)
     route: RouteSession | None = None
     """The run's route (app/routing, also its `adapter`): its attempts go in `final`."""
-    observers: Sequence[RunObserver] = ()
-    """Told of the run's report when it ends: the gateway's (metrics, records) and the request's own
-    (the key's accounts)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -152,26 +142,24 @@ class Run:
     async def execute(self, reason: Callable[[], CancelReason | None]) -> FinalEvent:
         """The task's body: every event into the log, then exactly one final, whatever happens.
         When the task is cancelled, `reason()` says why (None: the loop itself is going away)."""
-        final: FinalEvent | None = None
+        # unless the run says otherwise below (a bug anywhere: never a stream without its final)
+        status: FinalStatus = "error"
+        error: ErrorData | None = _INTERNAL
         try:
             await self._steps()
-            final = self._ending("ok", None)
+            status, error = "ok", None
         except asyncio.CancelledError:
-            final = self._ending(*CANCEL_ERRORS[reason() or "shutdown"])
+            status, error = CANCEL_ERRORS[reason() or "shutdown"]
         except GatewayError as exc:
             if isinstance(exc, Blocked) and exc.released:
                 self._emit(exc.released)  # validated before the failing chunk
-            final = self._ending(exc.final_status, exc.to_dict())
+            status, error = exc.final_status, exc.to_dict()
         except Exception as exc:
             # The exception's type only: its text may quote content (DESIGN.md: no content in logs).
             _log.error("run_failed", stream_id=self.stream_id, exception=type(exc).__name__,
                        where=traceback.format_tb(exc.__traceback__)[-3:])
-            final = self._ending("error", _INTERNAL)
         finally:
-            self.gate.close()  # checks still in flight (a cancel, an error) end with the run
-            if final is None:  # unreachable by design; never leave a stream without its final
-                final = self._ending("error", _INTERNAL)
-            final = await self._end(final)
+            final = await self._end(status, error)
         return final
 
     async def _steps(self) -> None:
@@ -238,7 +226,10 @@ class Run:
 
     def _gateway_calls(self) -> list[ToolCall]:
         """The step's calls the gateway runs (maybe none), as released: validators may have
-        rewritten their arguments (a call is released whole, once its last fragment passed)."""
+        rewritten their arguments (a call is released whole, once its last fragment passed). A run
+        with no gateway tools (most) has none: its message is built once, for its final."""
+        if not self.tools:
+            return []
         return [c for c in self.released.message().tool_calls if self.tools.runs(c.name)]
 
     async def _end_step(self, calls: list[ToolCall]) -> None:
@@ -313,37 +304,33 @@ class Run:
             usage.cost_usd = usage.cost.total_usd
         return usage
 
-    def _ending(self, status: FinalStatus, error: ErrorData | None) -> FinalEvent:
-        """The final event; a bare one (no message) if building the full one fails."""
-        try:
-            return self._final(status, error)
-        except Exception:
-            return self._bare_final("error", _INTERNAL)
-
-    def _bare_final(self, status: FinalStatus, error: ErrorData) -> FinalEvent:
-        return FinalEvent(status=status, message=AssistantMessage(), usage=Usage(),
-                          stop_reason=STOP_REASON_FOR_STATUS[status], model=self.plan.model,
-                          provider=self.plan.provider, error=error, steps=self._progress.steps)
-
     def _final(self, status: FinalStatus, error: ErrorData | None = None) -> FinalEvent:
+        """The run's final as it got it: the message and turns as released, the usage of every step."""
         acc, progress = self.accumulator, self._progress
-        message = progress.final_message or self.released.message()
-        stop_reason = (progress.stop_reason or acc.stop_reason) if status == "ok" else STOP_REASON_FOR_STATUS[status]
         usage = self._usage()
         if status != "ok" and not progress.counted and not acc.completed and not acc.output_reported:
             usage.output_unknown = True  # the provider never said how much it produced
         route = self.plan.route
-        routed = route.outcome() if route is not None else None
-        return FinalEvent(status=status, message=message, usage=usage, stop_reason=stop_reason,
-                          model=acc.model, provider=acc.provider, error=error, steps=progress.steps,
-                          max_steps_reached=progress.max_steps_reached, messages=self.released.added,
-                          validation=self.gate.summary(), attempts=routed.attempts if routed else (),
-                          route=routed.route if routed else None, target=routed.target if routed else None,
-                          content_filter=acc.content_filter)
+        return final_event(status, error, model=acc.model, provider=acc.provider,
+                           message=progress.final_message or self.released.message(), usage=usage,
+                           stop_reason=progress.stop_reason or acc.stop_reason, steps=progress.steps,
+                           max_steps_reached=progress.max_steps_reached, messages=self.released.added,
+                           validation=self.gate.summary(), route=route.outcome() if route is not None else None,
+                           content_filter=acc.content_filter)
 
-    async def _end(self, final: FinalEvent) -> FinalEvent:
-        """Close the upstream, append the final, report; the final as appended. Each part runs
-        whatever the one before did: the stream always gets its final."""
+    def _bare(self) -> FinalEvent:
+        """The failed end's final: the run's own could not be built or encoded."""
+        return self.plan.bare_final("error", _INTERNAL, steps=self._progress.steps)
+
+    async def _end(self, status: FinalStatus, error: ErrorData | None) -> FinalEvent:
+        """The run's final (or the bare one), the upstream closed, the final appended, the report
+        handed to the observers; the final as appended. Each part runs whatever the one before
+        did: the stream always gets its final."""
+        self.gate.close()  # checks still in flight (a cancel, an error) end with the run
+        try:
+            final = self._final(status, error)
+        except Exception:
+            final = self._bare()
         progress = self._progress
         try:
             await self._close_upstream()
@@ -354,25 +341,14 @@ class Run:
             try:
                 self.log.append(final)
             except Exception:  # the final itself cannot be encoded: a bare one says so
-                final = self._bare_final("error", _INTERNAL)
+                final = self._bare()
                 self.log.append(final)
             if self.relay is not None:
                 self.relay.finish(final)
             self.transcript.finish(status=final.status, stop_reason=final.stop_reason, usage=final.usage,
                                    steps=progress.steps)
-            self._report(final, time.perf_counter() - self.plan.started)
+            self.report = self.plan.end(final, stream_id=self.stream_id, transcript=self.transcript, logger=_log,
+                                        events=progress.events, ignored=progress.ignored,
+                                        tools_run=progress.tools_run, ttft=self.ttft,
+                                        response_id=self.accumulator.response_id)
         return final
-
-    def _report(self, final: FinalEvent, duration: float) -> None:
-        progress = self._progress
-        self.report = report = RunReport(
-            stream_id=self.stream_id, request_id=self.plan.request_id, owner=self.plan.owner, model=self.plan.model,
-            served_model=final.model, provider=self.plan.provider, status=final.status,
-            stop_reason=final.stop_reason, error=final.error, usage=final.usage, steps=final.steps,
-            max_steps_reached=final.max_steps_reached, tools_run=progress.tools_run,
-            events=sum(progress.events.values()), validation=final.validation, ttft=self.ttft,
-            duration=duration, started_at=self.plan.started_at, final=final, transcript=self.transcript,
-            event_counts=dict(progress.events), ignored=dict(progress.ignored),
-            response_id=self.accumulator.response_id,
-        )
-        notify(self.plan.observers, report, _log)

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from app.core.ending import RouteNames, final_event
 from app.core.events import AssistantMessage, FinalEvent, StreamEvent, Usage
 from app.core.messages import Message, ReasoningBlock, ToolCall
 from app.streams.frames import decode_frames
@@ -82,16 +83,16 @@ def final_from_data(data: dict[str, Any]) -> FinalEvent:
     route are left out (a replay made none)."""
     message = data["message"]
     usage = {k: v for k, v in data["usage"].items() if k in _USAGE_FIELDS}
-    return FinalEvent(
-        status=data["status"], stop_reason=data["stop_reason"], model=data["model"], provider=data["provider"],
+    return final_event(
+        data["status"], data.get("error"), model=data["model"], provider=data["provider"],
         message=AssistantMessage(
             content=message["content"],
             tool_calls=tuple(ToolCall.model_validate(c) for c in message["tool_calls"]),
             reasoning=tuple(ReasoningBlock.model_validate(b) for b in message.get("reasoning", ()))),
-        usage=Usage(**usage),
-        error=data.get("error"), steps=data["steps"], max_steps_reached=data["max_steps_reached"],
+        usage=Usage(**usage), stop_reason=data["stop_reason"], steps=data["steps"],
+        max_steps_reached=data["max_steps_reached"],
         messages=tuple(Message.model_validate(m) for m in data.get("messages", ())),
-        route=data.get("route"), target=data.get("target"), content_filter=data.get("content_filter"),
+        route=RouteNames(route=data.get("route"), target=data.get("target")), content_filter=data.get("content_filter"),
     )
 
 

@@ -1,6 +1,6 @@
 """The gateway's error hierarchy, and the typed `error` object it becomes.
 
-    GatewayError                    code, message, status, retryable + the explicit fields below
+    GatewayError                    code, message, status, retryable + its `ErrorDetails`
      +-- RequestError               the caller's mistake (400/404/413/422)
      +-- UpstreamError              the provider failed (502 by default)
      |    +-- UpstreamTimeout       connect/read timeout (504)
@@ -15,14 +15,15 @@ scrubbed: a provider's 5 MiB error message reaches no caller, record or log line
 
 Raised before the first event, a GatewayError becomes the HTTP status and JSON body of
 DESIGN.md section 1; raised after it, it becomes `final{status: "error"}` with `error` set to
-its `info()`. `status` is the HTTP status of the first case only: the run never reads it (the
+its `to_dict()`. `status` is the HTTP status of the first case only: the run never reads it (the
 API layer maps a run's error to a status, app/api/responses.py). Provider modules map SDK and
 transport errors into this hierarchy once, at their boundary (app/providers/errors.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass, fields
+from dataclasses import field as dataclass_field
 from typing import Annotated, Any, Literal, NotRequired, cast
 
 from pydantic import Field
@@ -33,7 +34,7 @@ from app.core.secrets import scrub
 __all__ = [
     "AttemptData",
     "ErrorData",
-    "ErrorInfo",
+    "ErrorDetails",
     "FinalStatus",
     "GatewayError",
     "RequestError",
@@ -90,17 +91,14 @@ class ErrorData(TypedDict):
         description="Before the first event: every upstream attempt the route made.")]]
 
 
-_OPTIONAL = ("field", "provider", "upstream_status", "upstream_code", "upstream_type", "request_id", "retry_after",
-             "validator", "reason", "block_reason", "first_available", "deadline")
+@dataclass(eq=False, repr=False, kw_only=True)
+class ErrorDetails:
+    """What an error may say beside its code and message: the one list of these facts. They are
+    `GatewayError`'s keyword arguments and attributes, and, when set, the optional keys of its
+    `error` object (`ErrorData` describes each of them for the OpenAPI document; a test holds the
+    two lists equal). Their text passes through `scrub` (app/core/secrets.py): a provider's text
+    may quote the gateway's key."""
 
-
-@dataclass(slots=True, frozen=True, kw_only=True)
-class ErrorInfo:
-    """What went wrong, as data: `final.error`, a run report's error, an HTTP error body."""
-
-    code: str
-    message: str
-    retryable: bool = False
     field: str | None = None
     provider: str | None = None
     upstream_status: int | None = None
@@ -113,87 +111,53 @@ class ErrorInfo:
     block_reason: str | None = None
     first_available: int | None = None
     deadline: str | None = None
-    attempts: tuple[AttemptData, ...] | None = None
 
-    def data(self) -> ErrorData:
-        out: dict[str, Any] = {"code": self.code, "message": self.message, "retryable": self.retryable}
-        for name in _OPTIONAL:
-            value = getattr(self, name)
+    def _scrub_details(self) -> None:
+        for name in _DETAIL_NAMES:
+            if isinstance(value := getattr(self, name), str):
+                setattr(self, name, scrub(value))
+
+
+_DETAIL_NAMES = tuple(f.name for f in fields(ErrorDetails))
+
+
+@dataclass(eq=False, repr=False)
+class _ErrorArguments(ErrorDetails, Exception):
+    """`GatewayError`'s constructor: the message, then by keyword an instance's own code, status and
+    retryable (each class has its defaults) and the details."""
+
+    message: str
+    code: InitVar[str | None] = dataclass_field(default=None, kw_only=True)
+    status: InitVar[int | None] = dataclass_field(default=None, kw_only=True)
+    retryable: InitVar[bool | None] = dataclass_field(default=None, kw_only=True)
+
+    def __post_init__(self, code: str | None, status: int | None, retryable: bool | None) -> None:
+        self.message = scrub(self.message)  # upstream text may quote the gateway's key (app/core/secrets.py)
+        self.args = (self.message,)
+        self._scrub_details()
+        for name, value in (("code", code), ("status", status), ("retryable", retryable)):
             if value is not None:
-                out[name] = value
-        if self.attempts is not None:
-            out["attempts"] = list(self.attempts)
-        return cast(ErrorData, out)  # the keys are ErrorData's (_OPTIONAL lists its optional ones)
+                setattr(self, name, value)  # this error's own, over its class's default
 
 
-class GatewayError(Exception):
+class GatewayError(_ErrorArguments):
     status: int = 500
     code: str = "internal_error"
     retryable: bool = False
     final_status: FinalStatus = "error"
     """The `final.status` this error gives when raised after the first event."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: str | None = None,
-        status: int | None = None,
-        retryable: bool | None = None,
-        field: str | None = None,
-        provider: str | None = None,
-        upstream_status: int | None = None,
-        upstream_code: str | int | None = None,
-        upstream_type: str | None = None,
-        request_id: str | None = None,
-        retry_after: str | None = None,
-        validator: str | None = None,
-        reason: str | None = None,
-        block_reason: str | None = None,
-        first_available: int | None = None,
-        deadline: str | None = None,
-    ) -> None:
-        message = scrub(message)  # upstream text may quote the gateway's key (app/core/secrets.py)
-        super().__init__(message)
-        self.message = message
-        if code is not None:
-            self.code = code
-        if status is not None:
-            self.status = status
-        if retryable is not None:
-            self.retryable = retryable
-        self.field = _scrubbed(field)
-        self.provider = provider
-        self.upstream_status = upstream_status
-        self.upstream_code = scrub(upstream_code) if isinstance(upstream_code, str) else upstream_code
-        self.upstream_type = _scrubbed(upstream_type)
-        self.request_id = _scrubbed(request_id)
-        self.retry_after = _scrubbed(retry_after)
-        self.validator = validator
-        self.reason = _scrubbed(reason)
-        self.block_reason = _scrubbed(block_reason)
-        self.first_available = first_available
-        self.deadline = deadline
-        self.attempts: tuple[AttemptData, ...] | None = None
-        """Set by the routing layer when every attempt before the first event failed."""
-
-    def info(self) -> ErrorInfo:
-        return ErrorInfo(
-            code=self.code, message=self.message, retryable=self.retryable, field=self.field,
-            provider=self.provider, upstream_status=self.upstream_status, upstream_code=self.upstream_code,
-            upstream_type=self.upstream_type, request_id=self.request_id, retry_after=self.retry_after,
-            validator=self.validator, reason=self.reason, block_reason=self.block_reason,
-            first_available=self.first_available, deadline=self.deadline, attempts=self.attempts,
-        )
+    attempts: tuple[AttemptData, ...] | None = None
+    """Set by the routing layer when every attempt before the first event failed."""
 
     def to_dict(self) -> ErrorData:
-        """The `error` object of an HTTP error body or of `final.error`."""
-        return self.info().data()
-
-
-def _scrubbed(value: str | None) -> str | None:
-    """Text details pass through `scrub` too (an upstream type or field could quote a key)."""
-    return scrub(value) if value is not None else None
+        """The `error` object of an HTTP error body or of `final.error`: the details that are set."""
+        out: dict[str, Any] = {"code": self.code, "message": self.message, "retryable": self.retryable}
+        for name in _DETAIL_NAMES:
+            if (value := getattr(self, name)) is not None:
+                out[name] = value
+        if self.attempts is not None:
+            out["attempts"] = list(self.attempts)
+        return cast(ErrorData, out)  # ErrorDetails' fields are ErrorData's optional keys
 
 
 class RequestError(GatewayError):

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from app.core.accumulator import Accumulator
+from app.core.ending import final_event
 from app.core.errors import ErrorData, FinalStatus
 from app.core.events import (
-    STOP_REASON_FOR_STATUS,
     AssistantMessage,
     FinalEvent,
     ReasoningBlockEnd,
@@ -85,10 +85,9 @@ class Released:
               error: ErrorData | None = None) -> FinalEvent:
         """One response's final: the message as released; the accumulator's usage, stop reason
         and model (the run builds its own, over its steps)."""
-        stop_reason = accumulator.stop_reason if status == "ok" else STOP_REASON_FOR_STATUS[status]
-        return FinalEvent(status=status, message=self.message(), usage=accumulator.usage, stop_reason=stop_reason,
-                          model=accumulator.model, provider=accumulator.provider, error=error,
-                          content_filter=accumulator.content_filter)
+        return final_event(status, error, model=accumulator.model, provider=accumulator.provider,
+                           message=self.message(), usage=accumulator.usage, stop_reason=accumulator.stop_reason,
+                           content_filter=accumulator.content_filter)
 
     def end_turn(self) -> None:
         """The gateway answered the turn's calls (their results closed it as they came): the

@@ -1,13 +1,14 @@
 """What a run hands over when it ends: the `RunReport`, and the `RunObserver` seam.
 
-A run (app/run.py) builds one `RunReport` after its `final` is in the stream log and calls every
-observer the `Gateway` was given (`Gateway(observers=[...])` or `gateway.add_observer(fn)`) with
-it, once, whatever the outcome (ok, blocked, error, cancelled). A run that no target served (every
-attempt failed before its first content; the caller got an HTTP error) is reported too, by the
-gateway: status `error`, `events` 0, and an id that never named a stream. This is the one place features
-plug into a run: run records, usage and key accounting, metrics. An observer must not block:
-it copies what it needs and schedules its own I/O (e.g. hands the report to a batch writer).
-An observer that raises is logged and ignored; it never changes the stream.
+A run (app/run.py) builds one `RunReport` after its `final` is in the stream log (`RunEnding.end`,
+app/core/ending.py) and calls every observer the `Gateway` was given (`Gateway(observers=[...])`
+or `gateway.add_observer(fn)`) with it, once, whatever the outcome (ok, blocked, error,
+cancelled). A run that no target served (every attempt failed before its first content; the
+caller got an HTTP error) is reported too, by the gateway: status `error`, `events` 0, and an id
+that never named a stream. This is the one place features plug into a run: run records, usage
+and key accounting, metrics. An observer must not block: it copies what it needs and schedules
+its own I/O (e.g. hands the report to a batch writer). An observer that raises is logged and
+ignored; it never changes the stream.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ __all__ = ["RunObserver", "RunReport", "notify"]
 
 @dataclass(slots=True, frozen=True, kw_only=True)
 class RunReport:
-    """One run, ended. Times are seconds; `started_at` is wall-clock (time.time())."""
+    """One run, ended: who it was (fixed when it opened), its `final`, and what the final does not
+    tell. The outcome (status, usage, steps, ...) is read from the final, never copied beside it.
+    Times are seconds; `started_at` is wall-clock (time.time()). Built by `RunEnding.end`
+    (app/core/ending.py)."""
 
     stream_id: str
     request_id: str | None
@@ -34,29 +38,16 @@ class RunReport:
     """The id of the API key that started the run (None: open mode or the admin key)."""
     model: str
     """The model as the caller asked for it (`provider/model` or an alias)."""
-    served_model: str
-    """The model as the provider reported it."""
     provider: str
-    status: FinalStatus
-    stop_reason: StopReason | None
-    error: ErrorData | None
-    usage: Usage
-    """Summed over the steps, whatever the provider reported (also on error or cancel)."""
-    steps: int
-    max_steps_reached: bool
-    tools_run: int
+    final: FinalEvent
+    transcript: Transcript
+    tools_run: int = 0
     """Gateway-executed tool calls."""
-    events: int
-    """Events appended to the stream log, `start` and `final` included."""
-    validation: ValidationData | None
-    """The validation gate's verdict summary; None when no validator applied."""
-    ttft: float | None
+    ttft: float | None = None
     """Request to the first released content event; None when none was released."""
     duration: float
     """Request to final."""
     started_at: float
-    final: FinalEvent
-    transcript: Transcript
     event_counts: dict[str, int] = field(default_factory=dict)
     """Events appended, by type (`start` and `final` included)."""
     ignored: dict[str, int] = field(default_factory=dict)
@@ -65,6 +56,46 @@ class RunReport:
     """False for a run no target served (an HTTP error answered it; no stream existed)."""
     response_id: str | None = None
     """The provider's id of its (last) response, when it gave one."""
+
+    @property
+    def served_model(self) -> str:
+        """The model as the provider reported it."""
+        return self.final.model
+
+    @property
+    def status(self) -> FinalStatus:
+        return self.final.status
+
+    @property
+    def stop_reason(self) -> StopReason | None:
+        return self.final.stop_reason
+
+    @property
+    def error(self) -> ErrorData | None:
+        return self.final.error
+
+    @property
+    def usage(self) -> Usage:
+        """Summed over the steps, whatever the provider reported (also on error or cancel)."""
+        return self.final.usage
+
+    @property
+    def steps(self) -> int:
+        return self.final.steps
+
+    @property
+    def max_steps_reached(self) -> bool:
+        return self.final.max_steps_reached
+
+    @property
+    def validation(self) -> ValidationData | None:
+        """The validation gate's verdict summary; None when no validator applied."""
+        return self.final.validation
+
+    @property
+    def events(self) -> int:
+        """Events appended to the stream log, `start` and `final` included."""
+        return sum(self.event_counts.values())
 
     @property
     def error_code(self) -> str | None:

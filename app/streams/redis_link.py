@@ -18,8 +18,9 @@ import structlog
 from redis.asyncio import RedisCluster
 from redis.exceptions import RedisError
 
+from app.core.ending import final_event, final_status
 from app.core.errors import ErrorData
-from app.core.events import STOP_REASON_FOR_STATUS, AssistantMessage, FinalEvent, Usage
+from app.core.events import AssistantMessage, Usage
 from app.lifecycle import LoopLag
 from app.redis_client import connect
 from app.streams.errors import ClaimHook, StoreUnavailable
@@ -226,7 +227,6 @@ def final_frame(seq: int, model: str, provider: str, error: ErrorData, status: s
                 message: AssistantMessage | None = None) -> bytes:
     """A final written for a stream whose owner cannot: the provider's usage report never reached
     the writer, so the output counts are unknown (null), not 0."""
-    final = FinalEvent(status=status, message=message or AssistantMessage(),  # type: ignore[arg-type]
-                       usage=Usage(output_unknown=True), stop_reason=STOP_REASON_FOR_STATUS[status], model=model,
-                       provider=provider, error=error)
+    final = final_event(final_status(status), error, model=model, provider=provider, message=message,
+                        usage=Usage(output_unknown=True))
     return encode_frame(seq, final)
