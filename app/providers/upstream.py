@@ -1,8 +1,8 @@
 """The gateway's own upstream client: one `aiohttp.ClientSession` per upstream, public API only
 (`session.post`, `resp.content`), and `HttpAdapter`, a provider adapter on it (DESIGN.md section 4).
 
-Why not the SDKs: the SDK's `client.post` costs ~1.5 ms of CPU per request against ~0.3 ms for
-aiohttp directly, and 5-8 us more per chunk (docs/performance.md); the gateway builds the bytes
+Why not the SDKs: the SDK's `client.post` costs several times the CPU per request of aiohttp
+directly, and more per chunk (the figures: docs/performance.md); the gateway builds the bytes
 of each request from its own converters and parses the answer's bytes once (its frame decoders).
 
 Each session: the gateway's connect timeout and read timeout (the longest silence, before the
@@ -64,8 +64,8 @@ Proxy = tuple[str | None, dict[str, str] | None]
 def proxy_for(url: str) -> Proxy:
     """The proxy the environment names for `url` (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY; NO_PROXY
     honoured), with its credentials, or (None, None). Read once per upstream host (`HttpAdapter`),
-    not per request as aiohttp's `trust_env` does (with netrc): ~0.6-1.4 ms of CPU a request
-    (docs/performance.md)."""
+    not per request as aiohttp's `trust_env` does (with netrc), a CPU cost on every request (its
+    figure: docs/performance.md)."""
     parts = urlsplit(url)
     proxies = urllib.request.getproxies()
     proxy = proxies.get(parts.scheme) or proxies.get("all")
