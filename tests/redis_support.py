@@ -170,3 +170,9 @@ def start_together(*replicas: Replica) -> tuple[Replica, ...]:
             replica.stop()
         raise
     return replicas
+
+
+def written_back(answer: httpx.Response) -> bool:
+    """A resume answered 200 once the owner wrote its stream back, 503 (retryable) until then."""
+    assert answer.status_code in (200, 503), answer.text
+    return answer.status_code == 200

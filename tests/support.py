@@ -175,6 +175,21 @@ async def until(condition: Callable[[], bool | Awaitable[bool]], what: str = "th
         raise AssertionError(f"{what} did not hold within {guard} s (a hang guard)") from None
 
 
+async def get_until(client: Any, url: str, done: Callable[[Any], bool], what: str, guard: float = HANG_GUARD,
+                    **kw: Any) -> Any:
+    """GET `url` with an httpx client until `done(response)` holds (`until`); the response that
+    satisfied it. `done` may assert what every answer before it must be."""
+    answer = None
+
+    async def answered() -> bool:
+        nonlocal answer
+        answer = await client.get(url, **kw)
+        return done(answer)
+
+    await until(answered, what, guard)
+    return answer
+
+
 async def until_disconnect(receive: Any) -> None:
     """Wait until the client goes away (a raw ASGI fake server holding its response open)."""
     while (await receive())["type"] != "http.disconnect":
