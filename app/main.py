@@ -227,9 +227,9 @@ def _lifespan(settings: Settings, gateway: Gateway, auth: Auth, records: RecordW
 GC_YOUNG_THRESHOLD = 7000
 """The young generation's collection threshold (CPython's default: 700 allocations). Every streamed
 event allocates a few short-lived objects (frames, dicts, dataclasses) that die young; at 700 the
-collector runs thousands of times a second under load. The profile behind this change measured a
-larger threshold at -9% CPU per event and -22% per request; this project's `bench/run.py` single
-runs on a loaded machine were not conclusive (docs/performance.md, "Figures behind design choices")."""
+collector runs thousands of times a second under load; a larger threshold lets those objects die
+before any collection looks at them (the measurements: docs/performance.md, "Figures behind design
+choices")."""
 _gc_tuned = False
 
 

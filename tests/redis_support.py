@@ -119,12 +119,20 @@ class Replica:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Replica:
+        self.launch()
+        self.wait_ready()
+        return self
+
+    def launch(self) -> Replica:
+        """The process started, not yet waited for (`start_together`)."""
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(self.port),
              "--log-level", "warning", "--no-access-log"],
             cwd=REPO, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _wait(self._healthy, "gateway replica", self.proc)
         return self
+
+    def wait_ready(self) -> None:
+        _wait(self._healthy, "gateway replica", self.proc)
 
     def _healthy(self) -> bool:
         try:
@@ -147,3 +155,24 @@ class Replica:
                 self.kill()
 
 
+
+
+def start_together(*replicas: Replica) -> tuple[Replica, ...]:
+    """Start every replica at once, then wait until each serves: their start-ups (mostly imports)
+    overlap instead of queueing. If one never serves, all are stopped."""
+    try:
+        for replica in replicas:
+            replica.launch()
+        for replica in replicas:
+            replica.wait_ready()
+    except BaseException:
+        for replica in replicas:
+            replica.stop()
+        raise
+    return replicas
+
+
+def written_back(answer: httpx.Response) -> bool:
+    """A resume answered 200 once the owner wrote its stream back, 503 (retryable) until then."""
+    assert answer.status_code in (200, 503), answer.text
+    return answer.status_code == 200

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
-from collections.abc import AsyncIterator, Coroutine, Iterable
+import os
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from app.core.accumulator import Accumulator
 from app.core.events import FinalEvent, StreamEvent
@@ -16,15 +21,17 @@ from app.providers.base import StreamNormalizer, drive
 from app.providers.framing import FramePatchStream
 
 HANG_GUARD = 30.0
+"""Seconds before a test that awaits an event gives up: a guard against hangs, not a timed assertion."""
 KEEP_ALIVE_SECONDS = 300.0
 """How long `serve` keeps an idle connection open: longer than any client here pools one (the
 gateway's upstream pool 30 s, httpx's and the SDKs' 5 s: tests/test_loopback_fakes.py). A server that closes an idle
 connection first races the client's reuse of it: the request is written as the server closes,
 the server's kernel answers with a reset, and the client reads `ClientOSError` (uvicorn's default
 of 5 s gave the facade tests 502s whenever two upstream calls on one connection were ~5 s apart)."""
-"""Seconds before a test that awaits an event gives up: a guard against hangs, not a timed assertion."""
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO.parent / "shared" / "fixtures"
+NODE_DIR = Path(__file__).resolve().parent / "node"
+"""The Node clients (pinned in tests/node/package-lock.json, installed by `.ci/run` with `npm ci`)."""
 
 
 @dataclass(frozen=True)
@@ -150,6 +157,39 @@ async def read_asgi_request(scope: dict[str, Any], receive: Any, send: Any) -> b
             return body
 
 
+async def until(condition: Callable[[], bool | Awaitable[bool]], what: str = "the condition",
+                guard: float = HANG_GUARD) -> None:
+    """Return as soon as `condition` (a function, or a coroutine function) holds, polled every 20 ms:
+    for a state no event announces (another process's, Redis's). `guard` seconds bound a hang; it
+    is not a timed assertion."""
+    try:
+        async with asyncio.timeout(guard):
+            while True:
+                held = condition()
+                if inspect.isawaitable(held):
+                    held = await held
+                if held:
+                    return
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"{what} did not hold within {guard} s (a hang guard)") from None
+
+
+async def get_until(client: Any, url: str, done: Callable[[Any], bool], what: str, guard: float = HANG_GUARD,
+                    **kw: Any) -> Any:
+    """GET `url` with an httpx client until `done(response)` holds (`until`); the response that
+    satisfied it. `done` may assert what every answer before it must be."""
+    answer = None
+
+    async def answered() -> bool:
+        nonlocal answer
+        answer = await client.get(url, **kw)
+        return done(answer)
+
+    await until(answered, what, guard)
+    return answer
+
+
 async def until_disconnect(receive: Any) -> None:
     """Wait until the client goes away (a raw ASGI fake server holding its response open)."""
     while (await receive())["type"] != "http.disconnect":
@@ -170,3 +210,26 @@ def parse_sse(body: bytes | str) -> list[tuple[int, str, dict[str, Any]]]:
         if "event" in fields:
             out.append((int(fields["id"]), fields["event"], json.loads(fields["data"])))
     return out
+
+
+def require_node() -> None:
+    """Skip a Node client test where node or tests/node/node_modules is missing; with CI=true fail
+    instead (CI must run them)."""
+    missing = ("node is not on PATH" if shutil.which("node") is None else
+               "tests/node/node_modules is missing: run `npm ci` in tests/node"
+               if not (NODE_DIR / "node_modules").is_dir() else None)
+    if missing is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the Node clients: {missing}")
+        pytest.skip(missing)
+
+
+async def run_node(script: str, *args: str) -> dict[str, Any]:
+    """Run `node tests/node/<script> args...`; what it printed last, as JSON (each script prints one
+    JSON line of what its client saw)."""
+    process = await asyncio.create_subprocess_exec(
+        "node", str(NODE_DIR / script), *args, cwd=NODE_DIR,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), timeout=60)  # a guard: it ends in about a second
+    assert process.returncode == 0, err.decode()[-2000:]
+    return json.loads(out.decode().strip().splitlines()[-1])

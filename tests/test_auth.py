@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
+import pytest_asyncio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -27,6 +29,16 @@ from tests.auth_support import ADMIN, SIMPLE, bearer, gateway, make_key, pin_the
 from tests.support import parse_sse, serve
 
 SLOW = {**SIMPLE, "model": "mock/lorem-30", "provider_options": {"delay_ms": 10}}
+SHARED = pytest.mark.asyncio(loop_scope="module")
+"""For the tests on the shared gateway: they run in the module's loop, where it serves."""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    """One keyed gateway and its database for the tests that need no settings, state or listing of
+    their own: each makes its own keys and reads only what those keys own."""
+    async with gateway() as (_, shared):
+        yield shared
 
 
 # -- open mode -------------------------------------------------------------------------------------
@@ -56,6 +68,7 @@ def test_auth_required_refuses_to_start_without_keys(tmp_path: Path, monkeypatch
 # -- who is calling ----------------------------------------------------------------------------------
 
 
+@SHARED
 @pytest.mark.parametrize("headers, code", [
     ({}, "missing_api_key"),
     ({"Authorization": "Basic dXNlcjpwYXNz"}, "invalid_authorization"),
@@ -68,20 +81,20 @@ def test_auth_required_refuses_to_start_without_keys(tmp_path: Path, monkeypatch
     ({"x-api-key": "sk-not-ours"}, "invalid_api_key"),
     ({"Authorization": "Bearer fgw-\u00e9\u00e9"}, "invalid_api_key"),
 ])
-async def test_missing_malformed_and_unknown_keys_are_401(headers: dict[str, str], code: str) -> None:
-    async with gateway() as (_, client):
-        for method, path, body in (("POST", "/v1/generate", SIMPLE), ("POST", "/v1/stream", SIMPLE),
-                                   ("GET", "/v1/stream/str_x", None), ("GET", "/v1/stream/str_x/transcript", None),
-                                   ("GET", "/v1/runs", None), ("GET", "/v1/runs/str_x", None),
-                                   ("GET", "/v1/usage", None), ("GET", "/v1/admin/keys", None)):
-            encoded = {k: v.encode() for k, v in headers.items()}
-            response = await client.request(method, path, json=body, headers=encoded)
-            assert response.status_code == 401, (path, response.text)
-            assert response.json()["error"]["code"] == code
-            assert response.headers["www-authenticate"] == "Bearer"
-        for path in ("/healthz", "/readyz"):
-            assert (await client.get(path)).status_code == 200
-        assert (await client.get("/readyz")).json()["auth"] == "keys"
+async def test_missing_malformed_and_unknown_keys_are_401(client: httpx.AsyncClient, headers: dict[str, str],
+                                                          code: str) -> None:
+    for method, path, body in (("POST", "/v1/generate", SIMPLE), ("POST", "/v1/stream", SIMPLE),
+                               ("GET", "/v1/stream/str_x", None), ("GET", "/v1/stream/str_x/transcript", None),
+                               ("GET", "/v1/runs", None), ("GET", "/v1/runs/str_x", None),
+                               ("GET", "/v1/usage", None), ("GET", "/v1/admin/keys", None)):
+        encoded = {k: v.encode() for k, v in headers.items()}
+        response = await client.request(method, path, json=body, headers=encoded)
+        assert response.status_code == 401, (path, response.text)
+        assert response.json()["error"]["code"] == code
+        assert response.headers["www-authenticate"] == "Bearer"
+    for path in ("/healthz", "/readyz"):
+        assert (await client.get(path)).status_code == 200
+    assert (await client.get("/readyz")).json()["auth"] == "keys"
 
 
 async def test_admin_creates_lists_changes_and_revokes_a_key() -> None:
@@ -129,6 +142,7 @@ async def test_a_key_past_its_expiry_is_listed_expired_not_active() -> None:
         assert (await client.get(f"/v1/admin/keys/{live['id']}", headers=bearer(ADMIN))).json()["state"] == "revoked"
 
 
+@SHARED
 @pytest.mark.parametrize("body, field", [
     ({"name": "a", "rpm": 0}, "rpm"),
     ({"name": "a", "tpm": -5}, "tpm"),
@@ -143,15 +157,14 @@ async def test_a_key_past_its_expiry_is_listed_expired_not_active() -> None:
     ({"rpm": 1}, "name"),
     ({"name": "a", "key": "fgw-" + "A" * 43}, "key"),
 ])
-async def test_invalid_key_fields_are_422_naming_the_field(body: dict, field: str) -> None:
-    async with gateway() as (_, client):
-        response = await client.post("/v1/admin/keys", json=body, headers=bearer(ADMIN))
+async def test_invalid_key_fields_are_422_naming_the_field(client: httpx.AsyncClient, body: dict, field: str) -> None:
+    response = await client.post("/v1/admin/keys", json=body, headers=bearer(ADMIN))
+    assert response.status_code == 422 and response.json()["error"]["field"] == field, response.text
+    if "name" in body and body.get("name"):
+        key_id = (await make_key(client))["id"]
+        patch = {k: v for k, v in body.items() if k != "name"}
+        response = await client.patch(f"/v1/admin/keys/{key_id}", json=patch, headers=bearer(ADMIN))
         assert response.status_code == 422 and response.json()["error"]["field"] == field, response.text
-        if "name" in body and body.get("name"):
-            key_id = (await make_key(client))["id"]
-            patch = {k: v for k, v in body.items() if k != "name"}
-            response = await client.patch(f"/v1/admin/keys/{key_id}", json=patch, headers=bearer(ADMIN))
-            assert response.status_code == 422 and response.json()["error"]["field"] == field, response.text
 
 
 async def test_expired_key_is_401() -> None:
@@ -302,13 +315,13 @@ async def test_a_revoked_keys_running_stream_ends_with_key_revoked(where: str) -
         assert final["error"]["retryable"] is False and len(final["message"]["content"].split()) < 2000
 
 
-async def test_key_validators_apply_to_its_requests() -> None:
-    async with gateway() as (_, client):
-        key = (await make_key(client, validators=[{"name": "regex_deny", "config": {"patterns": ["(?i)world"]}}]))["key"]
-        blocked = await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))
-        assert blocked.json()["status"] == "blocked"
-        other = (await make_key(client, name="team-b"))["key"]
-        assert (await client.post("/v1/generate", json=SIMPLE, headers=bearer(other))).json()["status"] == "ok"
+@SHARED
+async def test_key_validators_apply_to_its_requests(client: httpx.AsyncClient) -> None:
+    key = (await make_key(client, validators=[{"name": "regex_deny", "config": {"patterns": ["(?i)world"]}}]))["key"]
+    blocked = await client.post("/v1/generate", json=SIMPLE, headers=bearer(key))
+    assert blocked.json()["status"] == "blocked"
+    other = (await make_key(client, name="team-b"))["key"]
+    assert (await client.post("/v1/generate", json=SIMPLE, headers=bearer(other))).json()["status"] == "ok"
 
 
 # -- ownership and usage -----------------------------------------------------------------------------

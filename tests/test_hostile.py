@@ -21,7 +21,7 @@ from app.settings import Settings
 from app.streams.log import BATCH_BYTES
 from app.streams.memory import MemoryStreamStore
 from tests.fakes import FakeAdapter
-from tests.support import REPO, parse_sse, serve
+from tests.support import REPO, parse_sse, serve, until
 from tests.upstream_fakes import FakeUpstream
 
 USER = [{"role": "user", "content": '{"a": 1}'}]
@@ -260,11 +260,10 @@ async def test_a_subscriber_that_never_reads_is_dropped():
             readers.append((reader, writer))
         route = 'route="/v1/stream/{stream_id}",status="200"'
 
-        async def dropped() -> None:
-            while f'foundry_requests_total{{method="GET",{route}}} 3.0' not in (await c.get("/metrics")).text:  # noqa: ASYNC110
-                await asyncio.sleep(0.1)
+        async def dropped() -> bool:
+            return f'foundry_requests_total{{method="GET",{route}}} 3.0' in (await c.get("/metrics")).text
 
-        await asyncio.wait_for(dropped(), DEADLINE)  # the server ended all three responses
+        await until(dropped, "the server ending all three responses", DEADLINE)
         for _, writer in readers:
             writer.close()
 
@@ -303,8 +302,11 @@ async def test_the_store_keeps_within_its_byte_budget_evicting_finished_streams_
 KEY = "sk-proj-LIVEKEY0123456789abcdefABCDEF"
 
 
-@pytest.mark.parametrize("status", [400, 401, 404, 429, 500])
-async def test_upstream_errors_quoting_the_key_are_scrubbed(status, capsys):
+@pytest.mark.parametrize(("status", "answered", "code"), [
+    (400, 400, "upstream_bad_request"), (401, 502, "upstream_auth"), (404, 404, "model_not_found"),
+    (429, 429, "rate_limited"), (500, 502, "upstream_error"),
+])
+async def test_upstream_errors_quoting_the_key_are_scrubbed(status, answered, code, capsys):
     message = (f"Incorrect API key provided: {KEY}. Other: sk-ant-api03-abcdefghijklmnop, "
                "AIzaSyA1234567890abcdefghijklmnopqrstu")
     fake = FakeUpstream("/v1/chat/completions", [(status, {"error": {"message": message, "type": "x"}}, {})] * 2)
@@ -313,7 +315,7 @@ async def test_upstream_errors_quoting_the_key_are_scrubbed(status, capsys):
         async with gateway(settings) as c:
             for path in ("/v1/generate", "/v1/stream"):
                 r = await c.post(path, json={"model": "openai/gpt-x", "messages": USER})
-                assert r.status_code >= 400
+                assert (r.status_code, r.json()["error"]["code"]) == (answered, code)
                 for token in (KEY, "sk-ant-api03", "AIzaSy", "LIVEKEY"):
                     assert token not in r.text
     assert len(fake.requests) == 2  # the key did go upstream

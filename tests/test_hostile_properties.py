@@ -72,7 +72,20 @@ def test_any_unicode_gives_a_4xx_json_or_exactly_one_final(base_url: str, reques
     assert r.status_code != 500 or r.json()["error"]["code"] == "internal_error", r.text
     if path == "/v1/generate":
         assert r.headers["content-type"].startswith("application/json")
-        assert r.json()["status"] in ("ok", "blocked", "error")
+        _status_follows_the_error(r.json(), request)
         return
     events = parse_sse(r.content)
     assert [e for _, e, _ in events].count("final") == 1 and events[-1][1] == "final"
+    _status_follows_the_error(events[-1][2], request)
+
+
+def _status_follows_the_error(final: dict[str, Any], request: dict[str, Any]) -> None:
+    """One status for each ending: ok without an error, blocked by a validator the request names
+    (`validation_failed`), error with any other code."""
+    error = final.get("error")
+    if error is None:
+        assert final["status"] == "ok", final
+    elif error["code"] == "validation_failed":
+        assert final["status"] == "blocked" and request.get("validators"), final
+    else:
+        assert final["status"] == "error", final

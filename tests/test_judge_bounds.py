@@ -18,7 +18,7 @@ from app.settings import CompatibleProvider
 from app.validation import VALIDATORS, Validator, Verdict
 from app.validation.validators.base import CheckContext
 from tests.auth_support import ADMIN, bearer, gateway, make_key
-from tests.support import parse_sse, read_asgi_request, serve
+from tests.support import get_until, parse_sse, read_asgi_request, serve
 from tests.validation_support import drive, make_gate, spec, text_of, tokens
 
 HELLO = [{"role": "user", "content": "Hello"}]
@@ -121,11 +121,8 @@ async def test_judge_calls_are_billed_to_the_key_recorded_and_in_usage() -> None
                                                         "output_tokens": 2 * calls, "total_tokens": 102 * calls,
                                                         "cost_usd": round(0.102 * calls, 10)}}
         assert final["usage"].get("cost_usd") is None  # mock/simple has no price: the run's own cost is none
-        for _ in range(100):  # the writer is asynchronous: until the record is in
-            usage = (await client.get("/v1/usage", headers=bearer(key))).json()
-            if usage["data"]:
-                break
-            await asyncio.sleep(0.05)
+        usage = (await get_until(client, "/v1/usage", lambda r: bool(r.json()["data"]),
+                                 "the record in (the writer is asynchronous)", headers=bearer(key))).json()
         over, _ = await stream(client, key, "mock/simple", [])  # the judge spent the budget
     assert usage["total"]["judge"] == {"calls": calls, "tokens": 102 * calls, "cost_usd": round(0.102 * calls, 10)}
     assert usage["total"]["cost_usd"] == round(0.102 * calls, 10) and usage["total"]["requests"] == 1

@@ -5,13 +5,11 @@ calling them in one stream, the key's policy and the request's narrowing."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import itertools
 import json
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -21,7 +19,7 @@ from app.main import create_app
 from app.settings import CompatibleProvider, Settings
 from app.tools.mcp_config import McpServerConfig
 from tests.mcp_support import http_mcp_server
-from tests.support import HANG_GUARD, REPO, parse_sse, serve
+from tests.support import HANG_GUARD, REPO, parse_sse, serve, until
 from tests.test_tool_runs import ASK, StepAdapter, answer_step, calls_step
 from tests.upstream_fakes import FakeUpstream, chat_stream
 
@@ -47,15 +45,6 @@ async def gateway(adapter: Any = None, **settings: Any) -> AsyncIterator[tuple[A
     app = create_app(Settings(**settings), adapters={"fake": adapter} if adapter is not None else None)
     async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=HANG_GUARD) as client:
         yield app, client
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Poll until `condition` holds (HANG_GUARD: a guard against a hang, not a timing)."""
-    async with asyncio.timeout(HANG_GUARD):
-        for _ in itertools.count():
-            if condition():
-                return
-            await asyncio.sleep(0.05)
 
 
 def kinds(events: list) -> list[str]:

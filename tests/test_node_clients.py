@@ -7,19 +7,15 @@ CI=true they fail instead."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import shutil
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.compat_support import ALL_RECORDINGS, expect, facade_gateway
+from tests.support import require_node, run_node
 
-NODE_DIR = Path(__file__).parent / "node"
 BY_MODEL = {expect(r).model: expect(r) for r in ALL_RECORDINGS}
 BODY = {expect(r).model: r.body for r in ALL_RECORDINGS}
 
@@ -31,26 +27,15 @@ def _input_deltas(model: str) -> int:
         return len(BY_MODEL[model].calls)
     return sum(1 for line in BODY[model].splitlines() if b'"input_json_delta"' in line
                and json.loads(line.removeprefix(b"data: "))["delta"]["partial_json"])
-_MISSING = ("node is not on PATH" if shutil.which("node") is None else
-            "tests/node/node_modules is missing: run `npm ci` in tests/node" if not (NODE_DIR / "node_modules").is_dir()
-            else None)
 
 
 @pytest.fixture(autouse=True)
 def _node() -> None:
-    if _MISSING is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the Node clients: {_MISSING}")
-        pytest.skip(_MISSING)
+    require_node()
 
 
 async def _client(scenario: str, url: str, model: str) -> dict[str, Any]:
-    process = await asyncio.create_subprocess_exec(
-        "node", str(NODE_DIR / "clients.mjs"), scenario, url, model, cwd=NODE_DIR,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(process.communicate(), timeout=60)  # a guard: it ends in about a second
-    assert process.returncode == 0, err.decode()[-2000:]
-    return json.loads(out.decode().strip().splitlines()[-1])
+    return await run_node("clients.mjs", scenario, url, model)
 
 
 def _check(seen: dict[str, Any], model: str) -> None:

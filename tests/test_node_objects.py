@@ -6,13 +6,9 @@ object, growing. Locally without node or node_modules the tests skip; with CI=tr
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,22 +19,15 @@ from starlette.routing import Route
 
 from app.main import create_app
 from tests.compat_support import settings_for
-from tests.support import serve
+from tests.support import require_node, run_node, serve
 
-NODE_DIR = Path(__file__).parent / "node"
 OBJECT = {"city": "Paris", "sunny": True}
 PIECES = ['{"city": "Pa', 'ris", "sun', 'ny": true}']
-_MISSING = ("node is not on PATH" if shutil.which("node") is None else
-            "tests/node/node_modules is missing: run `npm ci` in tests/node" if not (NODE_DIR / "node_modules").is_dir()
-            else None)
 
 
 @pytest.fixture(autouse=True)
 def _node() -> None:
-    if _MISSING is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the Node clients: {_MISSING}")
-        pytest.skip(_MISSING)
+    require_node()
 
 
 def _sse(data: dict[str, Any], kind: str | None = None) -> bytes:
@@ -116,12 +105,7 @@ class ObjectUpstream:
 
 
 async def _object(scenario: str, url: str, model: str) -> dict[str, Any]:
-    process = await asyncio.create_subprocess_exec(
-        "node", str(NODE_DIR / "objects.mjs"), scenario, url, model, cwd=NODE_DIR,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(process.communicate(), timeout=60)  # a guard: it ends in about a second
-    assert process.returncode == 0, err.decode()[-2000:]
-    return json.loads(out.decode().strip().splitlines()[-1])
+    return await run_node("objects.mjs", scenario, url, model)
 
 
 def _schema_sent(scenario: str, sent: dict[str, Any]) -> dict[str, Any]:

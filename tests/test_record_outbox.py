@@ -1,11 +1,12 @@
 """The outbox of run records (app/streams/redis_outbox.py): a run's record travels with its final
 in Redis, and another replica writes it when the one that ran it cannot. On the store against a
 real redis-server, then with gateway processes: a replica SIGKILLed inside its records writer's
-linger (the chaos soak's finding, issue 29), and a run nobody was reading whose replica died."""
+linger (a finding of the chaos soak), and a run nobody was reading whose replica died."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -15,8 +16,8 @@ from app.core.events import AssistantMessage, FinalEvent, StartEvent, TokenEvent
 from app.streams.errors import SweptRecord
 from app.streams.redis import RedisStreamStore
 from tests.records_support import postgres, postgres_url  # noqa: F401
-from tests.redis_support import Replica
-from tests.support import parse_sse
+from tests.redis_support import Replica, start_together
+from tests.support import parse_sse, until
 
 ADMIN = "admin-secret-for-outbox-tests-0123"
 PRICES = '{"mock/*": {"input": 0, "output": 1000}}'
@@ -28,10 +29,15 @@ def store(url: str, **kw) -> RedisStreamStore:
     return RedisStreamStore(url, **args)
 
 
-async def settled(replica: RedisStreamStore) -> None:
-    """A replica judges another lost only once it has reached Redis without a failure for a whole
-    lease (one that just started too): the lease (0.5 s here) passes first."""
-    await asyncio.sleep(0.5)
+async def swept_until(replica: RedisStreamStore, taken: Callable[[], bool]) -> None:
+    """Sweep the outboxes until `taken()` holds: a replica judges another lost only once it has
+    reached Redis without a failure for a whole lease (one that just started too), so the first
+    sweeps may take nothing."""
+    async def sweep() -> bool:
+        await replica.sweep_outbox()
+        return taken()
+
+    await until(sweep, "the outbox of the replica that is gone taken")
 
 
 async def run_one(owner: RedisStreamStore, payload: bytes) -> str:
@@ -93,8 +99,7 @@ async def test_the_outbox_of_a_replica_that_is_gone_is_taken_by_another(redis_ur
     finally:
         await a.aclose()  # gives up its lease at once, as a replica that died loses it after the lease
     try:
-        await settled(b)
-        await b.sweep_outbox()
+        await swept_until(b, lambda: any(s.stream_id == done for s in swept))
         assert [s.payload for s in swept if s.stream_id == done] == [b'{"id": "done"}']
         await b.sweep_outbox()  # the run that never ended was ended by the first sweep, once
         events = b"".join([c async for c in await b.open(running, 0)])
@@ -122,9 +127,7 @@ async def test_a_record_that_cannot_be_read_blocks_no_other(redis_url: str) -> N
     finally:
         await a.aclose()
     try:
-        await settled(b)
-        await b.sweep_outbox()
-        assert b'{"id": "good"}' in taken
+        await swept_until(b, lambda: b'{"id": "good"}' in taken)
         client = redis.from_url(redis_url)
         members = await client.smembers(f"foundry:outbox:{{{a.replica}}}")
         assert poison.encode() not in members and good.encode() in members  # dropped (logged); kept until written
@@ -155,21 +158,32 @@ async def test_the_owner_releases_a_frame_to_its_readers_once_redis_holds_it(red
 # -- gateway processes ------------------------------------------------------------------------------
 
 
+async def _streaming(redis_url: str, sid: str) -> bool:
+    """Whether Redis holds an event of the stream (its owner has written it)."""
+    client = redis.from_url(redis_url)
+    try:
+        return bool(await client.xlen(f"foundry:{{{sid}}}:events"))
+    finally:
+        await client.aclose()
+
+
 async def _record(client: httpx.AsyncClient, url: str, sid: str, key: dict[str, str], within: float = 20.0) -> dict:
-    for _ in range(int(within * 10)):
+    async def written() -> bool:
+        nonlocal run
         run = await client.get(f"{url}/v1/runs/{sid}", headers=key)
-        if run.status_code == 200:
-            return run.json()
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no run record for {sid} after {within} s: {run.status_code} {run.text}")
+        return run.status_code == 200
+
+    run = httpx.Response(0)
+    await until(written, f"the run record of {sid}", within)
+    return run.json()
 
 
 @pytest.mark.slow
 async def test_a_replica_killed_inside_its_records_linger_loses_no_record(redis_url, postgres_url) -> None:  # noqa: F811
     env = {"FOUNDRY_DATABASE_URL": postgres_url, "FOUNDRY_ADMIN_KEY": ADMIN, "FOUNDRY_PRICES": PRICES}
     # A's writer lingers 10 s, so its records are still queued when it is killed.
-    a = Replica(redis_url, FOUNDRY_RECORDS_LINGER="10", **env).start()
-    b = Replica(redis_url, FOUNDRY_RECORDS_LINGER="0", **env).start()
+    a, b = start_together(Replica(redis_url, FOUNDRY_RECORDS_LINGER="10", **env),
+                          Replica(redis_url, FOUNDRY_RECORDS_LINGER="0", **env))
     admin = {"Authorization": f"Bearer {ADMIN}"}
     try:
         async with httpx.AsyncClient(timeout=30) as c:
@@ -183,7 +197,7 @@ async def test_a_replica_killed_inside_its_records_linger_loses_no_record(redis_
             unread = await c.post(f"{a.url}/v1/generate", headers=key, json={
                 **body, "model": "mock/lorem-2000", "stream": True, "provider_options": {"delay_ms": 30}})
             assert unread.status_code == 202, unread.text
-            await asyncio.sleep(0.3)
+            await until(lambda: _streaming(redis_url, unread.json()["stream_id"]), "the unread run streaming")
             a.kill()  # inside the linger: both records are only in A's memory ... and in Redis
             record = await _record(c, b.url, sid, key)
             assert record["status"] == "ok" and record["usage"]["output_tokens"] == usage["output_tokens"]
@@ -201,14 +215,15 @@ async def test_a_replica_killed_inside_its_records_linger_loses_no_record(redis_
 
 @pytest.mark.slow
 async def test_a_reader_of_a_killed_owner_resumes_from_its_last_id_on_another_replica(redis_url) -> None:
-    # The reader reads from the owner's memory. Before, it could read ids the owner had not yet
-    # written to Redis; the replica taking over numbered its final after what Redis held, so the
-    # resume from the reader's last id was refused (400, the cursor past the end) or its ids
-    # repeated with other frames. The owner now releases a frame once Redis holds it.
-    a, b = Replica(redis_url).start(), Replica(redis_url).start()
+    # The reader reads from the owner's memory. Were a frame released to it before Redis held it,
+    # the replica taking over would number its final after what Redis held, and the resume from the
+    # reader's last id would be refused (400, the cursor past the end) or repeat its ids with other
+    # frames. Three owners, each killed mid-stream: three chances to catch a frame released early.
+    # All four processes start at once; each owner serves one stream.
+    b, *owners = start_together(*(Replica(redis_url) for _ in range(4)))
     try:
         async with httpx.AsyncClient(timeout=30) as c:
-            for _ in range(3):
+            for a in owners:
                 started = await c.post(f"{a.url}/v1/generate", json={
                     "model": "mock/lorem-2000", "messages": [{"role": "user", "content": "hi"}], "stream": True,
                     "provider_options": {"delay_ms": 1}})
@@ -230,7 +245,6 @@ async def test_a_reader_of_a_killed_owner_resumes_from_its_last_id_on_another_re
                 assert [i for i, _, _ in events] == list(range(last + 1, last + 1 + len(events)))
                 assert [e for _, e, _ in events].count("final") == 1 and events[-1][1] == "final"
                 assert events[-1][2]["error"]["code"] == "replica_lost"
-                a.start()
     finally:
-        a.stop()
-        b.stop()
+        for replica in (b, *owners):
+            replica.stop()

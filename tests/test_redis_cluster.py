@@ -11,7 +11,7 @@ import pytest
 
 from app.redis_client import cluster_seeds
 from tests.cluster_support import RedisClusterServer
-from tests.redis_support import Replica
+from tests.redis_support import Replica, start_together
 from tests.support import parse_sse
 from tests.test_auth_replicas import (  # noqa: F401 - collected again here, on the cluster
     test_limits_and_revocation_hold_across_two_processes,
@@ -51,7 +51,7 @@ def redis_url(cluster):
 
 @pytest.fixture(scope="module")
 def cluster_pair(cluster):
-    a, b = Replica(cluster.url).start(), Replica(cluster.url).start()
+    a, b = start_together(Replica(cluster.url), Replica(cluster.url))
     try:
         yield a, b
     finally:
@@ -129,7 +129,7 @@ async def test_master_sigkilled_mid_stream_ends_honestly_and_resumes_work(cluste
     whole answer from memory, a follower on B gets contiguous ids and exactly one final, a replay
     afterwards is whole or an honest 410, and new runs work. Runs last: the cluster keeps a master
     without a replica."""
-    a, b = Replica(cluster.url).start(), Replica(cluster.url).start()
+    a, b = start_together(Replica(cluster.url), Replica(cluster.url))
     try:
         async with httpx.AsyncClient(timeout=60) as c:
             async with c.stream("POST", f"{a.url}/v1/stream", json=ask("mock/lorem-150", 20)) as owner:

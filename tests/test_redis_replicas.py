@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from tests.records_support import postgres, postgres_url  # noqa: F401
-from tests.redis_support import Replica
-from tests.support import parse_sse
+from tests.redis_support import Replica, start_together, written_back
+from tests.support import get_until, parse_sse
 
 ADMIN = "admin-secret-for-replica-tests-0123"
 
@@ -23,7 +23,7 @@ def ask(model="mock/lorem-30", delay_ms=20, **extra):
 
 @pytest.fixture
 def pair(redis_url):
-    a, b = Replica(redis_url).start(), Replica(redis_url).start()
+    a, b = start_together(Replica(redis_url), Replica(redis_url))
     try:
         yield a, b
     finally:
@@ -140,7 +140,7 @@ async def test_owner_sigkilled_while_b_follows_ends_with_one_replica_lost_final(
 
 async def test_owner_sigkilled_the_claimer_records_the_run_bills_it_and_frees_its_slot(redis_url, postgres_url):  # noqa: F811
     env = {"FOUNDRY_DATABASE_URL": postgres_url, "FOUNDRY_ADMIN_KEY": ADMIN, "FOUNDRY_RECORDS_LINGER": "0"}
-    a, b = Replica(redis_url, **env).start(), Replica(redis_url, **env).start()
+    a, b = start_together(Replica(redis_url, **env), Replica(redis_url, **env))
     admin = {"Authorization": f"Bearer {ADMIN}"}
     try:
         async with httpx.AsyncClient(timeout=30) as c:
@@ -160,13 +160,8 @@ async def test_owner_sigkilled_the_claimer_records_the_run_bills_it_and_frees_it
             # (its lease would have kept it FOUNDRY_CONCURRENCY_LEASE_SECONDS, 600 s).
             again = await c.post(f"{b.url}/v1/generate", json=ask("mock/simple", 0), headers=key)
             assert again.status_code == 200, again.text
-            run = await c.get(f"{b.url}/v1/runs/{sid}", headers=key)
-            for _ in range(100):  # the record is written behind the claim (the writer's queue)
-                if run.status_code == 200:
-                    break
-                await asyncio.sleep(0.1)
-                run = await c.get(f"{b.url}/v1/runs/{sid}", headers=key)
-            assert run.status_code == 200, run.text
+            run = await get_until(c, f"{b.url}/v1/runs/{sid}", lambda r: r.status_code == 200,
+                                  "the record, written behind the claim (the writer's queue)", headers=key)
             record = run.json()
             assert record["status"] == "error" and record["error_code"] == "replica_lost"
             assert record["usage"]["output_tokens"] is None  # the provider's report never came: unknown
@@ -180,7 +175,7 @@ async def test_owner_sigkilled_the_claimer_records_the_run_bills_it_and_frees_it
 
 
 async def test_both_replicas_restarted_then_replay(redis_url):
-    a, b = Replica(redis_url).start(), Replica(redis_url).start()
+    a, b = start_together(Replica(redis_url), Replica(redis_url))
     try:
         async with httpx.AsyncClient(timeout=30) as c:
             r = await c.post(f"{a.url}/v1/stream", json=ask("mock/tool_call", 0))
@@ -190,7 +185,7 @@ async def test_both_replicas_restarted_then_replay(redis_url):
     finally:
         a.stop()
         b.stop()
-    a, b = Replica(redis_url).start(), Replica(redis_url).start()
+    a, b = start_together(Replica(redis_url), Replica(redis_url))
     try:
         async with httpx.AsyncClient(timeout=30) as c:
             for replica in (a, b):
@@ -256,7 +251,7 @@ async def test_redis_restarted_empty_mid_stream_the_owner_writes_it_back(private
     # Redis keeps nothing on disk (as compose runs it): restarted, it has lost the running stream.
     # Once it answers, the owner writes the stream back from memory (and its lease), so resume
     # and cancel work on the other replica again.
-    a, b = Replica(private_redis.url).start(), Replica(private_redis.url).start()
+    a, b = start_together(Replica(private_redis.url), Replica(private_redis.url))
     try:
         async with httpx.AsyncClient(timeout=60) as c:
             sid = await start_background(c, a.url, ask("mock/lorem-2000", 30))
@@ -265,13 +260,9 @@ async def test_redis_restarted_empty_mid_stream_the_owner_writes_it_back(private
             private_redis.kill()
             await asyncio.sleep(3)  # an outage longer than the lease (2 s): not a blip
             private_redis.start()
-            transcript = await c.get(f"{b.url}/v1/stream/{sid}/transcript")
-            for _ in range(100):  # until A's writer has written the stream back
-                if transcript.status_code == 200:
-                    break
-                await asyncio.sleep(0.1)
-                transcript = await c.get(f"{b.url}/v1/stream/{sid}/transcript")
-            assert transcript.status_code == 200 and transcript.json()["status"] == "running"
+            transcript = await get_until(c, f"{b.url}/v1/stream/{sid}/transcript", lambda r: r.status_code == 200,
+                                         "A's writer writing the stream back")
+            assert transcript.json()["status"] == "running"
             async with c.stream("GET", f"{b.url}/v1/stream/{sid}", headers={"Last-Event-ID": "2"}) as r:
                 assert r.status_code == 200
                 resumed = parse_sse(complete(await read_until(r.aiter_bytes(), 3)))
@@ -290,43 +281,29 @@ async def test_redis_restarted_empty_mid_stream_the_owner_writes_it_back(private
 async def test_a_finished_stream_redis_lost_is_written_back_by_its_owner_else_410(private_redis,
                                                                                  postgres_url):  # noqa: F811
     env = {"FOUNDRY_DATABASE_URL": postgres_url, "FOUNDRY_RECORDS_LINGER": "0"}
-    a, b = Replica(private_redis.url, **env).start(), Replica(private_redis.url, **env).start()
+    a, b = start_together(Replica(private_redis.url, **env), Replica(private_redis.url, **env))
     try:
         async with httpx.AsyncClient(timeout=30) as c:
             r = await c.post(f"{a.url}/v1/stream", json=ask("mock/tool_call", 0))
             sid, events = r.headers["x-stream-id"], parse_sse(r.content)
             assert events[-1][2]["status"] == "ok"
-            recorded = await c.get(f"{b.url}/v1/runs/{sid}")
-            for _ in range(100):  # the record is written behind the run
-                if recorded.status_code == 200:
-                    break
-                await asyncio.sleep(0.1)
-                recorded = await c.get(f"{b.url}/v1/runs/{sid}")
-            assert recorded.status_code == 200
+            await get_until(c, f"{b.url}/v1/runs/{sid}", lambda r: r.status_code == 200,
+                            "the record, written behind the run")
             # Redis restarted empty (as compose runs it) while a reader that left before the final
             # still has to resume: the owner, which holds the finished stream for its TTL, writes
             # it back with the running ones, so the resume on the other replica gets its final.
             private_redis.kill()
             private_redis.start()
-            resumed = await c.get(f"{b.url}/v1/stream/{sid}", headers={"Last-Event-ID": "1"})
-            for _ in range(100):  # 503 (retryable) until A wrote it back
-                if resumed.status_code == 200:
-                    break
-                assert resumed.status_code == 503, resumed.text
-                await asyncio.sleep(0.1)
-                resumed = await c.get(f"{b.url}/v1/stream/{sid}", headers={"Last-Event-ID": "1"})
-            assert resumed.status_code == 200 and parse_sse(resumed.content) == events[1:]
+            resumed = await get_until(c, f"{b.url}/v1/stream/{sid}", written_back, "A writing the stream back",
+                                      headers={"Last-Event-ID": "1"})
+            assert parse_sse(resumed.content) == events[1:]
             # With its owner gone too, nothing holds the events: 410 `stream_lost` (not expired: its
             # retention had not passed), the transcript from the records.
             a.stop()
             private_redis.kill()
             private_redis.start()
-            gone = await c.get(f"{b.url}/v1/stream/{sid}")
-            for _ in range(100):  # 503 (retryable) while Redis recovers: two leases, for owners to write back
-                if gone.status_code != 503:
-                    break
-                await asyncio.sleep(0.1)
-                gone = await c.get(f"{b.url}/v1/stream/{sid}")
+            gone = await get_until(c, f"{b.url}/v1/stream/{sid}", lambda r: r.status_code != 503,
+                                   "Redis recovered (503, retryable: two leases, for owners to write back)")
             assert gone.status_code == 410 and gone.json()["error"]["code"] == "stream_lost"
             transcript = await c.get(f"{b.url}/v1/stream/{sid}/transcript")
             assert transcript.status_code == 200 and transcript.json()["status"] == "ok"
@@ -338,7 +315,7 @@ async def test_a_finished_stream_redis_lost_is_written_back_by_its_owner_else_41
 
 async def test_bounds_and_expiry_across_replicas(redis_url):
     env = {"FOUNDRY_MAX_STREAM_EVENTS": "16", "FOUNDRY_STREAM_TTL_SECONDS": "30"}
-    a, b = Replica(redis_url, **env).start(), Replica(redis_url, **env).start()
+    a, b = start_together(Replica(redis_url, **env), Replica(redis_url, **env))
     try:
         async with httpx.AsyncClient(timeout=30) as c:
             r = await c.post(f"{a.url}/v1/stream", json=ask("mock/lorem-40", 0))

@@ -22,8 +22,8 @@ import pytest
 import redis.asyncio as redis
 
 from tests.records_support import postgres, postgres_url  # noqa: F401
-from tests.redis_support import Replica
-from tests.support import parse_sse
+from tests.redis_support import Replica, start_together, written_back
+from tests.support import get_until, parse_sse
 
 pytestmark = pytest.mark.slow  # starts processes
 
@@ -88,7 +88,7 @@ def contiguous(reader: Reader) -> bool:
 
 
 async def test_an_owner_killed_after_a_redis_restart_leaves_no_reader_ahead_of_its_successor(private_redis):
-    a, b = Replica(private_redis.url).start(), Replica(private_redis.url).start()
+    a, b = start_together(Replica(private_redis.url), Replica(private_redis.url))
     try:
         async with httpx.AsyncClient(timeout=30) as c:
             r = await c.post(f"{a.url}/v1/generate", json=ask("mock/lorem-2000", 30))
@@ -98,10 +98,8 @@ async def test_an_owner_killed_after_a_redis_restart_leaves_no_reader_ahead_of_i
             private_redis.kill()  # Redis restarted empty (as compose runs it): the owner writes it back
             await asyncio.sleep(3)
             private_redis.start()
-            for _ in range(100):
-                if (await c.get(f"{b.url}/v1/stream/{reader.sid}/transcript")).status_code == 200:
-                    break
-                await asyncio.sleep(0.1)
+            await get_until(c, f"{b.url}/v1/stream/{reader.sid}/transcript", lambda r: r.status_code == 200,
+                            "the owner writing the stream back to the restarted Redis")
             await reader.read(a.url, until=reader.last + 10)  # the owner streams on, persisted again
             # Now Redis stalls (a slow disk, a busy host): the owner's frames wait for it. Its own
             # reader reads meanwhile, then the owner dies before Redis answers again.
@@ -127,7 +125,7 @@ async def test_an_owner_killed_after_a_redis_restart_leaves_no_reader_ahead_of_i
 
 
 async def test_a_follower_waits_for_redis_and_makes_up_no_final(private_redis):
-    a, b = Replica(private_redis.url).start(), Replica(private_redis.url).start()
+    a, b = start_together(Replica(private_redis.url), Replica(private_redis.url))
     try:
         async with httpx.AsyncClient(timeout=60) as c:
             r = await c.post(f"{a.url}/v1/generate", json=ask("mock/lorem-300", 20))
@@ -153,17 +151,15 @@ async def test_a_follower_waits_for_redis_and_makes_up_no_final(private_redis):
 
 async def test_a_resume_while_redis_recovers_is_retryable_never_gone(private_redis, postgres_url):  # noqa: F811
     env = {"FOUNDRY_DATABASE_URL": postgres_url, "FOUNDRY_RECORDS_LINGER": "0"}
-    a, b = Replica(private_redis.url, **env).start(), Replica(private_redis.url, **env).start()
+    a, b = start_together(Replica(private_redis.url, **env), Replica(private_redis.url, **env))
     stopped = False
     try:
         async with httpx.AsyncClient(timeout=30) as c:
             r = await c.post(f"{a.url}/v1/stream", json={**ask("mock/tool_call", 0), "stream": False})
             sid, events = r.headers["x-stream-id"], parse_sse(r.content)
             assert events[-1][2]["status"] == "ok"
-            for _ in range(100):  # its record is written behind the run
-                if (await c.get(f"{b.url}/v1/runs/{sid}")).status_code == 200:
-                    break
-                await asyncio.sleep(0.1)
+            await get_until(c, f"{b.url}/v1/runs/{sid}", lambda r: r.status_code == 200,
+                            "the record, written behind the run")
             # Redis restarted empty while the owner cannot write back yet (stalled), and a reader
             # that left before the final resumes on the other replica.
             os.kill(a.proc.pid, signal.SIGSTOP)
@@ -179,13 +175,9 @@ async def test_a_resume_while_redis_recovers_is_retryable_never_gone(private_red
             assert resumed.json()["error"]["retryable"] is True and resumed.headers["retry-after"]
             os.kill(a.proc.pid, signal.SIGCONT)
             stopped = False
-            for _ in range(100):  # the owner writes it back
-                resumed = await c.get(f"{b.url}/v1/stream/{sid}", headers={"Last-Event-ID": "1"})
-                if resumed.status_code == 200:
-                    break
-                assert resumed.status_code == 503, resumed.text
-                await asyncio.sleep(0.1)
-            assert resumed.status_code == 200 and parse_sse(resumed.content) == events[1:]
+            resumed = await get_until(c, f"{b.url}/v1/stream/{sid}", written_back, "the owner writing it back",
+                                      headers={"Last-Event-ID": "1"})
+            assert parse_sse(resumed.content) == events[1:]
     finally:
         if stopped:
             os.kill(a.proc.pid, signal.SIGCONT)
