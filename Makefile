@@ -19,11 +19,16 @@ run: $(VENV)/.installed-run  ## install and serve the gateway (mock provider by 
 	mkdir -p var  # the embedded records database, var/foundry.db (FOUNDRY_DATA_DIR)
 	$(BIN)/foundry-gateway serve --host $(HOST) --port $(PORT)
 
-# The fast tests run on TEST_WORKERS pytest-xdist workers (each with its own private Redis, databases
-# and ports; most of a test's time is waiting on loopback, so 2 workers on 2 cores halve the stage);
-# TEST_WORKERS=0 runs them in one process. The slow ones start several processes each: one at a time.
-TEST_WORKERS ?= 2
-XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
+# The fast tests run on TEST_WORKERS pytest-xdist workers, the slow ones on SLOW_WORKERS (each
+# worker with its own private Redis, databases and ports). A test mostly waits on loopback and on
+# the processes it starts: on 2 cores, 2 workers kept about one core busy through the fast stage,
+# so it runs 4 (and the slow stage, whose tests each start several processes, 2).
+# TEST_WORKERS=0 / SLOW_WORKERS=0 run a stage in one process.
+TEST_WORKERS ?= 4
+SLOW_WORKERS ?= 2
+xdist = $(if $(filter 0,$(1)),,-n $(1) --dist worksteal)
+XDIST := $(call xdist,$(TEST_WORKERS))
+SLOW_XDIST := $(call xdist,$(SLOW_WORKERS))
 
 # Every stage runs whatever the ones before it gave; the last line names each stage that failed,
 # and the status is 1 if any did. pytest's 5 (its marker selected no test) fails no stage, but a
@@ -36,7 +41,7 @@ test: $(VENV)/.installed-test  ## install the test dependencies; ruff, mypy, the
 	stage ruff $(BIN)/ruff check app tests bench scripts; \
 	stage mypy $(BIN)/mypy; \
 	stage fast $(BIN)/python -m pytest -m "not slow" $(XDIST); \
-	stage slow $(BIN)/python -m pytest -m slow; \
+	stage slow $(BIN)/python -m pytest -m slow $(SLOW_XDIST); \
 	if [ -z "$$ran" ]; then failed="$$failed (no test ran)"; fi; \
 	if [ -n "$$failed" ]; then echo "== make test: FAILED:$$failed"; exit 1; fi; \
 	echo "== make test: every stage passed: ruff, mypy, fast, slow"
@@ -45,7 +50,7 @@ test-fast: $(VENV)/.installed-test  ## the tests not marked slow (no benchmarks,
 	$(BIN)/python -m pytest -m "not slow" $(XDIST)
 
 test-slow: $(VENV)/.installed-test  ## the benchmark smoke tests and the multi-process topology tests
-	$(BIN)/python -m pytest -m slow
+	$(BIN)/python -m pytest -m slow $(SLOW_XDIST)
 
 lint: $(VENV)/.installed-test  ## ruff (lint + import order) and mypy only
 	$(BIN)/ruff check app tests bench scripts
