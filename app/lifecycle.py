@@ -67,7 +67,7 @@ class LoopLag:
     notes by how much it woke late. One per loop (`of`), started by the app's lifespan.
 
     Two readers: admission refuses new runs while `current` is past its bound (the process is at
-    its own capacity), and a Redis reply timeout (app/streams/redis_link.py) gives a lagging loop
+    its own capacity), and a Redis reply timeout (app/streams/redis/link.py) gives a lagging loop
     more time, so a reply that arrived in time but was read late on a busy loop is not judged a
     dead Redis."""
 

@@ -45,7 +45,8 @@ from app.settings import Settings
 from app.startup import log_startup
 from app.streams.errors import ClaimedRun, ClaimHook
 from app.streams.mcp_sessions import McpSessions, build_sessions
-from app.streams.memory import MemoryStreamStore, StreamStore
+from app.streams.memory import MemoryStreamStore
+from app.streams.protocols import RecordsOutbox, StreamBackend, StreamStore
 from app.tools.mcp_config import McpSecretMissing
 from app.tracing import Tracing, build_tracing
 
@@ -114,7 +115,7 @@ def create_app(
     return app
 
 
-def _wire_records(settings: Settings, gateway: Gateway, store: StreamStore, records: RecordWriter | None,
+def _wire_records(settings: Settings, gateway: Gateway, store: StreamBackend, records: RecordWriter | None,
                   metrics: Metrics) -> Auth:
     """Records fed by finished runs, swept streams and claims; the keys' auth beside them."""
     if records is not None:
@@ -239,7 +240,7 @@ def _tune_gc() -> None:
 
 
 def _claims(settings: Settings, records: RecordWriter | None, auth: Auth) -> ClaimHook:
-    """A run this replica ended for a dead one (app/streams/redis_follower.py): whoever writes the
+    """A run this replica ended for a dead one (app/streams/redis/follower.py): whoever writes the
     final writes the record (exactly once: the store keeps the first record of a run id), and the
     key's concurrency slot is freed now rather than when its lease expires."""
 
@@ -252,14 +253,14 @@ def _claims(settings: Settings, records: RecordWriter | None, auth: Auth) -> Cla
     return claimed
 
 
-def _committed(auth: Auth, store: StreamStore) -> Committed:
+def _committed(auth: Auth, outbox: RecordsOutbox) -> Committed:
     """After each batch of records commits: the keys' budget counters take their new totals, and
-    the stream store's outbox forgets the runs (app/streams/redis_outbox.py)."""
+    the stream store's outbox forgets the runs (app/streams/redis/outbox.py)."""
 
     async def committed(batch: Sequence[RunRecord], inserted: Inserted) -> None:
         await auth.spend_recorded(inserted.spend)
         await auth.runs_recorded([(record.owner, record.stream_id) for record in batch if record.owner is not None])
-        await store.records_written([record.stream_id for record in batch])
+        await outbox.records_written([record.stream_id for record in batch])
 
     return committed
 
@@ -311,22 +312,24 @@ def _records(settings: Settings, metrics: Metrics) -> RecordWriter | None:
     )
 
 
-def build_store(settings: Settings, metrics: Metrics) -> StreamStore:
+def build_store(settings: Settings, metrics: Metrics) -> StreamBackend:
     """The Redis store when FOUNDRY_REDIS_URL is set, else the in-process one."""
-    limits: dict[str, Any] = {
-        "ttl": settings.stream_ttl_seconds, "max_streams": settings.max_streams,
-        "max_events": settings.max_stream_events, "max_bytes": settings.max_stream_bytes,
-        "max_total_bytes": settings.max_store_bytes,
-        "on_evict": lambda reason: metrics.streams_evicted.labels(reason).inc(),
-    }
+    def on_evict(reason: str) -> None:
+        metrics.streams_evicted.labels(reason).inc()
+
     if settings.redis_url is None:
-        return MemoryStreamStore(**limits)
-    from app.streams.redis import RedisStreamStore  # the redis client is imported only when used
+        return MemoryStreamStore(ttl=settings.stream_ttl_seconds, max_streams=settings.max_streams,
+                                 max_events=settings.max_stream_events, max_bytes=settings.max_stream_bytes,
+                                 max_total_bytes=settings.max_store_bytes, on_evict=on_evict)
+    from app.streams.redis import RedisStoreSettings, RedisStreamStore  # the redis client only when used
 
     return RedisStreamStore(
-        settings.redis_url.get_secret_value(), **limits, lease_seconds=settings.redis_lease_seconds,
-        timeout=settings.redis_timeout_seconds, max_pending_bytes=settings.redis_max_pending_bytes,
-        observer=metrics.observe_store,
+        RedisStoreSettings(url=settings.redis_url.get_secret_value(), ttl=settings.stream_ttl_seconds,
+                           max_streams=settings.max_streams, max_events=settings.max_stream_events,
+                           max_bytes=settings.max_stream_bytes, max_total_bytes=settings.max_store_bytes,
+                           lease_seconds=settings.redis_lease_seconds, timeout=settings.redis_timeout_seconds,
+                           max_pending_bytes=settings.redis_max_pending_bytes),
+        observer=metrics.observe_store, on_evict=on_evict,
     )
 
 

@@ -41,7 +41,7 @@ from app.routing.targets import Attempt, Policy
 from app.run import CancelReason, Run
 from app.settings import Settings
 from app.streams.log import StreamLog
-from app.streams.memory import StreamStore
+from app.streams.protocols import StreamStore
 from app.tools import ToolRegistry, build_tools
 from app.tools.mcp_hub import build_hub
 from app.tracing import RunTrace, Tracing

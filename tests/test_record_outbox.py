@@ -1,4 +1,4 @@
-"""The outbox of run records (app/streams/redis_outbox.py): a run's record travels with its final
+"""The outbox of run records (app/streams/redis/outbox.py): a run's record travels with its final
 in Redis, and another replica writes it when the one that ran it cannot. On the store against a
 real redis-server, then with gateway processes: a replica SIGKILLed inside its records writer's
 linger (the chaos soak's finding, issue 29), and a run nobody was reading whose replica died."""
@@ -13,7 +13,7 @@ import redis.asyncio as redis
 
 from app.core.events import AssistantMessage, FinalEvent, StartEvent, TokenEvent, Usage
 from app.streams.errors import SweptRecord
-from app.streams.redis import RedisStreamStore
+from app.streams.redis import RedisStoreSettings, RedisStreamStore
 from tests.records_support import postgres, postgres_url  # noqa: F401
 from tests.redis_support import Replica
 from tests.support import parse_sse
@@ -25,7 +25,7 @@ PRICES = '{"mock/*": {"input": 0, "output": 1000}}'
 def store(url: str, **kw) -> RedisStreamStore:
     args = {"ttl": 30.0, "max_streams": 100, "max_events": 1000, "max_bytes": 1 << 20, "lease_seconds": 0.5,
             "timeout": 0.5} | kw
-    return RedisStreamStore(url, **args)
+    return RedisStreamStore(RedisStoreSettings(url=url, **args))
 
 
 async def settled(replica: RedisStreamStore) -> None:

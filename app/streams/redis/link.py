@@ -1,7 +1,7 @@
 """What both halves of the Redis stream store share: one client, the key layout, timed
 operations, and the end of a stream written once.
 
-The owner half (app/streams/redis_owner.py) and the follower half (app/streams/redis_follower.py)
+The owner half (app/streams/redis/owner.py) and the follower half (app/streams/redis/follower.py)
 meet only here, so the key names, timeouts and error mapping are written once.
 """
 
