@@ -187,10 +187,12 @@ class RedisLink:
 
 class Timed:
     """Times one store operation and reports it to the observer. Bounded by twice the store's
-    timeout, judged with the event loop's lag (`LoopLag`): while our own loop runs late, a reply
-    that arrived in time may not have been read yet, and that is not a Redis failure, so a lagging
-    loop gets the bound again, one late wake-up at a time, up to LAG_ALLOWANCE times the bound in
-    all. The bound is judged one loop turn after it passes, so a reply read in that turn counts."""
+    timeout, judged with the event loop's lag (`LoopLag.smoothed`): while our own loop keeps
+    running late, a reply that arrived in time may not have been read yet, and that is not a Redis
+    failure, so a lagging loop gets more time, the loop's recent lateness at a time, up to
+    LAG_ALLOWANCE times the bound in all. The lag is the averaged one: a single stall does not
+    stretch the wait on a Redis that is really gone. The bound is judged one loop turn after it
+    passes, so a reply read in that turn (the one a stall delayed) counts."""
 
     __slots__ = ("link", "op", "started", "timeout", "_lag", "_begin", "_handle")
 
@@ -208,7 +210,7 @@ class Timed:
 
     def _judge(self, loop: asyncio.AbstractEventLoop) -> None:
         now, lag = loop.time(), self._lag
-        late = lag.current if lag is not None and lag.current > lag.interval else 0.0
+        late = lag.smoothed if lag is not None and lag.smoothed > lag.interval else 0.0
         if late and now < self._begin + LAG_ALLOWANCE * self.link.timeout * 2:
             self._handle = loop.call_at(now + late, self._judge, loop)
         else:
