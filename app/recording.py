@@ -130,7 +130,8 @@ class RunRecorder:
     travels with its final in a shared stream store (`stage`: its outbox), for another replica to
     write if this one cannot."""
 
-    def __init__(self, writer: RecordWriter, *, content: bool, stage: Callable[[str, bytes], None] | None = None) -> None:
+    def __init__(self, writer: RecordWriter, *, content: bool,
+                 stage: Callable[[str, Callable[[], bytes]], None] | None = None) -> None:
         self.writer = writer
         self.content = content
         self.stage = stage
@@ -138,5 +139,5 @@ class RunRecorder:
     def __call__(self, report: RunReport) -> None:
         record = run_record(report, content=self.content)
         if self.stage is not None and report.opened:
-            self.stage(record.stream_id, record.payload())
+            self.stage(record.stream_id, record.payload)
         self.writer.submit(record)

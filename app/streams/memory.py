@@ -117,7 +117,7 @@ class MemoryStreamStore:
             return None
         return "cancelled" if log.cancel() else "finished"
 
-    def stage_record(self, stream_id: str, payload: bytes) -> None:
+    def stage_record(self, stream_id: str, payload: Callable[[], bytes]) -> None:
         return None  # the record has only this process's writer to go to
 
     async def records_written(self, stream_ids: Sequence[str]) -> None:

@@ -15,7 +15,7 @@ all three (`StreamBackend`); on one process the outbox and the claims have nothi
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
 from app.streams.errors import CancelOutcome, ClaimHook, RunTags, SweptHook
@@ -82,9 +82,10 @@ class RecordsOutbox(Protocol):
     """Told of each run record another replica's outbox left unwritten (a shared store only;
     setting it keeps the outbox: app/streams/redis/outbox.py)."""
 
-    def stage_record(self, stream_id: str, payload: bytes) -> None:
+    def stage_record(self, stream_id: str, payload: Callable[[], bytes]) -> None:
         """The run's record, as its final is appended: a shared store writes it with the final,
-        so that another replica can write it to the database if this one cannot."""
+        so that another replica can write it to the database if this one cannot. `payload`
+        encodes it, called only by a store that keeps it (the others spend nothing on it)."""
 
     async def records_written(self, stream_ids: Sequence[str]) -> None:
         """Those runs' records are in the database: a shared store forgets them."""

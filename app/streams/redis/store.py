@@ -122,9 +122,9 @@ class RedisStreamStore:
     def on_swept(self, hook: SweptHook | None) -> None:
         self._outbox.on_record = hook
 
-    def stage_record(self, stream_id: str, payload: bytes) -> None:
+    def stage_record(self, stream_id: str, payload: Callable[[], bytes]) -> None:
         if self._outbox.enabled:
-            self._owner.stage_record(stream_id, payload)
+            self._owner.stage_record(stream_id, payload())
 
     async def records_written(self, stream_ids: Sequence[str]) -> None:
         async with self._link.timed("outbox"):
