@@ -69,14 +69,10 @@ class LoopLag:
     Two readers, two readings. Admission reads `current`, which counts a late wake-up at once: it
     refuses new runs while the loop is past its bound (the process is at its own capacity), and a
     stall is reason enough to stop taking work. A Redis reply timeout (app/streams/redis/link.py)
-    reads `smoothed`, an average over the last few ticks: it gives a loop that keeps running late
-    more time, so a reply that arrived in time but was read late is not judged a dead Redis, while
-    one stall alone (a collection, one large frame) does not stretch the wait on a Redis that is
-    really gone."""
-
-    SMOOTHING = 0.25
-    """The weight of each new wake-up in `smoothed` (an exponentially weighted moving average: a
-    stall fades to a tenth of itself within about eight ticks)."""
+    reads `late_total`, the lateness summed over every wake-up: what it grew by while a reply was
+    awaited is how long the loop itself held that wait up, so the wait is stretched by that much
+    and no more. A reply that arrived in time but was read late is not judged a dead Redis, and a
+    stall before the wait began (which the point reading `current` still shows) stretches nothing."""
 
     _loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopLag] = weakref.WeakKeyDictionary()
 
@@ -84,8 +80,8 @@ class LoopLag:
         self.interval = interval
         self.current = 0.0
         """The lateness of the last wake-up (seconds); decays as on-time wake-ups follow."""
-        self.smoothed = 0.0
-        """The lateness of the recent wake-ups, averaged (seconds)."""
+        self.late_total = 0.0
+        """The lateness of every wake-up so far, summed (seconds)."""
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -114,7 +110,7 @@ class LoopLag:
         """One wake-up, `late` seconds after it was due."""
         # a single late wake-up counts at once; on-time ones bring it down over a few ticks
         self.current = late if late > self.current else self.current * 0.5 + late * 0.5
-        self.smoothed += (late - self.smoothed) * self.SMOOTHING
+        self.late_total += late
 
 
 RefusalObserver = Callable[[str], None]
