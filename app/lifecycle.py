@@ -66,10 +66,13 @@ class LoopLag:
     """How late this event loop runs its callbacks: a timer that asks to wake every `interval` and
     notes by how much it woke late. One per loop (`of`), started by the app's lifespan.
 
-    Two readers: admission refuses new runs while `current` is past its bound (the process is at
-    its own capacity), and a Redis reply timeout (app/streams/redis_link.py) gives a lagging loop
-    more time, so a reply that arrived in time but was read late on a busy loop is not judged a
-    dead Redis."""
+    Two readers, two readings. Admission reads `current`, which counts a late wake-up at once: it
+    refuses new runs while the loop is past its bound (the process is at its own capacity), and a
+    stall is reason enough to stop taking work. A Redis reply timeout (app/streams/redis/link.py)
+    reads `late_total`, the lateness summed over every wake-up: what it grew by while a reply was
+    awaited is how long the loop itself held that wait up, so the wait is stretched by that much
+    and no more. A reply that arrived in time but was read late is not judged a dead Redis, and a
+    stall before the wait began (which the point reading `current` still shows) stretches nothing."""
 
     _loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopLag] = weakref.WeakKeyDictionary()
 
@@ -77,6 +80,8 @@ class LoopLag:
         self.interval = interval
         self.current = 0.0
         """The lateness of the last wake-up (seconds); decays as on-time wake-ups follow."""
+        self.late_total = 0.0
+        """The lateness of every wake-up so far, summed (seconds)."""
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -99,9 +104,13 @@ class LoopLag:
         while True:
             expected = loop.time() + self.interval
             await asyncio.sleep(self.interval)
-            late = max(0.0, loop.time() - expected)
-            # a single late wake-up counts at once; on-time ones bring it down over a few ticks
-            self.current = late if late > self.current else self.current * 0.5 + late * 0.5
+            self.note(max(0.0, loop.time() - expected))
+
+    def note(self, late: float) -> None:
+        """One wake-up, `late` seconds after it was due."""
+        # a single late wake-up counts at once; on-time ones bring it down over a few ticks
+        self.current = late if late > self.current else self.current * 0.5 + late * 0.5
+        self.late_total += late
 
 
 RefusalObserver = Callable[[str], None]

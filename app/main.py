@@ -45,7 +45,8 @@ from app.settings import Settings
 from app.startup import log_startup
 from app.streams.errors import ClaimedRun, ClaimHook
 from app.streams.mcp_sessions import McpSessions, build_sessions
-from app.streams.memory import MemoryStreamStore, StreamStore
+from app.streams.memory import MemoryStreamStore
+from app.streams.protocols import RecordsOutbox, StreamBackend, StreamStore
 from app.tools.mcp_config import McpSecretMissing
 from app.tracing import Tracing, build_tracing
 
@@ -112,7 +113,7 @@ def create_app(
     return app
 
 
-def _accounts(settings: Settings, store: StreamStore,
+def _accounts(settings: Settings, store: StreamBackend,
               metrics: Metrics) -> tuple[Auth, RecordWriter | None, list[RunObserver]]:
     """The keys' auth, the run-record writer (None with FOUNDRY_RECORDS=off, the keys then in
     configuration only) and the observer that records each finished run."""
@@ -126,7 +127,7 @@ def _accounts(settings: Settings, store: StreamStore,
     return auth, records, [RunRecorder(records, content=settings.record_content, stage=store.stage_record)]
 
 
-def _feed_store(settings: Settings, store: StreamStore, records: RecordWriter | None, auth: Auth) -> None:
+def _feed_store(settings: Settings, store: StreamBackend, records: RecordWriter | None, auth: Auth) -> None:
     """The stream store's hooks: records of the runs another replica left (swept from its outbox)
     or this one ended for a dead replica (claims). The one wiring done after construction: the
     store and the records writer need each other (the writer tells the store's outbox what it
@@ -248,7 +249,7 @@ def _tune_gc() -> None:
 
 
 def _claims(settings: Settings, records: RecordWriter | None, auth: Auth) -> ClaimHook:
-    """A run this replica ended for a dead one (app/streams/redis_follower.py): whoever writes the
+    """A run this replica ended for a dead one (app/streams/redis/follower.py): whoever writes the
     final writes the record (exactly once: the store keeps the first record of a run id), and the
     key's concurrency slot is freed now rather than when its lease expires."""
 
@@ -261,14 +262,14 @@ def _claims(settings: Settings, records: RecordWriter | None, auth: Auth) -> Cla
     return claimed
 
 
-def _committed(auth: Auth, store: StreamStore) -> Committed:
+def _committed(auth: Auth, outbox: RecordsOutbox) -> Committed:
     """After each batch of records commits: the keys' budget counters take their new totals, and
-    the stream store's outbox forgets the runs (app/streams/redis_outbox.py)."""
+    the stream store's outbox forgets the runs (app/streams/redis/outbox.py)."""
 
     async def committed(batch: Sequence[RunRecord], inserted: Inserted) -> None:
         await auth.spend_recorded(inserted.spend)
         await auth.runs_recorded([(record.owner, record.stream_id) for record in batch if record.owner is not None])
-        await store.records_written([record.stream_id for record in batch])
+        await outbox.records_written([record.stream_id for record in batch])
 
     return committed
 
@@ -320,22 +321,24 @@ def _records(settings: Settings, database: RecordStore | None, metrics: Metrics,
     )
 
 
-def build_store(settings: Settings, metrics: Metrics) -> StreamStore:
+def build_store(settings: Settings, metrics: Metrics) -> StreamBackend:
     """The Redis store when FOUNDRY_REDIS_URL is set, else the in-process one."""
-    limits: dict[str, Any] = {
-        "ttl": settings.stream_ttl_seconds, "max_streams": settings.max_streams,
-        "max_events": settings.max_stream_events, "max_bytes": settings.max_stream_bytes,
-        "max_total_bytes": settings.max_store_bytes,
-        "on_evict": lambda reason: metrics.streams_evicted.labels(reason).inc(),
-    }
+    def on_evict(reason: str) -> None:
+        metrics.streams_evicted.labels(reason).inc()
+
     if settings.redis_url is None:
-        return MemoryStreamStore(**limits)
-    from app.streams.redis import RedisStreamStore  # the redis client is imported only when used
+        return MemoryStreamStore(ttl=settings.stream_ttl_seconds, max_streams=settings.max_streams,
+                                 max_events=settings.max_stream_events, max_bytes=settings.max_stream_bytes,
+                                 max_total_bytes=settings.max_store_bytes, on_evict=on_evict)
+    from app.streams.redis import RedisStoreSettings, RedisStreamStore  # the redis client only when used
 
     return RedisStreamStore(
-        settings.redis_url.get_secret_value(), **limits, lease_seconds=settings.redis_lease_seconds,
-        timeout=settings.redis_timeout_seconds, max_pending_bytes=settings.redis_max_pending_bytes,
-        observer=metrics.observe_store,
+        RedisStoreSettings(url=settings.redis_url.get_secret_value(), ttl=settings.stream_ttl_seconds,
+                           max_streams=settings.max_streams, max_events=settings.max_stream_events,
+                           max_bytes=settings.max_stream_bytes, max_total_bytes=settings.max_store_bytes,
+                           lease_seconds=settings.redis_lease_seconds, timeout=settings.redis_timeout_seconds,
+                           max_pending_bytes=settings.redis_max_pending_bytes),
+        observer=metrics.observe_store, on_evict=on_evict,
     )
 
 

@@ -32,7 +32,7 @@ from app.run import Run, RunPlan
 from app.settings import Settings
 from app.streams.errors import RunTags
 from app.streams.log import StreamLog
-from app.streams.memory import StreamStore
+from app.streams.protocols import StreamStore
 from app.streams.relay import Relay
 from app.tools import ToolRegistry
 from app.validation import Gate, PassThroughGate, ValidatorSpec

@@ -30,7 +30,7 @@ from app.routing.targets import Attempt, Policy
 from app.run import Run
 from app.run_tasks import ClientGone, RunHandle, RunTasks
 from app.settings import Settings
-from app.streams.memory import StreamStore
+from app.streams.protocols import StreamStore
 from app.tools import build_tools
 from app.tools.mcp_hub import build_hub
 from app.tracing import Tracing

@@ -7,6 +7,7 @@ background writer. The writer never sees a run, and a run never waits on the dat
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -128,15 +129,34 @@ def swept_record(swept: SweptRecord, *, content: bool) -> RunRecord:
 class RunRecorder:
     """The Gateway's run observer: every finished run becomes a record in the writer's queue, and
     travels with its final in a shared stream store (`stage`: its outbox), for another replica to
-    write if this one cannot."""
+    write if this one cannot.
 
-    def __init__(self, writer: RecordWriter, *, content: bool, stage: Callable[[str, bytes], None] | None = None) -> None:
+    A run's observers are called as its final is appended, before the readers waiting for that
+    final have run: the record is built in a callback after them (`call_soon`), off the path of
+    the final to its client. A store that keeps an outbox needs it at once (written with the
+    final): it asks for it, and the callback hands on the one it built."""
+
+    def __init__(self, writer: RecordWriter, *, content: bool,
+                 stage: Callable[[str, Callable[[], bytes]], None] | None = None) -> None:
         self.writer = writer
         self.content = content
         self.stage = stage
 
     def __call__(self, report: RunReport) -> None:
-        record = run_record(report, content=self.content)
+        built: list[RunRecord] = []
+
+        def record() -> RunRecord:
+            if not built:
+                built.append(run_record(report, content=self.content))
+            return built[0]
+
         if self.stage is not None and report.opened:
-            self.stage(record.stream_id, record.payload())
-        self.writer.submit(record)
+            self.stage(report.stream_id, lambda: record().payload())
+        asyncio.get_running_loop().call_soon(self._submit, record, report.stream_id)
+
+    def _submit(self, record: Callable[[], RunRecord], stream_id: str) -> None:
+        try:
+            self.writer.submit(record())
+        except Exception as exc:  # a record that cannot be built is lost, never the loop's callbacks
+            self.writer.log.error("record_build_failed", stream_id=stream_id, error=type(exc).__name__,
+                                  detail=str(exc)[:200])

@@ -8,7 +8,7 @@
   hash tag (`{stream id}`, `{key id}`, `{replica}`), so each command and each Lua script touches
   one slot, and no command spans slots.
 
-The stream store (app/streams/redis_link.py) and the limiter (app/auth/limiter.py) both build
+The stream store (app/streams/redis/link.py) and the limiter (app/auth/limiter.py) both build
 their client here, so the choice between one Redis and a cluster is made once.
 """
 

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.lifecycle import LoopLag
 from app.main import create_app
 from app.settings import Settings
-from app.streams.redis_link import RedisLink
+from app.streams.redis.link import RedisLink
 from tests.support import HANG_GUARD, serve
 
 ASK = {"model": "mock/simple", "messages": [{"role": "user", "content": "Hi"}]}

@@ -1,4 +1,4 @@
-"""The outbox of run records (app/streams/redis_outbox.py): a run's record travels with its final
+"""The outbox of run records (app/streams/redis/outbox.py): a run's record travels with its final
 in Redis, and another replica writes it when the one that ran it cannot. On the store against a
 real redis-server, then with gateway processes: a replica SIGKILLed inside its records writer's
 linger (a finding of the chaos soak), and a run nobody was reading whose replica died."""
@@ -14,7 +14,7 @@ import redis.asyncio as redis
 
 from app.core.events import AssistantMessage, FinalEvent, StartEvent, TokenEvent, Usage
 from app.streams.errors import SweptRecord
-from app.streams.redis import RedisStreamStore
+from app.streams.redis import RedisStoreSettings, RedisStreamStore
 from tests.records_support import postgres, postgres_url  # noqa: F401
 from tests.redis_support import Replica, start_together
 from tests.support import parse_sse, until
@@ -26,7 +26,7 @@ PRICES = '{"mock/*": {"input": 0, "output": 1000}}'
 def store(url: str, **kw) -> RedisStreamStore:
     args = {"ttl": 30.0, "max_streams": 100, "max_events": 1000, "max_bytes": 1 << 20, "lease_seconds": 0.5,
             "timeout": 0.5} | kw
-    return RedisStreamStore(url, **args)
+    return RedisStreamStore(RedisStoreSettings(url=url, **args))
 
 
 async def swept_until(replica: RedisStreamStore, taken: Callable[[], bool]) -> None:
@@ -48,7 +48,7 @@ async def run_one(owner: RedisStreamStore, payload: bytes) -> str:
     log.append(TokenEvent(index=0, content="hi"))
     log.append(FinalEvent(status="ok", message=AssistantMessage(content="hi"), usage=Usage(output_tokens=1),
                           stop_reason="stop", model="m", provider="p"))
-    owner.stage_record(sid, payload)
+    owner.stage_record(sid, lambda: payload)
     await owner.flush()
     return sid
 
@@ -248,3 +248,29 @@ async def test_a_reader_of_a_killed_owner_resumes_from_its_last_id_on_another_re
     finally:
         for replica in (b, *owners):
             replica.stop()
+
+
+async def test_a_store_that_keeps_no_outbox_never_encodes_the_record(redis_url: str) -> None:
+    """The record's encoding is asked for only by a store that keeps it: not the memory store, nor
+    a Redis store with records off."""
+    from app.streams.memory import MemoryStreamStore
+
+    def encode() -> bytes:
+        raise AssertionError("encoded for a store that keeps no outbox")
+
+    memory = MemoryStreamStore(ttl=30.0, max_streams=10, max_events=100, max_bytes=1 << 20)
+    log = await memory.create(model="m", provider="p")
+    memory.stage_record(log.info.stream_id, encode)
+    shared = store(redis_url)  # no on_swept: records are off, the outbox is not kept
+    try:
+        shared.stage_record("str_unknown", encode)
+    finally:
+        await shared.aclose()
+    encoded: list[bytes] = []
+    kept = store(redis_url)
+    kept.on_swept = lambda swept: None
+    try:
+        kept.stage_record("str_unknown", lambda: encoded.append(b"{}") or b"{}")
+    finally:
+        await kept.aclose()
+    assert encoded == [b"{}"]  # a store that keeps the outbox does ask for it

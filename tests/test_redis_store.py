@@ -9,7 +9,7 @@ import redis.asyncio as redis
 from app.config_load import secret_values
 from app.core.events import AssistantMessage, FinalEvent, ReasoningEvent, StartEvent, TokenEvent, ToolCallEvent, Usage
 from app.streams.errors import CANCELLED_BY_REQUEST, CursorAhead, FinalDelivered, ReplayUnavailable, StoreUnavailable
-from app.streams.redis import RedisStreamStore
+from app.streams.redis import RedisStoreSettings, RedisStreamStore
 from tests.support import parse_sse
 
 
@@ -21,7 +21,7 @@ def final(status="ok"):
 def store(url, **kw):
     args = {"ttl": 30.0, "max_streams": 100, "max_events": 1000, "max_bytes": 1 << 20, "lease_seconds": 0.5,
             "timeout": 0.5} | kw
-    return RedisStreamStore(url, **args)
+    return RedisStreamStore(RedisStoreSettings(url=url, **args))
 
 
 async def read_all(frames):
@@ -181,7 +181,7 @@ async def test_an_unreachable_redis_refuses_new_streams_at_once():
 
 
 def _pending(log):
-    from app.streams.redis_owner import Pending
+    from app.streams.redis.owner import Pending
 
     pending = Pending(log)
     pending.entries.extend((seq, frame, False) for seq, frame in enumerate(log._frames, start=log.first_seq))
@@ -191,7 +191,7 @@ def _pending(log):
 async def test_a_rewritten_batch_overlapping_stored_events_reads_once(redis_url):
     # A write that failed mid-way is retried merged with later frames: its entry overlaps the stored
     # ones. Readers still see every id once, in order.
-    from app.streams.redis_owner import Pending
+    from app.streams.redis.owner import Pending
 
     owner, reader = store(redis_url), store(redis_url)
     await owner.start()

@@ -191,10 +191,11 @@ async def test_a_stream_whose_persistence_was_given_up_is_written_back_after_a_r
     owner writes back what it holds, that stream too. The write-back used to assert such a stream
     had ended, and the writer task died of it: nothing of this replica was written again."""
     from app.core.events import StartEvent, TokenEvent
-    from app.streams.redis import RedisStreamStore
+    from app.streams.redis import RedisStoreSettings, RedisStreamStore
 
-    s = RedisStreamStore(private_redis.url, ttl=30.0, max_streams=100, max_events=1000, max_bytes=1 << 20,
-                         lease_seconds=0.5, timeout=0.25, max_pending_bytes=4096)
+    s = RedisStreamStore(RedisStoreSettings(url=private_redis.url, ttl=30.0, max_streams=100, max_events=1000,
+                                            max_bytes=1 << 20, lease_seconds=0.5, timeout=0.25,
+                                            max_pending_bytes=4096))
     await s.start()
     try:
         log = await s.create(model="m", provider="p")

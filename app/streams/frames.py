@@ -1,7 +1,7 @@
 """The SSE frame codec of the stream logs: an event to its frame, and frames back to content events.
 
 A log encodes each event once, for all its readers (app/streams/log.py); a store that rebuilds a
-stream from stored frames decodes them here (app/streams/redis_follower.py)."""
+stream from stored frames decodes them here (app/streams/redis/follower.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ A log stores each event once, already encoded as its SSE frame (app/streams/fram
 costs no encoding per reader and a slow reader holds nothing: readers keep only a cursor into the
 shared log. Each log is bounded (events and bytes; the oldest frames go first); the bytes of all the
 logs of a store count against one `Budget`. A store that persists elsewhere hooks `StreamLog.sink`
-and writes in the background, never on the live path (app/streams/redis_owner.py).
+and writes in the background, never on the live path (app/streams/redis/owner.py).
 
 Cancellation: the run writing a log registers its `canceller`; `cancel()` (the API's cancel, on
 this replica or relayed from another) calls it, and the run's task ends where it waits with
@@ -115,7 +115,7 @@ class StreamLog:
     def gate(self) -> None:
         """Readers take only what `release` lets go: a shared store releases a frame once it holds
         it, so that no reader sees an id that the replica taking over a lost run could number
-        differently (app/streams/redis_owner.py). Gating an ungated log keeps what readers could
+        differently (app/streams/redis/owner.py). Gating an ungated log keeps what readers could
         take already."""
         self._visible = self.last_seq
 

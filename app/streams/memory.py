@@ -1,9 +1,7 @@
-"""The stream store interface, and the in-process store behind it.
+"""The in-process stream store (the embedded default).
 
-`StreamStore` is what the API and the pipeline use (async: a store may be remote): `create` a
-log for a new run, `open` a reader (replay then follow), `transcript`, `cancel`.
-`MemoryStreamStore` is the in-process store (the embedded default); `RedisStreamStore`
-(app/streams/redis.py) shares streams between replicas and holds one of these for the streams its
+`MemoryStreamStore` implements the store's parts (app/streams/protocols.py); `RedisStreamStore`
+(app/streams/redis/) shares streams between replicas and holds one of these for the streams its
 replica runs. Either way the replica running a stream serves its own client from memory.
 """
 
@@ -13,73 +11,12 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Protocol
 
 from app.core.errors import RequestError
 from app.streams.errors import CancelOutcome, ClaimHook, CursorAhead, FinalDelivered, RunTags, StoreFull, SweptHook
 from app.streams.log import Budget, StreamInfo, StreamLog, StreamRecord
 
-__all__ = ["MemoryStreamStore", "StreamStore", "parse_cursor"]
-
-
-class StreamStore(Protocol):
-    name: str
-    """`memory` or `redis`: named by /readyz and the metrics."""
-    on_claim: ClaimHook | None
-    """Told of each run this replica ends for a replica that died (a shared store only)."""
-    on_swept: SweptHook | None
-    """Told of each run record another replica's outbox left unwritten (a shared store only;
-    setting it keeps the outbox: app/streams/redis_outbox.py)."""
-
-    @property
-    def total_bytes(self) -> int:
-        """The bytes retained by the logs this process holds (the metrics' gauge)."""
-
-    def __len__(self) -> int:
-        """The streams this process holds."""
-
-    async def start(self) -> None: ...
-
-    async def aclose(self) -> None: ...
-
-    async def create(self, *, model: str, provider: str, owner: str | None = None,
-                     keep_events: bool = False, held: bool = False, run: RunTags | None = None) -> StreamLog:
-        """A log for a new run on this replica, owned by the API key `owner` (None in open mode),
-        keeping its events beside its frames when a reader translates them (`keep_events`), held
-        for the reader that owns the run (`held`, `StreamLog.room`); StoreFull / StoreUnavailable
-        (503) when it cannot. `run` is what another replica needs to end and record the run if
-        this one dies (a shared store keeps it)."""
-
-    def get(self, stream_id: str) -> StreamLog | None:
-        """The log of a stream held by this process (None elsewhere or unknown)."""
-
-    async def open(self, stream_id: str, after: int) -> AsyncIterator[bytes] | None:
-        """A reader: frames after `after`, then live ones until the final; None for an unknown id.
-        Raises ReplayUnavailable (410) when events after `after` are no longer retained, CursorAhead
-        when `after` is past the last event, FinalDelivered when it is a finished stream's final."""
-
-    async def transcript(self, stream_id: str) -> StreamRecord | None: ...
-
-    async def key_owner(self, stream_id: str) -> tuple[bool, str | None]:
-        """Whether the stream exists (here or on another replica) and the API key that owns it."""
-
-    async def cancel(self, stream_id: str) -> CancelOutcome | None:
-        """End a running stream wherever it runs; None for an unknown id."""
-
-    def sweep(self) -> int: ...
-
-    def stage_record(self, stream_id: str, payload: bytes) -> None:
-        """The run's record, as its final is appended: a shared store writes it with the final,
-        so that another replica can write it to the database if this one cannot."""
-
-    async def records_written(self, stream_ids: Sequence[str]) -> None:
-        """Those runs' records are in the database: a shared store forgets them."""
-
-    async def ping(self) -> bool: ...
-
-    async def recovering(self) -> bool:
-        """The store lost or could not reach its state moments ago: a stream it does not hold
-        now may be written back within a lease by the replica that holds it (a shared store)."""
+__all__ = ["MemoryStreamStore", "parse_cursor"]
 
 
 class MemoryStreamStore:
@@ -180,7 +117,7 @@ class MemoryStreamStore:
             return None
         return "cancelled" if log.cancel() else "finished"
 
-    def stage_record(self, stream_id: str, payload: bytes) -> None:
+    def stage_record(self, stream_id: str, payload: Callable[[], bytes]) -> None:
         return None  # the record has only this process's writer to go to
 
     async def records_written(self, stream_ids: Sequence[str]) -> None:

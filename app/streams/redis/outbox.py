@@ -37,8 +37,8 @@ import orjson
 import structlog
 
 from app.streams.errors import SweptHook, SweptRecord
-from app.streams.redis_follower import RedisFollower
-from app.streams.redis_link import REDIS_ERRORS, RedisLink
+from app.streams.redis.follower import RedisFollower
+from app.streams.redis.link import REDIS_ERRORS, RedisLink
 
 __all__ = ["RedisOutbox"]
 

@@ -31,7 +31,7 @@ from app.streams.errors import (
 )
 from app.streams.frames import decode_frames
 from app.streams.log import StreamRecord
-from app.streams.redis_link import END, FIRST, FRAMES, REDIS_ERRORS, Keys, RedisLink, final_frame
+from app.streams.redis.link import END, FIRST, FRAMES, REDIS_ERRORS, Keys, RedisLink, final_frame
 
 __all__ = ["RedisFollower"]
 

@@ -24,8 +24,8 @@ from app.core.errors import ErrorData
 from app.streams.errors import RunTags, StoreUnavailable
 from app.streams.log import StreamLog
 from app.streams.memory import MemoryStreamStore
-from app.streams.redis_link import END, FIRST, FRAMES, REDIS_ERRORS, RedisLink
-from app.streams.redis_outbox import RedisOutbox
+from app.streams.redis.link import END, FIRST, FRAMES, REDIS_ERRORS, RedisLink
+from app.streams.redis.outbox import RedisOutbox
 
 __all__ = ["Pending", "RedisOwner"]
 
@@ -43,7 +43,7 @@ class Pending:
     log: StreamLog
     entries: list[tuple[int, bytes, bool]] = field(default_factory=list)
     record: bytes | None = None
-    """The run's record, written with its final (app/streams/redis_outbox.py)."""
+    """The run's record, written with its final (app/streams/redis/outbox.py)."""
 
 
 class RedisOwner:

@@ -1,79 +1,67 @@
-"""The Redis stream store: streams every replica can replay, follow, cancel and outlive.
-
-Chosen by `FOUNDRY_REDIS_URL`. `RedisStreamStore` holds a `MemoryStreamStore` for the streams this
-replica runs (it serves their readers from memory, as the embedded store does) and composes two
-halves over one Redis client (app/streams/redis_link.py): the owner (app/streams/redis_owner.py)
-persists this replica's streams in the background, renews its lease and hears cancels; the
-follower (app/streams/redis_follower.py) serves streams another replica runs, and ends those whose
-replica is gone.
-
-Keys (`{id}` is the stream id, in braces so a stream's keys share a cluster slot):
-  foundry:{id}:events      a Redis Stream. One entry per stream per write: field `f` holds the
-                           encoded SSE frames of events `s`..<seq> (the entry id is `<seq>-0`,
-                           our last event id), `e` marks the entry ending with the final. Trimmed
-                           like the memory log (MINID: what memory no longer retains goes),
-                           expired `stream_ttl_seconds` after the final.
-  foundry:{id}:meta        hash: model, provider, created_at, owner (the replica), key, request and
-                           slot (for the run's record and its key's slot if the owner dies), and
-                           done/status at the end.
-  foundry:{id}:transcript  the transcript snapshot as JSON (at most once a second, and at the end).
-  foundry:lease:{<replica>}  the owner's lease, renewed every lease/3, expiring after the lease.
-  foundry:cancel:{<replica>} a list of the ids of its streams to cancel, sent by other replicas
-                           (RPUSH) and popped by the owner (BLPOP); it expires with the lease.
-  foundry:outbox:{<replica>} the ids of its streams whose run record the records database does not
-                           hold yet; the record itself travels with the final in the meta (`record`).
-  foundry:replicas         every replica seen (a sorted set), for the outbox sweepers
-                           (app/streams/redis_outbox.py).
-
-Every key carries a hash tag, so on a Redis Cluster (`redis+cluster://` URL, app/redis_client.py)
-each command and each Lua script touches one slot; a batch of writes for many streams is one
-pipeline that redis-py's cluster client splits by node.
+"""`RedisStreamStore`: this replica's streams from memory, the others' from Redis (the package's
+docstring maps its parts and keys), and `RedisStoreSettings`, what it is built from.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 
 from app.streams.errors import CancelOutcome, ClaimHook, RunTags, SweptHook
 from app.streams.log import StreamLog, StreamRecord
 from app.streams.memory import MemoryStreamStore
-from app.streams.redis_follower import RedisFollower
-from app.streams.redis_link import REDIS_ERRORS, RedisLink, StoreObserver
-from app.streams.redis_outbox import RedisOutbox
-from app.streams.redis_owner import RedisOwner
+from app.streams.redis.follower import RedisFollower
+from app.streams.redis.link import REDIS_ERRORS, RedisLink, StoreObserver
+from app.streams.redis.outbox import RedisOutbox
+from app.streams.redis.owner import RedisOwner
 
-__all__ = ["RedisStreamStore", "StoreObserver"]
+__all__ = ["RedisStoreSettings", "RedisStreamStore", "StoreObserver"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RedisStoreSettings:
+    """What a Redis stream store is built from (app/main.py reads it from the settings)."""
+
+    url: str
+    """`redis://`, `rediss://` or `redis+cluster://` (app/redis_client.py)."""
+    ttl: float
+    """Seconds a finished stream stays readable."""
+    max_streams: int
+    """Streams this replica holds in memory at once."""
+    max_events: int
+    max_bytes: int
+    """Each stream's bounds: events and bytes retained."""
+    max_total_bytes: int | None = None
+    """The bytes of all this replica's streams together (None: no such bound)."""
+    lease_seconds: float = 10.0
+    """How long after its last renewal a replica's lease holds: the time to notice a dead owner."""
+    timeout: float = 2.0
+    """The bound of one Redis reply (stretched while our own loop lags: link.py)."""
+    max_pending_bytes: int = 32 << 20
+    """Frames waiting to be written to Redis, past which a stream is no longer persisted."""
+    prefix: str = "foundry"
+    outbox_retry_seconds: float = 60.0
+    """After this long a record this replica's writer has not confirmed is handed to it again."""
 
 
 class RedisStreamStore:
-    """A `StreamStore` shared by replicas: this replica's streams from memory, the others' from Redis."""
+    """A stream store shared by replicas (`StreamBackend`: the event log, the records outbox and the
+    claims): this replica's streams from memory, the others' from Redis."""
 
     name = "redis"
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        ttl: float,
-        max_streams: int,
-        max_events: int,
-        max_bytes: int,
-        lease_seconds: float = 10.0,
-        timeout: float = 2.0,
-        max_pending_bytes: int = 32 << 20,
-        prefix: str = "foundry",
-        observer: StoreObserver | None = None,
-        max_total_bytes: int | None = None,
-        on_evict: Callable[[str], None] | None = None,
-        outbox_retry_seconds: float = 60.0,
-    ) -> None:
-        self._local = MemoryStreamStore(ttl=ttl, max_streams=max_streams, max_events=max_events,
-                                        max_bytes=max_bytes, max_total_bytes=max_total_bytes, on_evict=on_evict)
-        self._link = RedisLink(url, ttl=ttl, lease_seconds=lease_seconds, timeout=timeout, prefix=prefix,
+    def __init__(self, settings: RedisStoreSettings, *, observer: StoreObserver | None = None,
+                 on_evict: Callable[[str], None] | None = None) -> None:
+        """`observer` times each Redis operation (the metrics); `on_evict` is told of each
+        finished stream evicted from memory, with why."""
+        s = settings
+        self._local = MemoryStreamStore(ttl=s.ttl, max_streams=s.max_streams, max_events=s.max_events,
+                                        max_bytes=s.max_bytes, max_total_bytes=s.max_total_bytes, on_evict=on_evict)
+        self._link = RedisLink(s.url, ttl=s.ttl, lease_seconds=s.lease_seconds, timeout=s.timeout, prefix=s.prefix,
                                observer=observer)
         self._follower = RedisFollower(self._link)
-        self._outbox = RedisOutbox(self._link, self._follower, retry_after=outbox_retry_seconds)
-        self._owner = RedisOwner(self._link, self._local, self._outbox, max_pending_bytes=max_pending_bytes)
+        self._outbox = RedisOutbox(self._link, self._follower, retry_after=s.outbox_retry_seconds)
+        self._owner = RedisOwner(self._link, self._local, self._outbox, max_pending_bytes=s.max_pending_bytes)
 
     @property
     def replica(self) -> str:
@@ -134,9 +122,9 @@ class RedisStreamStore:
     def on_swept(self, hook: SweptHook | None) -> None:
         self._outbox.on_record = hook
 
-    def stage_record(self, stream_id: str, payload: bytes) -> None:
+    def stage_record(self, stream_id: str, payload: Callable[[], bytes]) -> None:
         if self._outbox.enabled:
-            self._owner.stage_record(stream_id, payload)
+            self._owner.stage_record(stream_id, payload())
 
     async def records_written(self, stream_ids: Sequence[str]) -> None:
         async with self._link.timed("outbox"):

@@ -1,7 +1,7 @@
 """What both halves of the Redis stream store share: one client, the key layout, timed
 operations, and the end of a stream written once.
 
-The owner half (app/streams/redis_owner.py) and the follower half (app/streams/redis_follower.py)
+The owner half (app/streams/redis/owner.py) and the follower half (app/streams/redis/follower.py)
 meet only here, so the key names, timeouts and error mapping are written once.
 """
 
@@ -188,12 +188,14 @@ class RedisLink:
 
 class Timed:
     """Times one store operation and reports it to the observer. Bounded by twice the store's
-    timeout, judged with the event loop's lag (`LoopLag`): while our own loop runs late, a reply
-    that arrived in time may not have been read yet, and that is not a Redis failure, so a lagging
-    loop gets the bound again, one late wake-up at a time, up to LAG_ALLOWANCE times the bound in
-    all. The bound is judged one loop turn after it passes, so a reply read in that turn counts."""
+    timeout, judged with the event loop's lag (`LoopLag.late_total`): while our own loop runs late,
+    a reply that arrived in time may not have been read yet, and that is not a Redis failure, so
+    the bound moves out by as long as the loop ran late during this wait, up to LAG_ALLOWANCE times
+    the bound in all. Lag from before the wait began stretches nothing, and on a loop that kept
+    time a Redis that does not answer fails at the bound. The bound is judged one loop turn after
+    it passes, so a reply read in that turn (the one a stall delayed) counts."""
 
-    __slots__ = ("link", "op", "started", "timeout", "_lag", "_begin", "_handle")
+    __slots__ = ("link", "op", "started", "timeout", "_lag", "_begin", "_late_before", "_handle")
 
     def __init__(self, link: RedisLink, op: str) -> None:
         self.link, self.op = link, op
@@ -203,15 +205,17 @@ class Timed:
         loop = asyncio.get_running_loop()
         self._begin = loop.time()
         self._lag = LoopLag.of(loop)
+        self._late_before = self._lag.late_total if self._lag is not None else 0.0
         self.timeout = asyncio.timeout(None)
         await self.timeout.__aenter__()
         self._handle = loop.call_at(self._begin + self.link.timeout * 2, self._judge, loop)
 
     def _judge(self, loop: asyncio.AbstractEventLoop) -> None:
-        now, lag = loop.time(), self._lag
-        late = lag.current if lag is not None and lag.current > lag.interval else 0.0
-        if late and now < self._begin + LAG_ALLOWANCE * self.link.timeout * 2:
-            self._handle = loop.call_at(now + late, self._judge, loop)
+        now, lag, bound = loop.time(), self._lag, self.link.timeout * 2
+        held = lag.late_total - self._late_before if lag is not None else 0.0
+        deadline = self._begin + min(bound + held, LAG_ALLOWANCE * bound)
+        if now < deadline:
+            self._handle = loop.call_at(deadline, self._judge, loop)
         else:
             self.timeout.reschedule(now)  # expires after what this loop turn already woke
 
