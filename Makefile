@@ -20,11 +20,10 @@ run: $(VENV)/.installed-run  ## install and serve the gateway (mock provider by 
 	$(BIN)/foundry-gateway serve --host $(HOST) --port $(PORT)
 
 # The fast tests run on TEST_WORKERS pytest-xdist workers, the slow ones on SLOW_WORKERS (each
-# worker with its own private Redis, databases and ports). A test mostly waits on loopback and on
-# the processes it starts: on 2 cores, 2 workers kept about one core busy through the fast stage,
-# so it runs 4 (and the slow stage, whose tests each start several processes, 2).
-# TEST_WORKERS=0 / SLOW_WORKERS=0 run a stage in one process.
-TEST_WORKERS ?= 4
+# worker with its own private Redis, databases and ports). The fast stage keeps 2 cores busy with 2
+# workers (4 took as long and made timing-bound tests flaky); the slow tests mostly wait on the
+# processes they start, so the slow stage runs 2 too. TEST_WORKERS=0 / SLOW_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 SLOW_WORKERS ?= 2
 xdist = $(if $(filter 0,$(1)),,-n $(1) --dist worksteal)
 XDIST := $(call xdist,$(TEST_WORKERS))
@@ -35,7 +34,8 @@ SLOW_XDIST := $(call xdist,$(SLOW_WORKERS))
 # run in which neither pytest stage ran a test fails.
 test: $(VENV)/.installed-test  ## install the test dependencies; ruff, mypy, the fast tests, the slow ones: every stage runs, failures listed at the end
 	@failed=""; ran=""; \
-	stage() { name=$$1; shift; echo "== make test: $$name: $$*"; "$$@"; rc=$$?; \
+	stage() { name=$$1; shift; echo "== make test: $$name: $$*"; began=$$(date +%s); "$$@"; rc=$$?; \
+	  echo "== make test: $$name: exit $$rc in $$(( $$(date +%s) - began )) s"; \
 	  case "$$name:$$rc" in fast:0|slow:0) ran=yes;; fast:1|slow:1) ran=yes; failed="$$failed $$name(exit 1)";; \
 	    *:0|fast:5|slow:5) ;; *) failed="$$failed $$name(exit $$rc)";; esac; }; \
 	stage ruff $(BIN)/ruff check app tests bench scripts; \

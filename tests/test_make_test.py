@@ -29,7 +29,7 @@ exit 99
 def make_test(tmp_path: Path, *, ruff: int = 0, mypy: int = 0, fast: int = 0, slow: int = 0) -> tuple[int, str, list[str]]:
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
-    for tool in ("ruff", "mypy", "python"):
+    for tool in ("ruff", "mypy", "python", "uv"):  # uv: the installer, present (nothing to install)
         path = venv / "bin" / tool
         path.write_text(_STUB)
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
