@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -18,7 +17,7 @@ import pytest
 from app.auth import MemoryLimiter
 from app.main import create_app
 from app.settings import Settings
-from tests.support import serve
+from tests.support import free_port, serve
 
 ADMIN = "admin-secret-for-tests-0123456789"
 SIMPLE = {"model": "mock/simple", "messages": [{"role": "user", "content": "hi"}]}
@@ -61,10 +60,6 @@ async def make_key(client: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:
     return response.json()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -12,14 +12,11 @@ from collections.abc import Iterator
 
 from app.tools.mcp_config import McpServerConfig
 from tests.support import REPO
+from tests.support import free_port as _free_port
 
 REMOTE_TOKEN = "remote-bearer-token-0123456789"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager

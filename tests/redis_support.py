@@ -20,13 +20,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.support import REPO
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support import REPO, free_port
 
 
 def unavailable(reason: str) -> None:

@@ -7,7 +7,9 @@ import contextlib
 import inspect
 import json
 import os
+import random
 import shutil
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,3 +235,28 @@ async def run_node(script: str, *args: str) -> dict[str, Any]:
     out, err = await asyncio.wait_for(process.communicate(), timeout=60)  # a guard: it ends in about a second
     assert process.returncode == 0, err.decode()[-2000:]
     return json.loads(out.decode().strip().splitlines()[-1])
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def free_port() -> int:
+    """A free port for a process a test starts, which binds it later. Chosen below the kernel's
+    ephemeral range: a server bound to port 0 (every in-process fake and gateway here, in any
+    xdist worker) or a client's source port can never take it in between, as one did when this
+    asked the kernel for a port and released it (another test's fake answered the process's
+    readiness probe). Random and checked free, so that two picks rarely meet."""
+    low = min(_ephemeral_low(), 32768)
+    for _ in range(200):
+        port = random.randrange(10000, low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")

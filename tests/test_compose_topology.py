@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -26,6 +25,7 @@ from sqlalchemy.engine import make_url
 from app.lifecycle import drain_budget
 from tests.compose_support import load_compose, seconds, service_environment
 from tests.support import REPO
+from tests.support import free_port as _free_port
 
 pytestmark = pytest.mark.slow
 
@@ -34,10 +34,6 @@ PASSWORD = "compose-pg-password-not-used-by-trust"
 GUARD = 30.0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _nginx() -> str:

@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 
@@ -19,6 +18,7 @@ import httpx
 import pytest
 
 from tests.support import REPO, parse_sse, serve
+from tests.support import free_port as _free_port
 from tests.upstream_fakes import Fault, FaultServer
 
 pytestmark = pytest.mark.slow  # starts processes (make test runs the slow tests after the rest)
@@ -27,10 +27,6 @@ GUARD = 30.0
 HELLO = [{"role": "user", "content": "Hello"}]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.asynccontextmanager

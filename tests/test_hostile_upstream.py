@@ -49,7 +49,9 @@ async def test_a_redirect_to_another_port_never_carries_the_key(provider: str, s
     assert response.status_code == 502, response.text
     assert response.json()["error"]["code"] == "upstream_redirect"
     assert len(upstream.seen) == 1 and KEY in str(upstream.seen[0].credentials())
-    assert elsewhere.seen == []  # the second origin never saw a request, let alone the key
+    # The second origin never saw the redirected request, let alone the key. (Only that request:
+    # another test's readiness poll, `GET /healthz` to a port it used before, may land on this one.)
+    assert [s for s in elsewhere.seen if s.path == "/v1/steal" or KEY in str(s.credentials())] == []
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

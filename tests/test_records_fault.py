@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import httpx
 import pytest
 
 from tests.support import REPO, parse_sse
+from tests.support import free_port as _free_port
 
 pytestmark = pytest.mark.slow  # starts a gateway process (make test runs the slow tests after the rest)
 
@@ -24,10 +24,6 @@ DEADLINE = 60.0  # the test's own bound, not a performance claim
 ASK = {"model": "mock/simple", "messages": [{"role": "user", "content": "x"}]}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_ready(client: httpx.Client, proc: subprocess.Popen[bytes]) -> None:

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.support import REPO
+from tests.support import free_port as _free_port
 
 pytestmark = pytest.mark.slow  # starts a gateway process (make test runs the slow tests after the rest)
 
@@ -23,10 +24,6 @@ GUARD = 60.0
 HEAD = b"POST /v1/generate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 80\r\n\r\n"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _trickle(port: int, burst: bytes, data: bytes, answers: list[bytes], stop: threading.Event) -> None:

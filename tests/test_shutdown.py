@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,14 +12,11 @@ import time
 import httpx
 
 from tests.support import REPO, parse_sse
+from tests.support import free_port as _free_port
 
 DEADLINE = 60.0  # the test's own bound, far above the configured grace: not a performance claim
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_sigterm_ends_running_streams_with_a_shutdown_final_and_the_process_exits():

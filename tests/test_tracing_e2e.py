@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -23,6 +22,7 @@ import httpx
 import pytest
 
 from tests.support import REPO, parse_sse, serve
+from tests.support import free_port as _free_port
 from tests.tracing_support import HeaderRecorder, OtlpReceiver, ReceivedSpan
 from tests.upstream_fakes import Fault, FaultServer
 
@@ -34,10 +34,6 @@ CALLER_SPAN = "b7ad6b7169203331"
 SERVER, CLIENT, INTERNAL = 2, 3, 1  # the protobuf's SpanKind values
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.asynccontextmanager

@@ -162,6 +162,8 @@ async def response_events(stream: AsyncIterable[list[Patch]], accumulator: Accum
             raise
         if out:
             yield out
+        if accumulator.completed:  # the provider said it finished: an upstream holding its body open
+            break  # after that ([DONE], message_stop) is not waited for (the caller closes the stream)
     if not accumulator.completed:
         raise incomplete(accumulator.provider)
 
