@@ -41,7 +41,7 @@ test: $(VENV)/.installed-test  ## install the test dependencies; ruff, mypy, the
 	stage ruff $(BIN)/ruff check app tests bench scripts; \
 	stage mypy $(BIN)/mypy; \
 	stage fast $(BIN)/python -m pytest -m "not slow" $(XDIST); \
-	stage slow $(BIN)/python -m pytest -m slow $(SLOW_XDIST); \
+	stage slow $(BIN)/python -m pytest -m "slow and not bench" $(SLOW_XDIST); \
 	if [ -z "$$ran" ]; then failed="$$failed (no test ran)"; fi; \
 	if [ -n "$$failed" ]; then echo "== make test: FAILED:$$failed"; exit 1; fi; \
 	echo "== make test: every stage passed: ruff, mypy, fast, slow"
@@ -49,8 +49,8 @@ test: $(VENV)/.installed-test  ## install the test dependencies; ruff, mypy, the
 test-fast: $(VENV)/.installed-test  ## the tests not marked slow (no benchmarks, no multi-process topologies)
 	$(BIN)/python -m pytest -m "not slow" $(XDIST)
 
-test-slow: $(VENV)/.installed-test  ## the benchmark smoke tests and the multi-process topology tests
-	$(BIN)/python -m pytest -m slow $(SLOW_XDIST)
+test-slow: $(VENV)/.installed-test  ## the multi-process topology tests
+	$(BIN)/python -m pytest -m "slow and not bench" $(SLOW_XDIST)
 
 lint: $(VENV)/.installed-test  ## ruff (lint + import order) and mypy only
 	$(BIN)/ruff check app tests bench scripts
@@ -121,7 +121,8 @@ chaos-repeat: $(VENV)/.installed-test  ## the short soak N times (N=10), seeds S
 	echo "chaos-repeat: $(N) of $(N) runs with 0 broken invariants (seeds $$(($(SEED) + 1))..$$(($(SEED) + $(N))))"
 
 BENCH_OUT ?= bench/results
-bench: $(VENV)/.installed-test  ## run the benchmarks in bench/; ends with one line per performance goal, from this run
+bench: $(VENV)/.installed-test  ## the benchmarks' smoke tests, then the benchmarks in bench/; ends with one line per performance goal
+	$(BIN)/python -m pytest -m bench $(SLOW_XDIST)
 	mkdir -p $(BENCH_OUT)
 	$(BIN)/python bench/run.py --gate --facades --json $(BENCH_OUT)/run.json
 	$(BIN)/python bench/paced_bench.py --json $(BENCH_OUT)/paced.json

@@ -136,6 +136,7 @@ async def test_a_gateway_process_exports_genai_spans_over_otlp_http(tmp_path) ->
     assert [r.get("trace_id") for r in requests] == [tool_trace, routed_trace, CALLER_TRACE]
 
 
+@pytest.mark.bench
 def test_tracing_bench_runs_off_and_on_and_the_sink_receives_the_spans(tmp_path) -> None:
     out = tmp_path / "tracing.json"
     subprocess.run([sys.executable, "bench/tracing_bench.py", "--rounds", "2", "--requests", "6", "--streams", "3",
