@@ -3,7 +3,7 @@
 Prints the runtime install's size (the packages of requirements/runtime.lock.txt, as installed
 in this venv), the command line's start time (`--version`, `config check`: the median of a few
 runs), and on request the time of `make run` from a fresh clone to the first answer (`--install`:
-a clone of HEAD in a temporary folder, the pip cache as it is, until POST /v1/generate answers)
+a clone of HEAD in a temporary folder, the package cache as it is, until POST /v1/generate answers)
 and the suites' times (`--suites`: minutes). Each number stands beside
 its goal; nothing here fails on a number (timings go with the machine's load).
 
