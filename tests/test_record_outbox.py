@@ -243,7 +243,8 @@ async def test_a_reader_of_a_killed_owner_resumes_from_its_last_id_on_another_re
                 assert resumed.status_code == 200, resumed.text
                 events = parse_sse(resumed.content)
                 assert [i for i, _, _ in events] == list(range(last + 1, last + 1 + len(events)))
-                assert [e for _, e, _ in events].count("final") == 1 and events[-1][1] == "final"
+                assert [e for _, e, _ in events].count("final") == 1 and events[-1][1] == "final", \
+                    (dict(resumed.headers), resumed.text[:2000], last)  # what the resume answered, if not
                 assert events[-1][2]["error"]["code"] == "replica_lost"
     finally:
         for replica in (b, *owners):
