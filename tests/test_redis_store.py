@@ -287,3 +287,37 @@ async def test_a_subscription_at_the_final_is_204_on_the_replica_that_did_not_ru
             assert done.status_code == 204 and done.content == b"", (replica, done.text)
         before = await c.get(f"{b}/v1/stream/{sid}", headers={"Last-Event-ID": str(last_id - 1)})
         assert [k for _, k, _ in parse_sse(before.text)] == ["final"]
+
+
+async def test_a_final_written_just_after_a_follower_read_nothing_still_reaches_it(redis_url):
+    """The final (the owner's, or a claimer's for a lost owner) can land between a follower's
+    blocking read that found nothing and its look at the stream's meta, which then says `done`:
+    the follower reads that final; its body never ends without one."""
+    a, b = store(redis_url), store(redis_url)
+    await a.start()
+    await b.start()
+    try:
+        log = await a.create(model="m", provider="p")
+        sid = log.info.stream_id
+        log.append(StartEvent(stream_id=sid, model="m", provider="p"))
+        log.append(TokenEvent(index=0, content="a"))
+        await a.flush()
+        read = b._link.xread
+        calls = 0
+
+        async def read_then_the_final_lands(*args, **kwargs):
+            nonlocal calls
+            calls += 1
+            reply = await read(*args, **kwargs)
+            if calls == 1 and not reply:  # this read found nothing; the final lands right after it
+                log.append(final())
+                await a.flush()
+            return reply
+
+        b._link.xread = read_then_the_final_lands
+        body = await asyncio.wait_for(read_all(await b.open(sid, 2)), 10)
+        events = parse_sse(body)
+        assert [(i, e) for i, e, _ in events] == [(3, "final")]
+    finally:
+        await a.aclose()
+        await b.aclose()

@@ -84,7 +84,7 @@ class RedisFollower:
             try:
                 reply = await self._link.xread(keys.events, f"{cursor}-0", count=_READ_COUNT, block=self._link.block_ms)
                 if not reply:
-                    if await self._idle(stream_id, keys):
+                    if await self._idle(stream_id, keys, cursor):
                         return
                     continue
                 failing_since = None
@@ -112,14 +112,17 @@ class RedisFollower:
             if done:
                 return
 
-    async def _idle(self, stream_id: str, keys: Keys) -> bool:
+    async def _idle(self, stream_id: str, keys: Keys, cursor: int) -> bool:
         """Nothing new for a block interval: True when the stream ended (or expired) without
         more to read; claims the end when its owner's lease is gone."""
         pipe = self._redis.pipeline(transaction=False)
         pipe.hmget(keys.meta, "done", "owner", "model", "provider")
-        done, owner, model, provider = (await pipe.execute())[0]
-        if done is not None or owner is None:
-            return True  # ended (our cursor is at or past its final) or expired
+        pipe.xrevrange(keys.events, count=1)
+        (done, owner, model, provider), top = await pipe.execute()
+        if owner is None:
+            return True  # expired: nothing is left to read
+        if done is not None:  # ended: its final may have come after the read that found nothing
+            return not top or _seq(top[0][0]) <= cursor  # read it, unless this reader is past it
         if not await self._link.lost(owner.decode()):
             return False
         await self.end_lost(stream_id, model.decode(), provider.decode())
