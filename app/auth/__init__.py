@@ -7,8 +7,9 @@ policy (models, limits, budget, validators), `limiter.py` the counters (in memor
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from app.core.lazy import lazy_names
 
 if TYPE_CHECKING:
     from app.auth.keys import KEY_PREFIX, hash_key, looks_like_key, new_key
@@ -53,10 +54,4 @@ _HOMES = {
     "Auth": "service",
 }
 
-
-def __getattr__(name: str) -> object:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _HOMES)

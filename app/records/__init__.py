@@ -4,8 +4,9 @@ the streaming path, `RecordStore` (store.py) reads and writes, migrations live i
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from app.core.lazy import lazy_names
 
 if TYPE_CHECKING:
     from app.records.record import RunRecord, validation_without_content, without_content
@@ -38,10 +39,4 @@ _HOMES = {
     "RecordWriter": "writer",
 }
 
-
-def __getattr__(name: str) -> object:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _HOMES)

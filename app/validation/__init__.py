@@ -7,8 +7,9 @@ it every canonical event (`admit_all`) and ends it (`finish`); `Blocked` ends th
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from app.core.lazy import lazy_names
 
 if TYPE_CHECKING:
     from app.validation.checks import Blocked, Observer
@@ -60,10 +61,4 @@ _HOMES = {
     "Verdict": "validators.base",
 }
 
-
-def __getattr__(name: str) -> object:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _HOMES)
