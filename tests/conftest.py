@@ -1,6 +1,8 @@
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
+import certifi
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -26,7 +28,19 @@ def _records_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFactory) 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FOUNDRY_DATA_DIR", str(tmp_path_factory.mktemp("foundry-data")))
         mp.setenv("FOUNDRY_MAX_LOOP_LAG_SECONDS", "0")
+        mp.setenv("SSL_CERT_FILE", _one_root(tmp_path_factory.mktemp("trust") / "root.pem"))
         yield
+
+
+def _one_root(path: Path) -> str:
+    """A trust store of one root certificate for the tests, which speak plain HTTP on loopback:
+    every httpx client loads its trust store when it is built (certifi's ~140 roots: ~35 ms of CPU
+    each, a third of the CPU of a test file that builds a client per test), and so does each
+    gateway the tests start. Tests about TLS name their own CA (tests/test_transport.py)."""
+    bundle = Path(certifi.where()).read_text()
+    end = "-----END CERTIFICATE-----"
+    path.write_text(bundle[bundle.index("-----BEGIN CERTIFICATE-----") : bundle.index(end) + len(end)] + "\n")
+    return str(path)
 
 
 from tests.redis_support import private_redis, redis_url  # noqa: E402,F401  (fixtures for the Redis tests)

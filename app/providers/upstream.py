@@ -18,6 +18,8 @@ inflates in bounded pieces) and no further. Failures are mapped in app/providers
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import ssl
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -56,12 +58,19 @@ def client_session(config: ProviderConfig) -> aiohttp.ClientSession:
     Built in the running loop (at a provider's first request)."""
     timeout = aiohttp.ClientTimeout(total=None, connect=config.connect_timeout, sock_connect=config.connect_timeout,
                                     sock_read=config.read_timeout)
-    # The trust store as the environment names it now (SSL_CERT_FILE / SSL_CERT_DIR), not aiohttp's
-    # context made once at its import.
+    trust = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
     connector = aiohttp.TCPConnector(limit=1000, limit_per_host=0, keepalive_timeout=KEEPALIVE_SECONDS,
-                                     ssl=ssl.create_default_context())
+                                     ssl=_tls_context(*trust))
     return aiohttp.ClientSession(timeout=timeout, connector=connector, auto_decompress=True,
                                  max_line_size=MAX_HEAD_BYTES, max_field_size=MAX_HEAD_BYTES)
+
+
+@functools.lru_cache(maxsize=8)
+def _tls_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    """The default context for the trust store the environment names now (SSL_CERT_FILE /
+    SSL_CERT_DIR), not aiohttp's context made once at its import; one per trust store, shared by
+    the sessions, since loading a CA bundle costs tens of milliseconds of CPU."""
+    return ssl.create_default_context()
 
 
 Proxy = tuple[str | None, dict[str, str] | None]
