@@ -22,7 +22,7 @@ from app.main import create_app
 from app.providers.openai_responses_stream import SUMMARY_PART_SEPARATOR
 from app.settings import Settings
 from tests import test_anthropic_stream, test_gemini_stream, test_openai_responses_stream
-from tests.support import Recording, recordings, serve
+from tests.support import Recording, recordings, serving
 from tests.upstream_fakes import paced
 
 __all__ = ["ALL_RECORDINGS", "Expect", "LockedAdapter", "PickyAdapter", "RecordedUpstream", "expect",
@@ -138,8 +138,9 @@ async def facade_gateway(
     """The recorded upstream and the gateway configured against it, both on loopback: the
     gateway's base URL."""
     upstream = upstream or RecordedUpstream()
-    async with serve(upstream.app()) as up, serve(create_app(settings_for(up, **settings), adapters=adapters)) as url:
-        yield url
+    async with serving() as servers:
+        up = await servers.add(upstream.app())
+        yield await servers.add(create_app(settings_for(up, **settings), adapters=adapters))
 
 
 @dataclass(frozen=True)
