@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as redis
 
 from app.core.events import AssistantMessage, FinalEvent, StartEvent, TokenEvent, Usage
-from app.streams.errors import SweptRecord
+from app.streams.errors import SweptHook, SweptRecord
 from app.streams.redis import RedisStoreSettings, RedisStreamStore
 from tests.records_support import postgres, postgres_url  # noqa: F401
 from tests.redis_support import Replica, start_together
@@ -23,10 +23,11 @@ ADMIN = "admin-secret-for-outbox-tests-0123"
 PRICES = '{"mock/*": {"input": 0, "output": 1000}}'
 
 
-def store(url: str, **kw) -> RedisStreamStore:
+def store(url: str, on_swept: SweptHook | None = None, **kw) -> RedisStreamStore:
+    """A store on `url`; `on_swept` set keeps the outbox (records on)."""
     args = {"ttl": 30.0, "max_streams": 100, "max_events": 1000, "max_bytes": 1 << 20, "lease_seconds": 0.5,
             "timeout": 0.5} | kw
-    return RedisStreamStore(RedisStoreSettings(url=url, **args))
+    return RedisStreamStore(RedisStoreSettings(url=url, **args), on_swept=on_swept)
 
 
 async def swept_until(replica: RedisStreamStore, taken: Callable[[], bool]) -> None:
@@ -54,9 +55,8 @@ async def run_one(owner: RedisStreamStore, payload: bytes) -> str:
 
 
 async def test_a_record_its_writer_gave_up_is_handed_on_again_until_written(redis_url: str) -> None:
-    a = store(redis_url, outbox_retry_seconds=0.0)
     swept: list[SweptRecord] = []
-    a.on_swept = swept.append  # records on: the outbox is kept
+    a = store(redis_url, swept.append, outbox_retry_seconds=0.0)  # records on: the outbox is kept
     await a.start()
     try:
         sid = await run_one(a, b'{"id": "the record"}')
@@ -86,10 +86,8 @@ async def test_without_records_nothing_is_kept(redis_url: str) -> None:
 
 
 async def test_the_outbox_of_a_replica_that_is_gone_is_taken_by_another(redis_url: str) -> None:
-    a, b = store(redis_url), store(redis_url)
     swept: list[SweptRecord] = []
-    a.on_swept = lambda s: None
-    b.on_swept = swept.append
+    a, b = store(redis_url, lambda s: None), store(redis_url, swept.append)
     await a.start()
     await b.start()
     try:
@@ -109,8 +107,6 @@ async def test_the_outbox_of_a_replica_that_is_gone_is_taken_by_another(redis_ur
 
 
 async def test_a_record_that_cannot_be_read_blocks_no_other(redis_url: str) -> None:
-    a, b = store(redis_url), store(redis_url)
-    a.on_swept = lambda s: None
     taken: list[bytes] = []
 
     def take(swept: SweptRecord) -> None:  # as the records writer's hook: a payload it cannot read raises
@@ -118,7 +114,7 @@ async def test_a_record_that_cannot_be_read_blocks_no_other(redis_url: str) -> N
             raise ValueError("not a record")
         taken.append(swept.payload)
 
-    b.on_swept = take
+    a, b = store(redis_url, lambda s: None), store(redis_url, take)
     await a.start()
     await b.start()
     try:
@@ -268,8 +264,7 @@ async def test_a_store_that_keeps_no_outbox_never_encodes_the_record(redis_url: 
     finally:
         await shared.aclose()
     encoded: list[bytes] = []
-    kept = store(redis_url)
-    kept.on_swept = lambda swept: None
+    kept = store(redis_url, lambda swept: None)
     try:
         kept.stage_record("str_unknown", lambda: encoded.append(b"{}") or b"{}")
     finally:

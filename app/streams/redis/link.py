@@ -73,7 +73,7 @@ class RedisLink:
     name = "redis"
 
     def __init__(self, url: str, *, ttl: float, lease_seconds: float, timeout: float, prefix: str,
-                 observer: StoreObserver | None) -> None:
+                 observer: StoreObserver | None, on_claim: ClaimHook | None = None) -> None:
         self.replica = "rep_" + uuid.uuid4().hex[:16]
         self.observer = observer
         self.prefix = prefix
@@ -90,7 +90,7 @@ class RedisLink:
         self._claim = self.client.register_script(_CLAIM)
         self._failed_at = time.monotonic()  # a replica starting has seen nothing of the leases yet
         self._trouble_at = float("-inf")  # when Redis last failed or lost its state
-        self.on_claim: ClaimHook | None = None
+        self.on_claim = on_claim
         """Told of each run this replica ends for a lost owner (its record, its key's slot)."""
 
     def keys(self, stream_id: str) -> Keys:
@@ -234,3 +234,4 @@ def final_frame(seq: int, model: str, provider: str, error: ErrorData, status: s
     final = final_event(final_status(status), error, model=model, provider=provider, message=message,
                         usage=Usage(output_unknown=True))
     return encode_frame(seq, final)
+
