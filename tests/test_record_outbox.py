@@ -17,7 +17,7 @@ from app.streams.errors import SweptHook, SweptRecord
 from app.streams.redis import RedisStoreSettings, RedisStreamStore
 from tests.records_support import postgres, postgres_url  # noqa: F401
 from tests.redis_support import Replica, start_together
-from tests.support import parse_sse, until
+from tests.support import HANG_GUARD, parse_sse, until
 
 ADMIN = "admin-secret-for-outbox-tests-0123"
 PRICES = '{"mock/*": {"input": 0, "output": 1000}}'
@@ -130,6 +130,36 @@ async def test_a_record_that_cannot_be_read_blocks_no_other(redis_url: str) -> N
         await client.aclose()
     finally:
         await b.aclose()
+
+
+async def test_closing_stops_a_sweeper_whose_cancel_was_lost(redis_url: str) -> None:
+    """A cancel can be lost inside a Redis command: on Python 3.11 `asyncio.wait_for`, which
+    redis-py wraps around every command it sends, returns the command's result instead of raising
+    when the cancel lands as the command completes (fixed in 3.12), and the cluster client turns a
+    cancel that lands while it connects into a connection error. The sweeper lives on after either,
+    so closing the store must not rest on one cancel (a CI run hung in `aclose` this way: the
+    outbox test's sweeps went on, the test waited for the sweeper to stop)."""
+    a = store(redis_url, lambda s: None)
+    sweeping = asyncio.Event()
+    sweeps = 0
+
+    async def sweep_losing_the_cancel() -> int:
+        nonlocal sweeps
+        sweeps += 1
+        sweeping.set()
+        if sweeps == 1:
+            try:
+                await asyncio.Event().wait()  # a command under way when the store closes ...
+            except asyncio.CancelledError:
+                pass  # ... whose result came back instead of the cancel
+        return 0
+
+    a._outbox.sweep_once = sweep_losing_the_cancel  # type: ignore[method-assign]
+    await a.start()
+    async with asyncio.timeout(HANG_GUARD):
+        await sweeping.wait()
+    async with asyncio.timeout(HANG_GUARD):  # a hang guard: without it the test waits forever
+        await a.aclose()
 
 
 async def test_the_owner_releases_a_frame_to_its_readers_once_redis_holds_it(redis_url: str) -> None:

@@ -38,7 +38,7 @@ import structlog
 
 from app.streams.errors import SweptHook, SweptRecord
 from app.streams.redis.follower import RedisFollower
-from app.streams.redis.link import REDIS_ERRORS, RedisLink
+from app.streams.redis.link import REDIS_ERRORS, RedisLink, stop
 
 __all__ = ["RedisOutbox"]
 
@@ -102,8 +102,7 @@ class RedisOutbox:
 
     async def aclose(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await stop([self._task])  # a sweep may lose one cancel (link.py)
             self._task = None
 
     async def _sweep_loop(self) -> None:
