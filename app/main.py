@@ -36,14 +36,14 @@ from app.providers.base import ProviderAdapter
 from app.providers.catalog import PROVIDERS
 from app.providers.registry import build_registry
 from app.recording import RunRecorder, claimed_record, swept_record
-from app.records import RecordStore, RecordWriter, RunRecord
+from app.records import RecordQueue, RecordStore, RecordWriter, RunRecord
 from app.records.mcp_calls import McpCallLog
 from app.records.store import Inserted
 from app.records.writer import Committed
 from app.routing.router import RouteConfigError
 from app.settings import Settings
 from app.startup import log_startup
-from app.streams.errors import ClaimedRun, ClaimHook
+from app.streams.errors import ClaimedRun, ClaimHook, SweptHook
 from app.streams.mcp_sessions import McpSessions, build_sessions
 from app.streams.memory import MemoryStreamStore
 from app.streams.protocols import RecordsOutbox, StreamBackend, StreamStore
@@ -74,9 +74,8 @@ def create_app(
     configure_logging(settings.log_level, settings.log_json)
     metrics = Metrics(known_models=_named_models(settings), max_targets=settings.max_unconfigured_targets)
     tracing = _tracing(settings, tracing)
-    store = build_store(settings, metrics)
+    store, auth, records, recorder = _accounts(settings, metrics)
     metrics.store_bytes.set_function(lambda: store.total_bytes)
-    auth, records, recorder = _accounts(settings, store, metrics)
     try:
         gateway = Gateway(settings=settings, registry=build_registry(settings.provider_config(), clients, adapters),
                           store=store, metrics=metrics, observers=[*observers, *recorder, metrics.observe_run],
@@ -113,28 +112,25 @@ def create_app(
     return app
 
 
-def _accounts(settings: Settings, store: StreamBackend,
-              metrics: Metrics) -> tuple[Auth, RecordWriter | None, list[RunObserver]]:
-    """The keys' auth, the run-record writer (None with FOUNDRY_RECORDS=off, the keys then in
-    configuration only) and the observer that records each finished run."""
+def _accounts(settings: Settings,
+              metrics: Metrics) -> tuple[StreamBackend, Auth, RecordWriter | None, list[RunObserver]]:
+    """The stream store, the keys' auth, the run-record writer (None with FOUNDRY_RECORDS=off, the
+    keys then in configuration only) and the observer that records each finished run. Built in
+    the order their hooks need: the records' queue, then the store that hands it the runs it
+    sweeps and claims, then the writer that tells that store's outbox what it committed."""
     database = RecordStore(settings.records_url(), write_timeout=settings.records_write_timeout) \
         if settings.records else None
     auth = _auth(settings, database, metrics)
-    records = _records(settings, database, metrics, _committed(auth, store))
-    _feed_store(settings, store, records, auth)
-    if records is None:
-        return auth, None, []
-    return auth, records, [RunRecorder(records, content=settings.record_content, stage=store.stage_record)]
-
-
-def _feed_store(settings: Settings, store: StreamBackend, records: RecordWriter | None, auth: Auth) -> None:
-    """The stream store's hooks: records of the runs another replica left (swept from its outbox)
-    or this one ended for a dead replica (claims). The one wiring done after construction: the
-    store and the records writer need each other (the writer tells the store's outbox what it
-    wrote), so one of them is told of the other once both exist."""
-    if records is not None:
-        store.on_swept = lambda swept: records.submit(swept_record(swept, content=settings.record_content))
-    store.on_claim = _claims(settings, records, auth)
+    if database is None:
+        return build_store(settings, metrics, on_claim=_claims(settings, None, auth)), auth, None, []
+    queue = RecordQueue(size=settings.records_queue_size, batch_size=settings.records_batch_size,
+                        on_drop=lambda reason, n: metrics.records_dropped.labels(reason).inc(n))
+    store = build_store(settings, metrics, on_claim=_claims(settings, queue, auth),
+                        on_swept=lambda swept: queue.submit(swept_record(swept, content=settings.record_content)))
+    records = RecordWriter(database, queue, linger=settings.records_linger, write_timeout=settings.records_write_timeout,
+                           retention_days=settings.record_retention_days, on_write=metrics.records_written.inc,
+                           on_committed=_committed(auth, store))
+    return store, auth, records, [RunRecorder(records, content=settings.record_content, stage=store.stage_record)]
 
 
 def _install_routes(app: FastAPI) -> None:
@@ -248,7 +244,7 @@ def _tune_gc() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
-def _claims(settings: Settings, records: RecordWriter | None, auth: Auth) -> ClaimHook:
+def _claims(settings: Settings, records: RecordQueue | None, auth: Auth) -> ClaimHook:
     """A run this replica ended for a dead one (app/streams/redis/follower.py): whoever writes the
     final writes the record (exactly once: the store keeps the first record of a run id), and the
     key's concurrency slot is freed now rather than when its lease expires."""
@@ -307,22 +303,10 @@ def _mcp_closing(endpoint: McpEndpoint, sessions: McpSessions, grace: float) -> 
     return closing
 
 
-def _records(settings: Settings, database: RecordStore | None, metrics: Metrics,
-             committed: Committed) -> RecordWriter | None:
-    """The run-record writer (app/records) on `database`, or None with FOUNDRY_RECORDS=off."""
-    if database is None:
-        return None
-    return RecordWriter(
-        database, queue_size=settings.records_queue_size, batch_size=settings.records_batch_size,
-        linger=settings.records_linger,
-        write_timeout=settings.records_write_timeout, retention_days=settings.record_retention_days,
-        on_drop=lambda reason, n: metrics.records_dropped.labels(reason).inc(n),
-        on_write=metrics.records_written.inc, on_committed=committed,
-    )
-
-
-def build_store(settings: Settings, metrics: Metrics) -> StreamBackend:
-    """The Redis store when FOUNDRY_REDIS_URL is set, else the in-process one."""
+def build_store(settings: Settings, metrics: Metrics, *, on_swept: SweptHook | None = None,
+                on_claim: ClaimHook | None = None) -> StreamBackend:
+    """The Redis store when FOUNDRY_REDIS_URL is set, else the in-process one (one process: no
+    other replica's records to sweep or runs to claim)."""
     def on_evict(reason: str) -> None:
         metrics.streams_evicted.labels(reason).inc()
 
@@ -338,7 +322,7 @@ def build_store(settings: Settings, metrics: Metrics) -> StreamBackend:
                            max_bytes=settings.max_stream_bytes, max_total_bytes=settings.max_store_bytes,
                            lease_seconds=settings.redis_lease_seconds, timeout=settings.redis_timeout_seconds,
                            max_pending_bytes=settings.redis_max_pending_bytes),
-        observer=metrics.observe_store, on_evict=on_evict,
+        observer=metrics.observe_store, on_evict=on_evict, on_swept=on_swept, on_claim=on_claim,
     )
 
 

@@ -171,6 +171,31 @@ class RedisClusterServer:
         _wait(lambda: replica.role() == "master" and self.healthy(), "cluster promotion", None, timeout=30)
         return master, replica
 
+    def cut_replication(self, key: str) -> tuple[ClusterNodeProc, ClusterNodeProc]:
+        """Stop `key`'s master replicating to its replica, for good: the replica now authenticates
+        as a user that does not exist, and the master drops the link. What the master acknowledges
+        from here on its replica never holds, as when a master dies with writes not yet replicated
+        (a race a test cannot time). Returns (master, replica)."""
+        master = self.master_of(key)
+        replica = self.replica_of(master)
+        _ask(replica.port, "CONFIG", "SET", "masteruser", "foundry-replication-cut")
+        _ask(replica.port, "CONFIG", "SET", "masterauth", "cut")
+        _ask(master.port, "CLIENT", "KILL", "TYPE", "replica")
+        _wait(lambda: _ask(replica.port, "ROLE")[3] != "connected", "the replication link cut", None, timeout=30)
+        return master, replica
+
+    @staticmethod
+    def last_id(node: ClusterNodeProc, key: str) -> int:
+        """The last entry id (its sequence number) of the Redis Stream `key` as `node` holds it
+        (a replica too), 0 when it holds none."""
+        client = _node(node.port)
+        try:
+            client.execute_command("READONLY")
+            top = client.xrevrange(key, count=1)
+        finally:
+            client.close()
+        return int(top[0][0].split("-", 1)[0]) if top else 0
+
     def commandstats(self) -> dict[str, int]:
         """Calls per command summed over the live masters (INFO commandstats)."""
         totals: dict[str, int] = {}

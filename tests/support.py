@@ -188,6 +188,8 @@ async def until(condition: Callable[[], bool | Awaitable[bool]], what: str = "th
     """Return as soon as `condition` (a function, or a coroutine function) holds, polled every 20 ms:
     for a state no event announces (another process's, Redis's). `guard` seconds bound a hang; it
     is not a timed assertion."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + guard
     try:
         async with asyncio.timeout(guard):
             while True:
@@ -196,6 +198,8 @@ async def until(condition: Callable[[], bool | Awaitable[bool]], what: str = "th
                     held = await held
                 if held:
                     return
+                if loop.time() >= deadline:  # the guard's cancel can be lost inside a Redis command
+                    raise TimeoutError  # (app/streams/redis/link.py, `stop`): then it ends here
                 await asyncio.sleep(0.02)
     except TimeoutError:
         raise AssertionError(f"{what} did not hold within {guard} s (a hang guard)") from None

@@ -6,36 +6,40 @@ linger (a finding of the chaos soak), and a run nobody was reading whose replica
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import inspect
+import uuid
+from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
 import redis.asyncio as redis
 
 from app.core.events import AssistantMessage, FinalEvent, StartEvent, TokenEvent, Usage
-from app.streams.errors import SweptRecord
+from app.streams.errors import SweptHook, SweptRecord
 from app.streams.redis import RedisStoreSettings, RedisStreamStore
 from tests.records_support import postgres, postgres_url  # noqa: F401
 from tests.redis_support import Replica, start_together
-from tests.support import parse_sse, until
+from tests.support import HANG_GUARD, parse_sse, until
 
 ADMIN = "admin-secret-for-outbox-tests-0123"
 PRICES = '{"mock/*": {"input": 0, "output": 1000}}'
 
 
-def store(url: str, **kw) -> RedisStreamStore:
+def store(url: str, on_swept: SweptHook | None = None, **kw) -> RedisStreamStore:
+    """A store on `url`; `on_swept` set keeps the outbox (records on)."""
     args = {"ttl": 30.0, "max_streams": 100, "max_events": 1000, "max_bytes": 1 << 20, "lease_seconds": 0.5,
             "timeout": 0.5} | kw
-    return RedisStreamStore(RedisStoreSettings(url=url, **args))
+    return RedisStreamStore(RedisStoreSettings(url=url, **args), on_swept=on_swept)
 
 
-async def swept_until(replica: RedisStreamStore, taken: Callable[[], bool]) -> None:
+async def swept_until(replica: RedisStreamStore, taken: Callable[[], bool | Awaitable[bool]]) -> None:
     """Sweep the outboxes until `taken()` holds: a replica judges another lost only once it has
     reached Redis without a failure for a whole lease (one that just started too), so the first
     sweeps may take nothing."""
     async def sweep() -> bool:
         await replica.sweep_outbox()
-        return taken()
+        held = taken()
+        return await held if inspect.isawaitable(held) else held
 
     await until(sweep, "the outbox of the replica that is gone taken")
 
@@ -54,9 +58,8 @@ async def run_one(owner: RedisStreamStore, payload: bytes) -> str:
 
 
 async def test_a_record_its_writer_gave_up_is_handed_on_again_until_written(redis_url: str) -> None:
-    a = store(redis_url, outbox_retry_seconds=0.0)
     swept: list[SweptRecord] = []
-    a.on_swept = swept.append  # records on: the outbox is kept
+    a = store(redis_url, swept.append, outbox_retry_seconds=0.0)  # records on: the outbox is kept
     await a.start()
     try:
         sid = await run_one(a, b'{"id": "the record"}')
@@ -86,10 +89,8 @@ async def test_without_records_nothing_is_kept(redis_url: str) -> None:
 
 
 async def test_the_outbox_of_a_replica_that_is_gone_is_taken_by_another(redis_url: str) -> None:
-    a, b = store(redis_url), store(redis_url)
     swept: list[SweptRecord] = []
-    a.on_swept = lambda s: None
-    b.on_swept = swept.append
+    a, b = store(redis_url, lambda s: None), store(redis_url, swept.append)
     await a.start()
     await b.start()
     try:
@@ -109,31 +110,64 @@ async def test_the_outbox_of_a_replica_that_is_gone_is_taken_by_another(redis_ur
 
 
 async def test_a_record_that_cannot_be_read_blocks_no_other(redis_url: str) -> None:
-    a, b = store(redis_url), store(redis_url)
-    a.on_swept = lambda s: None
     taken: list[bytes] = []
+    readable = f'{{"id": "{uuid.uuid4().hex}"}}'.encode()  # this test's own: other tests' outboxes hold records too
 
     def take(swept: SweptRecord) -> None:  # as the records writer's hook: a payload it cannot read raises
         if swept.payload == b"not a record":
             raise ValueError("not a record")
         taken.append(swept.payload)
 
-    b.on_swept = take
+    a, b = store(redis_url, lambda s: None), store(redis_url, take)
     await a.start()
     await b.start()
     try:
         poison = await run_one(a, b"not a record")
-        good = await run_one(a, b'{"id": "good"}')
+        good = await run_one(a, readable)
     finally:
         await a.aclose()
+    client = redis.from_url(redis_url)
+    outbox = f"foundry:outbox:{{{a.replica}}}"
+
+    async def settled() -> bool:  # b's own sweeper may hold a's outbox mid-pass: wait for the pass's end
+        return readable in taken and not await client.sismember(outbox, poison)
+
     try:
-        await swept_until(b, lambda: b'{"id": "good"}' in taken)
-        client = redis.from_url(redis_url)
-        members = await client.smembers(f"foundry:outbox:{{{a.replica}}}")
-        assert poison.encode() not in members and good.encode() in members  # dropped (logged); kept until written
-        await client.aclose()
+        await swept_until(b, settled)
+        assert await client.sismember(outbox, good)  # the poison dropped (logged); the good kept until written
     finally:
+        await client.aclose()
         await b.aclose()
+
+
+async def test_closing_stops_a_sweeper_whose_cancel_was_lost(redis_url: str) -> None:
+    """A cancel can be lost inside a Redis command: on Python 3.11 `asyncio.wait_for`, which
+    redis-py wraps around every command it sends, returns the command's result instead of raising
+    when the cancel lands as the command completes (fixed in 3.12), and the cluster client turns a
+    cancel that lands while it connects into a connection error. The sweeper lives on after either,
+    so closing the store must not rest on one cancel (a CI run hung in `aclose` this way: the
+    outbox test's sweeps went on, the test waited for the sweeper to stop)."""
+    a = store(redis_url, lambda s: None)
+    sweeping = asyncio.Event()
+    sweeps = 0
+
+    async def sweep_losing_the_cancel() -> int:
+        nonlocal sweeps
+        sweeps += 1
+        sweeping.set()
+        if sweeps == 1:
+            try:
+                await asyncio.Event().wait()  # a command under way when the store closes ...
+            except asyncio.CancelledError:
+                pass  # ... whose result came back instead of the cancel
+        return 0
+
+    a._outbox.sweep_once = sweep_losing_the_cancel  # type: ignore[method-assign]
+    await a.start()
+    async with asyncio.timeout(HANG_GUARD):
+        await sweeping.wait()
+    async with asyncio.timeout(HANG_GUARD):  # a hang guard: without it the test waits forever
+        await a.aclose()
 
 
 async def test_the_owner_releases_a_frame_to_its_readers_once_redis_holds_it(redis_url: str) -> None:
@@ -268,8 +302,7 @@ async def test_a_store_that_keeps_no_outbox_never_encodes_the_record(redis_url: 
     finally:
         await shared.aclose()
     encoded: list[bytes] = []
-    kept = store(redis_url)
-    kept.on_swept = lambda swept: None
+    kept = store(redis_url, lambda swept: None)
     try:
         kept.stage_record("str_unknown", lambda: encoded.append(b"{}") or b"{}")
     finally:

@@ -442,10 +442,10 @@ class CountingStore(RecordStore):
 
 
 async def test_records_linger_into_one_insert_and_a_flush_does_not_wait_out_the_linger(tmp_path: Path) -> None:
-    from app.records.writer import RecordWriter
+    from app.records.writer import RecordQueue, RecordWriter
 
     store = CountingStore(f"sqlite+aiosqlite:///{tmp_path / 'r.db'}")
-    writer = RecordWriter(store, linger=3600.0, batch_size=3)  # a linger no test could wait out
+    writer = RecordWriter(store, RecordQueue(batch_size=3), linger=3600.0)  # a linger no test could wait out
     await writer.start()
     try:
         now = datetime.now(UTC)

@@ -16,7 +16,7 @@ from app.core.events import Usage
 from app.records import RunRecord
 from app.records.store import Inserted, RecordStore
 from app.records.tables import run_rejects, runs
-from app.records.writer import RecordWriter
+from app.records.writer import RecordQueue, RecordWriter
 from tests.records_support import record, utc
 
 T0 = utc(2026, 11, 28, 6)
@@ -36,8 +36,8 @@ async def _write_all(url: str, batch: Sequence[RunRecord]) -> tuple[RecordWriter
     async def on_committed(records: Sequence[RunRecord], inserted: Inserted) -> None:
         committed.update(r.stream_id for r in records)
 
-    writer = RecordWriter(RecordStore(url), batch_size=len(batch), on_committed=on_committed,
-                          on_drop=lambda reason, n: drops.update({reason: n}))
+    queue = RecordQueue(batch_size=len(batch), on_drop=lambda reason, n: drops.update({reason: n}))
+    writer = RecordWriter(RecordStore(url), queue, on_committed=on_committed)
     await writer.start()
     for r in batch:
         writer.submit(r)

@@ -11,9 +11,10 @@ from app.core.lazy import lazy_names
 if TYPE_CHECKING:
     from app.records.record import RunRecord, validation_without_content, without_content
     from app.records.store import RecordStore, RunPage, RunQuery, decode_cursor, encode_cursor
-    from app.records.writer import RecordWriter
+    from app.records.writer import RecordQueue, RecordWriter
 
 __all__ = [
+    "RecordQueue",
     "RecordStore",
     "RecordWriter",
     "RunPage",
@@ -36,6 +37,7 @@ _HOMES = {
     "RunQuery": "store",
     "decode_cursor": "store",
     "encode_cursor": "store",
+    "RecordQueue": "writer",
     "RecordWriter": "writer",
 }
 

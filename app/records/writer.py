@@ -29,7 +29,7 @@ from app.observability import get_logger
 from app.records.record import RunRecord
 from app.records.store import Inserted, RecordStore
 
-__all__ = ["Committed", "RecordWriter"]
+__all__ = ["Committed", "RecordQueue", "RecordWriter"]
 
 Committed = Callable[[Sequence[RunRecord], Inserted], Awaitable[None]]
 """Told after each batch commits: its records and what the insert did (the keys' new spend for the
@@ -38,55 +38,78 @@ budget counters; the runs now durable, which the stream store's outbox can forge
 _MAX_BACKOFF = 5.0
 
 
+class RecordQueue:
+    """Where records wait for the writer, and where any record is dropped (counted and logged).
+
+    A part of its own so that what submits records can be built before the writer that takes
+    them: the shared stream store hands it the runs it sweeps and claims, and the writer, built
+    after that store, tells the store's outbox what it committed."""
+
+    def __init__(self, *, size: int = 10_000, batch_size: int = 200,
+                 on_drop: Callable[[str, int], None] = lambda reason, n: None) -> None:
+        self.batch_size = batch_size
+        self.items: asyncio.Queue[RunRecord] = asyncio.Queue(maxsize=size)
+        self.hurry = asyncio.Event()
+        """Set: the writer stops lingering (a full batch waits, a flush, closing)."""
+        self.closing = False
+        self._on_drop = on_drop
+        self.log = get_logger("foundry.records")
+
+    def submit(self, record: RunRecord) -> None:
+        """Never waits: a record that finds the queue full (or the writer closing) is dropped."""
+        if self.closing:
+            self.drop([record], "shutting_down")
+            return
+        try:
+            self.items.put_nowait(record)
+        except asyncio.QueueFull:
+            self.drop([record], "queue_full")
+            return
+        if self.items.qsize() >= self.batch_size:
+            self.hurry.set()
+
+    def drop(self, records: list[RunRecord], reason: str, error: BaseException | None = None) -> None:
+        self.count_drop(reason, len(records))
+        self.log.warning("records_dropped", reason=reason, count=len(records),
+                         stream_ids=[r.stream_id for r in records[:10]],
+                         error=type(error).__name__ if error is not None else None)
+
+    def count_drop(self, reason: str, n: int) -> None:
+        """Counted only (the caller logs it its own way)."""
+        self._on_drop(reason, n)
+
+
 class RecordWriter:
+    """Takes the records of its `queue` (its own when none is given) to the database in batches;
+    `on_committed` is told of each batch once it is durable."""
+
     def __init__(
         self,
         store: RecordStore,
+        queue: RecordQueue | None = None,
         *,
-        queue_size: int = 10_000,
-        batch_size: int = 200,
         linger: float = 0.0,
         write_timeout: float = 10.0,
         retention_days: float = 0.0,
-        on_drop: Callable[[str, int], None] = lambda reason, n: None,
         on_write: Callable[[int], None] = lambda n: None,
         on_committed: Committed | None = None,
     ) -> None:
         self.store = store
-        self.batch_size = batch_size
+        self.queue = queue if queue is not None else RecordQueue()
         self.linger = linger
         self.write_timeout = write_timeout
         self.retention = timedelta(days=retention_days) if retention_days > 0 else None
-        self._on_drop = on_drop
         self._on_write = on_write
-        self.on_committed = on_committed
-        self._queue: asyncio.Queue[RunRecord] = asyncio.Queue(maxsize=queue_size)
-        self._hurry = asyncio.Event()  # set: stop lingering (a full batch waits, a flush, closing)
+        self._on_committed = on_committed
         self._flushes = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._migrated = False
-        self._closing = False
-        self.log = get_logger("foundry.records")
+        self.log = self.queue.log
 
     # -- the run's side: never waits --------------------------------------------------------
 
     def submit(self, record: RunRecord) -> None:
-        if self._closing:
-            self._drop([record], "shutting_down")
-            return
-        try:
-            self._queue.put_nowait(record)
-        except asyncio.QueueFull:
-            self._drop([record], "queue_full")
-            return
-        if self._queue.qsize() >= self.batch_size:
-            self._hurry.set()
-
-    def _drop(self, records: list[RunRecord], reason: str, error: BaseException | None = None) -> None:
-        self._on_drop(reason, len(records))
-        self.log.warning("records_dropped", reason=reason, count=len(records),
-                         stream_ids=[r.stream_id for r in records[:10]],
-                         error=type(error).__name__ if error is not None else None)
+        self.queue.submit(record)
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -104,20 +127,20 @@ class RecordWriter:
         """Wait until every record submitted so far was written or dropped (without lingering)."""
         if self._tasks:
             self._flushes += 1
-            self._hurry.set()
+            self.queue.hurry.set()
             try:
-                await self._queue.join()
+                await self.queue.items.join()
             finally:
                 self._flushes -= 1
 
     async def aclose(self, grace: float = 5.0) -> None:
         """Write what is queued (for at most `grace` seconds), then stop and dispose the engine."""
-        self._closing = True
-        self._hurry.set()
+        self.queue.closing = True
+        self.queue.hurry.set()
         if self._tasks:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(grace):
-                    await self._queue.join()
+                    await self.queue.items.join()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -125,10 +148,10 @@ class RecordWriter:
                 await task
         self._tasks.clear()
         left = []
-        while not self._queue.empty():
-            left.append(self._queue.get_nowait())
+        while not self.queue.items.empty():
+            left.append(self.queue.items.get_nowait())
         if left:
-            self._drop(left, "shutting_down")
+            self.queue.drop(left, "shutting_down")
         await self.store.aclose()
 
     # -- the writer -------------------------------------------------------------------------
@@ -150,24 +173,24 @@ class RecordWriter:
                            detail=str(exc)[:300])
 
     async def _write_loop(self) -> None:
-        queue = self._queue
+        queue, hurry, size = self.queue.items, self.queue.hurry, self.queue.batch_size
         failures = 0
         while True:
             batch = [await queue.get()]
-            if self.linger > 0 and queue.qsize() + 1 < self.batch_size and not self._hurry.is_set():
+            if self.linger > 0 and queue.qsize() + 1 < size and not hurry.is_set():
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.linger):
-                        await self._hurry.wait()
-            if not (self._flushes or self._closing):
-                self._hurry.clear()
-            while len(batch) < self.batch_size and not queue.empty():
+                        await hurry.wait()
+            if not (self._flushes or self.queue.closing):
+                hurry.clear()
+            while len(batch) < size and not queue.empty():
                 batch.append(queue.get_nowait())
             try:
                 await self._write(batch)
                 failures = 0
             except Exception as exc:  # counted and logged; the next batch tries again
                 failures += 1
-                self._drop(batch, "write_failed", exc)
+                self.queue.drop(batch, "write_failed", exc)
             finally:
                 for _ in batch:
                     queue.task_done()
@@ -188,10 +211,10 @@ class RecordWriter:
         inserted = Inserted(run_ids=frozenset().union(*(d.run_ids for _, d in done)),
                             spend=[total for _, d in done for total in d.spend])
         self._on_write(sum(n for n, _ in done))
-        if self.on_committed is not None:
+        if self._on_committed is not None:
             try:  # the batch is durable (rejects included) whatever happens here: never dropped for it
                 async with asyncio.timeout(self.write_timeout):
-                    await self.on_committed(batch, inserted)
+                    await self._on_committed(batch, inserted)
             except Exception as exc:
                 self.log.warning("records_committed_hook_failed", error=type(exc).__name__, count=len(batch))
 
@@ -218,7 +241,7 @@ class RecordWriter:
         """Keep the refused record with its error (`run_rejects`), count and log it."""
         async with asyncio.timeout(self.write_timeout):
             await self.store.reject(record, error)
-        self._on_drop("rejected", 1)
+        self.queue.count_drop("rejected", 1)
         self.log.error("record_rejected", stream_id=record.stream_id, error=error[:300])
 
     async def _retention_loop(self) -> None:

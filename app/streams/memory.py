@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from app.core.errors import RequestError
-from app.streams.errors import CancelOutcome, ClaimHook, CursorAhead, FinalDelivered, RunTags, StoreFull, SweptHook
+from app.streams.errors import CancelOutcome, CursorAhead, FinalDelivered, RunTags, StoreFull
 from app.streams.log import Budget, StreamInfo, StreamLog, StreamRecord
 
 __all__ = ["MemoryStreamStore", "parse_cursor"]
@@ -29,8 +29,6 @@ class MemoryStreamStore:
     (`max_streams`) evicts the same way."""
 
     name = "memory"
-    on_claim: ClaimHook | None = None  # one process: no other replica's runs to end
-    on_swept: SweptHook | None = None  # ... nor records another replica left
 
     def __init__(self, *, ttl: float, max_streams: int, max_events: int, max_bytes: int,
                  max_total_bytes: int | None = None, on_evict: Callable[[str], None] | None = None) -> None:

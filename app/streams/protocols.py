@@ -1,4 +1,4 @@
-"""What the rest of the gateway asks of a stream store, in three parts, so each caller takes only
+"""What the rest of the gateway asks of a stream store, in two parts, so each caller takes only
 the part it uses:
 
 - `StreamStore`, the event log: create a log for a run, read (replay then follow), transcript,
@@ -6,11 +6,12 @@ the part it uses:
 - `RecordsOutbox`, the run records a shared store carries beside the stream so that another replica
   can write them if this one dies: staged with the final, forgotten once the database holds them,
   and those another replica left handed to this one's writer (app/streams/redis/outbox.py).
-- `RunClaims`, the runs this replica ends for a replica that died (app/streams/redis/follower.py),
-  handed on so that somebody records them and frees their key's slot.
 
 `MemoryStreamStore` (app/streams/memory.py) and `RedisStreamStore` (app/streams/redis/) implement
-all three (`StreamBackend`); on one process the outbox and the claims have nothing to do.
+both (`StreamBackend`); on one process the outbox has nothing to do. What a shared store hands on,
+the records another replica's outbox left (`SweptHook`) and the runs it ends for a replica that
+died (`ClaimHook`, so that somebody records them and frees their key's slot), it is given where it
+is built (app/main.py).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
-from app.streams.errors import CancelOutcome, ClaimHook, RunTags, SweptHook
+from app.streams.errors import CancelOutcome, RunTags
 from app.streams.log import StreamLog, StreamRecord
 
-__all__ = ["RecordsOutbox", "RunClaims", "StreamBackend", "StreamStore"]
+__all__ = ["RecordsOutbox", "StreamBackend", "StreamStore"]
 
 
 class StreamStore(Protocol):
@@ -76,11 +77,8 @@ class StreamStore(Protocol):
 
 
 class RecordsOutbox(Protocol):
-    """Run records kept beside their streams until the records database holds them."""
-
-    on_swept: SweptHook | None
-    """Told of each run record another replica's outbox left unwritten (a shared store only;
-    setting it keeps the outbox: app/streams/redis/outbox.py)."""
+    """Run records kept beside their streams until the records database holds them (a shared
+    store keeps them only when it was given where swept records go: app/streams/redis/outbox.py)."""
 
     def stage_record(self, stream_id: str, payload: Callable[[], bytes]) -> None:
         """The run's record, as its final is appended: a shared store writes it with the final,
@@ -91,12 +89,5 @@ class RecordsOutbox(Protocol):
         """Those runs' records are in the database: a shared store forgets them."""
 
 
-class RunClaims(Protocol):
-    """The runs of a dead replica that this one ends."""
-
-    on_claim: ClaimHook | None
-    """Told of each run this replica ends for a replica that died (a shared store only)."""
-
-
-class StreamBackend(StreamStore, RecordsOutbox, RunClaims, Protocol):
+class StreamBackend(StreamStore, RecordsOutbox, Protocol):
     """A whole store, as built at start-up (app/main.py): the composition root hands each part on."""

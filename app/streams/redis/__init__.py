@@ -20,7 +20,7 @@ to the owner's one background writer, which appends many streams per pipelined r
 `{id}:events`; a frame is released to readers once Redis holds it (`StreamLog.gate`). A follower
 on another replica XREADs `{id}:events` from its cursor and relays the stored frames as they are.
 When the owner dies its lease expires, and the first follower (or outbox sweeper) to notice
-appends the final and hands the run on to be recorded (`RunClaims.on_claim`).
+appends the final and hands the run on to be recorded (the store's `on_claim`).
 
 Keys (`{id}` is the stream id, in braces so a stream's keys share a cluster slot):
   foundry:{id}:events      a Redis Stream. One entry per stream per write: field `f` holds the

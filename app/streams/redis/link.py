@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import structlog
@@ -27,7 +27,7 @@ from app.streams.errors import ClaimHook, StoreUnavailable
 from app.streams.frames import encode_frame
 
 __all__ = ["END", "FIRST", "FRAMES", "LAG_ALLOWANCE", "REDIS_ERRORS", "Keys", "RedisLink", "StoreObserver",
-           "final_frame"]
+           "final_frame", "stop"]
 
 StoreObserver = Callable[[str, str, float, bool], None]
 """(store, operation, seconds, failed): the metrics hook."""
@@ -73,7 +73,7 @@ class RedisLink:
     name = "redis"
 
     def __init__(self, url: str, *, ttl: float, lease_seconds: float, timeout: float, prefix: str,
-                 observer: StoreObserver | None) -> None:
+                 observer: StoreObserver | None, on_claim: ClaimHook | None = None) -> None:
         self.replica = "rep_" + uuid.uuid4().hex[:16]
         self.observer = observer
         self.prefix = prefix
@@ -90,7 +90,7 @@ class RedisLink:
         self._claim = self.client.register_script(_CLAIM)
         self._failed_at = time.monotonic()  # a replica starting has seen nothing of the leases yet
         self._trouble_at = float("-inf")  # when Redis last failed or lost its state
-        self.on_claim: ClaimHook | None = None
+        self.on_claim = on_claim
         """Told of each run this replica ends for a lost owner (its record, its key's slot)."""
 
     def keys(self, stream_id: str) -> Keys:
@@ -234,3 +234,18 @@ def final_frame(seq: int, model: str, provider: str, error: ErrorData, status: s
     final = final_event(final_status(status), error, model=model, provider=provider, message=message,
                         usage=Usage(output_unknown=True))
     return encode_frame(seq, final)
+
+
+async def stop(tasks: Sequence[asyncio.Task[None]]) -> None:
+    """Cancel the store's background loops and wait until every one has stopped, cancelling again
+    while any runs. One cancel is not enough: the loops live on after a failed Redis command, and a
+    cancel can come out of a command as its result (on Python 3.11 `asyncio.wait_for`, which
+    redis-py wraps around every command it sends, returns the result when the cancel lands as the
+    command completes) or as a connection error (the cluster client, when it lands while it connects)."""
+    for task in tasks:
+        task.cancel()
+    while not all(task.done() for task in tasks):
+        await asyncio.wait(tasks, timeout=0.1)
+        for task in tasks:
+            task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

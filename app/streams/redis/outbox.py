@@ -13,7 +13,7 @@ run):
 - When the records writer has committed a batch, the ids leave their outboxes (`written`).
 - Every `lease` seconds each replica sweeps (`sweep_once`): for each replica in the registry
   (`foundry:replicas`) whose lease is gone, one sweeper at a time (a short lock) takes its outbox:
-  a record with its final goes to the hook (app/main.py: this replica's records writer); a stream
+  a record with its final goes to `on_record` (app/main.py: this replica's records queue); a stream
   that never ended is ended here (`replica_lost`, as a follower would, so a run nobody was reading
   is recorded too); a run a claimer ended whose record the claimer did not confirm is claimed
   again. Its own outbox it retries after `retry_after`, for records its writer gave up (the
@@ -38,7 +38,7 @@ import structlog
 
 from app.streams.errors import SweptHook, SweptRecord
 from app.streams.redis.follower import RedisFollower
-from app.streams.redis.link import REDIS_ERRORS, RedisLink
+from app.streams.redis.link import REDIS_ERRORS, RedisLink, stop
 
 __all__ = ["RedisOutbox"]
 
@@ -50,19 +50,20 @@ _log = structlog.get_logger("foundry.streams")
 class RedisOutbox:
     """The records a replica's streams owe the database, until one replica has written each."""
 
-    def __init__(self, link: RedisLink, follower: RedisFollower, *, retry_after: float = 60.0) -> None:
+    def __init__(self, link: RedisLink, follower: RedisFollower, *, retry_after: float = 60.0,
+                 on_record: SweptHook | None = None) -> None:
         self._link = link
         self._redis = link.client
         self._follower = follower
         self.retry_after = retry_after
-        self.on_record: SweptHook | None = None
-        """Where swept records go; the outbox is kept only when it is set (records are on)."""
+        self._on_record = on_record
+        """Where swept records go; the outbox is kept only when there is one (records are on)."""
         self._task: asyncio.Task[None] | None = None
         self._handed: dict[str, float] = {}  # stream id -> when this replica last handed its record on
 
     @property
     def enabled(self) -> bool:
-        return self.on_record is not None
+        return self._on_record is not None
 
     def key(self, replica: str) -> str:
         return f"{self._link.prefix}:outbox:{{{replica}}}"
@@ -101,8 +102,7 @@ class RedisOutbox:
 
     async def aclose(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await stop([self._task])  # a sweep may lose one cancel (link.py)
             self._task = None
 
     async def _sweep_loop(self) -> None:
@@ -197,7 +197,7 @@ class RedisOutbox:
 
     async def _hand_on(self, stream_id: str, record: bytes) -> None:
         snapshot = await self._redis.get(self._link.keys(stream_id).transcript)
-        hook = self.on_record
+        hook = self._on_record
         if hook is not None:
             hook(SweptRecord(stream_id=stream_id, payload=record,
                              transcript=orjson.loads(snapshot) if snapshot is not None else None))

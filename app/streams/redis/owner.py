@@ -24,7 +24,7 @@ from app.core.errors import ErrorData
 from app.streams.errors import RunTags, StoreUnavailable
 from app.streams.log import StreamLog
 from app.streams.memory import MemoryStreamStore
-from app.streams.redis.link import END, FIRST, FRAMES, REDIS_ERRORS, RedisLink
+from app.streams.redis.link import END, FIRST, FRAMES, REDIS_ERRORS, RedisLink, stop
 from app.streams.redis.outbox import RedisOutbox
 
 __all__ = ["Pending", "RedisOwner"]
@@ -90,15 +90,7 @@ class RedisOwner:
             await asyncio.wait_for(self.flush(), timeout=max(2.0, self._link.timeout * 2))
         except TimeoutError:
             pass
-        for task in self._tasks:
-            task.cancel()
-        # redis-py's cluster client can turn a cancel that lands while it connects into a connection
-        # error, which the loops survive: cancel again until every task has stopped.
-        while not all(task.done() for task in self._tasks):
-            await asyncio.wait(self._tasks, timeout=0.1)
-            for task in self._tasks:
-                task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await stop(self._tasks)
 
     async def flush(self) -> None:
         """Wait until every frame appended so far is written (tests, shutdown)."""

@@ -45,22 +45,25 @@ class RedisStoreSettings:
 
 
 class RedisStreamStore:
-    """A stream store shared by replicas (`StreamBackend`: the event log, the records outbox and the
-    claims): this replica's streams from memory, the others' from Redis."""
+    """A stream store shared by replicas (`StreamBackend`: the event log and the records outbox;
+    the claims go to `on_claim`): this replica's streams from memory, the others' from Redis."""
 
     name = "redis"
 
     def __init__(self, settings: RedisStoreSettings, *, observer: StoreObserver | None = None,
-                 on_evict: Callable[[str], None] | None = None) -> None:
+                 on_evict: Callable[[str], None] | None = None, on_swept: SweptHook | None = None,
+                 on_claim: ClaimHook | None = None) -> None:
         """`observer` times each Redis operation (the metrics); `on_evict` is told of each
-        finished stream evicted from memory, with why."""
+        finished stream evicted from memory, with why. `on_swept` takes the run records other
+        replicas left in their outboxes (None: records are off, and no outbox is kept);
+        `on_claim` each run this replica ends for a replica that died (its record, its key's slot)."""
         s = settings
         self._local = MemoryStreamStore(ttl=s.ttl, max_streams=s.max_streams, max_events=s.max_events,
                                         max_bytes=s.max_bytes, max_total_bytes=s.max_total_bytes, on_evict=on_evict)
         self._link = RedisLink(s.url, ttl=s.ttl, lease_seconds=s.lease_seconds, timeout=s.timeout, prefix=s.prefix,
-                               observer=observer)
+                               observer=observer, on_claim=on_claim)
         self._follower = RedisFollower(self._link)
-        self._outbox = RedisOutbox(self._link, self._follower, retry_after=s.outbox_retry_seconds)
+        self._outbox = RedisOutbox(self._link, self._follower, retry_after=s.outbox_retry_seconds, on_record=on_swept)
         self._owner = RedisOwner(self._link, self._local, self._outbox, max_pending_bytes=s.max_pending_bytes)
 
     @property
@@ -114,14 +117,6 @@ class RedisStreamStore:
 
     # -- streams: this replica's from memory, the others' from Redis --------------------------
 
-    @property
-    def on_swept(self) -> SweptHook | None:
-        return self._outbox.on_record
-
-    @on_swept.setter
-    def on_swept(self, hook: SweptHook | None) -> None:
-        self._outbox.on_record = hook
-
     def stage_record(self, stream_id: str, payload: Callable[[], bytes]) -> None:
         if self._outbox.enabled:
             self._owner.stage_record(stream_id, payload())
@@ -133,14 +128,6 @@ class RedisStreamStore:
     async def sweep_outbox(self) -> int:
         """One sweep of the outboxes now (tests; it also runs every lease interval)."""
         return await self._outbox.sweep_once()
-
-    @property
-    def on_claim(self) -> ClaimHook | None:
-        return self._link.on_claim
-
-    @on_claim.setter
-    def on_claim(self, hook: ClaimHook | None) -> None:
-        self._link.on_claim = hook
 
     async def create(self, *, model: str, provider: str, owner: str | None = None,
                      keep_events: bool = False, held: bool = False, run: RunTags | None = None) -> StreamLog:
