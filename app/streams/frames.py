@@ -20,9 +20,10 @@ def encode_frame(seq: int, event: StreamEvent) -> bytes:
     """One SSE frame: `id`, `event`, one compact JSON `data` line, blank line.
 
     Text deltas, most of every stream, skip the payload dict: only the content goes through
-    JSON (the same bytes as `safejson.dumps(event.data())`; tests/test_stream_log.py)."""
+    JSON (the same bytes as `safejson.dumps(event.data())`; tests/test_stream_log.py). A refusal's
+    token takes the general path: its data carries `refusal: true`."""
     kind = type(event)
-    if kind is TokenEvent:
+    if kind is TokenEvent and not event.refusal:  # type: ignore[union-attr]  # a refusal's frame says so
         return _TOKEN_FRAME % (seq, event.index, safejson.dumps(event.content))  # type: ignore[union-attr]
     if kind is ReasoningEvent:
         return _REASONING_FRAME % (seq, event.index, safejson.dumps(event.content))  # type: ignore[union-attr]
