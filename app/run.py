@@ -119,6 +119,8 @@ class Run:
         self.tools = tools
         self.transcript = transcript
         self.upstream = upstream
+        self._closed: PatchStream | None = None
+        """The response `_close_upstream` closed last (a stream's `aclose` ends it at its first call)."""
         self.accumulator = Accumulator(model=plan.model, provider=plan.provider, block_ends=True)
         self.released = Released(provider=plan.provider)
         """What was released: the final message and the turns are built from it alone."""
@@ -220,8 +222,13 @@ class Run:
             observe(event)
 
     async def _close_upstream(self) -> None:
+        """Close the step's response, once: the end closes it again only if no step end did."""
+        upstream = self.upstream
+        if upstream is self._closed:
+            return
+        self._closed = upstream
         with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
-            await self.upstream.aclose()
+            await upstream.aclose()
 
     # -- the tool loop ----------------------------------------------------------------------
 
