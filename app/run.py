@@ -104,7 +104,7 @@ class _Progress:
     counted: bool = False  # the current step's usage is in `usage`
     final_message: AssistantMessage | None = None  # the step's, less the gateway's calls, once it ran tools
     stop_reason: StopReason | None = None
-    events: Counter[str] = field(default_factory=Counter)
+    events: dict[str, int] = field(default_factory=dict)  # by type; a plain dict: counted once per event
     ignored: Counter[str] = field(default_factory=Counter)  # what the steps' normalizers ignored as harmless
 
 
@@ -119,6 +119,8 @@ class Run:
         self.tools = tools
         self.transcript = transcript
         self.upstream = upstream
+        self._closed: PatchStream | None = None
+        """The response `_close_upstream` closed last (a stream's `aclose` ends it at its first call)."""
         self.accumulator = Accumulator(model=plan.model, provider=plan.provider, block_ends=True)
         self.released = Released(provider=plan.provider)
         """What was released: the final message and the turns are built from it alone."""
@@ -213,14 +215,20 @@ class Run:
                 continue
             append(event)  # first: an event the log refuses (EventTooLarge) was never released
             keep(event)
-            if self.ttft is None and event.type in _CONTENT_EVENTS:
+            kind = event.type
+            if self.ttft is None and kind in _CONTENT_EVENTS:
                 self.ttft = time.perf_counter() - self.plan.started
-            tally[event.type] += 1
+            tally[kind] = tally.get(kind, 0) + 1
             observe(event)
 
     async def _close_upstream(self) -> None:
+        """Close the step's response, once: the end closes it again only if no step end did."""
+        upstream = self.upstream
+        if upstream is self._closed:
+            return
+        self._closed = upstream
         with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
-            await self.upstream.aclose()
+            await upstream.aclose()
 
     # -- the tool loop ----------------------------------------------------------------------
 
@@ -335,7 +343,7 @@ class Run:
         try:
             await self._close_upstream()
         finally:
-            progress.events["final"] += 1
+            progress.events["final"] = progress.events.get("final", 0) + 1
             if not progress.counted:
                 progress.ignored.update(self.accumulator.ignored)
             try:

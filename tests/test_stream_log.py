@@ -109,6 +109,7 @@ def test_cursor_sources():
     TokenEvent(index=3, content='say "hi"\n\u2028 \U0001f600 </script>'),
     ReasoningEvent(index=0, content="\\ \t\x00"),
     TokenEvent(index=12, content=""),
+    TokenEvent(index=4, content="I can't help with that", refusal=True),
 ])
 def test_the_text_delta_fast_path_encodes_the_same_bytes(event) -> None:
     # encode_frame skips event.data() for text deltas; the frame must not change.
@@ -119,6 +120,7 @@ def test_the_text_delta_fast_path_encodes_the_same_bytes(event) -> None:
 def test_content_frames_decode_back_to_their_events_start_and_final_are_skipped() -> None:
     content = [
         TokenEvent(index=0, content='say "hi"\n\u2028 \U0001f600'),
+        TokenEvent(index=1, content="I can't", refusal=True),
         ReasoningEvent(index=0, content="\\ \t"),
         ToolCallEvent(id="c1", name="add", index=0, args_fragment='{"a": ', is_final=False),
         ToolCallEvent(id="c1", name="add", index=0, args_fragment="1}", is_final=True, arguments={"a": 1}),

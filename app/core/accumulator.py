@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -135,40 +135,21 @@ class Accumulator:
         self._results: dict[BlockKey, _ResultState] = {}
         self.ignored: Counter[str] = Counter()
         """What the normalizer dropped as harmless (Ignored patches), by label."""
-        self._handlers: dict[str, Callable[[Any, list[StreamEvent]], None]] = {
-            "message_start": self._message_start,
-            "text_start": self._text_start,
-            "text_delta": self._text_delta,
-            "text_end": self._text_end,
-            "reasoning_start": self._reasoning_start,
-            "reasoning_delta": self._reasoning_delta,
-            "reasoning_end": self._reasoning_end,
-            "tool_start": self._tool_start,
-            "tool_delta": self._tool_delta,
-            "tool_end": self._tool_end,
-            "tool_result_start": self._result_start,
-            "tool_result_delta": self._result_delta,
-            "tool_result_end": self._result_end,
-            "message_delta": self._message_delta,
-            "message_end": self._message_end,
-            "ignored": self._ignored,
-            "relay": self._relay,
-        }
 
     # -- the contract ---------------------------------------------------------------------
 
     def push(self, patch: Patch, out: list[StreamEvent]) -> None:
         """Apply one patch; append the canonical events it releases to `out`."""
-        self._handlers[patch.kind](patch, out)
+        self._HANDLERS[patch.kind](self, patch, out)
 
     def push_all(self, patches: list[Patch], out: list[StreamEvent] | None = None) -> list[StreamEvent]:
         """Apply a batch; the events it releases (appended to `out` when given: if a patch
         raises, `out` keeps the events of the patches before it)."""
         if out is None:
             out = []
-        handlers = self._handlers
+        handlers = self._HANDLERS
         for patch in patches:
-            handlers[patch.kind](patch, out)
+            handlers[patch.kind](self, patch, out)
         return out
 
     def continue_from(self, previous: Accumulator) -> None:
@@ -397,3 +378,12 @@ class Accumulator:
             value = getattr(patch, name)
             if value is not None:
                 setattr(usage, name, value)
+
+    # Each patch kind's handler, once per class (not bound per instance: one Accumulator per response).
+    _HANDLERS: ClassVar[dict[str, Callable[[Accumulator, Any, list[StreamEvent]], None]]] = {
+        "message_start": _message_start, "text_start": _text_start, "text_delta": _text_delta, "text_end": _text_end,
+        "reasoning_start": _reasoning_start, "reasoning_delta": _reasoning_delta, "reasoning_end": _reasoning_end,
+        "tool_start": _tool_start, "tool_delta": _tool_delta, "tool_end": _tool_end,
+        "tool_result_start": _result_start, "tool_result_delta": _result_delta, "tool_result_end": _result_end,
+        "message_delta": _message_delta, "message_end": _message_end, "ignored": _ignored, "relay": _relay,
+    }

@@ -205,18 +205,21 @@ class TokenEvent:
         return {**data, "refusal": True} if self.refusal else data
 
 
-_new_object, _set_slot = object.__new__, object.__setattr__
+_new_object = object.__new__
+_TOKEN_SLOTS = TokenEvent.__dict__
+_set_type, _set_index, _set_content, _set_refusal = (
+    _TOKEN_SLOTS[name].__set__ for name in ("type", "index", "content", "refusal"))
 
 
 def token_event(index: int, content: str, refusal: bool = False) -> TokenEvent:
     """`TokenEvent(index=index, content=content, refusal=refusal)` on the hot path (one per answer
-    token): the frozen dataclass's own `__init__` is a Python frame that looks `object.__setattr__`
-    up once per field; this sets the same slots with the lookups done once (the same object)."""
+    token): the frozen dataclass's own `__init__` is a Python frame that calls `object.__setattr__`
+    once per field; this sets the same slots through their descriptors (the same object)."""
     event = _new_object(TokenEvent)
-    _set_slot(event, "type", "token")
-    _set_slot(event, "index", index)
-    _set_slot(event, "content", content)
-    _set_slot(event, "refusal", refusal)
+    _set_type(event, "token")
+    _set_index(event, index)
+    _set_content(event, content)
+    _set_refusal(event, refusal)
     return event
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "ToolStart",
     "UsagePatch",
     "MAX_TOKEN_COUNT",
+    "text_delta",
     "token_count",
     "usage_object",
 ]
@@ -123,6 +124,21 @@ class TextDelta:
     text: str
     refusal: bool = False
     """The model's refusal (OpenAI `refusal`), surfaced as text and marked as such."""
+
+
+_new_object = object.__new__
+
+
+def text_delta(key: BlockKey, text: str) -> TextDelta:
+    """`TextDelta(key=key, text=text)` on the hot path (most patches of every answer): the
+    dataclass's `__init__` is a keyword call through the type; this sets the same slots from one
+    plain frame (the same object)."""
+    patch = _new_object(TextDelta)
+    patch.kind = "text_delta"
+    patch.key = key
+    patch.text = text
+    patch.refusal = False
+    return patch
 
 
 @dataclass(slots=True, kw_only=True)

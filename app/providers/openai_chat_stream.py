@@ -53,6 +53,7 @@ from app.core.patches import (
     ToolEnd,
     ToolStart,
     UsagePatch,
+    text_delta,
     token_count,
     usage_object,
 )
@@ -63,6 +64,9 @@ __all__ = ["ChatChunkNormalizer", "normalizer", "stream_error", "usage_patch"]
 
 TEXT_KEY = "content"
 REASONING_KEY = "reasoning"
+
+_orjson_loads = orjson.loads
+_FILTER_KEYS = ("content_filter_results", "content_filter_offsets")
 
 _FINISH_REASON_MAP: dict[str, StopReason] = {
     "stop": "stop",
@@ -164,7 +168,10 @@ class ChatChunkNormalizer:
             self._done = True
             self._close(out)
             return
-        chunk = self._loads(data)
+        try:  # orjson at once; safejson's fallback (lone surrogates) and the failure in `_loads`
+            chunk = _orjson_loads(data)
+        except orjson.JSONDecodeError:
+            chunk = self._loads(data)
         if not isinstance(chunk, dict):
             if self._failure is None:
                 self._fail("a chunk is not a JSON object")
@@ -216,12 +223,13 @@ class ChatChunkNormalizer:
                     raise TypeError("delta.content is not a string")
                 if self._reasoning_open:
                     self._end_reasoning(out)
-                out.append(TextDelta(key=TEXT_KEY, text=content))
+                out.append(text_delta(TEXT_KEY, content))
         elif delta:
             self._delta(delta, out)
-        annotations = _filter_annotations(choice)
-        if annotations:
-            out.append(MessageDelta(content_filter=annotations))
+        if _FILTER_KEYS[0] in choice or _FILTER_KEYS[1] in choice:  # Azure's (decision 5); no other server
+            annotations = _filter_annotations(choice)
+            if annotations:
+                out.append(MessageDelta(content_filter=annotations))
         finish = choice.get("finish_reason")
         if finish:
             self._finished = True

@@ -20,15 +20,19 @@ def encode_frame(seq: int, event: StreamEvent) -> bytes:
     """One SSE frame: `id`, `event`, one compact JSON `data` line, blank line.
 
     Text deltas, most of every stream, skip the payload dict: only the content goes through
-    JSON (the same bytes as `safejson.dumps(event.data())`; tests/test_stream_log.py)."""
+    JSON (the same bytes as `safejson.dumps(event.data())`; tests/test_stream_log.py). A refusal's
+    token takes the general path: its data carries `refusal: true`."""
     kind = type(event)
-    if kind is TokenEvent:
-        return _TOKEN_FRAME % (seq, event.index, safejson.dumps(event.content))  # type: ignore[union-attr]
-    if kind is ReasoningEvent:
-        return _REASONING_FRAME % (seq, event.index, safejson.dumps(event.content))  # type: ignore[union-attr]
+    if (kind is TokenEvent and not event.refusal) or kind is ReasoningEvent:  # type: ignore[union-attr]
+        try:  # orjson at once; safejson's cleaned copy when the text holds a lone surrogate
+            content = _dumps(event.content)  # type: ignore[union-attr]
+        except orjson.JSONEncodeError:
+            content = safejson.dumps(event.content)  # type: ignore[union-attr]
+        return (_TOKEN_FRAME if kind is TokenEvent else _REASONING_FRAME) % (seq, event.index, content)  # type: ignore[union-attr]
     return b"id: %d\nevent: %s\ndata: %s\n\n" % (seq, event.type.encode(), safejson.dumps(event.data()))
 
 
+_dumps = orjson.dumps
 _TOKEN_FRAME = b'id: %d\nevent: token\ndata: {"index":%d,"content":%s}\n\n'
 _REASONING_FRAME = b'id: %d\nevent: reasoning\ndata: {"index":%d,"content":%s}\n\n'
 

@@ -153,29 +153,36 @@ class StreamLog:
         than the final whose frame alone passes the byte cap is refused (EventTooLarge)."""
         if self.final is not None:
             raise RuntimeError("stream already ended with its final event")
-        frame = encode_frame(self._next_seq, event)
+        seq = self._next_seq
+        frame = encode_frame(seq, event)
         if len(frame) > self._max_bytes:
             if not isinstance(event, FinalEvent):
                 raise EventTooLarge(f"a {event.type} event of {len(frame)} bytes passes the stream's cap of "
                                     f"{self._max_bytes} (FOUNDRY_MAX_STREAM_BYTES)")
-            event, frame = fitted_final(event, self._next_seq, self._max_bytes)
-        self._next_seq += 1
-        self._frames.append(frame)
+            event, frame = fitted_final(event, seq, self._max_bytes)
+        final = isinstance(event, FinalEvent)
+        size = len(frame)
+        self._next_seq = seq + 1
+        frames = self._frames
+        frames.append(frame)
         events = self._events
         if events is not None:
             events.append(event)
-        self._bytes += len(frame)
-        if self._budget is not None:
-            self._budget.grow(len(frame), self.info.owner)
-        while len(self._frames) > 1 and self._first_seq <= self._held and self.over_bounds:
-            self._evict_oldest()
-        final = isinstance(event, FinalEvent)
+        self._bytes += size
+        budget = self._budget
+        if budget is not None:  # Budget.grow, inlined: this runs once per event of every stream
+            budget.used += size
+            if budget.used > budget.limit:
+                budget.relieve(self.info.owner)
+        if len(frames) > self._max_events or self._bytes > self._max_bytes:  # over_bounds, tested first
+            while len(frames) > 1 and self._first_seq <= self._held and self.over_bounds:
+                self._evict_oldest()
         if final:
             self.final = event  # type: ignore[assignment]
             self.finished_at = time.monotonic()
         if self.sink is not None:
-            self.sink(self, self._next_seq - 1, frame, final)
-        if self._visible is None:  # a gated log wakes its readers on `release`
+            self.sink(self, seq, frame, final)
+        if self._visible is None and self._waiter is not None:  # a gated log wakes its readers on `release`
             self._wake()
         return frame
 
