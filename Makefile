@@ -25,10 +25,11 @@ run: $(VENV)/.installed-run  ## install and serve the gateway (mock provider by 
 	$(BIN)/foundry-gateway serve --host $(HOST) --port $(PORT)
 
 # The fast tests run on TEST_WORKERS pytest-xdist workers, the slow ones on SLOW_WORKERS (each
-# worker with its own private Redis, databases and ports). The fast stage keeps 2 cores busy with 2
-# workers (4 took as long and made timing-bound tests flaky); the slow tests mostly wait on the
-# processes they start, so the slow stage runs 2 too. TEST_WORKERS=0 / SLOW_WORKERS=0: one process.
-TEST_WORKERS ?= 2
+# worker with its own private Redis, databases and ports). Much of a fast test's time is waiting
+# (uvicorn's shutdown steps, loopback round trips), so 4 workers fill 2 cores: on this 2-core machine,
+# 191 s with 4, 231 s with 3. The slow tests wait on the processes they start: 132 s with 2 workers,
+# 125 s with 3, so 2. TEST_WORKERS=0 / SLOW_WORKERS=0: one process.
+TEST_WORKERS ?= 4
 SLOW_WORKERS ?= 2
 xdist = $(if $(filter 0,$(1)),,-n $(1) --dist worksteal)
 XDIST := $(call xdist,$(TEST_WORKERS))
