@@ -3,7 +3,7 @@
 A log stores each event once, already encoded as its SSE frame (app/streams/frames.py), so fan-out
 costs no encoding per reader and a slow reader holds nothing: readers keep only a cursor into the
 shared log. Each log is bounded (events and bytes; the oldest frames go first); the bytes of all the
-logs of a store count against one `Budget`. A store that persists elsewhere hooks `StreamLog.sink`
+logs of a store count against one `Budget`. A store that persists elsewhere gives each log a `sink`
 and writes in the background, never on the live path (app/streams/redis/owner.py).
 
 Cancellation: the run writing a log registers its `canceller`; `cancel()` (the API's cancel, on
@@ -67,7 +67,7 @@ class StreamLog:
                  "_waiter", "final", "finished_at", "_budget", "sink", "canceller", "_held", "_room", "_visible")
 
     def __init__(self, info: StreamInfo, *, max_events: int, max_bytes: int, budget: Budget | None = None,
-                 keep_events: bool = False, held: bool = False) -> None:
+                 keep_events: bool = False, held: bool = False, sink: Sink | None = None) -> None:
         self.info = info
         self._budget = budget
         self._frames: deque[bytes] = deque()
@@ -81,7 +81,7 @@ class StreamLog:
         self._waiter: asyncio.Event | None = None
         self.final: FinalEvent | None = None
         self.finished_at: float | None = None
-        self.sink: Sink | None = None
+        self.sink = sink
         self.canceller: Callable[[], bool] | None = None
         """Set by the run writing this log: ends it (False when it had already ended)."""
         self._held = 0 if held else _NOBODY

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from app.core.errors import RequestError
 from app.streams.errors import CancelOutcome, CursorAhead, FinalDelivered, RunTags, StoreFull
-from app.streams.log import Budget, StreamInfo, StreamLog, StreamRecord
+from app.streams.log import Budget, Sink, StreamInfo, StreamLog, StreamRecord
 
 __all__ = ["MemoryStreamStore", "parse_cursor"]
 
@@ -65,7 +65,7 @@ class MemoryStreamStore:
         return self.create_local(model=model, provider=provider, owner=owner, keep_events=keep_events, held=held)
 
     def create_local(self, *, model: str, provider: str, owner: str | None = None,
-                     keep_events: bool = False, held: bool = False) -> StreamLog:
+                     keep_events: bool = False, held: bool = False, sink: Sink | None = None) -> StreamLog:
         if len(self._logs) >= self._max_streams:
             self.sweep()
         if len(self._logs) >= self._max_streams:
@@ -78,7 +78,7 @@ class MemoryStreamStore:
         stream_id = "str_" + uuid.uuid4().hex
         log = StreamLog(StreamInfo(stream_id=stream_id, model=model, provider=provider, owner=owner),
                         max_events=self._max_events, max_bytes=self._max_bytes, budget=self._budget,
-                        keep_events=keep_events, held=held)
+                        keep_events=keep_events, held=held, sink=sink)
         self._logs[stream_id] = log
         return log
 

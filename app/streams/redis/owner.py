@@ -106,7 +106,7 @@ class RedisOwner:
         if self._pending_bytes > self._max_pending // 2:
             raise StoreUnavailable("the redis stream store is not keeping up; retry later")
         log = self._local.create_local(model=model, provider=provider, owner=owner, keep_events=keep_events,
-                                       held=held)
+                                       held=held, sink=self.sink)
         log.gate()  # its readers here take a frame once Redis holds it (see `write`)
         info = log.info
         keys = self._link.keys(info.stream_id)
@@ -133,7 +133,6 @@ class RedisOwner:
             self._metas.pop(info.stream_id, None)
             self._local.discard(info.stream_id)
             raise
-        log.sink = self.sink
         return log
 
     def sink(self, log: StreamLog, seq: int, frame: bytes, final: bool) -> None:
