@@ -13,9 +13,12 @@ RUNTIME_LOCK := requirements/runtime.lock.txt
 DEV_LOCK     := requirements/dev.lock.txt
 UV     ?= uv==0.13.9
 
-# The project's own modules and the tests' assertion-rewritten ones keep their compiled form in
-# __pycache__ (ignored by git) even where the environment says not to write bytecode: collecting
-# the fast tests took 27 s of one core per xdist worker without it, 10 s with it.
+# Python keeps the modules it compiles (__pycache__, ignored by git) even where the environment says
+# not to write bytecode (this machine and CI do), and uv, unlike pip, writes none at install: without
+# them every process compiled its imports from source (`import app.main`: 7.6 s of CPU, 3.0 s with
+# them; collecting the fast tests: 27 s per xdist worker, 10 s), and the tests start hundreds of
+# processes. Written on first import, only what is imported is compiled (uv's --compile-bytecode
+# compiled the whole dev lock: ~80 s more install on 2 cores).
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test test-fast test-slow lint install install-test lock openapi docs bench bench-litellm bench-peers migrate clean chaos chaos-repeat flaky doctor
@@ -76,11 +79,7 @@ $(VENV)/bin/uv: | $(VENV)/bin/python
 # resolving again: the runtime lock for serving, the dev lock (a superset) for tests and docs.
 # uv installs them (the pinned version `make lock` resolves with): the dev lock took 68 s with pip
 # and 23 s with uv on this machine, from the same lock with the same hash checks.
-# --compile-bytecode: uv, unlike pip, writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE
-# is set (this machine and CI set it) nothing ever writes them, so every process compiled its
-# imports from source: `import app.main` took 7.6 s of CPU without them and 3.0 s with them, and the
-# tests start hundreds of Python processes.
-UVPIP = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
+UVPIP = $(BIN)/uv pip install --quiet --python $(BIN)/python
 $(VENV)/.installed-run: pyproject.toml $(RUNTIME_LOCK) | $(VENV)/bin/uv
 	$(UVPIP) --require-hashes -r $(RUNTIME_LOCK)
 	$(UVPIP) --no-deps -e .
