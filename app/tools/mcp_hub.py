@@ -84,11 +84,11 @@ def _spec(server: str, tool: types.Tool) -> ToolSpec | None:
 
 
 class McpHub:
-    def __init__(self, servers: Iterable[McpServer]) -> None:
-        self.servers = {server.name: server for server in servers}
+    def __init__(self, configs: Iterable[McpServerConfig]) -> None:
+        """A server per config, each telling the hub when its tool list changed; McpSecretMissing
+        naming a variable not set."""
         self._tools: dict[str, McpTool] = {}
-        for server in self.servers.values():
-            server.on_change = self._rebuild
+        self.servers = {c.name: McpServer(c, c.resolve(), on_change=self._rebuild) for c in configs}
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -138,4 +138,4 @@ def build_hub(configs: Sequence[McpServerConfig]) -> McpHub | None:
     """The servers the configuration declares (None: none); McpSecretMissing naming a variable not set."""
     if not configs:
         return None
-    return McpHub(McpServer(config, config.resolve()) for config in configs)
+    return McpHub(configs)
