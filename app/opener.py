@@ -104,9 +104,11 @@ class RunOpener:
             keep_media_bytes=settings.record_content and settings.record_media_bytes)
 
     async def open(self, spec: RunSpec, session: RouteSession, *, request_id: str | None,
-                   observers: Sequence[RunObserver] = (), replay: ReplaySource | None = None) -> Run:
-        """The run, its upstream at its first content and its log created; GatewayError otherwise.
-        With `replay` (app/cache) the run reads it instead of an upstream."""
+                   observers: Sequence[RunObserver] = (), replay: ReplaySource | None = None,
+                   canceller: Callable[[], bool] | None = None) -> Run:
+        """The run, its upstream at its first content and its log created (with `canceller`, what
+        ends the run when its log is cancelled); GatewayError otherwise. With `replay` (app/cache)
+        the run reads it instead of an upstream."""
         started, started_at = time.perf_counter(), time.time()
         primary = session.primary
         for provider in {t.provider for t in session.targets}:  # the request's options go to any of them
@@ -125,7 +127,7 @@ class RunOpener:
                            adapter=session, request=request, max_steps=max_steps, request_id=request_id,
                            started=started, started_at=started_at, owner=spec.owner,
                            observers=(*self.observers, *observers))
-            log = await self._log(spec, plan.model, plan.provider, request_id)
+            log = await self._log(spec, plan.model, plan.provider, request_id, canceller)
             return ReplayRun(plan, source=replay, log=log, gate=gate, tools=tools,
                              transcript=self._transcript_of(log, request))
         try:
@@ -138,7 +140,7 @@ class RunOpener:
         # `start` and `final` name what served: a route's target, or the model as asked
         model = served.name if session.route is not None else spec.model
         try:
-            log = await self._log(spec, model, served.provider, request_id)
+            log = await self._log(spec, model, served.provider, request_id, canceller)
         except BaseException:
             await upstream.aclose()  # no stream, no run: nothing stays open
             raise
@@ -172,9 +174,11 @@ class RunOpener:
         transcript.finish(status=status, stop_reason=final.stop_reason, usage=final.usage, steps=1)
         ending.end(final, stream_id="str_" + uuid.uuid4().hex, transcript=transcript, logger=_log, opened=False)
 
-    async def _log(self, spec: RunSpec, model: str, provider: str, request_id: str | None) -> StreamLog:
+    async def _log(self, spec: RunSpec, model: str, provider: str, request_id: str | None,
+                   canceller: Callable[[], bool] | None) -> StreamLog:
         return await self.store.create(model=model, provider=provider, owner=spec.owner, keep_events=spec.keep_events,
-                                       held=spec.held, run=RunTags(request_id=request_id, slot=spec.slot))
+                                       held=spec.held, run=RunTags(request_id=request_id, slot=spec.slot),
+                                       canceller=canceller)
 
     def _transcript_of(self, log: StreamLog, request: ProviderRequest) -> Transcript:
         """The run's transcript, kept with its log for the stream's lifetime."""

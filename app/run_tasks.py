@@ -185,14 +185,15 @@ class RunTasks:
 
     async def _open(self, handle: RunHandle, spec: RunSpec, session: RouteSession, request_id: str | None,
                     observers: Sequence[RunObserver], cache: CachePlan | None) -> Run | None:
-        """The opened run, its log's canceller set; None when it did not open (the handle says why).
+        """The opened run, its log cancelled through `handle`; None when it did not open (the handle says why).
         A cache hit (or a request following an identical one in flight) opens a replay."""
         opening = handle.opening
         try:
             if handle.reason is not None:
                 raise asyncio.CancelledError
             replay = await self.cache.find(cache) if cache is not None and self.cache is not None else None
-            run = await self.opener.open(spec, session, request_id=request_id, observers=observers, replay=replay)
+            run = await self.opener.open(spec, session, request_id=request_id, observers=observers, replay=replay,
+                                         canceller=lambda: handle.cancel("cancel_request"))
         except asyncio.CancelledError:
             opening.set_exception(ShuttingDown("the gateway shut down before the run started; retry it")
                                   if handle.reason in (None, "shutdown") else ClientGone("the client went away"))
@@ -206,7 +207,6 @@ class RunTasks:
             self.log.error("run_open_failed", exception=type(exc).__name__)
             opening.set_exception(exc)
             return None
-        run.log.canceller = lambda: handle.cancel("cancel_request")
         if cache is not None and self.cache is not None:
             self.cache.opened(cache, run)
             handle.cache = "hit" if isinstance(run, ReplayRun) else "miss"

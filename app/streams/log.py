@@ -6,7 +6,7 @@ shared log. Each log is bounded (events and bytes; the oldest frames go first); 
 logs of a store count against one `Budget`. A store that persists elsewhere gives each log a `sink`
 and writes in the background, never on the live path (app/streams/redis/owner.py).
 
-Cancellation: the run writing a log registers its `canceller`; `cancel()` (the API's cancel, on
+Cancellation: the run writing a log gives it its `canceller` at creation; `cancel()` (the API's cancel, on
 this replica or relayed from another) calls it, and the run's task ends where it waits with
 `final{status: "cancelled"}`. Readers never drive the run: they read its log.
 """
@@ -67,7 +67,8 @@ class StreamLog:
                  "_waiter", "final", "finished_at", "_budget", "sink", "canceller", "_held", "_room", "_visible")
 
     def __init__(self, info: StreamInfo, *, max_events: int, max_bytes: int, budget: Budget | None = None,
-                 keep_events: bool = False, held: bool = False, sink: Sink | None = None) -> None:
+                 keep_events: bool = False, held: bool = False, sink: Sink | None = None,
+                 canceller: Callable[[], bool] | None = None) -> None:
         self.info = info
         self._budget = budget
         self._frames: deque[bytes] = deque()
@@ -82,8 +83,8 @@ class StreamLog:
         self.final: FinalEvent | None = None
         self.finished_at: float | None = None
         self.sink = sink
-        self.canceller: Callable[[], bool] | None = None
-        """Set by the run writing this log: ends it (False when it had already ended)."""
+        self.canceller = canceller
+        """Given by the run writing this log: ends it (False when it had already ended)."""
         self._held = 0 if held else _NOBODY
         """The last id the holding reader took (`follow(..., hold=True)`): frames after it are kept.
         A log made `held` is held from its first frame, before that reader starts."""

@@ -61,11 +61,14 @@ class MemoryStreamStore:
         pass
 
     async def create(self, *, model: str, provider: str, owner: str | None = None,
-                     keep_events: bool = False, held: bool = False, run: RunTags | None = None) -> StreamLog:
-        return self.create_local(model=model, provider=provider, owner=owner, keep_events=keep_events, held=held)
+                     keep_events: bool = False, held: bool = False, run: RunTags | None = None,
+                     canceller: Callable[[], bool] | None = None) -> StreamLog:
+        return self.create_local(model=model, provider=provider, owner=owner, keep_events=keep_events, held=held,
+                                 canceller=canceller)
 
     def create_local(self, *, model: str, provider: str, owner: str | None = None,
-                     keep_events: bool = False, held: bool = False, sink: Sink | None = None) -> StreamLog:
+                     keep_events: bool = False, held: bool = False, sink: Sink | None = None,
+                     canceller: Callable[[], bool] | None = None) -> StreamLog:
         if len(self._logs) >= self._max_streams:
             self.sweep()
         if len(self._logs) >= self._max_streams:
@@ -78,7 +81,7 @@ class MemoryStreamStore:
         stream_id = "str_" + uuid.uuid4().hex
         log = StreamLog(StreamInfo(stream_id=stream_id, model=model, provider=provider, owner=owner),
                         max_events=self._max_events, max_bytes=self._max_bytes, budget=self._budget,
-                        keep_events=keep_events, held=held, sink=sink)
+                        keep_events=keep_events, held=held, sink=sink, canceller=canceller)
         self._logs[stream_id] = log
         return log
 

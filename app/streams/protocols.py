@@ -48,7 +48,8 @@ class StreamStore(Protocol):
         """Forget the finished streams past their TTL; how many."""
 
     async def create(self, *, model: str, provider: str, owner: str | None = None,
-                     keep_events: bool = False, held: bool = False, run: RunTags | None = None) -> StreamLog:
+                     keep_events: bool = False, held: bool = False, run: RunTags | None = None,
+                     canceller: Callable[[], bool] | None = None) -> StreamLog:
         """A log for a new run on this replica, owned by the API key `owner` (None in open mode),
         keeping its events beside its frames when a reader translates them (`keep_events`), held
         for the reader that owns the run (`held`, `StreamLog.room`); StoreFull / StoreUnavailable

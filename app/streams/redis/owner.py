@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,12 +102,12 @@ class RedisOwner:
     # -- streams ------------------------------------------------------------------------------
 
     async def create(self, *, model: str, provider: str, owner: str | None, keep_events: bool,
-                     held: bool, run: RunTags | None = None) -> StreamLog:
+                     held: bool, run: RunTags | None = None, canceller: Callable[[], bool] | None = None) -> StreamLog:
         """A log in memory, its meta and this replica's lease in Redis, and the sink that persists it."""
         if self._pending_bytes > self._max_pending // 2:
             raise StoreUnavailable("the redis stream store is not keeping up; retry later")
         log = self._local.create_local(model=model, provider=provider, owner=owner, keep_events=keep_events,
-                                       held=held, sink=self.sink)
+                                       held=held, sink=self.sink, canceller=canceller)
         log.gate()  # its readers here take a frame once Redis holds it (see `write`)
         info = log.info
         keys = self._link.keys(info.stream_id)

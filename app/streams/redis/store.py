@@ -130,9 +130,10 @@ class RedisStreamStore:
         return await self._outbox.sweep_once()
 
     async def create(self, *, model: str, provider: str, owner: str | None = None,
-                     keep_events: bool = False, held: bool = False, run: RunTags | None = None) -> StreamLog:
+                     keep_events: bool = False, held: bool = False, run: RunTags | None = None,
+                     canceller: Callable[[], bool] | None = None) -> StreamLog:
         return await self._owner.create(model=model, provider=provider, owner=owner, keep_events=keep_events,
-                                        held=held, run=run)
+                                        held=held, run=run, canceller=canceller)
 
     def get(self, stream_id: str) -> StreamLog | None:
         return self._local.get(stream_id)
