@@ -27,7 +27,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from app.core.accumulator import Accumulator
 from app.core.errors import GatewayError, UpstreamError
 from app.core.events import FinalEvent, ReasoningBlockEnd, StreamEvent
-from app.core.messages import Message, ToolSpec
+from app.core.messages import JsonObject, Message, ToolSpec
 from app.core.patches import Patch
 from app.core.released import Released
 from app.providers.errors import CONNECTION_ERRORS, read_error
@@ -64,17 +64,17 @@ class ProviderRequest:
     temperature: float | None = None
     """None: not sent, the provider's own default applies (nothing is invented for the caller)."""
     max_tokens: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    options: JsonObject = field(default_factory=dict)
     """`provider_options` from the request: wire extras the caller asked for explicitly."""
     stop: tuple[str, ...] = ()
     """Stop sequences: OpenAI `stop`, Anthropic `stop_sequences`, Gemini `stopSequences`."""
     parallel_tool_calls: bool | None = None
     """False: at most one tool call per response (OpenAI `parallel_tool_calls`, Anthropic
     `tool_choice.disable_parallel_tool_use`); None: the provider's default."""
-    output_schema: dict[str, Any] | None = None
+    output_schema: JsonObject | None = None
     """Structured output: the answer is JSON following this JSON Schema (Anthropic
     `output_config.format`, OpenAI `response_format` / `text.format`, Gemini `responseJsonSchema`)."""
-    cache_control: dict[str, Any] | None = None
+    cache_control: JsonObject | None = None
     """Anthropic's top-level prompt-cache breakpoint (automatic caching); a provider that caches by
     itself (OpenAI, Gemini) has nothing to send for it."""
     trace_headers: Mapping[str, str] | None = None
