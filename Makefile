@@ -38,6 +38,7 @@ xdist = $(if $(filter 0,$(1)),,-n $(1) --dist worksteal)
 XDIST := $(call xdist,$(TEST_WORKERS))
 SLOW_XDIST := $(call xdist,$(SLOW_WORKERS))
 
+# mypy (one core for ~14 s) runs beside the fast tests, which mostly wait; its output follows theirs.
 # Every stage runs whatever the ones before it gave; the last line names each stage that failed,
 # and the status is 1 if any did. pytest's 5 (its marker selected no test) fails no stage, but a
 # run in which neither pytest stage ran a test fails.
@@ -48,8 +49,10 @@ test: $(VENV)/.installed-test  ## install the test dependencies; ruff, mypy, the
 	  case "$$name:$$rc" in fast:0|slow:0) ran=yes;; fast:1|slow:1) ran=yes; failed="$$failed $$name(exit 1)";; \
 	    *:0|fast:5|slow:5) ;; *) failed="$$failed $$name(exit $$rc)";; esac; }; \
 	stage ruff $(BIN)/ruff check app tests bench scripts; \
-	stage mypy $(BIN)/mypy; \
+	typed=$$(mktemp); ( $(BIN)/mypy > $$typed 2>&1; echo $$? > $$typed.rc ) & typing=$$!; \
 	stage fast $(BIN)/python -m pytest -m "not slow" $(XDIST); \
+	mypy_run_beside_fast() { wait $$typing; cat $$typed; return "$$(cat $$typed.rc)"; }; \
+	stage mypy mypy_run_beside_fast; rm -f $$typed $$typed.rc; \
 	stage slow $(BIN)/python -m pytest -m "slow and not bench" $(SLOW_XDIST); \
 	if [ -z "$$ran" ]; then failed="$$failed (no test ran)"; fi; \
 	if [ -n "$$failed" ]; then echo "== make test: FAILED:$$failed"; exit 1; fi; \
