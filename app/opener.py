@@ -31,7 +31,7 @@ from app.routing.router import RouteSession
 from app.run import Run, RunPlan
 from app.settings import Settings
 from app.streams.errors import RunTags
-from app.streams.log import StreamLog
+from app.streams.log import Canceller, StreamLog
 from app.streams.protocols import StreamStore
 from app.streams.relay import Relay
 from app.tools import ToolRegistry
@@ -105,7 +105,7 @@ class RunOpener:
 
     async def open(self, spec: RunSpec, session: RouteSession, *, request_id: str | None,
                    observers: Sequence[RunObserver] = (), replay: ReplaySource | None = None,
-                   canceller: Callable[[], bool] | None = None) -> Run:
+                   canceller: Canceller | None = None) -> Run:
         """The run, its upstream at its first content and its log created (with `canceller`, what
         ends the run when its log is cancelled); GatewayError otherwise. With `replay` (app/cache)
         the run reads it instead of an upstream."""
@@ -175,7 +175,7 @@ class RunOpener:
         ending.end(final, stream_id="str_" + uuid.uuid4().hex, transcript=transcript, logger=_log, opened=False)
 
     async def _log(self, spec: RunSpec, model: str, provider: str, request_id: str | None,
-                   canceller: Callable[[], bool] | None) -> StreamLog:
+                   canceller: Canceller | None) -> StreamLog:
         return await self.store.create(model=model, provider=provider, owner=spec.owner, keep_events=spec.keep_events,
                                        held=spec.held, run=RunTags(request_id=request_id, slot=spec.slot),
                                        canceller=canceller)

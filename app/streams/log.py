@@ -39,13 +39,17 @@ WINDOW = 32
 Enough for the reader to take whole batches while it keeps up (its send buffers behind it), small
 enough that a stalled reader pins a few kilobytes, not a whole answer."""
 
-__all__ = ["BATCH_BYTES", "CUT_MARKER", "Budget", "Sink", "StreamInfo", "StreamLog", "StreamRecord", "fitted_final"]
+__all__ = ["BATCH_BYTES", "CUT_MARKER", "Budget", "Canceller", "Sink", "StreamInfo", "StreamLog", "StreamRecord",
+           "fitted_final"]
 
 CUT_MARKER = "… [truncated: this final passed the stream's byte cap]"
 """Ends the text of a final kept cut (`fitted_final`)."""
 
 Sink = Callable[["StreamLog", int, bytes, bool], None]
 """Told of every appended frame (log, seq, frame, is_final): a persisting store's hook."""
+
+Canceller = Callable[[], bool]
+"""Given by the run writing a log: ends the run (False when it had already ended)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -68,7 +72,7 @@ class StreamLog:
 
     def __init__(self, info: StreamInfo, *, max_events: int, max_bytes: int, budget: Budget | None = None,
                  keep_events: bool = False, held: bool = False, sink: Sink | None = None,
-                 canceller: Callable[[], bool] | None = None) -> None:
+                 canceller: Canceller | None = None) -> None:
         self.info = info
         self._budget = budget
         self._frames: deque[bytes] = deque()
@@ -84,7 +88,6 @@ class StreamLog:
         self.finished_at: float | None = None
         self.sink = sink
         self.canceller = canceller
-        """Given by the run writing this log: ends it (False when it had already ended)."""
         self._held = 0 if held else _NOBODY
         """The last id the holding reader took (`follow(..., hold=True)`): frames after it are kept.
         A log made `held` is held from its first frame, before that reader starts."""

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from app.core.errors import RequestError
 from app.streams.errors import CancelOutcome, CursorAhead, FinalDelivered, RunTags, StoreFull
-from app.streams.log import Budget, Sink, StreamInfo, StreamLog, StreamRecord
+from app.streams.log import Budget, Canceller, Sink, StreamInfo, StreamLog, StreamRecord
 
 __all__ = ["MemoryStreamStore", "parse_cursor"]
 
@@ -62,13 +62,13 @@ class MemoryStreamStore:
 
     async def create(self, *, model: str, provider: str, owner: str | None = None,
                      keep_events: bool = False, held: bool = False, run: RunTags | None = None,
-                     canceller: Callable[[], bool] | None = None) -> StreamLog:
+                     canceller: Canceller | None = None) -> StreamLog:
         return self.create_local(model=model, provider=provider, owner=owner, keep_events=keep_events, held=held,
                                  canceller=canceller)
 
     def create_local(self, *, model: str, provider: str, owner: str | None = None,
                      keep_events: bool = False, held: bool = False, sink: Sink | None = None,
-                     canceller: Callable[[], bool] | None = None) -> StreamLog:
+                     canceller: Canceller | None = None) -> StreamLog:
         if len(self._logs) >= self._max_streams:
             self.sweep()
         if len(self._logs) >= self._max_streams:

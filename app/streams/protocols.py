@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
 from app.streams.errors import CancelOutcome, RunTags
-from app.streams.log import StreamLog, StreamRecord
+from app.streams.log import Canceller, StreamLog, StreamRecord
 
 __all__ = ["RecordsOutbox", "StreamBackend", "StreamStore"]
 
@@ -49,7 +49,7 @@ class StreamStore(Protocol):
 
     async def create(self, *, model: str, provider: str, owner: str | None = None,
                      keep_events: bool = False, held: bool = False, run: RunTags | None = None,
-                     canceller: Callable[[], bool] | None = None) -> StreamLog:
+                     canceller: Canceller | None = None) -> StreamLog:
         """A log for a new run on this replica, owned by the API key `owner` (None in open mode),
         keeping its events beside its frames when a reader translates them (`keep_events`), held
         for the reader that owns the run (`held`, `StreamLog.room`); StoreFull / StoreUnavailable

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +22,7 @@ from redis.exceptions import ResponseError
 
 from app.core.errors import ErrorData
 from app.streams.errors import RunTags, StoreUnavailable
-from app.streams.log import StreamLog
+from app.streams.log import Canceller, StreamLog
 from app.streams.memory import MemoryStreamStore
 from app.streams.redis.link import END, FIRST, FRAMES, REDIS_ERRORS, RedisLink, stop
 from app.streams.redis.outbox import RedisOutbox
@@ -102,7 +101,7 @@ class RedisOwner:
     # -- streams ------------------------------------------------------------------------------
 
     async def create(self, *, model: str, provider: str, owner: str | None, keep_events: bool,
-                     held: bool, run: RunTags | None = None, canceller: Callable[[], bool] | None = None) -> StreamLog:
+                     held: bool, run: RunTags | None = None, canceller: Canceller | None = None) -> StreamLog:
         """A log in memory, its meta and this replica's lease in Redis, and the sink that persists it."""
         if self._pending_bytes > self._max_pending // 2:
             raise StoreUnavailable("the redis stream store is not keeping up; retry later")

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from app.streams.errors import CancelOutcome, ClaimHook, RunTags, SweptHook
-from app.streams.log import StreamLog, StreamRecord
+from app.streams.log import Canceller, StreamLog, StreamRecord
 from app.streams.memory import MemoryStreamStore
 from app.streams.redis.follower import RedisFollower
 from app.streams.redis.link import REDIS_ERRORS, RedisLink, StoreObserver
@@ -131,7 +131,7 @@ class RedisStreamStore:
 
     async def create(self, *, model: str, provider: str, owner: str | None = None,
                      keep_events: bool = False, held: bool = False, run: RunTags | None = None,
-                     canceller: Callable[[], bool] | None = None) -> StreamLog:
+                     canceller: Canceller | None = None) -> StreamLog:
         return await self._owner.create(model=model, provider=provider, owner=owner, keep_events=keep_events,
                                         held=held, run=run, canceller=canceller)
 
