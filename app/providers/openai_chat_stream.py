@@ -66,7 +66,7 @@ TEXT_KEY = "content"
 REASONING_KEY = "reasoning"
 
 _orjson_loads = orjson.loads
-_FILTER_KEYS = ("content_filter_results", "content_filter_offsets")
+_FILTER_RESULTS, _FILTER_OFFSETS = "content_filter_results", "content_filter_offsets"  # Azure's (decision 5)
 
 _FINISH_REASON_MAP: dict[str, StopReason] = {
     "stop": "stop",
@@ -129,10 +129,10 @@ def stream_error(payload: Any, provider: str) -> UpstreamError:
 def _filter_annotations(choice: dict[str, Any]) -> ContentFilterData | None:
     """Azure's per-choice `content_filter_results` (and its asynchronous filter's offsets), if any."""
     out: ContentFilterData = {}
-    results = choice.get("content_filter_results")
+    results = choice.get(_FILTER_RESULTS)
     if results and isinstance(results, dict):
         out["completion"] = results
-    offsets = choice.get("content_filter_offsets")
+    offsets = choice.get(_FILTER_OFFSETS)
     if offsets and isinstance(offsets, dict):
         out["offsets"] = offsets
     return out or None
@@ -226,7 +226,7 @@ class ChatChunkNormalizer:
                 out.append(text_delta(TEXT_KEY, content))
         elif delta:
             self._delta(delta, out)
-        if _FILTER_KEYS[0] in choice or _FILTER_KEYS[1] in choice:  # Azure's (decision 5); no other server
+        if _FILTER_RESULTS in choice or _FILTER_OFFSETS in choice:  # no other server sends them
             annotations = _filter_annotations(choice)
             if annotations:
                 out.append(MessageDelta(content_filter=annotations))
