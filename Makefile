@@ -49,10 +49,10 @@ test: $(VENV)/.installed-test  ## install the test dependencies; ruff, mypy, the
 	  case "$$name:$$rc" in fast:0|slow:0) ran=yes;; fast:1|slow:1) ran=yes; failed="$$failed $$name(exit 1)";; \
 	    *:0|fast:5|slow:5) ;; *) failed="$$failed $$name(exit $$rc)";; esac; }; \
 	stage ruff $(BIN)/ruff check app tests bench scripts; \
-	typed=$$(mktemp); ( $(BIN)/mypy > $$typed 2>&1; echo $$? > $$typed.rc ) & typing=$$!; \
+	typed=$$(mktemp); $(BIN)/mypy > $$typed 2>&1 & typing=$$!; \
 	stage fast $(BIN)/python -m pytest -m "not slow" $(XDIST); \
-	mypy_run_beside_fast() { wait $$typing; cat $$typed; return "$$(cat $$typed.rc)"; }; \
-	stage mypy mypy_run_beside_fast; rm -f $$typed $$typed.rc; \
+	mypy_run_beside_fast() { wait $$typing; rc=$$?; cat $$typed; return $$rc; }; \
+	stage mypy mypy_run_beside_fast; rm -f $$typed; \
 	stage slow $(BIN)/python -m pytest -m "slow and not bench" $(SLOW_XDIST); \
 	if [ -z "$$ran" ]; then failed="$$failed (no test ran)"; fi; \
 	if [ -n "$$failed" ]; then echo "== make test: FAILED:$$failed"; exit 1; fi; \
