@@ -29,12 +29,13 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-def _wait(check, what: str, proc: subprocess.Popen | None, timeout: float = 180.0) -> None:
+def _wait(check, what: str, proc: subprocess.Popen | None, timeout: float = 180.0, output=None) -> None:
     """Poll a process-readiness check (a process we started has no event to await)."""
     deadline = time.monotonic() + timeout
     while not check():
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+            said = output() if output is not None else proc.stderr.read().decode()
+            raise RuntimeError(f"{what} exited with {proc.returncode}: {said[-2000:]}")
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} did not come up")
         time.sleep(0.05)
@@ -111,6 +112,14 @@ class Replica:
         self.env = {**os.environ, "FOUNDRY_REDIS_URL": redis_url, "FOUNDRY_LOG_LEVEL": "warning",
                     "FOUNDRY_REDIS_LEASE_SECONDS": "2", "FOUNDRY_REDIS_TIMEOUT_SECONDS": "1", **env}
         self.proc: subprocess.Popen | None = None
+        # Its log (stdout and stderr) goes to a file, never to a pipe nobody reads: a replica that logs more than a pipe
+        # holds (a Redis away for long: a warning per failed command) would block on its next line.
+        self._log = tempfile.TemporaryFile()
+
+    def output(self) -> str:
+        """What the process logged (stdout and stderr), for a failing test's message."""
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
 
     def start(self) -> Replica:
         self.launch()
@@ -122,11 +131,11 @@ class Replica:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(self.port),
              "--log-level", "warning", "--no-access-log"],
-            cwd=REPO, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            cwd=REPO, env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
         return self
 
     def wait_ready(self) -> None:
-        _wait(self._healthy, "gateway replica", self.proc)
+        _wait(self._healthy, "gateway replica", self.proc, output=self.output)
 
     def _healthy(self) -> bool:
         try:
