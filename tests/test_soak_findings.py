@@ -233,3 +233,66 @@ async def _create_when_redis_answers(store):
         except StoreUnavailable:
             await asyncio.sleep(0.1)
     raise AssertionError("Redis did not answer again")
+
+
+async def test_a_follower_that_waited_out_a_redis_stall_leaves_the_owner_its_lease(private_redis):
+    """Redis stalls (a slow disk, a busy host: SIGSTOP here) for longer than the lease: the lease of
+    a live owner lapses in Redis, for want of a Redis to renew it in. A follower's read that waited
+    the stall out is a Redis that did not answer: the follower leaves the owner a lease to renew
+    before judging it lost, as after a failed command. (CI of stop 47: the follower read the lapsed
+    lease in the moment between the stall's end and the owner's renewal, and ended a live stream
+    `replica_lost`.) The owner here renews by hand, late, so that moment is there every run."""
+    from app.core.events import AssistantMessage, FinalEvent, StartEvent, TokenEvent, Usage
+    from app.streams.redis import RedisStoreSettings, RedisStreamStore
+
+    def store():
+        return RedisStreamStore(RedisStoreSettings(url=private_redis.url, ttl=30.0, max_streams=100, max_events=1000,
+                                                   max_bytes=1 << 20, lease_seconds=1.0, timeout=0.5))
+
+    owner, follower = store(), store()  # neither started: the test renews the owner's lease and writes its frames
+    client = redis.from_url(private_redis.url)
+    lease = f"foundry:lease:{{{owner.replica}}}"
+
+    async def renew():  # the owner's lease loop: every third of the lease
+        while True:
+            await client.set(lease, "1", px=1000)
+            await asyncio.sleep(0.3)
+
+    renewer = asyncio.create_task(asyncio.sleep(0))
+    try:
+        log = await owner.create(model="m", provider="p")
+        renewer = asyncio.create_task(renew())
+        sid = log.info.stream_id
+        log.append(StartEvent(stream_id=sid, model="m", provider="p"))
+        log.append(TokenEvent(index=0, content="a"))
+        await owner._owner.write(owner._owner._pending)
+        owner._owner._pending.clear()
+        await asyncio.sleep(1.2)  # past the follower's start-up guard (it has seen no lease yet)
+        body = asyncio.create_task(_read_all(await follower.open(sid, 0)))
+        await asyncio.sleep(0.5)  # the follower waits in XREAD BLOCK, and finds the lease each time
+        renewer.cancel()
+        await asyncio.gather(renewer, return_exceptions=True)
+        await client.set(lease, "1", px=1000)  # the owner's last renewal before Redis stalls
+        os.kill(private_redis.proc.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(2.5)  # the lease lapses in Redis meanwhile
+        finally:
+            os.kill(private_redis.proc.pid, signal.SIGCONT)
+        await asyncio.sleep(0.4)  # the owner's renewal comes late (its loop slept, or ran late)
+        renewer = asyncio.create_task(renew())
+        log.append(TokenEvent(index=0, content="b"))
+        log.append(FinalEvent(status="ok", message=AssistantMessage(content="ab"), usage=Usage(), stop_reason="stop",
+                              model="m", provider="p"))
+        await owner._owner.write(owner._owner._pending)
+        events = parse_sse(await asyncio.wait_for(body, 10))
+        assert [e for _, e, _ in events] == ["start", "token", "token", "final"], events
+        assert events[-1][2]["status"] == "ok", events[-1][2].get("error")  # the owner's own end, not a claim
+    finally:
+        renewer.cancel()
+        await client.aclose()
+        for s in (owner, follower):
+            await s.aclose()
+
+
+async def _read_all(frames):
+    return b"".join([chunk async for chunk in frames])

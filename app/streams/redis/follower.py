@@ -31,7 +31,7 @@ from app.streams.errors import (
 )
 from app.streams.frames import decode_frames
 from app.streams.log import StreamRecord
-from app.streams.redis.link import END, FIRST, FRAMES, REDIS_ERRORS, Keys, RedisLink, final_frame
+from app.streams.redis.link import END, FIRST, FRAMES, REDIS_ERRORS, Keys, RedisLink, Watch, final_frame
 
 __all__ = ["RedisFollower"]
 
@@ -82,11 +82,13 @@ class RedisFollower:
         failing_since: float | None = None
         while True:
             try:
+                waited = Watch()
                 reply = await self._link.xread(keys.events, f"{cursor}-0", count=_READ_COUNT, block=self._link.block_ms)
                 if not reply:
-                    if await self._idle(stream_id, keys, cursor):
+                    if await self._idle(stream_id, keys, cursor, waited):
                         return
                     continue
+                self._link.answered(waited, self._link.block_ms / 1000)  # in time, or a stall
                 failing_since = None
             except REDIS_ERRORS:
                 self._link.observe("read", 0.0, True)
@@ -112,9 +114,9 @@ class RedisFollower:
             if done:
                 return
 
-    async def _idle(self, stream_id: str, keys: Keys, cursor: int) -> bool:
-        """Nothing new for a block interval: True when the stream ended (or expired) without
-        more to read; claims the end when its owner's lease is gone."""
+    async def _idle(self, stream_id: str, keys: Keys, cursor: int, waited: Watch) -> bool:
+        """Nothing new for a block interval (the read `waited`): True when the stream ended (or
+        expired) without more to read; claims the end when its owner's lease is gone."""
         pipe = self._redis.pipeline(transaction=False)
         pipe.hmget(keys.meta, "done", "owner", "model", "provider")
         pipe.xrevrange(keys.events, count=1)
@@ -123,7 +125,7 @@ class RedisFollower:
             return True  # expired: nothing is left to read
         if done is not None:  # ended: its final may have come after the read that found nothing
             return not top or _seq(top[0][0]) <= cursor  # read it, unless this reader is past it
-        if not await self._link.lost(owner.decode()):
+        if not await self._link.lost(owner.decode(), since=waited, expected=self._link.block_ms / 1000):
             return False
         await self.end_lost(stream_id, model.decode(), provider.decode())
         return False  # the next read returns the final (ours or another claimer's)
@@ -203,6 +205,7 @@ class RedisFollower:
     async def cancel(self, stream_id: str) -> CancelOutcome | None:
         """Ask the owner to cancel (through its channel); end it here when nobody runs it any more."""
         keys = self._link.keys(stream_id)
+        asked = Watch()
         async with self._link.answering("cancel"):
             done, owner, model, provider = await self._redis.hmget(keys.meta, "done", "owner", "model",
                                                                    "provider")
@@ -217,7 +220,7 @@ class RedisFollower:
             pipe.rpush(queue, stream_id)
             pipe.pexpire(queue, self._link.lease_ms)
             await pipe.execute()
-            lost = await self._link.lost(owner.decode())
+            lost = await self._link.lost(owner.decode(), since=asked)
         if not lost:
             return "cancelling"
         async with self._link.answering("cancel"):

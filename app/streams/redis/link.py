@@ -26,7 +26,7 @@ from app.redis_client import connect
 from app.streams.errors import ClaimHook, StoreUnavailable
 from app.streams.frames import encode_frame
 
-__all__ = ["END", "FIRST", "FRAMES", "LAG_ALLOWANCE", "REDIS_ERRORS", "Keys", "RedisLink", "StoreObserver",
+__all__ = ["END", "FIRST", "FRAMES", "LAG_ALLOWANCE", "REDIS_ERRORS", "Keys", "RedisLink", "StoreObserver", "Watch",
            "final_frame", "stop"]
 
 StoreObserver = Callable[[str, str, float, bool], None]
@@ -65,6 +65,27 @@ class Keys:
     def __init__(self, prefix: str, stream_id: str) -> None:
         base = f"{prefix}:{{{stream_id}}}"
         self.events, self.meta, self.transcript = f"{base}:events", f"{base}:meta", f"{base}:transcript"
+
+
+class Watch:
+    """When a wait for Redis began, on the event loop's clock, and how late that loop had run so far
+    (`LoopLag.late_total`): what the loop itself held the wait up is taken out of its length."""
+
+    __slots__ = ("began", "late_before", "lag")
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.began = loop.time()
+        self.lag = LoopLag.of(loop)
+        self.late_before = self.lag.late_total if self.lag is not None else 0.0
+
+    def late(self) -> float:
+        """What our own loop's lag has added to the wait so far."""
+        return self.lag.late_total - self.late_before if self.lag is not None else 0.0
+
+    def held(self) -> float:
+        """How long the wait has lasted, less what our own loop's lag added to it."""
+        return asyncio.get_running_loop().time() - self.began - self.late()
 
 
 class RedisLink:
@@ -129,14 +150,32 @@ class RedisLink:
         may still be writing them back."""
         return time.monotonic() - self._trouble_at < 2 * self.lease_ms / 1000
 
-    async def lost(self, replica: str) -> bool:
+    async def lost(self, replica: str, since: Watch | None = None, expected: float = 0.0) -> bool:
         """Whether a replica is gone: its lease missing on a Redis this replica has reached without
         a failure for a whole lease. After Redis stalled or restarted, a lease may be missing only
         because its live owner could not renew it yet: it gets that lease to do so before anyone
-        claims its streams."""
+        claims its streams.
+
+        A stall counts as a failure (`answered`): `since` is when the caller's wait that led here
+        began (a follower's XREAD BLOCK, `expected` seconds long when nothing comes), and the lease
+        read itself is judged too: a lease that lapsed while Redis did not answer says nothing of its
+        owner."""
         if time.monotonic() - self._failed_at < self.lease_ms / 1000:
             return False
-        return not await self.alive(replica)
+        since = since or Watch()
+        gone = not await self.alive(replica)
+        return self.answered(since, expected) and gone
+
+    def answered(self, watch: Watch, expected: float = 0.0) -> bool:
+        """Whether Redis answered a wait in time: not later than `expected` by a third of the lease
+        (our own loop's lag taken out). A later reply is a Redis that stalled (a slow disk, a busy
+        host, a failover's pause) and is judged as a failure for `lost`: meanwhile the leases of
+        live replicas may have lapsed (a stall past two thirds of the lease lapses the lease of an
+        owner that renews every third), and their owners get a lease to renew them in."""
+        if watch.held() - expected <= self.lease_ms / 3000:
+            return True
+        self._failed_at = time.monotonic()
+        return False
 
     async def ping(self) -> bool:
         try:
@@ -195,7 +234,7 @@ class Timed:
     time a Redis that does not answer fails at the bound. The bound is judged one loop turn after
     it passes, so a reply read in that turn (the one a stall delayed) counts."""
 
-    __slots__ = ("link", "op", "started", "timeout", "_lag", "_begin", "_late_before", "_handle")
+    __slots__ = ("link", "op", "started", "timeout", "_watch", "_handle")
 
     def __init__(self, link: RedisLink, op: str) -> None:
         self.link, self.op = link, op
@@ -203,17 +242,14 @@ class Timed:
     async def __aenter__(self) -> None:
         self.started = time.perf_counter()
         loop = asyncio.get_running_loop()
-        self._begin = loop.time()
-        self._lag = LoopLag.of(loop)
-        self._late_before = self._lag.late_total if self._lag is not None else 0.0
+        self._watch = Watch()
         self.timeout = asyncio.timeout(None)
         await self.timeout.__aenter__()
-        self._handle = loop.call_at(self._begin + self.link.timeout * 2, self._judge, loop)
+        self._handle = loop.call_at(self._watch.began + self.link.timeout * 2, self._judge, loop)
 
     def _judge(self, loop: asyncio.AbstractEventLoop) -> None:
-        now, lag, bound = loop.time(), self._lag, self.link.timeout * 2
-        held = lag.late_total - self._late_before if lag is not None else 0.0
-        deadline = self._begin + min(bound + held, LAG_ALLOWANCE * bound)
+        now, watch, bound = loop.time(), self._watch, self.link.timeout * 2
+        deadline = watch.began + min(bound + watch.late(), LAG_ALLOWANCE * bound)
         if now < deadline:
             self._handle = loop.call_at(deadline, self._judge, loop)
         else:
@@ -225,6 +261,8 @@ class Timed:
             await self.timeout.__aexit__(exc_type, exc, tb)
         finally:
             self.link.observe(self.op, time.perf_counter() - self.started, exc_type is not None, exc)
+            if exc_type is None:
+                self.link.answered(self._watch)  # in time, or a stall
 
 
 def final_frame(seq: int, model: str, provider: str, error: ErrorData, status: str,

@@ -38,7 +38,7 @@ import structlog
 
 from app.streams.errors import SweptHook, SweptRecord
 from app.streams.redis.follower import RedisFollower
-from app.streams.redis.link import REDIS_ERRORS, RedisLink, stop
+from app.streams.redis.link import REDIS_ERRORS, RedisLink, Watch, stop
 
 __all__ = ["RedisOutbox"]
 
@@ -120,12 +120,13 @@ class RedisOutbox:
         """One pass over the registry: the outboxes of replicas that are gone, then this
         replica's own overdue records. How many records (or runs ended) it handed on."""
         me = self._link.replica
+        began = Watch()
         async with self._link.timed("sweep"):
             pipe = self._redis.pipeline(transaction=False)
             pipe.zadd(self.registry, {me: time.time()})
             pipe.zrange(self.registry, 0, -1)
             replicas = [r.decode() for r in (await pipe.execute())[1] if r.decode() != me]
-            gone = [replica for replica in replicas if await self._link.lost(replica)]
+            gone = [replica for replica in replicas if await self._link.lost(replica, since=began)]
         handed = 0
         for replica in gone:
             lock = f"{self._link.prefix}:sweeping:{{{replica}}}"
