@@ -51,7 +51,12 @@ def redis_url(cluster):
 
 @pytest.fixture(scope="module")
 def cluster_pair(cluster):
-    a, b = start_together(Replica(cluster.url), Replica(cluster.url))
+    """A lease (10 s) that outlasts a failover's pause: a coordinated failover holds the old
+    master's writes until its replica has caught up, a second or two on a busy host, and the
+    suites' 2 s lease lapsed in it (the owner's renewal waited), so its follower rightly ended a
+    live stream `replica_lost` (CI of stop 47). docs/deployment.md#redis-cluster says so."""
+    lease = {"FOUNDRY_REDIS_LEASE_SECONDS": "10"}
+    a, b = start_together(Replica(cluster.url, **lease), Replica(cluster.url, **lease))
     try:
         yield a, b
     finally:
@@ -138,6 +143,10 @@ async def test_master_sigkilled_mid_stream_ends_honestly_and_resumes_work(cluste
                 own = owner.aiter_bytes()
                 mine = await read_until(own, 3)
                 key = f"foundry:{{{sid}}}:events"
+                # The stream's start replicated first (on a cluster just started, the replica may
+                # still be syncing): the hole comes after what the promoted replica holds.
+                await until(lambda: cluster.last_id(cluster.replica_of(cluster.master_of(key)), key) >= 3,
+                            "the stream's first events on the replica")
                 master, standby = cluster.cut_replication(key)
                 held = cluster.last_id(standby, key)
                 await until(lambda: cluster.last_id(master, key) > held, "events only the master holds")
