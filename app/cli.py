@@ -142,11 +142,14 @@ def _load_settings() -> Settings:
     Imported here, not at the top: `--help` and `--version` need no settings, and the settings
     and everything below them cost more to import than those answers take.
     """
-    from app.config_load import load_settings, unknown_variables
+    from app.config_load import load_settings, setting_warnings, unknown_variables
 
     for warning in unknown_variables():
         print(f"foundry-gateway: warning: {warning}", file=sys.stderr)
-    return load_settings()
+    settings = load_settings()
+    for warning in setting_warnings(settings):
+        print(f"foundry-gateway: warning: {warning}", file=sys.stderr)
+    return settings
 
 
 def _config_schema(args: argparse.Namespace) -> int:

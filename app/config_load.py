@@ -52,6 +52,21 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
     return warnings
 
 
+def setting_warnings(settings: Settings) -> list[str]:
+    """Settings that load but work against each other, each with what to change."""
+    warnings = []
+    lease, timeout = settings.redis_lease_seconds, settings.redis_timeout_seconds
+    if settings.redis_url is not None and lease <= 3 * timeout:
+        # Renewed every third of the lease, a renewal waiting twice the timeout (a slow Redis, a
+        # failover's pause) outlasts what is left of it: the other replicas then end this
+        # replica's live streams `replica_lost` (app/streams/redis/owner.py, `_lease_loop`).
+        warnings.append(f"FOUNDRY_REDIS_LEASE_SECONDS ({lease:g}) is not more than three times "
+                        f"FOUNDRY_REDIS_TIMEOUT_SECONDS ({timeout:g}): one slow lease renewal lets the lease "
+                        "lapse and other replicas end this replica's live streams replica_lost; raise the lease "
+                        "or lower the timeout")
+    return warnings
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Settings from the environment and FOUNDRY_CONFIG, or a ConfigError naming each mistake."""
     try:

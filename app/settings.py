@@ -100,7 +100,8 @@ class _GatewaySettings(BaseSettings):
     redis_lease_seconds: float = Field(
         default=10.0, ge=0.2, le=60,
         description="A replica's lease on its running streams; followers elsewhere end a stream with "
-                    "final{error: replica_lost} at most this (plus one second) after its replica died.",
+                    "final{error: replica_lost} at most this (plus one second) after its replica died. Keep it "
+                    "more than three times the Redis timeout (a warning says so otherwise).",
     )
     redis_max_pending_bytes: int = Field(
         default=32 << 20, ge=1 << 16, description="Frames buffered for Redis at most (while it is slow or away).",

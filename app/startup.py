@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
-from app.config_load import env_name, unknown_variables
+from app.config_load import env_name, setting_warnings, unknown_variables
 from app.core.cost import price_sources
 from app.observability import get_logger
 from app.providers.catalog import PROVIDERS
@@ -120,6 +120,8 @@ def log_startup(settings: Settings, served: list[str], auth_mode: str, injected:
     log = get_logger("foundry.startup")
     for warning in unknown_variables():
         log.warning("unknown_setting", message=warning)
+    for warning in setting_warnings(settings):
+        log.warning("setting_conflict", message=warning)
     statuses = provider_statuses(settings, injected=injected - {"mock"})
     for status in statuses:
         log.info("provider", provider=status.name, served=status.served, why=status.why)

@@ -126,6 +126,27 @@ def test_an_unknown_variable_is_a_warning_naming_the_closest_setting(
     assert "warning: FOUNDRY_MAX_BODYBYTES: no such setting, ignored (did you mean FOUNDRY_MAX_BODY_BYTES?)" in err
 
 
+def test_a_lease_one_slow_renewal_would_lapse_is_a_warning_naming_both_settings(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Renewed every third of itself, a lease no longer than three reply timeouts lapses when one
+    renewal waits its whole bound (twice the timeout): a Redis cluster's failover did that to a
+    live replica's streams in the suites (2 s lease, 1 s timeout)."""
+    monkeypatch.setenv("FOUNDRY_REDIS_URL", "redis://127.0.0.1:6379/0")
+    monkeypatch.setenv("FOUNDRY_REDIS_LEASE_SECONDS", "3")
+    monkeypatch.setenv("FOUNDRY_REDIS_TIMEOUT_SECONDS", "1")
+    status, _, err = run(capsys, "config", "check")
+    assert status == 0
+    assert ("warning: FOUNDRY_REDIS_LEASE_SECONDS (3) is not more than three times FOUNDRY_REDIS_TIMEOUT_SECONDS (1): "
+            "one slow lease renewal lets the lease lapse") in err
+    monkeypatch.setenv("FOUNDRY_REDIS_LEASE_SECONDS", "3.5")
+    status, _, err = run(capsys, "config", "check")
+    assert status == 0 and "FOUNDRY_REDIS_LEASE_SECONDS" not in err
+    monkeypatch.delenv("FOUNDRY_REDIS_URL")  # no Redis: no lease
+    monkeypatch.setenv("FOUNDRY_REDIS_LEASE_SECONDS", "1")
+    status, _, err = run(capsys, "config", "check")
+    assert status == 0 and "FOUNDRY_REDIS_LEASE_SECONDS" not in err
+
+
 def test_config_check_masks_secrets_and_says_why_a_provider_is_not_served(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     key, password = "sk-proj-0123456789abcdefABCDEF", "db-pass-0123456789"
