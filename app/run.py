@@ -199,6 +199,7 @@ class Run:
                         await log.room()
                     if relay is not None and relay.lagging:
                         await relay.room()
+                del events, released  # not held while the next read waits (app/routing/stream.py)
 
     def _emit(self, events: list[StreamEvent]) -> None:
         """Append released events to the log (and the transcript, and what was released). A

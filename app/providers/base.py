@@ -160,8 +160,10 @@ async def response_events(stream: AsyncIterable[list[Patch]], accumulator: Accum
             if out:
                 yield out
             raise
+        del batch  # nothing of this read is held while the next waits (app/routing/stream.py)
         if out:
             yield out
+            del out
         if accumulator.completed:  # the provider said it finished: an upstream holding its body open
             break  # after that ([DONE], message_stop) is not waited for (the caller closes the stream)
     if not accumulator.completed:

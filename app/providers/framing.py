@@ -99,6 +99,7 @@ class FramePatchStream:
             with self._read_errors(self._provider), _decoding_limits(self._provider):
                 async for chunk in self._chunks:
                     events = decoder.feed(chunk)
+                    del chunk  # none of this read is held while the next waits (app/routing/stream.py)
                     if not events:  # reads that end no event (decompressed without I/O) yield the loop
                         await asyncio.sleep(0)
                         continue
@@ -109,8 +110,10 @@ class FramePatchStream:
                         if out:  # what arrived in the same read before the failure still counts
                             yield out
                         raise
+                    del events
                     if out:
                         yield out
+                        del out
                 out = []
                 try:
                     self._feed(decoder.flush(), out)

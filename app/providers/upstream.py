@@ -22,7 +22,7 @@ import functools
 import os
 import ssl
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -124,11 +124,6 @@ async def bounded_read(response: aiohttp.ClientResponse, limit: int) -> bytes:
     finally:
         response.close()
     return bytes(body)
-
-
-async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    async for part in response.content.iter_any():
-        yield part
 
 
 @dataclass(slots=True, kw_only=True)
@@ -277,5 +272,5 @@ class HttpAdapter(ProviderAdapter):
             else:
                 response.close()  # the provider stops generating
 
-        return FramePatchStream(_chunks(response), call.normalizer, close=close, provider=self.name,
+        return FramePatchStream(response.content.iter_any(), call.normalizer, close=close, provider=self.name,
                                 decoder=call.decoder, relay=call.relay, read_errors=mid_stream_errors)

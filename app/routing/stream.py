@@ -49,9 +49,12 @@ class RoutedStream:
 
     async def __aiter__(self) -> AsyncIterator[list[Patch]]:
         try:
+            # A suspended generator keeps its locals alive: nothing it yielded stays bound here
+            # while the next read waits (for a model that pauses, most of a stream's life), or it
+            # would be held with the SSE events and bytes behind it (memory per open stream).
             buffered, self._buffered = self._buffered, []
-            for batch in buffered:
-                yield batch
+            while buffered:
+                yield buffered.pop(0)
             if self._failure is not None:
                 raise self._failure
             if self._ended:
@@ -85,6 +88,7 @@ class RoutedStream:
                     abort.waiting = False
                 self._last = now()
                 yield batch
+                del batch  # not held while the next read waits (above)
         finally:
             if self._handle is not None:
                 self._handle.cancel()
