@@ -57,6 +57,31 @@ async def test_frames_reach_redis_in_order_and_another_replica_replays_and_follo
         await b.aclose()
 
 
+async def test_a_running_streams_events_get_their_expiry_with_the_first_write_not_with_every_write(redis_url):
+    """An orphaned stream (its replica gone, nobody claiming it) still expires: its events key
+    gets the running grace with the write that creates it. Later writes within a minute send no
+    EXPIRE (one per write was half the writer's commands at a token a write)."""
+    a = store(redis_url, ttl=30.0)
+    await a.start()
+    client = redis.from_url(redis_url)
+    try:
+        log = await a.create(model="m", provider="p")
+        key = f"foundry:{{{log.info.stream_id}}}:events"
+        log.append(StartEvent(stream_id=log.info.stream_id, model="m", provider="p"))
+        await a.flush()
+        assert 3600 < await client.ttl(key) <= 3630  # the TTL and the running grace
+        await client.persist(key)  # so a later EXPIRE would show
+        log.append(TokenEvent(index=0, content="a"))
+        await a.flush()
+        assert await client.xlen(key) == 2 and await client.ttl(key) == -1  # written, no EXPIRE sent
+        log.append(final())
+        await a.flush()
+        assert 0 < await client.ttl(key) <= 30  # ended: the stream's own TTL
+    finally:
+        await client.aclose()
+        await a.aclose()
+
+
 async def test_redis_copy_is_bounded_like_the_memory_log_and_expires_after_the_ttl(redis_url):
     a, b = store(redis_url, max_events=16, ttl=7.0), store(redis_url)
     await a.start()

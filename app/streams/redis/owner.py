@@ -32,6 +32,7 @@ __all__ = ["Pending", "RedisOwner"]
 _log = structlog.get_logger("foundry.streams")
 _RUNNING_GRACE = 3600  # seconds a running stream's keys outlive its last write (orphans expire)
 _SNAPSHOT_EVERY = 1.0  # seconds between transcript snapshots of a running stream
+_EXPIRY_EVERY = 60.0  # seconds between pushes of a running stream's events expiry (one per write: half the commands)
 _STORE_LOST: ErrorData = {"code": "store_unavailable", "retryable": True,
                           "message": "the stream store lost events of this stream while it was unreachable"}
 
@@ -60,6 +61,7 @@ class RedisOwner:
         self._pending_bytes = 0
         self._broken: dict[str, StreamLog] = {}
         self._snapshots: dict[str, float] = {}
+        self._expiries: dict[str, float] = {}  # when each running stream's events expiry was last pushed out
         self._metas: dict[str, dict[str, str]] = {}  # each running stream's meta, to write it back
         self._restore = False  # Redis failed: once it answers, check what it lost (restart, no disk)
         self._lease_until = 0.0  # monotonic time until which this replica's lease is surely held
@@ -243,6 +245,7 @@ class RedisOwner:
         now = time.monotonic()
         ttl_s = self._link.ttl_s
         adds: list[tuple[int, StreamLog, int]] = []  # (index of its XADD in the pipeline, or -1; log; its last id)
+        extended: list[str] = []
         for stream_id, pending in batch.items():
             keys = self._link.keys(stream_id)
             log, entries = pending.log, pending.entries
@@ -269,10 +272,14 @@ class RedisOwner:
                 for key in (keys.events, keys.meta, keys.transcript):
                     pipe.expire(key, ttl_s)
                 self._snapshots.pop(stream_id, None)
+                self._expiries.pop(stream_id, None)
                 self._metas.pop(stream_id, None)
-            else:
-                pipe.expire(keys.events, ttl_s + _RUNNING_GRACE)
+            elif kept and now - self._expiries.get(stream_id, float("-inf")) >= _EXPIRY_EVERY:
+                pipe.expire(keys.events, ttl_s + _RUNNING_GRACE)  # with the XADD that may create the key
+                extended.append(stream_id)
         results = await pipe.execute(raise_on_error=False)
+        for stream_id in extended:  # only once written: a failed write is retried with its EXPIRE
+            self._expiries[stream_id] = now
         for index, log, last in adds:
             result = results[index] if index >= 0 else None
             if isinstance(result, ResponseError) and "equal or smaller" not in str(result):
@@ -351,6 +358,7 @@ class RedisOwner:
             await self._link.end(stream_id, log.info.model, log.info.provider, _STORE_LOST, status="error")
             del self._broken[stream_id]
             self._snapshots.pop(stream_id, None)
+            self._expiries.pop(stream_id, None)
             self._metas.pop(stream_id, None)
 
     # -- lease and cancels --------------------------------------------------------------------
