@@ -271,9 +271,7 @@ class RedisOwner:
                 pipe.hset(keys.meta, mapping=end)
                 for key in (keys.events, keys.meta, keys.transcript):
                     pipe.expire(key, ttl_s)
-                self._snapshots.pop(stream_id, None)
-                self._expiries.pop(stream_id, None)
-                self._metas.pop(stream_id, None)
+                self._forget(stream_id)
             elif kept and now - self._expiries.get(stream_id, float("-inf")) >= _EXPIRY_EVERY:
                 pipe.expire(keys.events, ttl_s + _RUNNING_GRACE)  # with the XADD that may create the key
                 extended.append(stream_id)
@@ -357,9 +355,12 @@ class RedisOwner:
         for stream_id, log in list(self._broken.items()):
             await self._link.end(stream_id, log.info.model, log.info.provider, _STORE_LOST, status="error")
             del self._broken[stream_id]
-            self._snapshots.pop(stream_id, None)
-            self._expiries.pop(stream_id, None)
-            self._metas.pop(stream_id, None)
+            self._forget(stream_id)
+
+    def _forget(self, stream_id: str) -> None:
+        """What this replica kept to write a stream it writes no more (its final written, or given up)."""
+        for kept in (self._snapshots, self._expiries, self._metas):
+            kept.pop(stream_id, None)
 
     # -- lease and cancels --------------------------------------------------------------------
 
