@@ -124,7 +124,7 @@ def _accounts(settings: Settings,
     if database is None:
         return build_store(settings, metrics, on_claim=_claims(settings, None, auth)), auth, None, []
     queue = RecordQueue(size=settings.records_queue_size, batch_size=settings.records_batch_size,
-                        on_drop=lambda reason, n: metrics.records_dropped.labels(reason).inc(n))
+                        on_drop=metrics.count_dropped_records)
     store = build_store(settings, metrics, on_claim=_claims(settings, queue, auth),
                         on_swept=lambda swept: queue.submit(swept_record(swept, content=settings.record_content)))
     records = RecordWriter(database, queue, linger=settings.records_linger, write_timeout=settings.records_write_timeout,
@@ -289,7 +289,7 @@ def _mcp_calls(settings: Settings, records: RecordWriter | None, metrics: Metric
     if records is None:
         return None
     return McpCallLog(records, queue_size=settings.records_queue_size, batch_size=settings.records_batch_size,
-                      on_drop=lambda reason, n: metrics.records_dropped.labels(reason).inc(n))
+                      on_drop=metrics.count_dropped_records)
 
 
 def _mcp_closing(endpoint: McpEndpoint, sessions: McpSessions, grace: float) -> Callable[[], Awaitable[None]]:

@@ -278,6 +278,10 @@ class Metrics:
         its own; another gets its own once it served, up to `targets`' cap; the rest: `other`."""
         return target if configured else self.targets.label(target, admit=served)
 
+    def count_dropped_records(self, reason: str, n: int) -> None:
+        """The records writers' and the tool-call log's `on_drop`."""
+        self.records_dropped.labels(reason).inc(n)
+
     def count_key_outcome(self, name: str, outcome: str) -> None:
         self.key_requests.labels(self.key_label(name), outcome).inc()
 
