@@ -243,13 +243,10 @@ async def test_a_follower_that_waited_out_a_redis_stall_leaves_the_owner_its_lea
     lease in the moment between the stall's end and the owner's renewal, and ended a live stream
     `replica_lost`.) The owner here renews by hand, late, so that moment is there every run."""
     from app.core.events import AssistantMessage, FinalEvent, StartEvent, TokenEvent, Usage
-    from app.streams.redis import RedisStoreSettings, RedisStreamStore
+    from tests.test_redis_store import read_all, store
 
-    def store():
-        return RedisStreamStore(RedisStoreSettings(url=private_redis.url, ttl=30.0, max_streams=100, max_events=1000,
-                                                   max_bytes=1 << 20, lease_seconds=1.0, timeout=0.5))
-
-    owner, follower = store(), store()  # neither started: the test renews the owner's lease and writes its frames
+    # neither started: the test renews the owner's lease and writes its frames
+    owner, follower = store(private_redis.url, lease_seconds=1.0), store(private_redis.url, lease_seconds=1.0)
     client = redis.from_url(private_redis.url)
     lease = f"foundry:lease:{{{owner.replica}}}"
 
@@ -268,7 +265,7 @@ async def test_a_follower_that_waited_out_a_redis_stall_leaves_the_owner_its_lea
         await owner._owner.write(owner._owner._pending)
         owner._owner._pending.clear()
         await asyncio.sleep(1.2)  # past the follower's start-up guard (it has seen no lease yet)
-        body = asyncio.create_task(_read_all(await follower.open(sid, 0)))
+        body = asyncio.create_task(read_all(await follower.open(sid, 0)))
         await asyncio.sleep(0.5)  # the follower waits in XREAD BLOCK, and finds the lease each time
         renewer.cancel()
         await asyncio.gather(renewer, return_exceptions=True)
@@ -292,7 +289,3 @@ async def test_a_follower_that_waited_out_a_redis_stall_leaves_the_owner_its_lea
         await client.aclose()
         for s in (owner, follower):
             await s.aclose()
-
-
-async def _read_all(frames):
-    return b"".join([chunk async for chunk in frames])
