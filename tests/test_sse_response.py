@@ -88,3 +88,43 @@ async def test_a_client_that_stops_reading_is_dropped_after_the_send_timeout():
     frames = Frames([b"first", b"second", b"third"])
     await call(SSEResponse(frames, ping_seconds=1, send_timeout=0.02), never_disconnect, send)
     assert frames.closed.is_set()
+
+
+async def test_a_request_watches_its_client_with_one_task_from_the_runs_open_to_its_answers_end():
+    """The wait for a run to open and the response that reads it share the request's one watcher of
+    its client leaving (`RequestLog.watch_gone`), and it is gone when the answer ended, streamed or
+    JSON."""
+    import httpx
+
+    from app.main import create_app
+    from app.settings import Settings
+    from tests.support import parse_sse, serve
+
+    loop = asyncio.get_running_loop()
+    watchers: list[asyncio.Task] = []
+    default = loop.get_task_factory()
+
+    def factory(loop, coro, **kwargs):
+        task = default(loop, coro, **kwargs) if default else asyncio.Task(coro, loop=loop, **kwargs)
+        if getattr(coro, "__qualname__", "") == "disconnected":
+            watchers.append(task)
+        return task
+
+    ask = {"model": "mock/lorem-5", "messages": [{"role": "user", "content": "hi"}]}
+    app = create_app(Settings(records=False))
+    async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        loop.set_task_factory(factory)
+        try:
+            streamed = await client.post("/v1/stream", json=ask)
+            assert parse_sse(streamed.text)[-1][2]["status"] == "ok"
+            assert len(watchers) == 1
+            answered = await client.post("/v1/generate", json=ask)
+            assert answered.status_code == 200 and answered.json()["status"] == "ok"
+            assert len(watchers) == 2
+            refused = await client.post("/v1/stream", json={**ask, "model": "nowhere/x"})
+            assert refused.status_code == 404
+            assert len(watchers) == 2  # refused before any run: nothing to watch for
+            await asyncio.sleep(0)  # a cancelled watcher ends at its next step
+            assert all(task.done() for task in watchers)
+        finally:
+            loop.set_task_factory(default)

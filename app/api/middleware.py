@@ -9,6 +9,7 @@ through `RequestLog.send`, the channel below this middleware, so no frame pays f
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
@@ -26,7 +27,7 @@ from app.tracing import Tracing
 if TYPE_CHECKING:
     from app.run import Run
 
-__all__ = ["RequestContextMiddleware", "RequestLog", "note_refusal"]
+__all__ = ["RequestContextMiddleware", "RequestLog", "disconnected", "note_refusal"]
 
 _MAX_MESSAGE = 300
 
@@ -58,6 +59,16 @@ class RequestLog:
     """Why the request was refused before any run (error code, field, scrubbed message)."""
     send: Send | None = None
     """The channel below the middleware: once the response started, its body may go straight there."""
+    gone: asyncio.Future[None] | None = None
+    """The request's watcher of its client leaving (`watch_gone`), once started."""
+
+    def watch_gone(self, receive: Receive) -> asyncio.Future[None]:
+        """The request's one watcher of its client leaving (a task reading `receive` until
+        `http.disconnect`), started on first use: the wait for a run to open and the response that
+        reads the run share it. The middleware stops it when the request ends."""
+        if self.gone is None:
+            self.gone = asyncio.ensure_future(disconnected(receive))
+        return self.gone
 
     def upstream_seconds(self, *, whole: bool) -> float | None:
         """The provider's share of the time to the answer's first byte: its attempts' time to their
@@ -141,6 +152,8 @@ class RequestContextMiddleware:
                 receive = buffered
             await self.app(scope, receive, send_wrapper)
         finally:
+            if record.gone is not None:
+                record.gone.cancel()
             if trace_token is not None:
                 self.tracing.detach(trace_token)  # type: ignore[union-attr]
             structlog.contextvars.unbind_contextvars("request_id")
@@ -235,3 +248,9 @@ def _request_id(scope: Scope) -> str:
                 return candidate
             break
     return uuid.uuid4().hex
+
+
+async def disconnected(receive: Receive) -> None:
+    """Until the client has gone (`http.disconnect`): the request's body was read already."""
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 
-from app.api.sse import disconnected
+from app.api.middleware import RequestLog, disconnected
 from app.core.events import FinalEvent, StreamEvent
 from app.pipeline import RunHandle
 from app.run import Run
@@ -64,11 +64,16 @@ async def _or_gone(request: Request, handle: RunHandle, reading: Coroutine[Any, 
 
 
 async def _done_or_gone(request: Request, waiting: asyncio.Future[Any]) -> bool:
-    """Until `waiting` is done or the client has gone; whether it is done."""
+    """Until `waiting` is done or the client has gone; whether it is done. The client is watched by
+    the request's one watcher (`RequestLog.watch_gone`), which the response reading the run goes on
+    with; without the middleware's log, by one of its own."""
     if not waiting.done():
-        gone = asyncio.ensure_future(disconnected(request.receive))
+        record = request.scope.get("state", {}).get("record")
+        shared = isinstance(record, RequestLog)
+        gone = record.watch_gone(request.receive) if shared else asyncio.ensure_future(disconnected(request.receive))
         try:
             await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            gone.cancel()
+            if not shared:
+                gone.cancel()
     return waiting.done()

@@ -29,9 +29,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from app.api.middleware import RequestLog
+from app.api.middleware import RequestLog, disconnected
 
-__all__ = ["SSEResponse", "disconnected"]
+__all__ = ["SSEResponse"]
 
 _HEADERS = {"cache-control": "no-store", "x-accel-buffering": "no"}
 _PING = {"type": "http.response.body", "body": b": ping\n\n", "more_body": True}
@@ -63,10 +63,14 @@ class SSEResponse(StreamingResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = _State()
         record = scope.get("state", {}).get("record")
-        body = record.send if isinstance(record, RequestLog) and record.send is not None else send
+        logged = isinstance(record, RequestLog)
+        body = record.send if logged and record.send is not None else send
         sender = asyncio.get_running_loop().create_task(self._send(send, body, state))
+        # the request's own watcher of its client when the middleware keeps one (the wait for the
+        # run to open started it), else one of the response's
+        client = record.watch_gone(receive) if logged else asyncio.ensure_future(disconnected(receive))
         try:
-            gone = await self._watch(receive, send, sender, state)
+            gone = await self._watch(client, send, sender, state)
         finally:
             if not sender.done():
                 sender.cancel()
@@ -97,12 +101,12 @@ class SSEResponse(StreamingResponse):
         state.sending = True  # the closing send is watched too (a reader that never reads)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _watch(self, receive: Receive, send: Send, sender: asyncio.Task[None], state: _State) -> bool:
-        """Until the sender is done (False) or the client is gone (True): pings and the watchdog."""
+    async def _watch(self, client: asyncio.Future[None], send: Send, sender: asyncio.Task[None], state: _State) -> bool:
+        """Until the sender is done (False) or the client is gone (True, `client` done): pings and the
+        watchdog."""
         loop = asyncio.get_running_loop()
         # Wake often enough to see either deadline within a fraction of itself.
         interval = min(self.ping_seconds, self.send_timeout) / 4
-        client = loop.create_task(disconnected(receive))
         seen, changed = state.sent, loop.time()  # the last frame count seen, and when it last moved
         sending_since: float | None = None  # when the send in progress was first seen
         try:
@@ -135,8 +139,3 @@ class _State:
         self.sent = 0  # frames sent; the watcher notes when this last moved
         self.sending = False
 
-
-async def disconnected(receive: Receive) -> None:
-    """Until the client has gone (`http.disconnect`): the request's body was read already."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
