@@ -86,8 +86,11 @@ class RecordStore:
         connect_args: dict[str, Any] = {}
         if self.url.get_backend_name() == "postgresql":
             connect_args["timeout"] = min(write_timeout, 10.0)  # connecting to a dead host fails, not hangs
+        # A ping before each checkout finds a network connection that died in the pool; a SQLite file
+        # has none, and through aiosqlite the ping is a round trip to its thread and back on every
+        # batch and read (docs/records.md#cost).
         self.engine: AsyncEngine = create_async_engine(
-            self.url, json_serializer=_dumps, json_deserializer=orjson.loads, pool_pre_ping=True,
+            self.url, json_serializer=_dumps, json_deserializer=orjson.loads, pool_pre_ping=not self.is_sqlite,
             connect_args=connect_args,
         )
         if self.is_sqlite:
