@@ -165,3 +165,43 @@ async def test_a_log_nobody_holds_drops_its_oldest_frames_and_a_late_reader_gets
     assert not log.over_bounds and len(log) == 4 and log.first_seq == 17
     with pytest.raises(ReplayUnavailable):
         log.check_replay(0)
+
+
+async def test_a_finished_stream_kept_for_replay_lets_go_of_its_run() -> None:
+    """A stream stays replayable for its TTL after its final; what ran it (the run's task, and
+    through it the run, its accumulator, gate, transcript builder and upstream response) is
+    not kept with it. The log's canceller held all of it, 77 objects for the collector to walk per
+    finished stream instead of 15 (docs/performance.md)."""
+    import gc
+    import weakref
+
+    import httpx
+
+    from app.main import create_app
+    from app.settings import Settings
+    from tests.support import serve
+
+    loop = asyncio.get_running_loop()
+    tasks: list[weakref.ref[asyncio.Task]] = []  # named after the factory: the run's is named "run"
+    default = loop.get_task_factory()
+
+    def factory(loop, coro, **kwargs):
+        task = default(loop, coro, **kwargs) if default else asyncio.Task(coro, loop=loop, **kwargs)
+        tasks.append(weakref.ref(task))
+        return task
+
+    ask = {"model": "mock/lorem-5", "messages": [{"role": "user", "content": "hi"}]}
+    async with serve(create_app(Settings(records=False))) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        loop.set_task_factory(factory)
+        try:
+            response = await client.post("/v1/stream", json=ask)
+        finally:
+            loop.set_task_factory(default)
+        stream_id = response.headers["x-stream-id"]
+        runs = [ref for ref in tasks if getattr(ref(), "get_name", lambda: "")() == "run"]
+        assert parse_sse(response.text)[-1][2]["status"] == "ok" and len(runs) == 1
+        # replayable; and this next request on the connection lets go of the first one's response
+        replay = await client.get(f"/v1/stream/{stream_id}")
+        assert parse_sse(replay.text) == parse_sse(response.text)
+        gc.collect()
+        assert runs[0]() is None, "the finished stream keeps its run's task"

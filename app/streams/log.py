@@ -184,6 +184,9 @@ class StreamLog:
         if final:
             self.final = event  # type: ignore[assignment]
             self.finished_at = time.monotonic()
+            # nothing is left to cancel: let go of the run (its task, state and upstream response),
+            # which the canceller's closure would keep as long as the stream is kept for replay
+            self.canceller = None
         if self.sink is not None:
             self.sink(self, seq, frame, final)
         if self._visible is None and self._waiter is not None:  # a gated log wakes its readers on `release`
