@@ -20,7 +20,7 @@ itself (not a server tool) says so (`ToolResultEvent.closes_turn`): the turn rul
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
@@ -130,7 +130,9 @@ class Accumulator:
         self._relay_held: list[bytes] = []  # relayed provider events kept back behind held text
         self._reasoning: dict[BlockKey, _ReasoningState] = {}
         self._tools: dict[BlockKey, _ToolState] = {}
-        self._calls: deque[_ToolState] = deque()  # calls not wholly out yet, in start order; the first is out now
+        # calls not wholly out yet, in start order; the first is out now. A list: an answer has a few
+        # calls at most, and most none (an empty deque takes a 64-slot block, ~670 bytes per run)
+        self._calls: list[_ToolState] = []
         self._answerable: set[str] = set()  # completed calls of this response the model does not run
         self._results: dict[BlockKey, _ResultState] = {}
         self.ignored: Counter[str] = Counter()
@@ -264,14 +266,14 @@ class Accumulator:
         out.append(event)
         if not event.is_final:
             return
-        calls.popleft()
+        del calls[0]
         while calls:  # the next calls' waiting events follow, each call whole while it is done
             following = calls[0]
             out.extend(following.waiting)
             following.waiting.clear()
             if not following.done:
                 break
-            calls.popleft()
+            del calls[0]
 
     def _open_tool(self, key: BlockKey) -> _ToolState:
         record = self._tools.get(key)
