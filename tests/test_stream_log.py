@@ -205,3 +205,27 @@ async def test_a_finished_stream_kept_for_replay_lets_go_of_its_run() -> None:
         assert parse_sse(replay.text) == parse_sse(response.text)
         gc.collect()
         assert runs[0]() is None, "the finished stream keeps its run's task"
+
+
+async def test_readers_that_leave_a_silent_stream_leave_no_waiters_piling_up() -> None:
+    """Each reader waits for the next append on a future of its own; one that leaves (its client
+    gone) while nothing is appended leaves a cancelled future behind, and those are dropped as
+    more readers come, not kept until the stream's next event."""
+    log = await store().create(model="m", provider="p")
+    log.append(TokenEvent(index=0, content="t0"))
+
+    async def read() -> None:
+        async for _ in log.follow(0):
+            pass
+
+    for _ in range(5):
+        readers = [asyncio.create_task(read()) for _ in range(40)]
+        await asyncio.sleep(0.01)  # each took the first frame and waits for the next
+        for reader in readers:
+            reader.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+    waiting = asyncio.create_task(read())
+    await asyncio.sleep(0.01)
+    assert len(log._waiters or ()) <= 17
+    log.append(final())
+    await asyncio.wait_for(waiting, 5)  # the reader that stayed is woken and ends with the final
