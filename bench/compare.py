@@ -1,12 +1,14 @@
 """Gateways from several checkouts side by side, with the relay, in one run: added time to first
-token (c=1, interleaved rounds) and CPU per 1-chunk request (c=1, interleaved rounds).
+token (c=1, interleaved rounds), CPU per 1-chunk request (c=1, interleaved rounds) and, with
+`--chunk-streams N`, CPU per chunk of 200-chunk streams at c=20 as `bench/run.py` measures it
+(N streams per target, in six rounds whose order turns).
 
 What a change did, measured against the commit before it on the same machine in the same minute:
 `git worktree add ../before <commit>` (with `../before/.venv` pointing at a venv that has its
 dependencies), then `python bench/compare.py ../before .`. Each checkout's gateway runs from its
 own directory with its own `.venv`; the fake upstream and the relay come from this checkout.
 
-Usage: `python bench/compare.py CHECKOUT [CHECKOUT ...] [--rounds 300] [--requests 600]`.
+Usage: `python bench/compare.py CHECKOUT [CHECKOUT ...] [--rounds 300] [--requests 600] [--chunk-streams 360]`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ async def main() -> dict:
     parser.add_argument("checkouts", nargs="+", type=Path)
     parser.add_argument("--rounds", type=int, default=300, help="interleaved TTFT rounds")
     parser.add_argument("--requests", type=int, default=600, help="1-chunk requests per target (CPU)")
+    parser.add_argument("--chunk-streams", type=int, default=0,
+                        help="200-chunk streams per target at c=20 for CPU per chunk (0: not measured)")
     args = parser.parse_args()
     up = free_port()
     upstream_url = f"http://127.0.0.1:{up}/v1"
@@ -72,8 +76,30 @@ async def main() -> dict:
         for name in targets:
             out[name] = {"added_ttft_median_ms": round((statistics.median(samples[name]) - direct) * 1e3, 3),
                          "cpu_ms_per_request": round(used[name] / (args.requests // rounds * rounds) * 1e3, 3)}
+        if args.chunk_streams:
+            for name, per_chunk in (await cpu_per_chunk(targets, args.chunk_streams)).items():
+                out[name]["cpu_us_per_chunk"] = per_chunk
     print(json.dumps(out, indent=2))
     return out
+
+
+async def cpu_per_chunk(targets: dict[str, tuple[int, str]], streams: int, chunks: int = 200,
+                        concurrency: int = 20, rounds: int = 6) -> dict[str, float]:
+    """CPU microseconds per chunk of each target, `streams` streams each in `rounds` rounds, the
+    order of the targets turning each round (drift on a shared machine hits them all)."""
+    used = dict.fromkeys(targets, 0.0)
+    payload = body(f"bench/chunks-{chunks}")
+    for _, url in targets.values():  # warm-up
+        await run_streams(url, payload, concurrency, concurrency)
+    per_round = max(1, streams // rounds)
+    names = list(targets)
+    for i in range(rounds):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            pid, url = targets[name]
+            c0 = cpu_seconds(pid)
+            await run_streams(url, payload, per_round, concurrency)
+            used[name] += cpu_seconds(pid) - c0
+    return {name: round(used[name] / (per_round * rounds * chunks) * 1e6, 2) for name in targets}
 
 
 if __name__ == "__main__":

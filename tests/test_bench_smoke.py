@@ -89,12 +89,13 @@ def test_routing_bench_runs_and_reports_its_cost(tmp_path):
 
 
 def test_compare_runs_a_checkout_against_the_relay():
-    done = subprocess.run([sys.executable, "bench/compare.py", ".", "--rounds", "3", "--requests", "6"],
-                          cwd=REPO, check=True, timeout=300, capture_output=True)
+    done = subprocess.run([sys.executable, "bench/compare.py", ".", "--rounds", "3", "--requests", "6",
+                           "--chunk-streams", "6"], cwd=REPO, check=True, timeout=300, capture_output=True)
     results = json.loads(done.stdout)
     assert set(results) == {"direct_ttft_ms", ".", "relay"}
     for name in (".", "relay"):  # CPU is read in 10 ms ticks: six requests may read 0
         assert results[name]["cpu_ms_per_request"] >= 0 and results[name]["added_ttft_median_ms"] is not None
+        assert results[name]["cpu_us_per_chunk"] > 0  # 1,200 chunks each
 
 
 def test_transport_bench_reports_each_client(tmp_path):
