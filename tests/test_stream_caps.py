@@ -10,7 +10,7 @@ from app.core.events import AssistantMessage, FinalEvent, ReasoningBlock, StartE
 from app.main import create_app
 from app.settings import Settings
 from app.streams.errors import ReplayUnavailable
-from app.streams.log import CUT_MARKER
+from app.streams.frames import CUT_MARKER
 from app.streams.memory import MemoryStreamStore
 from tests.support import parse_sse, serve
 

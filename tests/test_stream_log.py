@@ -229,3 +229,31 @@ async def test_readers_that_leave_a_silent_stream_leave_no_waiters_piling_up() -
     assert len(log._waiters or ()) <= 17
     log.append(final())
     await asyncio.wait_for(waiting, 5)  # the reader that stayed is woken and ends with the final
+
+
+async def test_a_finished_facade_stream_keeps_its_frames_not_its_events() -> None:
+    """A drop-in stream's log keeps its events for the facade that translates them (app/api/compat);
+    once that reader has read the final, the log lets go of them: the stream stays kept for its TTL
+    with its frames, not with an event object per token."""
+    import gc
+
+    import httpx
+
+    from app.core.events import TokenEvent
+    from app.main import create_app
+    from app.settings import Settings
+    from tests.support import serve
+
+    def tokens_alive() -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if type(o) is TokenEvent)
+
+    ask = {"model": "mock/lorem-20", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    async with serve(create_app(Settings(records=False))) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        assert (await client.post("/v1/chat/completions", json=ask)).status_code == 200
+        before = tokens_alive()
+        for _ in range(5):
+            response = await client.post("/v1/chat/completions", json=ask)
+            assert response.status_code == 200 and "[DONE]" in response.text
+        await client.get("/healthz")  # the connection's last request lets go of the last answer
+        assert tokens_alive() - before < 20, "finished facade streams keep their token events"

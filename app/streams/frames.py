@@ -1,19 +1,29 @@
-"""The SSE frame codec of the stream logs: an event to its frame, and frames back to content events.
+"""The SSE frame codec of the stream logs: an event to its frame, and frames back to content events;
+a final cut to fit a log's byte cap (`fitted_final`).
 
 A log encodes each event once, for all its readers (app/streams/log.py); a store that rebuilds a
 stream from stored frames decodes them here (app/streams/redis/follower.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from app.core import safejson
-from app.core.events import ReasoningEvent, StreamEvent, TokenEvent, ToolCallEvent, ToolResultEvent
+from app.core.events import (
+    AssistantMessage,
+    FinalEvent,
+    ReasoningEvent,
+    StreamEvent,
+    TokenEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+)
 
-__all__ = ["decode_frames", "encode_frame"]
+__all__ = ["CUT_MARKER", "decode_frames", "encode_frame", "fitted_final"]
 
 
 def encode_frame(seq: int, event: StreamEvent) -> bytes:
@@ -61,3 +71,26 @@ _DECODE: dict[bytes, Callable[[Any], StreamEvent]] = {
     b"tool_result": lambda d: ToolResultEvent(tool_call_id=d["tool_call_id"], name=d["name"], content=d["content"],
                                               is_error=d["is_error"]),
 }
+
+
+CUT_MARKER = "… [truncated: this final passed the stream's byte cap]"
+"""Ends the text of a final kept cut (`fitted_final`)."""
+
+
+def fitted_final(final: FinalEvent, seq: int, limit: int) -> tuple[FinalEvent, bytes]:
+    """A final whose frame passed a log's byte cap, cut to fit it: reasoning and the run's added
+    messages left out, the text shortened on a character boundary and ended by `CUT_MARKER`. What
+    no cut can shrink (status, usage, error, tool calls) is kept whole."""
+    slim = dataclasses.replace(final, message=AssistantMessage(content=CUT_MARKER,
+                                                               tool_calls=final.message.tool_calls), messages=())
+    frame = encode_frame(seq, slim)
+    text = final.message.content.encode("utf-8", "surrogatepass")
+    room = limit - len(frame)
+    while room > 0 and text:  # JSON escapes can make the text longer on the wire: shrink until it fits
+        content = text[:room].decode("utf-8", "ignore") + CUT_MARKER
+        fitted = dataclasses.replace(slim, message=dataclasses.replace(slim.message, content=content))
+        candidate = encode_frame(seq, fitted)
+        if len(candidate) <= limit:
+            return fitted, candidate
+        room -= len(candidate) - limit
+    return slim, frame

@@ -14,7 +14,6 @@ this replica or relayed from another) calls it, and the run's task ends where it
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import time
 from collections import deque
@@ -22,10 +21,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from app.core.events import AssistantMessage, FinalEvent, StreamEvent
+from app.core.events import FinalEvent, StreamEvent
 from app.core.transcript import Transcript
 from app.streams.errors import EventTooLarge, ReplayUnavailable
-from app.streams.frames import encode_frame
+from app.streams.frames import encode_frame, fitted_final
 
 _T = TypeVar("_T")
 
@@ -41,11 +40,8 @@ WINDOW = 32
 Enough for the reader to take whole batches while it keeps up (its send buffers behind it), small
 enough that a stalled reader pins a few kilobytes, not a whole answer."""
 
-__all__ = ["BATCH_BYTES", "CUT_MARKER", "Budget", "Canceller", "Sink", "StreamInfo", "StreamLog", "StreamRecord",
-           "fitted_final"]
+__all__ = ["BATCH_BYTES", "Budget", "Canceller", "Sink", "StreamInfo", "StreamLog", "StreamRecord"]
 
-CUT_MARKER = "… [truncated: this final passed the stream's byte cap]"
-"""Ends the text of a final kept cut (`fitted_final`)."""
 
 Sink = Callable[["StreamLog", int, bytes, bool], None]
 """Told of every appended frame (log, seq, frame, is_final): a persisting store's hook."""
@@ -286,17 +282,24 @@ class StreamLog:
         return self._read(after, hold, lambda cursor: self._batch(cursor, BATCH_BYTES, self.readable_seq))
 
     def follow_events(self, after: int = 0, *, hold: bool = False) -> AsyncIterator[list[StreamEvent]]:
-        """Like `follow`, the events themselves, in batches (a log made with `keep_events`)."""
+        """Like `follow`, the events themselves, in batches (a log made with `keep_events`). They are
+        kept for the reader that holds the log (a facade translating its run): once it has read the
+        final, the log lets go of them, and its frames stay for replay (a finished stream would
+        otherwise keep an event object per token for its TTL)."""
         events = self._events
         if events is None:
             raise RuntimeError("this log keeps frames only")
         return self._read(after, hold, lambda cursor: (
             list(itertools.islice(events, cursor + 1 - self._first_seq, self.readable_seq + 1 - self._first_seq)),
-            self.readable_seq))
+            self.readable_seq), read_all=self._drop_events if hold else None)
 
-    async def _read(self, after: int, hold: bool, take: Callable[[int], tuple[_T, int]]) -> AsyncIterator[_T]:
+    def _drop_events(self) -> None:
+        self._events = None
+
+    async def _read(self, after: int, hold: bool, take: Callable[[int], tuple[_T, int]], *,
+                    read_all: Callable[[], None] | None = None) -> AsyncIterator[_T]:
         """What `take(cursor)` gives (a batch, and the last id in it) for each new stretch of the
-        log after `after`, until the final event."""
+        log after `after`, until the final event (then `read_all`, if given)."""
         self.check_replay(after)
         cursor = after
         if hold:
@@ -312,6 +315,8 @@ class StreamLog:
                     yield batch
                     continue
                 if self.final is not None and cursor >= self.last_seq:
+                    if read_all is not None:
+                        read_all()
                     return
                 await self._changed()
         finally:
@@ -350,25 +355,6 @@ class StreamLog:
         if self.final is not None or self.canceller is None:
             return False
         return self.canceller()
-
-
-def fitted_final(final: FinalEvent, seq: int, limit: int) -> tuple[FinalEvent, bytes]:
-    """A final whose frame passed a log's byte cap, cut to fit it: reasoning and the run's added
-    messages left out, the text shortened on a character boundary and ended by `CUT_MARKER`. What
-    no cut can shrink (status, usage, error, tool calls) is kept whole."""
-    slim = dataclasses.replace(final, message=AssistantMessage(content=CUT_MARKER,
-                                                               tool_calls=final.message.tool_calls), messages=())
-    frame = encode_frame(seq, slim)
-    text = final.message.content.encode("utf-8", "surrogatepass")
-    room = limit - len(frame)
-    while room > 0 and text:  # JSON escapes can make the text longer on the wire: shrink until it fits
-        content = text[:room].decode("utf-8", "ignore") + CUT_MARKER
-        fitted = dataclasses.replace(slim, message=dataclasses.replace(slim.message, content=content))
-        candidate = encode_frame(seq, fitted)
-        if len(candidate) <= limit:
-            return fitted, candidate
-        room -= len(candidate) - limit
-    return slim, frame
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
