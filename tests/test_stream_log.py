@@ -257,3 +257,35 @@ async def test_a_finished_facade_stream_keeps_its_frames_not_its_events() -> Non
             assert response.status_code == 200 and "[DONE]" in response.text
         await client.get("/healthz")  # the connection's last request lets go of the last answer
         assert tokens_alive() - before < 20, "finished facade streams keep their token events"
+
+
+def test_a_finished_logs_packed_frames_read_as_its_frames_did() -> None:
+    """`PackedFrames` (a finished log's frames in one bytes object) gives what the deque of frames
+    gave: the same frames popped from the left, iterated, and every span a reader or the store's
+    writer takes (by count, by bytes: the frame that reaches the byte budget is the last)."""
+    import random
+    from collections import deque
+
+    from app.streams.frames import PackedFrames
+
+    rng = random.Random(7)
+    frames = [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40))) for _ in range(40)]
+    packed, live = PackedFrames(frames), deque(frames)
+    for _ in range(5):  # the log evicts from the left while its holding reader catches up
+        assert packed.popleft() == live.popleft()
+    assert len(packed) == len(live) and list(packed) == list(live)
+    kept = list(live)
+    for offset in range(len(kept)):
+        for stop in range(offset + 1, len(kept) + 1):
+            for max_bytes in (None, 1, 25, 100, 10_000):
+                for max_frames in (1, 3, 1000):
+                    taken: list[bytes] = []
+                    for frame in kept[offset:min(stop, offset + max_frames)]:
+                        taken.append(frame)
+                        if max_bytes is not None and sum(map(len, taken)) >= max_bytes:
+                            break
+                    assert packed.span(offset, stop, max_bytes, max_frames) == (b"".join(taken), len(taken))
+    while packed:
+        packed.popleft()
+    with pytest.raises(IndexError):
+        packed.popleft()

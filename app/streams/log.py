@@ -19,12 +19,12 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from app.core.events import FinalEvent, StreamEvent
 from app.core.transcript import Transcript
 from app.streams.errors import EventTooLarge, ReplayUnavailable
-from app.streams.frames import encode_frame, fitted_final
+from app.streams.frames import PackedFrames, encode_frame, fitted_final
 
 _T = TypeVar("_T")
 
@@ -73,7 +73,8 @@ class StreamLog:
                  canceller: Canceller | None = None) -> None:
         self.info = info
         self._budget = budget
-        self._frames: deque[bytes] = deque()
+        self._frames: deque[bytes] | PackedFrames = deque()
+        """Packed once the final is in (`PackedFrames`)."""
         self._events: deque[StreamEvent] | None = deque() if keep_events else None
         """The events beside their frames, for a reader that translates them (a facade); same bounds."""
         self._first_seq = 1
@@ -169,7 +170,7 @@ class StreamLog:
         final = isinstance(event, FinalEvent)
         size = len(frame)
         self._next_seq = seq + 1
-        frames = self._frames
+        frames = cast("deque[bytes]", self._frames)  # packed only once the final is in, below
         frames.append(frame)
         events = self._events
         if events is not None:
@@ -189,6 +190,7 @@ class StreamLog:
             # nothing is left to cancel: let go of the run (its task, state and upstream response),
             # which the canceller's closure would keep as long as the stream is kept for replay
             self.canceller = None
+            self._frames = PackedFrames(frames)
         if self.sink is not None:
             self.sink(self, seq, frame, final)
         if self._visible is None and self._waiters is not None:  # a gated log wakes its readers on `release`
@@ -259,15 +261,18 @@ class StreamLog:
         if start > end:
             return b"", after
         offset = start - self._first_seq
+        frames = self._frames
+        if isinstance(frames, PackedFrames):
+            data, taken = frames.span(offset, end - self._first_seq + 1, max_bytes,
+                                      _BATCH_FRAMES if max_bytes is not None else len(frames))
+            return data, start + taken - 1
         if max_bytes is None:
             if end == self.last_seq:
-                frames = self._frames if offset == 0 else itertools.islice(self._frames, offset, None)
-            else:
-                frames = itertools.islice(self._frames, offset, end - self._first_seq + 1)
-            return b"".join(frames), end
+                return b"".join(frames if offset == 0 else itertools.islice(frames, offset, None)), end
+            return b"".join(itertools.islice(frames, offset, end - self._first_seq + 1)), end
         batch: list[bytes] = []
         size = 0
-        for frame in itertools.islice(self._frames, offset, min(offset + _BATCH_FRAMES, end - self._first_seq + 1)):
+        for frame in itertools.islice(frames, offset, min(offset + _BATCH_FRAMES, end - self._first_seq + 1)):
             batch.append(frame)
             size += len(frame)
             if size >= max_bytes:
