@@ -311,3 +311,29 @@ async def test_a_finished_log_holds_its_frames_in_a_few_allocations() -> None:
         tracemalloc.stop()
     assert blocks < 20, f"a finished log holds its frames in {blocks} allocations"
     assert [i for i, _, _ in parse_sse(log.frames_after(0))] == list(range(1, 202))
+
+
+async def test_a_relay_reader_waits_on_a_future_and_leaving_mid_wait_harms_nothing() -> None:
+    """The same-wire relay's one reader waits for the next frame on a future: frames pushed while it
+    waits wake it, a reader cancelled mid-wait leaves nothing that breaks the next push or reader,
+    and the final ends the read."""
+    from app.streams.relay import Relay
+
+    relay = Relay()
+    first = relay.follow()
+    waiting = asyncio.create_task(anext(first))
+    await asyncio.sleep(0)
+    relay.push(b"a")
+    assert await asyncio.wait_for(waiting, 5) == (b"a", None)
+    gone = asyncio.create_task(anext(first))
+    await asyncio.sleep(0)
+    gone.cancel()  # the client left while the reader waited
+    await asyncio.gather(gone, return_exceptions=True)
+    relay.push(b"b")  # nobody waits: kept for a reader
+    again = relay.follow()
+    assert await asyncio.wait_for(anext(again), 5) == (b"b", None)
+    later = asyncio.create_task(anext(again))
+    await asyncio.sleep(0)
+    relay.push(b"c")
+    relay.finish(final())
+    assert await asyncio.wait_for(later, 5) == (b"c", final())

@@ -28,7 +28,9 @@ class Relay:
         self._bytes = 0
         self._max_bytes = max_bytes
         self.final: FinalEvent | None = None
-        self._waiter: asyncio.Event | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        """The reader's wait for the next frame: a future (one reader; an `asyncio.Event` would add a
+        coroutine per wait and a 64-slot deque, as the stream log found, app/streams/log.py)."""
         self._room: asyncio.Event | None = None
 
     def push(self, frame: bytes) -> None:
@@ -42,9 +44,11 @@ class Relay:
         self._wake()
 
     def _wake(self) -> None:
-        if self._waiter is not None:
-            self._waiter.set()
+        waiter = self._waiter
+        if waiter is not None:
             self._waiter = None
+            if not waiter.done():  # the reader cancelled while it waited cancelled it
+                waiter.set_result(None)
 
     @property
     def lagging(self) -> bool:
@@ -73,5 +77,6 @@ class Relay:
                 if final is not None:
                     return
                 continue
-            self._waiter = self._waiter or asyncio.Event()
-            await self._waiter.wait()
+            if self._waiter is None or self._waiter.done():
+                self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
