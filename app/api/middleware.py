@@ -27,7 +27,7 @@ from app.tracing import Tracing
 if TYPE_CHECKING:
     from app.run import Run
 
-__all__ = ["RequestContextMiddleware", "RequestLog", "disconnected", "note_refusal"]
+__all__ = ["RequestContextMiddleware", "RequestLog", "disconnected", "note_refusal", "watch_client"]
 
 _MAX_MESSAGE = 300
 
@@ -254,3 +254,14 @@ async def disconnected(receive: Receive) -> None:
     """Until the client has gone (`http.disconnect`): the request's body was read already."""
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+def watch_client(scope: Scope, receive: Receive) -> tuple[asyncio.Future[None], bool]:
+    """The watcher of the request's client leaving, and whether it is the request's own
+    (`RequestLog.watch_gone`: shared by whoever waits on the client, stopped by the middleware at the
+    request's end) rather than one made here for want of the middleware's log, which the caller
+    stops."""
+    record = scope.get("state", {}).get("record")
+    if isinstance(record, RequestLog):
+        return record.watch_gone(receive), True
+    return asyncio.ensure_future(disconnected(receive)), False

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 
-from app.api.middleware import RequestLog, disconnected
+from app.api.middleware import watch_client
 from app.core.events import FinalEvent, StreamEvent
 from app.pipeline import RunHandle
 from app.run import Run
@@ -68,9 +68,7 @@ async def _done_or_gone(request: Request, waiting: asyncio.Future[Any]) -> bool:
     the request's one watcher (`RequestLog.watch_gone`), which the response reading the run goes on
     with; without the middleware's log, by one of its own."""
     if not waiting.done():
-        record = request.scope.get("state", {}).get("record")
-        shared = isinstance(record, RequestLog)
-        gone = record.watch_gone(request.receive) if shared else asyncio.ensure_future(disconnected(request.receive))
+        gone, shared = watch_client(request.scope, request.receive)
         try:
             await asyncio.wait((waiting, gone), return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from app.api.middleware import RequestLog, disconnected
+from app.api.middleware import RequestLog, watch_client
 
 __all__ = ["SSEResponse"]
 
@@ -63,12 +63,9 @@ class SSEResponse(StreamingResponse):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = _State()
         record = scope.get("state", {}).get("record")
-        logged = isinstance(record, RequestLog)
-        body = record.send if logged and record.send is not None else send
+        body = record.send if isinstance(record, RequestLog) and record.send is not None else send
         sender = asyncio.get_running_loop().create_task(self._send(send, body, state))
-        # the request's own watcher of its client when the middleware keeps one (the wait for the
-        # run to open started it), else one of the response's
-        client = record.watch_gone(receive) if logged else asyncio.ensure_future(disconnected(receive))
+        client, _ = watch_client(scope, receive)  # the response is its last user: `_watch` stops it
         try:
             gone = await self._watch(client, send, sender, state)
         finally:
