@@ -11,6 +11,7 @@ import dataclasses
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
+from itertools import accumulate
 from typing import Any
 
 import orjson
@@ -109,13 +110,9 @@ class PackedFrames:
     __slots__ = ("_blob", "_ends", "_first")
 
     def __init__(self, frames: Sequence[bytes]) -> None:
-        ends = array("I" if sum(map(len, frames)) < 1 << 32 else "Q")  # 4 bytes a frame, 8 past 4 GiB
-        total = 0
-        for frame in frames:
-            total += len(frame)
-            ends.append(total)
         self._blob = b"".join(frames)
-        self._ends = ends
+        # 4 bytes a frame, 8 past 4 GiB
+        self._ends = array("I" if len(self._blob) < 1 << 32 else "Q", accumulate(map(len, frames)))
         self._first = 0
         """Frames popped from the left (their bytes stay in the blob)."""
 
