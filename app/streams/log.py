@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from app.core.events import FinalEvent, StreamEvent
 from app.core.transcript import Transcript
@@ -170,7 +170,7 @@ class StreamLog:
         final = isinstance(event, FinalEvent)
         size = len(frame)
         self._next_seq = seq + 1
-        frames = cast("deque[bytes]", self._frames)  # packed only once the final is in, below
+        frames: deque[bytes] = self._frames  # type: ignore[assignment]  # packed only once the final is in, below
         frames.append(frame)
         events = self._events
         if events is not None:
