@@ -10,7 +10,8 @@ import os
 import random
 import shutil
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,26 @@ async def serve(app: Any) -> AsyncIterator[str]:
     """Serve an ASGI app under uvicorn on 127.0.0.1 (a free port) in this event loop: its base URL."""
     async with serving() as servers:
         yield await servers.add(app)
+
+
+@contextlib.contextmanager
+def tasks_started() -> Iterator[list[tuple[str, weakref.ref[asyncio.Task[Any]]]]]:
+    """Every task the running loop starts in the block, as (its coroutine's qualified name, a weak
+    reference to it): a test can count the tasks of a kind, and see one let go (collected)."""
+    loop = asyncio.get_running_loop()
+    default = loop.get_task_factory()
+    started: list[tuple[str, weakref.ref[asyncio.Task[Any]]]] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        task = default(loop, coro, **kwargs) if default else asyncio.Task(coro, loop=loop, **kwargs)
+        started.append((getattr(coro, "__qualname__", ""), weakref.ref(task)))
+        return task  # type: ignore[return-value]
+
+    loop.set_task_factory(factory)
+    try:
+        yield started
+    finally:
+        loop.set_task_factory(default)
 
 
 async def read_asgi_request(scope: dict[str, Any], receive: Any, send: Any) -> bytes | None:

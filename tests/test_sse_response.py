@@ -98,33 +98,23 @@ async def test_a_request_watches_its_client_with_one_task_from_the_runs_open_to_
 
     from app.main import create_app
     from app.settings import Settings
-    from tests.support import parse_sse, serve
-
-    loop = asyncio.get_running_loop()
-    watchers: list[asyncio.Task] = []
-    default = loop.get_task_factory()
-
-    def factory(loop, coro, **kwargs):
-        task = default(loop, coro, **kwargs) if default else asyncio.Task(coro, loop=loop, **kwargs)
-        if getattr(coro, "__qualname__", "") == "disconnected":
-            watchers.append(task)
-        return task
+    from tests.support import parse_sse, serve, tasks_started
 
     ask = {"model": "mock/lorem-5", "messages": [{"role": "user", "content": "hi"}]}
     app = create_app(Settings(records=False))
     async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
-        loop.set_task_factory(factory)
-        try:
+        with tasks_started() as started:
+            def watchers() -> list:
+                return [ref for name, ref in started if name == "disconnected"]
+
             streamed = await client.post("/v1/stream", json=ask)
             assert parse_sse(streamed.text)[-1][2]["status"] == "ok"
-            assert len(watchers) == 1
+            assert len(watchers()) == 1
             answered = await client.post("/v1/generate", json=ask)
             assert answered.status_code == 200 and answered.json()["status"] == "ok"
-            assert len(watchers) == 2
+            assert len(watchers()) == 2
             refused = await client.post("/v1/stream", json={**ask, "model": "nowhere/x"})
             assert refused.status_code == 404
-            assert len(watchers) == 2  # refused before any run: nothing to watch for
+            assert len(watchers()) == 2  # refused before any run: nothing to watch for
             await asyncio.sleep(0)  # a cancelled watcher ends at its next step
-            assert all(task.done() for task in watchers)
-        finally:
-            loop.set_task_factory(default)
+            assert all((task := ref()) is None or task.done() for ref in watchers())  # collected, or ended

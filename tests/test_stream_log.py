@@ -173,32 +173,19 @@ async def test_a_finished_stream_kept_for_replay_lets_go_of_its_run() -> None:
     not kept with it. The log's canceller held all of it, 77 objects for the collector to walk per
     finished stream instead of 15 (docs/performance.md)."""
     import gc
-    import weakref
 
     import httpx
 
     from app.main import create_app
     from app.settings import Settings
-    from tests.support import serve
-
-    loop = asyncio.get_running_loop()
-    tasks: list[weakref.ref[asyncio.Task]] = []  # named after the factory: the run's is named "run"
-    default = loop.get_task_factory()
-
-    def factory(loop, coro, **kwargs):
-        task = default(loop, coro, **kwargs) if default else asyncio.Task(coro, loop=loop, **kwargs)
-        tasks.append(weakref.ref(task))
-        return task
+    from tests.support import serve, tasks_started
 
     ask = {"model": "mock/lorem-5", "messages": [{"role": "user", "content": "hi"}]}
     async with serve(create_app(Settings(records=False))) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
-        loop.set_task_factory(factory)
-        try:
+        with tasks_started() as started:
             response = await client.post("/v1/stream", json=ask)
-        finally:
-            loop.set_task_factory(default)
         stream_id = response.headers["x-stream-id"]
-        runs = [ref for ref in tasks if getattr(ref(), "get_name", lambda: "")() == "run"]
+        runs = [ref for name, ref in started if name == "RunTasks._lifetime"]  # the run's task
         assert parse_sse(response.text)[-1][2]["status"] == "ok" and len(runs) == 1
         # replayable; and this next request on the connection lets go of the first one's response
         replay = await client.get(f"/v1/stream/{stream_id}")
