@@ -24,7 +24,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run import NO_ADMISSION_BY_LAG, body, cpu_seconds, free_port, interleaved_ttft, run_streams, server  # noqa: E402
+from bench.run import (  # noqa: E402
+    NO_ADMISSION_BY_LAG,
+    body,
+    cpu_rounds,
+    cpu_seconds,
+    free_port,
+    interleaved_ttft,
+    run_streams,
+    server,
+)
 
 
 def serving(target: str, port: int, cwd: Path, env: dict[str, str] | None = None):
@@ -76,30 +85,12 @@ async def main() -> dict:
         for name in targets:
             out[name] = {"added_ttft_median_ms": round((statistics.median(samples[name]) - direct) * 1e3, 3),
                          "cpu_ms_per_request": round(used[name] / (args.requests // rounds * rounds) * 1e3, 3)}
-        if args.chunk_streams:
-            for name, per_chunk in (await cpu_per_chunk(targets, args.chunk_streams)).items():
-                out[name]["cpu_us_per_chunk"] = per_chunk
+        if args.chunk_streams:  # 200-chunk streams, c=20, six rounds whose order turns
+            per_stream = await cpu_rounds(targets, "bench/chunks-200", args.chunk_streams, 20, 6)
+            for name, seconds in per_stream.items():
+                out[name]["cpu_us_per_chunk"] = round(seconds / 200 * 1e6, 2)
     print(json.dumps(out, indent=2))
     return out
-
-
-async def cpu_per_chunk(targets: dict[str, tuple[int, str]], streams: int, chunks: int = 200,
-                        concurrency: int = 20, rounds: int = 6) -> dict[str, float]:
-    """CPU microseconds per chunk of each target, `streams` streams each in `rounds` rounds, the
-    order of the targets turning each round (drift on a shared machine hits them all)."""
-    used = dict.fromkeys(targets, 0.0)
-    payload = body(f"bench/chunks-{chunks}")
-    for _, url in targets.values():  # warm-up
-        await run_streams(url, payload, concurrency, concurrency)
-    per_round = max(1, streams // rounds)
-    names = list(targets)
-    for i in range(rounds):
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            pid, url = targets[name]
-            c0 = cpu_seconds(pid)
-            await run_streams(url, payload, per_round, concurrency)
-            used[name] += cpu_seconds(pid) - c0
-    return {name: round(used[name] / (per_round * rounds * chunks) * 1e6, 2) for name in targets}
 
 
 if __name__ == "__main__":

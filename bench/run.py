@@ -114,6 +114,22 @@ def body(model: str, **extra) -> dict:
     return {"model": model, "messages": [{"role": "user", "content": "bench"}], **extra}
 
 
+async def cpu_rounds(targets: dict[str, tuple[int, str]], model: str, total: int, concurrency: int,
+                     rounds: int) -> dict[str, float]:
+    """CPU seconds per stream of each target, the targets taking turns each round."""
+    used = dict.fromkeys(targets, 0.0)
+    for _, url in targets.values():  # warm-up
+        await run_streams(url, body(model), concurrency, concurrency)
+    names, per_round = list(targets), max(1, total // rounds)
+    for i in range(rounds):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            pid, url = targets[name]
+            c0 = cpu_seconds(pid)
+            await run_streams(url, body(model), per_round, concurrency)
+            used[name] += cpu_seconds(pid) - c0
+    return {name: used[name] / (per_round * rounds) for name in targets}
+
+
 async def open_streams_memory(url: str, pid: int, streams: int) -> float:
     """RSS growth per stream held open mid-generation (upstream holds after its first chunks)."""
     limits = httpx.Limits(max_connections=streams + 10, max_keepalive_connections=streams + 10)
@@ -249,7 +265,7 @@ async def main() -> dict:
             targets["openai_facade"] = (gw.pid, f"{base}/v1/chat/completions", body(model, stream=True))
             targets["anthropic_facade"] = (gw.pid, f"{base}/v1/messages", body(model, stream=True, max_tokens=4096))
 
-        async def cpu_rounds(targets: dict, streams: int, chunks: int) -> dict[str, float]:
+        async def cpu_per_chunk(targets: dict, streams: int, chunks: int) -> dict[str, float]:
             """CPU microseconds per chunk of each target, the targets taking turns each round."""
             used = dict.fromkeys(targets, 0.0)
             per_round = max(1, streams // args.rounds)
@@ -264,7 +280,7 @@ async def main() -> dict:
                     used[name] += cpu_seconds(pid) - c0
             return {name: used[name] / (per_round * args.rounds * chunks) * 1e6 for name in targets}
 
-        cpu = await cpu_rounds(targets, args.streams, args.chunks)
+        cpu = await cpu_per_chunk(targets, args.streams, args.chunks)
         results["cpu_us_per_chunk"] = {name: round(v, 2) for name, v in cpu.items()}
         results["cpu_us_per_chunk"]["ratio"] = _ratio(cpu["gateway"], cpu["relay"])
         if args.gate:
@@ -275,7 +291,7 @@ async def main() -> dict:
 
         one = {name: (pid, url, body("bench/chunks-1")) for name, (pid, url, _) in targets.items()
                if name in ("relay", "gateway")}
-        per_request = await cpu_rounds(one, args.requests, 1)
+        per_request = await cpu_per_chunk(one, args.requests, 1)
         results["cpu_ms_per_request"] = {
             "relay": round(per_request["relay"] / 1e3, 3), "gateway": round(per_request["gateway"] / 1e3, 3),
             "gateway_over_relay": round((per_request["gateway"] - per_request["relay"]) / 1e3, 3)}

@@ -28,23 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.compare import serving  # noqa: E402
-from bench.run import NO_ADMISSION_BY_LAG, body, cpu_seconds, emit, free_port, interleaved_ttft, run_streams  # noqa: E402
-
-
-async def cpu_rounds(targets: dict[str, tuple[int, str]], model: str, total: int, concurrency: int,
-                     rounds: int) -> dict[str, float]:
-    """CPU seconds per stream of each target, the targets taking turns each round."""
-    used = dict.fromkeys(targets, 0.0)
-    for _, url in targets.values():  # warm-up
-        await run_streams(url, body(model), concurrency, concurrency)
-    names, per_round = list(targets), max(1, total // rounds)
-    for i in range(rounds):
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            pid, url = targets[name]
-            c0 = cpu_seconds(pid)
-            await run_streams(url, body(model), per_round, concurrency)
-            used[name] += cpu_seconds(pid) - c0
-    return {name: used[name] / (per_round * rounds) for name in targets}
+from bench.run import NO_ADMISSION_BY_LAG, body, cpu_rounds, emit, free_port, interleaved_ttft  # noqa: E402
 
 
 async def main() -> dict:
