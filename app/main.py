@@ -245,17 +245,24 @@ def _tune_gc() -> None:
 
 
 def _claims(settings: Settings, records: RecordQueue | None, auth: Auth) -> ClaimHook:
-    """A run this replica ended for a dead one (app/streams/redis/follower.py): whoever writes the
-    final writes the record (exactly once: the store keeps the first record of a run id), and the
-    key's concurrency slot is freed now rather than when its lease expires."""
+    """A run this replica ends for a dead one (app/streams/redis/follower.py): its key's concurrency
+    slot is freed at once rather than when its lease expires, before its final is written; whoever
+    writes the final writes the record (exactly once: the store keeps the first record of a run id)."""
+    return _Claims(settings, records, auth)
 
-    async def claimed(run: ClaimedRun) -> None:
-        if records is not None:
-            records.submit(claimed_record(run, content=settings.record_content))
-        if run.owner is not None and run.tags.slot is not None:
-            await auth.limiter.release(run.owner, run.tags.slot)
 
-    return claimed
+class _Claims:
+    def __init__(self, settings: Settings, records: RecordQueue | None, auth: Auth) -> None:
+        self._settings, self._records, self._auth = settings, records, auth
+
+    async def free_slot(self, owner: str, slot: str) -> None:
+        await self._auth.limiter.release(owner, slot)
+
+    async def claimed(self, run: ClaimedRun) -> None:
+        if self._records is not None:
+            self._records.submit(claimed_record(run, content=self._settings.record_content))
+        if run.owner is not None and run.tags.slot is not None:  # a reclaim, whose claimer died before it freed it
+            await self._auth.limiter.release(run.owner, run.tags.slot)
 
 
 def _committed(auth: Auth, outbox: RecordsOutbox) -> Committed:

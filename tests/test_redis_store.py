@@ -8,7 +8,7 @@ import redis.asyncio as redis
 
 from app.config_load import secret_values
 from app.core.events import AssistantMessage, FinalEvent, ReasoningEvent, StartEvent, TokenEvent, ToolCallEvent, Usage
-from app.streams.errors import CANCELLED_BY_REQUEST, CursorAhead, FinalDelivered, ReplayUnavailable, StoreUnavailable
+from app.streams.errors import CANCELLED_BY_REQUEST, CursorAhead, FinalDelivered, ReplayUnavailable, RunTags, StoreUnavailable
 from app.streams.redis import RedisStoreSettings, RedisStreamStore
 from tests.support import parse_sse
 
@@ -346,3 +346,48 @@ async def test_a_final_written_just_after_a_follower_read_nothing_still_reaches_
     finally:
         await a.aclose()
         await b.aclose()
+
+
+class _ClaimOrder:
+    """Claim hooks that note whether the claimed stream's final was in Redis when each was called."""
+
+    def __init__(self, url):
+        self.client = redis.from_url(url)
+        self.calls = []
+
+    async def _final_stored(self, sid):
+        return any(b"e" in fields for _, fields in await self.client.xrange(f"foundry:{{{sid}}}:events"))
+
+    async def free_slot(self, owner, slot):
+        self.calls.append(("free_slot", owner, slot, await self._final_stored(self.sid)))
+
+    async def claimed(self, run):
+        self.calls.append(("claimed", run.owner, run.tags.slot, await self._final_stored(run.stream_id)))
+
+
+@pytest.mark.parametrize("ending", ["lost", "cancelled"])
+async def test_a_claimed_runs_slot_is_free_before_its_final_is_written(redis_url, ending):
+    # A client that reads the claimed final and asks again at once must find its key's slot free
+    # (found by the soak of two replicas: 429 to the retry, the slot freed just after the final).
+    hooks = _ClaimOrder(redis_url)
+    owner = store(redis_url)
+    other = RedisStreamStore(RedisStoreSettings(url=redis_url, ttl=30.0, max_streams=100, max_events=1000,
+                                                max_bytes=1 << 20, lease_seconds=0.5, timeout=0.5), on_claim=hooks)
+    log = await owner.create(model="m", provider="p", owner="key-1", run=RunTags(request_id="r1", slot="slot-1"))
+    hooks.sid = sid = log.info.stream_id
+    log.append(StartEvent(stream_id=sid, model="m", provider="p"))
+    await owner._owner.write({sid: _pending(log)})
+    try:
+        if ending == "lost":
+            events = parse_sse(await asyncio.wait_for(read_all(await other.open(sid, 0)), 10))
+        else:
+            await hooks.client.delete(owner._link.lease_key(owner.replica))
+            await asyncio.sleep(0.5)
+            assert await other.cancel(sid) == "cancelled"
+            events = parse_sse(await read_all(await other.open(sid, 0)))
+        assert events[-1][1] == "final"
+        assert hooks.calls == [("free_slot", "key-1", "slot-1", False), ("claimed", "key-1", "slot-1", True)]
+    finally:
+        await hooks.client.aclose()
+        for s in (owner, other):
+            await s.aclose()

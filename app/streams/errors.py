@@ -4,9 +4,9 @@ Every store raises the same errors (memory or Redis), so the API maps them once.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from app.core.errors import ErrorData, GatewayError
 
@@ -98,8 +98,15 @@ class ClaimedRun:
     """The last transcript snapshot the owner wrote (None if it wrote none), ended as claimed."""
 
 
-ClaimHook = Callable[[ClaimedRun], Awaitable[None]]
-"""Told of each run this replica ended for another (app/main.py: its run record, its key's slot)."""
+class ClaimHook(Protocol):
+    """Told of each run this replica ends for another (app/main.py): its key's slot first, then the run."""
+
+    async def free_slot(self, owner: str, slot: str) -> None:
+        """Free the key's concurrency slot the run held, before its final is written: a client that
+        reads that final and asks again at once finds the slot free. Idempotent (claimers may race)."""
+
+    async def claimed(self, run: ClaimedRun) -> None:
+        """This replica wrote the run's final (once, only the claimer): its record."""
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)

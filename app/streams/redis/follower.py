@@ -134,6 +134,7 @@ class RedisFollower:
         """End a stream whose owner is gone (`replica_lost`, with what it released), once: True
         when this replica wrote the final (and told the hook, for its record and its key's slot)."""
         keys = self._link.keys(stream_id)
+        await self._free_slot(stream_id, keys)
         message = await self._released(keys, provider)
         if await self._link.end(stream_id, model, provider, _REPLICA_LOST, status="error", message=message) > 0:
             await self._claimed(stream_id, keys, "error", _REPLICA_LOST)
@@ -145,6 +146,20 @@ class RedisFollower:
         replica did not confirm (it died too): the store keeps the first record of a run."""
         error = CANCELLED_BY_REQUEST if status == "cancelled" else _REPLICA_LOST
         await self._claimed(stream_id, self._link.keys(stream_id), status, error)
+
+    async def _free_slot(self, stream_id: str, keys: Keys) -> None:
+        """Before a claimer writes the final of a run whose owner is gone: the key's slot goes first,
+        so a client that reads the final and asks again at once is not refused (429) by the slot."""
+        hook = self._link.on_claim
+        if hook is None:
+            return
+        owner, slot = await self._redis.hmget(keys.meta, "key", "slot")
+        if owner is None or slot is None:
+            return
+        try:
+            await hook.free_slot(owner.decode(), slot.decode())
+        except Exception as exc:  # the slot's lease frees it later; the claim goes on
+            _log.warning("claim_hook_failed", stream_id=stream_id, error=type(exc).__name__)
 
     async def _claimed(self, stream_id: str, keys: Keys, status: str, error: ErrorData) -> None:
         """This replica wrote the final of a run whose owner cannot: it ends the stored transcript
@@ -169,7 +184,7 @@ class RedisFollower:
                          owner=_text(key), tags=RunTags(request_id=_text(request), slot=_text(slot)),
                          created_at=float(created_at or 0.0), status=status, error=error, transcript=transcript)
         try:
-            await hook(run)
+            await hook.claimed(run)
         except Exception as exc:  # a record or a slot that cannot be settled must not break the readers
             _log.warning("claim_hook_failed", stream_id=stream_id, error=type(exc).__name__)
 
@@ -225,6 +240,7 @@ class RedisFollower:
             return "cancelling"
         async with self._link.answering("cancel"):
             # Nobody runs it any more: end it here, once, with what it released.
+            await self._free_slot(stream_id, keys)
             message = await self._released(keys, provider.decode())
             claimed = await self._link.end(stream_id, model.decode(), provider.decode(), CANCELLED_BY_REQUEST,
                                            status="cancelled", message=message)
