@@ -280,7 +280,9 @@ async def test_redis_restarted_empty_mid_stream_the_owner_writes_it_back(private
 
 async def test_a_finished_stream_redis_lost_is_written_back_by_its_owner_else_410(private_redis,
                                                                                  postgres_url):  # noqa: F811
-    env = {"FOUNDRY_DATABASE_URL": postgres_url, "FOUNDRY_RECORDS_LINGER": "0"}
+    # Owners get two leases after Redis comes back to write back; a lease of 4 s (not the test
+    # replicas' 2 s) leaves a starved CI host 8 s for it (with 4 s, B answered 410 before A wrote back).
+    env = {"FOUNDRY_DATABASE_URL": postgres_url, "FOUNDRY_RECORDS_LINGER": "0", "FOUNDRY_REDIS_LEASE_SECONDS": "4"}
     a, b = start_together(Replica(private_redis.url, **env), Replica(private_redis.url, **env))
     try:
         async with httpx.AsyncClient(timeout=30) as c:
