@@ -324,3 +324,40 @@ async def test_a_relay_reader_waits_on_a_future_and_leaving_mid_wait_harms_nothi
     relay.push(b"c")
     relay.finish(final())
     assert await asyncio.wait_for(later, 5) == (b"c", final())
+
+
+@pytest.mark.parametrize("hold", [True, False])
+async def test_followers_at_the_live_tail_and_behind_it_read_every_frame_once_in_order(hold):
+    # A follower that keeps up takes one new frame per append (the live tail's short path); one
+    # that falls behind takes what piled up in batches. Both read exactly what the log holds.
+    import random
+
+    rng = random.Random(7)
+    log = await store(max_events=64).create(model="m", provider="p")
+    got: list[bytes] = []
+    reader = log.follow(0, hold=hold)
+    pending = asyncio.ensure_future(reader.__anext__())
+    for i in range(300):
+        log.append(TokenEvent(index=i, content="t" * rng.randint(1, 40)))
+        for _ in range(rng.choice((0, 1, 1, 3))):  # sometimes the reader falls behind, then catches up
+            await asyncio.sleep(0)
+            if pending.done():
+                got.append(pending.result())
+                pending = asyncio.ensure_future(reader.__anext__())
+    log.append(final())
+    async for _ in _drain(pending, reader, got):
+        pass
+    read = b"".join(got)
+    assert [i for i, _, _ in parse_sse(read)] == list(range(1, 302))
+    assert read.endswith(log.frames_after(log.first_seq - 1))  # the same bytes as what the log retains
+    assert log.first_seq > 200  # it kept its bound (64) while the reader took the rest
+
+
+async def _drain(pending, reader, got):
+    try:
+        while True:
+            got.append(await pending)
+            pending = asyncio.ensure_future(reader.__anext__())
+            yield
+    except StopAsyncIteration:
+        return

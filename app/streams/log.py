@@ -257,11 +257,13 @@ class StreamLog:
 
     def _batch(self, after: int, max_bytes: int | None, end: int) -> tuple[bytes, int]:
         """Frames above `after` up to `end` and `max_bytes` (at least one), and the last id they hold."""
+        frames = self._frames
+        if end == after + 1 == self._next_seq - 1 and end >= self._first_seq and frames.__class__ is deque:
+            return frames[-1], end  # type: ignore[index]  # a follower at the live tail: its one new frame
         start = max(after + 1, self._first_seq)
         if start > end:
             return b"", after
         offset = start - self._first_seq
-        frames = self._frames
         if isinstance(frames, PackedFrames):
             data, taken = frames.span(offset, end - self._first_seq + 1, max_bytes,
                                       _BATCH_FRAMES if max_bytes is not None else len(frames))
