@@ -259,7 +259,7 @@ class StreamLog:
         """Frames above `after` up to `end` and `max_bytes` (at least one), and the last id they hold."""
         frames = self._frames
         if end == after + 1 == self._next_seq - 1 and end >= self._first_seq and frames.__class__ is deque:
-            return frames[-1], end  # type: ignore[index]  # a follower at the live tail: its one new frame
+            return frames[-1], end  # a follower at the live tail: its one new frame
         start = max(after + 1, self._first_seq)
         if start > end:
             return b"", after
