@@ -165,3 +165,20 @@ def test_goals_prints_one_line_per_goal_from_one_run(tmp_path, paced_results):
         assert f"goal <= {goal['limit']}" in line
         assert line.split()[0] in {"met", "NOT", "no", "inconclusive"}
     assert any("redis-py reply parser: hiredis" in line for line in lines)
+
+
+def test_instructions_bench_counts_a_gateway_and_the_floor_under_callgrind(tmp_path):
+    import shutil
+
+    from tests.redis_support import unavailable
+
+    if shutil.which("valgrind") is None:
+        unavailable("bench/instructions.py counts under valgrind: none on PATH (apt-get install valgrind)")
+    out = tmp_path / "instructions.json"
+    subprocess.run([sys.executable, "bench/instructions.py", "--requests", "2", "--streams", "0", "--json", str(out)],
+                   check=True, timeout=900, cwd=REPO, capture_output=True)
+    results = json.loads(out.read_text())
+    floor, gateway = results["relay"], results[str(REPO.resolve())]
+    # a request through the gateway runs more instructions than through the floor, and both are counted
+    assert 0 < floor["instructions_per_request"] < gateway["instructions_per_request"]
+    assert gateway["per_request_over_floor"] > 1
