@@ -9,8 +9,8 @@ runs under `valgrind --tool=callgrind` twice, serving a few streams and then man
 kind; the difference divided by the difference in streams is what one stream costs, start-up and
 warm-up cancelled out. A gateway's timers tick by the clock (about 2M instructions a second of a
 run under callgrind, measured idle for each target), so what they ran in the longer run's extra
-time is taken out; without that, a gateway's count per request read about 10% high and two tiny
-runs could differ by 100M instructions. Counts are per process (all its threads: the records
+time is taken out (without it, two tiny runs of a gateway differed by about 100M instructions,
+and a count per request over 2 requests came out negative). Counts are per process (all its threads: the records
 writer's SQLite thread counts too).
 
 What it does not show: time spent waiting (system calls count only their user-space side), and
