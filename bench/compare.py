@@ -32,6 +32,7 @@ from bench.run import (  # noqa: E402
     free_port,
     interleaved_ttft,
     run_streams,
+    sending,
     server,
 )
 
@@ -86,7 +87,7 @@ async def main() -> dict:
             out[name] = {"added_ttft_median_ms": round((statistics.median(samples[name]) - direct) * 1e3, 3),
                          "cpu_ms_per_request": round(used[name] / (args.requests // rounds * rounds) * 1e3, 3)}
         if args.chunk_streams:  # 200-chunk streams, c=20, six rounds whose order turns
-            per_stream = await cpu_rounds(targets, "bench/chunks-200", args.chunk_streams, 20, 6)
+            per_stream = await cpu_rounds(sending(targets, "bench/chunks-200"), args.chunk_streams, 20, 6)
             for name, seconds in per_stream.items():
                 out[name]["cpu_us_per_chunk"] = round(seconds / 200 * 1e6, 2)
     print(json.dumps(out, indent=2))

@@ -114,20 +114,26 @@ def body(model: str, **extra) -> dict:
     return {"model": model, "messages": [{"role": "user", "content": "bench"}], **extra}
 
 
-async def cpu_rounds(targets: dict[str, tuple[int, str]], model: str, total: int, concurrency: int,
+async def cpu_rounds(targets: dict[str, tuple[int, str, dict]], total: int, concurrency: int,
                      rounds: int) -> dict[str, float]:
-    """CPU seconds per stream of each target, the targets taking turns each round."""
+    """CPU seconds per stream of each target (its pid, its URL, the body it is sent), the targets
+    taking turns each round, in an order that turns."""
     used = dict.fromkeys(targets, 0.0)
-    for _, url in targets.values():  # warm-up
-        await run_streams(url, body(model), concurrency, concurrency)
+    for _, url, payload in targets.values():  # warm-up
+        await run_streams(url, payload, concurrency, concurrency)
     names, per_round = list(targets), max(1, total // rounds)
     for i in range(rounds):
         for name in names[i % len(names):] + names[:i % len(names)]:
-            pid, url = targets[name]
+            pid, url, payload = targets[name]
             c0 = cpu_seconds(pid)
-            await run_streams(url, body(model), per_round, concurrency)
+            await run_streams(url, payload, per_round, concurrency)
             used[name] += cpu_seconds(pid) - c0
     return {name: used[name] / (per_round * rounds) for name in targets}
+
+
+def sending(targets: dict[str, tuple[int, str]], model: str) -> dict[str, tuple[int, str, dict]]:
+    """`cpu_rounds`' targets: each sent the same body, for `model`."""
+    return {name: (pid, url, body(model)) for name, (pid, url) in targets.items()}
 
 
 async def open_streams_memory(url: str, pid: int, streams: int) -> float:
@@ -266,19 +272,9 @@ async def main() -> dict:
             targets["anthropic_facade"] = (gw.pid, f"{base}/v1/messages", body(model, stream=True, max_tokens=4096))
 
         async def cpu_per_chunk(targets: dict, streams: int, chunks: int) -> dict[str, float]:
-            """CPU microseconds per chunk of each target, the targets taking turns each round."""
-            used = dict.fromkeys(targets, 0.0)
-            per_round = max(1, streams // args.rounds)
-            for _, url, payload in targets.values():  # warm-up
-                await run_streams(url, payload, args.concurrency, args.concurrency)
-            names = list(targets)
-            for i in range(args.rounds):
-                for name in names[i % len(names):] + names[:i % len(names)]:
-                    pid, url, payload = targets[name]
-                    c0 = cpu_seconds(pid)
-                    await run_streams(url, payload, per_round, args.concurrency)
-                    used[name] += cpu_seconds(pid) - c0
-            return {name: used[name] / (per_round * args.rounds * chunks) * 1e6 for name in targets}
+            """CPU microseconds per chunk of each target (`cpu_rounds`)."""
+            per_stream = await cpu_rounds(targets, streams, args.concurrency, args.rounds)
+            return {name: seconds / chunks * 1e6 for name, seconds in per_stream.items()}
 
         cpu = await cpu_per_chunk(targets, args.streams, args.chunks)
         results["cpu_us_per_chunk"] = {name: round(v, 2) for name, v in cpu.items()}

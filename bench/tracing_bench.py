@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.compare import serving  # noqa: E402
-from bench.run import NO_ADMISSION_BY_LAG, body, cpu_rounds, emit, free_port, interleaved_ttft  # noqa: E402
+from bench.run import NO_ADMISSION_BY_LAG, body, cpu_rounds, emit, free_port, interleaved_ttft, sending  # noqa: E402
 
 
 async def main() -> dict:
@@ -67,8 +67,8 @@ async def main() -> dict:
         ttft.update({name: (url, body("bench/chunks-5"), b"event: token") for name, (_, url) in targets.items()})
         samples = await interleaved_ttft(ttft, args.rounds)
         direct = statistics.median(samples["direct"])
-        per_request = await cpu_rounds(targets, "bench/chunks-1", args.requests, 1, 3)
-        per_stream = await cpu_rounds(targets, "bench/chunks-200", args.streams, 20, 3)
+        per_request = await cpu_rounds(sending(targets, "bench/chunks-1"), args.requests, 1, 3)
+        per_stream = await cpu_rounds(sending(targets, "bench/chunks-200"), args.streams, 20, 3)
         for name in targets:
             out[name] = {"added_ttft_median_ms": round((statistics.median(samples[name]) - direct) * 1e3, 3),
                          "cpu_ms_per_request": round(per_request[name] * 1e3, 3),
