@@ -28,24 +28,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.loadgen import run_streams  # noqa: E402
-from bench.run import NO_ADMISSION_BY_LAG, body, free_port, server  # noqa: E402
+from bench.run import NO_ADMISSION_BY_LAG, body, free_port, process, server  # noqa: E402
 
 CHUNKS = 200
 """Chunks per stream of the per-chunk workload, as bench/run.py's."""
@@ -55,39 +51,22 @@ def count(cmd: list[str], cwd: Path, env: dict[str, str], port: int, model: str,
           idle: float = 0.0) -> tuple[int, float]:
     """Instructions a server process ran from its start to its exit, having served one warm-up
     stream and then `streams` more (10 at a time) or sat `idle` seconds; and how long that took."""
-    with tempfile.TemporaryDirectory() as out:
-        proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p", *cmd], cwd=cwd,
-                                env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            deadline = time.monotonic() + 600
-            while not _healthy(port):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    proc.kill()
-                    raise SystemExit(f"{cmd} did not start under valgrind: {proc.communicate()[1].decode()[-2000:]}")
-                time.sleep(1)
-            url = f"http://127.0.0.1:{port}/v1/stream"
-            started = time.monotonic()
-            asyncio.run(run_streams(url, body(model), 1, 1))
-            if streams:
-                asyncio.run(run_streams(url, body(model), streams, 10))
-            time.sleep(idle)
-            took = time.monotonic() - started
-            proc.send_signal(signal.SIGINT)
-            _, err = proc.communicate(timeout=600)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    with tempfile.TemporaryDirectory() as out, \
+            process(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p", *cmd], port,
+                    what=f"{cmd} under valgrind", cwd=cwd, env=env, start_seconds=600) as proc:
+        url = f"http://127.0.0.1:{port}/v1/stream"
+        started = time.monotonic()
+        asyncio.run(run_streams(url, body(model), 1, 1))
+        if streams:
+            asyncio.run(run_streams(url, body(model), streams, 10))
+        time.sleep(idle)
+        took = time.monotonic() - started
+        proc.send_signal(signal.SIGINT)  # callgrind prints its total as the process exits
+        _, err = proc.communicate(timeout=600)
     collected = re.search(r"Collected : (\d+)", err.decode())
     if collected is None:
         raise SystemExit(f"no callgrind total for {cmd}: {err.decode()[-2000:]}")
     return int(collected.group(1)), took
-
-
-def _healthy(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 Target = tuple[list[str], Path, dict[str, str]]
