@@ -261,7 +261,8 @@ class _Claims:
     async def claimed(self, run: ClaimedRun) -> None:
         if self._records is not None:
             self._records.submit(claimed_record(run, content=self._settings.record_content))
-        if run.owner is not None and run.tags.slot is not None:  # a reclaim, whose claimer died before it freed it
+        # Again (idempotent), in case `free_slot` did not get through (it failed, or an older claimer had none).
+        if run.owner is not None and run.tags.slot is not None:
             await self._auth.limiter.release(run.owner, run.tags.slot)
 
 
