@@ -18,10 +18,10 @@ def final(status="ok"):
                       model="m", provider="p")
 
 
-def store(url, **kw):
+def store(url, on_claim=None, **kw):
     args = {"ttl": 30.0, "max_streams": 100, "max_events": 1000, "max_bytes": 1 << 20, "lease_seconds": 0.5,
             "timeout": 0.5} | kw
-    return RedisStreamStore(RedisStoreSettings(url=url, **args))
+    return RedisStreamStore(RedisStoreSettings(url=url, **args), on_claim=on_claim)
 
 
 async def read_all(frames):
@@ -371,8 +371,7 @@ async def test_a_claimed_runs_slot_is_free_before_its_final_is_written(redis_url
     # (found by the soak of two replicas: 429 to the retry, the slot freed just after the final).
     hooks = _ClaimOrder(redis_url)
     owner = store(redis_url)
-    other = RedisStreamStore(RedisStoreSettings(url=redis_url, ttl=30.0, max_streams=100, max_events=1000,
-                                                max_bytes=1 << 20, lease_seconds=0.5, timeout=0.5), on_claim=hooks)
+    other = store(redis_url, on_claim=hooks)
     log = await owner.create(model="m", provider="p", owner="key-1", run=RunTags(request_id="r1", slot="slot-1"))
     hooks.sid = sid = log.info.stream_id
     log.append(StartEvent(stream_id=sid, model="m", provider="p"))
