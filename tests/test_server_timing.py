@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import httpx
+import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.main import create_app
@@ -61,3 +62,23 @@ async def test_the_split_is_in_the_metrics_by_route_and_part():
     counts = {(s.labels["route"], s.labels["part"]): s.value for f in text_string_to_metric_families(text)
               for s in f.samples if s.name == "foundry_first_byte_seconds_count"}
     assert counts[("/v1/stream", "gateway")] == 2 and counts[("/v1/stream", "upstream")] == 2
+
+
+def test_under_uvloop_the_upstreams_share_is_measured_finer_than_the_loops_millisecond_clock():
+    """`foundry-gateway serve` runs on uvloop, whose `loop.time()` is libuv's clock: whole
+    milliseconds, read once per loop turn. An attempt timed on it read 0.000 for an upstream that
+    answers within a millisecond (every loopback one), in the header, the final and the metrics."""
+
+    async def ask_twenty() -> list[tuple[float, float]]:
+        seen = []
+        async with _client(create_app(Settings())) as c:
+            for _ in range(20):
+                r = await c.post("/v1/stream", json=ASK)
+                attempt = parse_sse(r.text)[-1][2]["attempts"][0]["duration_ms"]
+                seen.append((_timing(r)["upstream"], attempt))
+        return seen
+
+    seen = uvloop.run(ask_twenty())
+    assert any(upstream != int(upstream) for upstream, _ in seen), seen  # not all whole milliseconds
+    assert any(attempt != int(attempt) for _, attempt in seen), seen
+    assert all(upstream > 0 and attempt > 0 for upstream, attempt in seen), seen

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -287,8 +288,10 @@ class RouteSession(ProviderAdapter):
 
     async def _attempt(self, target: Target, request: ProviderRequest, attempt: Attempt) -> Opened:
         loop = asyncio.get_running_loop()
-        started = loop.time()
-        first_token_at = started + self.first_token
+        first_token_at = loop.time() + self.first_token
+        # timed on the process clock: uvloop's `loop.time()` is libuv's, whole milliseconds read once
+        # per loop turn, and read 0.000 for an upstream that answers within a millisecond
+        started = time.perf_counter()
         upstream: PatchStream | None = None
         iterator: Any = None
         buffered: list[list[Patch]] = []
@@ -337,7 +340,7 @@ class RouteSession(ProviderAdapter):
 
     def _finish(self, attempt: Attempt, started: float, outcome: Outcome, error: GatewayError | None) -> None:
         attempt.outcome = outcome
-        attempt.duration_ms = round((asyncio.get_running_loop().time() - started) * 1000, 3)
+        attempt.duration_ms = round((time.perf_counter() - started) * 1000, 3)
         if error is not None:
             attempt.code = error.code
             attempt.status = error.upstream_status
