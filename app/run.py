@@ -187,14 +187,18 @@ class Run:
 
     async def _pump(self) -> None:
         """One provider response: upstream -> accumulator -> gate -> log. `start` and the first
-        batch reach the log before the first wait, so a reader takes them in one send. A lagging
-        reader that holds the log pauses the run here (flow control, `StreamLog.room`)."""
+        batch reach the log before the first wait, so a reader takes them in one send, and the run
+        hands them over (`StreamLog.hand_over`) before it reads on. A lagging reader that holds the
+        log pauses the run here (flow control, `StreamLog.room`)."""
         admit, emit, log, relay = self.gate.admit_all, self._emit, self.log, self.relay
         async with contextlib.aclosing(response_events(self.upstream, self.accumulator)) as batches:
             async for events in batches:
                 released = await admit(events)
                 if released:
+                    opening = self.ttft is None
                     emit(released)
+                    if opening and self.ttft is not None:  # its first content: the client sends it first
+                        await log.hand_over()
                     if log.lagging:  # the reader that owns the run lags: wait for it, not the upstream
                         await log.room()
                     if relay is not None and relay.lagging:

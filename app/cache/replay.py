@@ -120,7 +120,10 @@ class ReplayRun(Run):
                 pending.append(event)
             released = await gate.admit_all(pending)
             if released:
+                opening = self.ttft is None
                 self._emit(released)
+                if opening and self.ttft is not None:  # a hit's first content goes out before the rest
+                    await log.hand_over()
                 if log.lagging:
                     await log.room()
         self._emit(await gate.finish())
