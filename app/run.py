@@ -199,6 +199,8 @@ class Run:
                     emit(released)
                     if opening and self.ttft is not None:  # its first content: the client sends it first
                         await log.hand_over()
+                        if relay is not None:
+                            await relay.hand_over()
                     if log.lagging:  # the reader that owns the run lags: wait for it, not the upstream
                         await log.room()
                     if relay is not None and relay.lagging:

@@ -13,6 +13,10 @@ import asyncio
 from typing import Any
 
 import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from app.cache.config import CacheRule
 from app.core.events import StartEvent, token_event
@@ -20,8 +24,9 @@ from app.main import create_app
 from app.settings import Settings
 from app.streams.log import HAND_OVER_TURNS
 from app.streams.memory import MemoryStreamStore
+from tests.compat_support import settings_for
 from tests.fakes import FakeAdapter, ok_script
-from tests.support import parse_sse
+from tests.support import FIXTURES, parse_sse, serving
 
 ASK = {"model": "mock/simple", "messages": [{"role": "user", "content": "Hi"}]}
 
@@ -30,13 +35,19 @@ def _store() -> MemoryStreamStore:
     return MemoryStreamStore(ttl=60.0, max_streams=10, max_events=1000, max_bytes=1 << 20)
 
 
-def _recording(app: Any, bodies: list[bytes]) -> Any:
-    """The app, every response body message it sends noted in order (each one is one write)."""
+def _recording(app: Any, bodies: list[bytes], order: list[str] | None = None) -> Any:
+    """The app, every response body message it sends noted in order (each one is one write), and
+    in `order` "body" for each and "report" when a run's report reaches the gateway's observers
+    (the run has built its final and its record by then)."""
+    if order is not None:
+        app.state.gateway.add_observer(lambda report: order.append("report"))
 
     async def recorded(scope: Any, receive: Any, send: Any) -> None:
         async def note(message: Any) -> None:
             if message["type"] == "http.response.body" and message.get("body"):
                 bodies.append(message["body"])
+                if order is not None:
+                    order.append("body")
             await send(message)
 
         await app(scope, receive, note)
@@ -44,27 +55,30 @@ def _recording(app: Any, bodies: list[bytes]) -> Any:
     return recorded
 
 
-async def _ask(path: str, payload: dict[str, Any]) -> tuple[httpx.Response, list[bytes]]:
+async def _ask(path: str, payload: dict[str, Any]) -> tuple[httpx.Response, list[bytes], list[str]]:
     bodies: list[bytes] = []
-    app = _recording(create_app(Settings(records=False)), bodies)
+    order: list[str] = []
+    app = _recording(create_app(Settings(records=False)), bodies, order)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw", timeout=15.0) as c:
-        return await c.post(path, json=payload), bodies
+        return await c.post(path, json=payload), bodies, order
 
 
 async def test_the_first_send_of_a_stream_whose_answer_came_at_once_holds_its_first_token_not_its_final():
-    response, bodies = await _ask("/v1/stream", ASK)
+    response, bodies, order = await _ask("/v1/stream", ASK)
     assert response.status_code == 200
     assert b"event: token" in bodies[0] and b"event: final" not in bodies[0], bodies
+    assert order[0] == "body" and "report" in order, order
     events = parse_sse(response.text)
     assert [e[1] for e in events].count("final") == 1 and events[-1][2]["status"] == "ok"
     assert events[-1][2]["message"]["content"] == "Hello, world"
 
 
 async def test_a_facade_stream_sends_its_first_chunk_before_its_end_too():
-    response, bodies = await _ask("/v1/chat/completions", {**ASK, "stream": True})
+    response, bodies, order = await _ask("/v1/chat/completions", {**ASK, "stream": True})
     assert response.status_code == 200
     assert b'"content":"Hello' in bodies[0] and b"[DONE]" not in bodies[0], bodies
     assert response.text.rstrip().endswith("data: [DONE]")
+    assert order[0] == "body" and "report" in order, order
 
 
 async def test_a_cache_hit_sends_its_first_token_before_its_final():
@@ -82,8 +96,28 @@ async def test_a_cache_hit_sends_its_first_token_before_its_final():
     assert parse_sse(hit.text)[-1][2]["message"]["content"] == "Hello there."
 
 
+async def test_a_relayed_same_wire_stream_is_sent_before_its_run_ends():
+    """A same-wire facade relays the provider's own events: the first read held them all, [DONE]
+    too, and they reach the client before the run builds its final and its report."""
+    recording = (FIXTURES / "openai-chat" / "text-include-usage.sse").read_bytes()
+
+    async def whole(request: Request) -> Response:  # the whole answer in one write
+        return Response(recording, media_type="text/event-stream")
+
+    bodies: list[bytes] = []
+    order: list[str] = []
+    async with serving() as servers:
+        up = await servers.add(Starlette(routes=[Route("/v1/chat/completions", whole, methods=["POST"])]))
+        gateway = await servers.add(_recording(create_app(settings_for(up, records=False)), bodies, order))
+        async with httpx.AsyncClient(base_url=gateway, timeout=15.0) as c:
+            response = await c.post("/v1/chat/completions", json={**ASK, "model": "openai/gpt-4o", "stream": True})
+    assert response.status_code == 200 and response.text.rstrip().endswith("data: [DONE]")
+    assert b'"content":"' in bodies[0]
+    assert order[0] == "body" and "report" in order, order
+
+
 async def test_a_json_answer_is_unchanged():
-    response, _ = await _ask("/v1/generate", ASK)
+    response, _, _ = await _ask("/v1/generate", ASK)
     assert response.status_code == 200 and response.json()["message"]["content"] == "Hello, world"
 
 

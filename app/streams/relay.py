@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from app.core.events import FinalEvent
+from app.streams.log import HAND_OVER_TURNS
 
 __all__ = ["Relay"]
 
@@ -60,6 +61,14 @@ class Relay:
             if self._room is None:
                 self._room = asyncio.Event()
             await self._room.wait()
+
+    async def hand_over(self) -> None:
+        """The run's first content is in: give the reader a few loop turns to take it, and send it,
+        before the run reads on (as the stream log's `hand_over`)."""
+        for _ in range(HAND_OVER_TURNS):
+            if not self._frames:
+                return
+            await asyncio.sleep(0)
 
     def _take(self) -> bytes:
         frames, self._frames, self._bytes = self._frames, [], 0
