@@ -22,7 +22,7 @@ from app.cache.config import CacheRule
 from app.core.events import StartEvent, token_event
 from app.main import create_app
 from app.settings import Settings
-from app.streams.log import HAND_OVER_TURNS
+from app.streams.handover import HAND_OVER_TURNS
 from app.streams.memory import MemoryStreamStore
 from tests.compat_support import settings_for
 from tests.fakes import FakeAdapter, ok_script

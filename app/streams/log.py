@@ -25,6 +25,7 @@ from app.core.events import FinalEvent, StreamEvent
 from app.core.transcript import Transcript
 from app.streams.errors import EventTooLarge, ReplayUnavailable
 from app.streams.frames import PackedFrames, encode_frame, fitted_final
+from app.streams.handover import hand_over
 
 _T = TypeVar("_T")
 
@@ -39,10 +40,6 @@ WINDOW = 32
 """Events a run may write ahead of the reader that holds its log before it waits for that reader.
 Enough for the reader to take whole batches while it keeps up (its send buffers behind it), small
 enough that a stalled reader pins a few kilobytes, not a whole answer."""
-HAND_OVER_TURNS = 8
-"""Loop turns a run gives the reader holding its log to take its first content (`hand_over`). The
-client's response takes it in 3 (the route waking from its wait for the run to open, the response
-starting its sender, the sender's first read), counted under uvicorn; the rest is margin."""
 
 __all__ = ["BATCH_BYTES", "Budget", "Canceller", "Sink", "StreamInfo", "StreamLog", "StreamRecord"]
 
@@ -234,18 +231,10 @@ class StreamLog:
             await self._room.wait()
 
     async def hand_over(self) -> None:
-        """The run's first content is in: give the reader that holds the log a few loop turns to
-        take it, and send it, before the writer goes on. A run whose whole answer came in one read
-        (a short answer from a fast upstream, a cache hit) would otherwise build its final, its
-        report and its record before its client's first byte. Bounded by turns, not time: a holder
-        that never comes costs the run a few turns and no timer. A log nobody holds (a JSON answer
-        waits for the final) or a gated one (its readers take what the store has written) goes on
-        at once."""
+        """Its first content is in: the reader that holds it takes it first (app/streams/handover.py).
+        A log nobody holds (a JSON answer waits for the final) or a gated one goes on at once."""
         seq = self.last_seq
-        for _ in range(HAND_OVER_TURNS):
-            if self._held >= seq or self._visible is not None:
-                return
-            await asyncio.sleep(0)
+        await hand_over(lambda: self._held >= seq or self._visible is not None)
 
     def _took(self, seq: int) -> None:
         """The holding reader took everything up to `seq`: what is over the bounds may go."""

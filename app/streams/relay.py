@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from app.core.events import FinalEvent
-from app.streams.log import HAND_OVER_TURNS
+from app.streams.handover import hand_over
 
 __all__ = ["Relay"]
 
@@ -63,12 +63,8 @@ class Relay:
             await self._room.wait()
 
     async def hand_over(self) -> None:
-        """The run's first content is in: give the reader a few loop turns to take it, and send it,
-        before the run reads on (as the stream log's `hand_over`)."""
-        for _ in range(HAND_OVER_TURNS):
-            if not self._frames:
-                return
-            await asyncio.sleep(0)
+        """The run's first content is in: the reader takes it first (app/streams/handover.py)."""
+        await hand_over(lambda: not self._frames)
 
     def _take(self) -> bytes:
         frames, self._frames, self._bytes = self._frames, [], 0
