@@ -1,6 +1,6 @@
 """CPU of the gateway's HTTP edge: per streamed event and per request, under uvicorn on loopback.
 
-Starts the app as `make run` serves it (`uvicorn app.main:app`, records off) and streams
+Starts the app as `make run` serves it (`foundry-gateway serve`, records off) and streams
 `mock/lorem-N` through `httpx.AsyncClient`: once paced (`delay_ms`, so each token leaves in its
 own send and the per-send middleware cost shows) and once unpaced; then many one-token
 requests (`mock/simple` through /v1/generate) for the per-request cost (body parsing,

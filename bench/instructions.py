@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.loadgen import run_streams  # noqa: E402
-from bench.run import NO_ADMISSION_BY_LAG, body, free_port, process, server  # noqa: E402
+from bench.run import NO_ADMISSION_BY_LAG, body, free_port, process, serve_command, server  # noqa: E402
 
 CHUNKS = 200
 """Chunks per stream of the per-chunk workload, as bench/run.py's."""
@@ -106,8 +106,7 @@ def targets(checkouts: list[Path], upstream: str) -> dict[str, Target]:
     found = {"relay": ([sys.executable, *uvicorn, "bench.relay:app"], ROOT, {"RELAY_UPSTREAM": upstream})}
     for checkout in checkouts:
         python = checkout / ".venv" / "bin" / "python"
-        found[str(checkout)] = ([str(python) if python.exists() else sys.executable, *uvicorn, "app.main:app"],
-                                checkout, gateway_env)
+        found[str(checkout)] = (serve_command(str(python) if python.exists() else sys.executable), checkout, gateway_env)
     return found
 
 

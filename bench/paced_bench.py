@@ -3,7 +3,7 @@
 Starts, each in its own process on loopback: the pacer (bench/pacer.py, a fake upstream that
 stamps each token with the time it wrote it), the floor (bench/relay.py: Starlette + aiohttp,
 under uvicorn), the gateway on the in-memory store and the gateway on the Redis store (a private
-`redis-server` from PATH, no disk), both `app.main:app` under uvicorn as a user runs it. This
+`redis-server` from PATH, no disk), both as a user runs it (`foundry-gateway serve`). This
 process is the load generator (bench/loadgen.py on uvloop: asyncio protocols and httptools, a
 few microseconds per read, so it is not the bottleneck; its own share of a core is reported).
 The targets take turns in interleaved rounds, so a neighbour's load hits them alike. Per target:

@@ -1,8 +1,8 @@
 """Gateway overhead benchmark: ratios against the floor, measured in the same run.
 
 Starts, each in its own process on loopback: a fake OpenAI-compatible upstream
-(bench/upstream.py), the gateway (`app.main:app` under uvicorn, provider `bench` pointing at the
-upstream), and the floor (bench/relay.py: a Starlette parse-and-re-emit relay on aiohttp, what
+(bench/upstream.py), the gateway (as users run it, `foundry-gateway serve`; provider `bench` pointing at
+the upstream), and the floor (bench/relay.py: a Starlette parse-and-re-emit relay on aiohttp, what
 any gateway built from the same well-kept libraries pays per chunk). This process is the load
 client (bench/loadgen.py: asyncio protocols and httptools, cheap enough not to be the
 bottleneck). Every comparison is interleaved: the targets take turns in several short rounds, so
@@ -75,13 +75,28 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
+GATEWAY = "app.main:app"
+"""The gateway, as `server` runs it: the way users do, `foundry-gateway serve` (`python -m app serve`)."""
+
+
+def serve_command(python: str = sys.executable) -> list[str]:
+    """The gateway as users run it (README, `make run`): `foundry-gateway serve`, with its own HTTP
+    protocol (the request deadline, app/api/deadline.py), keep-alive (75 s) and log configuration;
+    its settings from the environment (FOUNDRY_*). Add `--port N`."""
+    return [python, "-m", "app", "serve", "--host", "127.0.0.1"]
+
+
 def server(target: str, port: int, env: dict[str, str] | None = None, *, cwd: Path = ROOT,
            python: str = sys.executable):
-    """`target` under uvicorn, run from `cwd` by `python`, once it answers /healthz."""
-    # keep-alive past uvicorn's 5 s: on a loaded machine a round of 50 can outlast it, and a pooled
-    # connection closed by the server just as the client reuses it fails the run (ReadError)
-    cmd = [python, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port),
-           "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "60"]
+    """`target` under uvicorn (the gateway, `GATEWAY`: under its own `serve` command), run from
+    `cwd` by `python`, once it answers /healthz."""
+    if target == GATEWAY:
+        cmd = [*serve_command(python), "--port", str(port)]
+    else:
+        # keep-alive past uvicorn's 5 s: on a loaded machine a round of 50 can outlast it, and a pooled
+        # connection closed by the server just as the client reuses it fails the run (ReadError)
+        cmd = [python, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port),
+               "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "60"]
     # a loaded 2-core machine takes a while to import the app
     return process(cmd, port, what=target, cwd=cwd, env=env, start_seconds=90)
 
