@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.auth.redis_limiter import RedisLimiter  # noqa: E402
 from app.records.spend import month_of  # noqa: E402
-from bench.run import cpu_seconds, free_port, rss_bytes  # noqa: E402
+from bench.run import cpu_seconds, free_port, rss_bytes, serve_command  # noqa: E402
 from tests.cluster_support import RedisClusterServer  # noqa: E402
 from tests.redis_support import RedisServer  # noqa: E402
 
@@ -167,7 +167,9 @@ class Fleet:
     async def _start_replicas(self, n: int) -> None:
         for i in range(n):
             port = free_port()
-            self.replicas.append(Proc(_uvicorn("app.main:app", port), port, self._env(), "/healthz",
+            # as users run it (its graceful-shutdown bound, request deadline and keep-alive: the
+            # soak's SIGTERMs meet what production's do)
+            self.replicas.append(Proc([*serve_command(), "--port", str(port)], port, self._env(), "/healthz",
                                       self.logs / f"replica-{i}.log"))
         await asyncio.gather(*(r.start() for r in self.replicas))
 
