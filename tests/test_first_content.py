@@ -23,16 +23,12 @@ from app.core.events import StartEvent, token_event
 from app.main import create_app
 from app.settings import Settings
 from app.streams.handover import HAND_OVER_TURNS
-from app.streams.memory import MemoryStreamStore
 from tests.compat_support import settings_for
 from tests.fakes import FakeAdapter, ok_script
 from tests.support import FIXTURES, parse_sse, serving
+from tests.test_stream_log import store
 
 ASK = {"model": "mock/simple", "messages": [{"role": "user", "content": "Hi"}]}
-
-
-def _store() -> MemoryStreamStore:
-    return MemoryStreamStore(ttl=60.0, max_streams=10, max_events=1000, max_bytes=1 << 20)
 
 
 def _recording(app: Any, bodies: list[bytes], order: list[str] | None = None) -> Any:
@@ -142,20 +138,20 @@ async def _turns_taken(log: Any) -> int:
 
 
 async def test_a_log_nobody_holds_hands_over_at_once_and_a_holder_that_never_comes_costs_a_few_turns():
-    store = _store()
-    free = store.create_local(model="m", provider="p")
+    logs = store()
+    free = logs.create_local(model="m", provider="p")
     free.append(StartEvent(stream_id=free.info.stream_id, model="m", provider="p"))
     free.append(token_event(0, "hi"))
     assert await _turns_taken(free) == 0
 
-    held = store.create_local(model="m", provider="p", held=True)  # its reader never starts
+    held = logs.create_local(model="m", provider="p", held=True)  # its reader never starts
     held.append(StartEvent(stream_id=held.info.stream_id, model="m", provider="p"))
     held.append(token_event(0, "hi"))
     assert await asyncio.wait_for(_turns_taken(held), 5) == HAND_OVER_TURNS
 
 
 async def test_a_holder_that_took_the_first_content_ends_the_hand_over():
-    log = _store().create_local(model="m", provider="p", held=True)
+    log = store().create_local(model="m", provider="p", held=True)
     log.append(StartEvent(stream_id=log.info.stream_id, model="m", provider="p"))
     log.append(token_event(0, "hi"))
     reader = log.follow(0, hold=True)
