@@ -122,10 +122,10 @@ def _accounts(settings: Settings,
         if settings.records else None
     auth = _auth(settings, database, metrics)
     if database is None:
-        return build_store(settings, metrics, on_claim=_claims(settings, None, auth)), auth, None, []
+        return build_store(settings, metrics, on_claim=_Claims(settings, None, auth)), auth, None, []
     queue = RecordQueue(size=settings.records_queue_size, batch_size=settings.records_batch_size,
                         on_drop=metrics.count_dropped_records)
-    store = build_store(settings, metrics, on_claim=_claims(settings, queue, auth),
+    store = build_store(settings, metrics, on_claim=_Claims(settings, queue, auth),
                         on_swept=lambda swept: queue.submit(swept_record(swept, content=settings.record_content)))
     records = RecordWriter(database, queue, linger=settings.records_linger, write_timeout=settings.records_write_timeout,
                            retention_days=settings.record_retention_days, on_write=metrics.records_written.inc,
@@ -244,14 +244,12 @@ def _tune_gc() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
-def _claims(settings: Settings, records: RecordQueue | None, auth: Auth) -> ClaimHook:
-    """A run this replica ends for a dead one (app/streams/redis/follower.py): its key's concurrency
-    slot is freed at once rather than when its lease expires, before its final is written; whoever
-    writes the final writes the record (exactly once: the store keeps the first record of a run id)."""
-    return _Claims(settings, records, auth)
-
-
 class _Claims:
+    """The `ClaimHook`: a run this replica ends for a dead one (app/streams/redis/follower.py): its
+    key's concurrency slot is freed at once rather than when its lease expires, before its final is
+    written; whoever writes the final writes the record (exactly once: the store keeps the first
+    record of a run id)."""
+
     def __init__(self, settings: Settings, records: RecordQueue | None, auth: Auth) -> None:
         self._settings, self._records, self._auth = settings, records, auth
 
