@@ -24,7 +24,7 @@ from starlette.routing import Route
 from app.main import create_app
 from app.providers.sse import SSEDecoder
 from tests.compat_support import ALL_RECORDINGS, RecordedUpstream, facade_gateway, model_of, settings_for
-from tests.support import serve
+from tests.support import serve, serving
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -172,3 +172,45 @@ async def test_a_rewriting_validator_turns_the_relay_off() -> None:
     assert first["id"] == "chatcmpl-" + translated.headers["x-stream-id"]
     assert orjson.loads(events(relayed.content)[0][1])["id"] == "chatcmpl-C2P1wP1damHwC6sXvGAIh5PMvH6wM"
     assert "validators" not in upstream.requests[0] and upstream.requests[0]["messages"] == HI
+
+
+# -- a provider's broken frames -------------------------------------------------------------------
+
+BROKEN = {
+    "/v1/chat/completions": (b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"con\n\n'
+                             b"data: [DONE]\n\n"),
+    "/v1/responses": b"event: response.created\ndata: {\"type\":\"response.created\",\"resp\n\n",
+}
+
+
+@pytest.mark.parametrize(("path", "model"), [("/v1/chat/completions", "openai/gpt-x"),
+                                             ("/v1/responses", "openai-responses/gpt-x")])
+async def test_a_broken_first_frame_ends_the_relay_in_the_providers_shape_not_a_cut_connection(
+        path: str, model: str) -> None:
+    """The relay reads the first frame for the stream's head (its id, its `response`): a provider
+    that sends cut JSON there used to fail the response itself, and the client's connection was cut
+    with no end. The run ends `upstream_protocol_error`; the relay ends the stream with the error in
+    the provider's own shape, as for any other failure."""
+
+    async def broken(request: Request) -> StreamingResponse:
+        async def body() -> AsyncIterator[bytes]:
+            yield BROKEN[path]
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    ask: dict[str, Any] = {"model": model, "stream": True}
+    ask |= {"input": "hi"} if path == "/v1/responses" else {"messages": HI}
+    async with serving() as servers:
+        up = await servers.add(Starlette(routes=[Route(path, broken, methods=["POST"])]))
+        gateway = await servers.add(create_app(settings_for(up, records=False)))
+        async with httpx.AsyncClient(base_url=gateway, timeout=30) as http:
+            answer = await http.post(path, json=ask)
+    assert answer.status_code == 200
+    seen = events(answer.content)
+    if path == "/v1/responses":
+        assert seen[-1][0] == "response.failed", seen
+        assert orjson.loads(seen[-1][1])["response"]["error"]["code"] == "server_error"
+    else:
+        assert seen[-1] == ("message", "[DONE]"), seen
+        last = orjson.loads(seen[-2][1])
+        assert last["choices"][0]["finish_reason"] == "error" and last["error"]["code"] == "upstream_protocol_error"

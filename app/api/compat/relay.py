@@ -122,6 +122,16 @@ def relay_answer(gateway: Gateway, handle: RunHandle, relay: Relay, ending: Endi
                        on_disconnect=lambda: handle.cancel("client_gone"))
 
 
+def _object(data: bytes) -> dict[str, Any] | None:
+    """A provider's frame data as a JSON object; None when it is not one (the provider's JSON is
+    untrusted: the run's normalizer fails the stream for it, and the relay must still end it)."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def _frame(kind: str, data: dict[str, Any]) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
@@ -177,9 +187,9 @@ class ChatEnding:
         return data
 
     def _keep(self, frame: bytes) -> bool:
-        if not frame.startswith(b"data: {"):
+        chunk = _object(frame[6:]) if frame.startswith(b"data: {") else None
+        if chunk is None:  # not a chunk, or a broken one (passed on as sent; the run ends with its error)
             return True
-        chunk = orjson.loads(frame[6:])
         if self._head is None:
             self._head = {key: chunk.get(key) for key in ("id", "object", "created", "model")}
         return self._usage or bool(chunk.get("choices")) or "usage" not in chunk
@@ -213,7 +223,9 @@ class ResponsesEnding:
         if not self._response and b"event: response.created\n" in data:
             for frame in data.split(b"\n\n"):
                 if frame.startswith(b"event: response.created\n"):
-                    self._response = orjson.loads(frame.partition(b"\ndata: ")[2]).get("response") or {}
+                    created = _object(frame.partition(b"\ndata: ")[2]) or {}
+                    response = created.get("response")
+                    self._response = response if isinstance(response, dict) else {}
         return data
 
     def _emit(self, kind: str, **fields: Any) -> bytes:
