@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from app.core.events import FinalEvent, StreamEvent
 from app.core.transcript import Transcript
+from app.streams.budget import Budget
 from app.streams.errors import EventTooLarge, ReplayUnavailable
 from app.streams.frames import PackedFrames, encode_frame, fitted_final
 from app.streams.handover import hand_over
@@ -41,7 +42,7 @@ WINDOW = 32
 Enough for the reader to take whole batches while it keeps up (its send buffers behind it), small
 enough that a stalled reader pins a few kilobytes, not a whole answer."""
 
-__all__ = ["BATCH_BYTES", "Budget", "Canceller", "Sink", "StreamInfo", "StreamLog", "StreamRecord"]
+__all__ = ["BATCH_BYTES", "Canceller", "Sink", "StreamInfo", "StreamLog", "StreamRecord"]
 
 
 Sink = Callable[["StreamLog", int, bytes, bool], None]
@@ -381,20 +382,3 @@ class StreamRecord:
     created_at: float
     transcript: dict[str, Any]
 
-
-class Budget:
-    """The bytes retained by all the logs of a store, against one limit; `relieve` (the store's
-    eviction of finished streams) runs when a log's growth takes the total past it."""
-
-    __slots__ = ("limit", "used", "relieve")
-
-    def __init__(self, limit: int, relieve: Callable[[str | None], None]) -> None:
-        self.limit = limit
-        self.used = 0
-        self.relieve = relieve
-
-    def grow(self, delta: int, owner: str | None = None) -> None:
-        """`owner`: the API key of the log that grew (its own finished streams are evicted first)."""
-        self.used += delta
-        if self.used > self.limit:
-            self.relieve(owner)

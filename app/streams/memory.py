@@ -13,8 +13,9 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from app.core.errors import RequestError
+from app.streams.budget import Budget
 from app.streams.errors import CancelOutcome, CursorAhead, FinalDelivered, RunTags, StoreFull
-from app.streams.log import Budget, Canceller, Sink, StreamInfo, StreamLog, StreamRecord
+from app.streams.log import Canceller, Sink, StreamInfo, StreamLog, StreamRecord
 
 __all__ = ["MemoryStreamStore", "parse_cursor"]
 
