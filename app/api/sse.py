@@ -18,6 +18,8 @@ Deliberate choices, numbered as sse-starlette does:
 4. Once `http.response.start` went through every layer, the body frames go through the channel
    below the gateway's middleware (`RequestLog.send`, app/api/middleware.py): the wrappers above
    it (the middleware's, Starlette's exception handling) have work only at the start.
+5. The frames that hold the stream's final (`LastFrames`, app/streams/frames.py) end the body
+   (`more_body: False`): one write for the final and the end of the chunked body, not two.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from app.api.middleware import RequestLog, watch_client
+from app.streams.frames import LastFrames
 
 __all__ = ["SSEResponse"]
 
@@ -90,11 +93,14 @@ class SSEResponse(StreamingResponse):
         send = body
         retry = b"retry: %d\n\n" % self.retry_ms if self.retry_ms is not None else b""
         async for chunk in self.frames:
+            last = chunk.__class__ is LastFrames  # the body ends with it (point 5)
             state.sending = True  # no clock per frame: the watcher samples these (point 2)
-            await send({"type": "http.response.body", "body": chunk + retry if retry else chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": chunk + retry if retry else chunk, "more_body": not last})
             retry = b""
             state.sending = False
             state.sent += 1
+            if last:
+                return
         state.sending = True  # the closing send is watched too (a reader that never reads)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -27,7 +27,7 @@ from app.core.events import (
     ToolResultEvent,
 )
 
-__all__ = ["CUT_MARKER", "PackedFrames", "decode_frames", "encode_frame", "fitted_final"]
+__all__ = ["CUT_MARKER", "LastFrames", "PackedFrames", "decode_frames", "encode_frame", "fitted_final"]
 
 
 def encode_frame(seq: int, event: StreamEvent) -> bytes:
@@ -98,6 +98,13 @@ def fitted_final(final: FinalEvent, seq: int, limit: int) -> tuple[FinalEvent, b
             return fitted, candidate
         room -= len(candidate) - limit
     return slim, frame
+
+
+class LastFrames(bytes):
+    """A stream's last frames, its final among them: the response that sends them ends with them
+    (`more_body: False`, app/api/sse.py), in one write where a separate end of the body takes another."""
+
+    __slots__ = ()
 
 
 class PackedFrames:

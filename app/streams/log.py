@@ -25,7 +25,7 @@ from app.core.events import FinalEvent, StreamEvent
 from app.core.transcript import Transcript
 from app.streams.budget import Budget
 from app.streams.errors import EventTooLarge, ReplayUnavailable
-from app.streams.frames import PackedFrames, encode_frame, fitted_final
+from app.streams.frames import LastFrames, PackedFrames, encode_frame, fitted_final
 from app.streams.handover import hand_over
 
 _T = TypeVar("_T")
@@ -293,8 +293,13 @@ class StreamLog:
         """Replay from `after`, then follow live until the final event. A reader holds one batch
         (about BATCH_BYTES) at a time, never a copy of the whole replay: a reader that stops
         reading stalls on its send with that much, until the send watchdog drops it. The reader
-        that owns the run `hold`s its place: nothing it has not taken is dropped (`room`)."""
-        return self._read(after, hold, lambda cursor: self._batch(cursor, BATCH_BYTES, self.readable_seq))
+        that owns the run `hold`s its place: nothing it has not taken is dropped (`room`). The batch
+        that holds the final is `LastFrames`: its response ends with it."""
+        return self._read(after, hold, self._follow_batch)
+
+    def _follow_batch(self, after: int) -> tuple[bytes, int]:
+        data, end = self._batch(after, BATCH_BYTES, self.readable_seq)
+        return (LastFrames(data), end) if self.final is not None and end >= self.last_seq else (data, end)
 
     def follow_events(self, after: int = 0, *, hold: bool = False) -> AsyncIterator[list[StreamEvent]]:
         """Like `follow`, the events themselves, in batches (a log made with `keep_events`). They are
@@ -327,6 +332,8 @@ class StreamLog:
                     batch, cursor = take(cursor)
                     if hold:
                         self._took(cursor)
+                    if read_all is not None and self.final is not None and cursor >= self.last_seq:
+                        read_all()  # now: its reader may stop at the batch with the final (app/api/sse.py)
                     yield batch
                     continue
                 if self.final is not None and cursor >= self.last_seq:

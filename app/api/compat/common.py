@@ -27,6 +27,7 @@ from app.core.events import FinalEvent, StreamEvent, ToolCallEvent
 from app.pipeline import Gateway, RunHandle, RunSpec
 from app.providers.base import ProviderRequest
 from app.run import Run
+from app.streams.frames import LastFrames
 from app.streams.log import StreamLog
 from app.validation import ValidatorSpec, check_specs
 
@@ -179,11 +180,11 @@ class Translator(Protocol):
 async def translate(log: StreamLog, translator: Translator) -> AsyncIterator[bytes]:
     """Read the run's log as events (it keeps them: `RunSpec.keep_events`), holding its place (the
     reader owns the run), and yield the translator's bytes for each batch. The stream can also be
-    followed and replayed by id."""
+    followed and replayed by id. The batch with the final ends the body (`LastFrames`, app/api/sse.py)."""
     async for events in log.follow_events(0, hold=True):
         out = translator.feed(events)
         if out:
-            yield out
+            yield LastFrames(out) if events[-1].__class__ is FinalEvent else out
 
 
 def run_spec(request: ProviderRequest, extras: GatewayExtras) -> RunSpec:

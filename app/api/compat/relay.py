@@ -27,6 +27,7 @@ from app.core.events import FinalEvent
 from app.pipeline import Gateway, RunHandle, RunSpec
 from app.providers.openai_responses_stream import reasoning_input_item
 from app.providers.passthrough import Passthrough, Wire
+from app.streams.frames import LastFrames
 from app.streams.relay import Relay
 
 __all__ = ["AnthropicEnding", "ChatEnding", "Ending", "ResponsesEnding", "own_reasoning", "passthrough_spec",
@@ -111,9 +112,11 @@ def relay_answer(gateway: Gateway, handle: RunHandle, relay: Relay, ending: Endi
     async def frames() -> AsyncIterator[bytes]:
         async for data, final in relay.follow():
             out = ending.feed(data) if data else b""
-            if final is not None:
+            if final is not None:  # the end of the body goes with the last frames (app/api/sse.py)
                 out += ending.end(final)
-            if out:
+                if out:
+                    yield LastFrames(out)
+            elif out:
                 yield out
 
     return SSEResponse(frames(), ping_seconds=gateway.settings.ping_seconds,
