@@ -23,6 +23,7 @@ from app.records import spend
 from app.records.migrate import upgrade
 from app.records.record import RunRecord, as_utc
 from app.records.spend import SpendTotal
+from app.records.sqlite_rows import MultiRowInsert
 from app.records.tables import mcp_calls, run_rejects, run_transcripts, runs
 
 __all__ = ["Inserted", "RecordStore", "RunPage", "RunQuery", "decode_cursor", "encode_cursor"]
@@ -93,8 +94,10 @@ class RecordStore:
             self.url, json_serializer=_dumps, json_deserializer=orjson.loads, pool_pre_ping=not self.is_sqlite,
             connect_args=connect_args,
         )
+        self._multi_row: MultiRowInsert | None = None
         if self.is_sqlite:
             sa.event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+            self._multi_row = MultiRowInsert(self.engine.dialect)
 
     @property
     def is_sqlite(self) -> bool:
@@ -119,6 +122,8 @@ class RecordStore:
         in the same transaction."""
         if not records:
             return Inserted(run_ids=frozenset(), spend=[])
+        if self._multi_row is not None and (inserted := await self._insert_all_new(records, self._multi_row)):
+            return inserted
         async with self.engine.begin() as conn:
             result = await conn.execute(self._insert_new(runs).returning(runs.c.id), [r.row() for r in records])
             new = frozenset(result.scalars().all())
@@ -129,6 +134,20 @@ class RecordStore:
                 await conn.execute(self._insert_new(run_transcripts), transcripts)
             totals = await spend.add_runs(conn, self.backend, fresh)
         return Inserted(run_ids=new, spend=totals)
+
+    async def _insert_all_new(self, records: Sequence[RunRecord], insert: MultiRowInsert) -> Inserted | None:
+        """SQLite: the batch in one statement a table (app/records/sqlite_rows.py), when none of its
+        runs was recorded before, as is the rule: the row count says so. Otherwise (a run written
+        twice: a replica's outbox, a retried batch) it is rolled back and `insert` takes the general
+        path, which finds out which runs are new."""
+        async with self.engine.connect() as conn, conn.begin() as transaction:
+            if await insert(conn, runs, [r.row() for r in records]) != len(records):
+                await transaction.rollback()
+                return None
+            await insert(conn, run_transcripts, [{"run_id": r.stream_id, "transcript": r.transcript} for r in records
+                                                 if r.transcript is not None])
+            totals = await spend.add_runs(conn, self.backend, records)
+        return Inserted(run_ids=frozenset(r.stream_id for r in records), spend=totals)
 
     async def reject(self, record: RunRecord, error: str) -> None:
         """Keep a record the database refused (`run_rejects`), with why, as JSON bytes (which hold

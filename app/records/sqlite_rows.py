@@ -1,0 +1,71 @@
+"""A batch of rows into SQLite in one statement: `INSERT ... VALUES (...), (...) ON CONFLICT DO NOTHING`.
+
+Why not SQLAlchemy's own `execute(insert(table), rows)`: on SQLite that is `executemany` (or, with
+RETURNING, "insertmanyvalues" and one fetched row per run), one `sqlite3_step` per row, and the
+stdlib driver lets go of the GIL around each step and takes it back after. In the gateway the
+driver runs on aiosqlite's thread while the event loop's thread is busy serving, so every row of a
+batch is a GIL hand-over between the two. Measured on the 2-core machine (`bench/records_bench.py
+--streams 1000 --chunks 1`, and each thread's CPU from /proc): a record cost 220-250 us of CPU in
+the serving gateway against about 45 us for the same insert in an idle process; one statement a
+batch takes about 80 us a record off (docs/records.md#cost). `insert().values(rows)` would be one
+statement too, but SQLAlchemy compiles it again for every batch (about 100 ms on the event loop for
+200 rows), and its "insertmanyvalues" without RETURNING is off where ON CONFLICT is (SQLAlchemy
+#13130). So the statement is rendered here, once per table, columns and row count, and the values
+go through each column type's own bind processor (`TypeEngine.bind_processor`): what is stored is
+what SQLAlchemy stores.
+
+The row count of the statement says how many rows were new: ON CONFLICT DO NOTHING does not count
+a row that was already there.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+__all__ = ["MultiRowInsert"]
+
+MAX_VARIABLES = 32766
+"""SQLite's bound on the parameters of one statement (SQLITE_MAX_VARIABLE_NUMBER since 3.32)."""
+
+Processor = Callable[[Any], Any] | None
+
+
+class MultiRowInsert:
+    """Rows (dicts with the same keys, as `RunRecord.row()` makes them) into one SQLite table."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+
+    async def __call__(self, conn: AsyncConnection, table: sa.Table, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Insert `rows`, keeping any already there; how many were inserted."""
+        if not rows:
+            return 0
+        columns = tuple(rows[0])
+        processors = self._processors(table, columns)
+        per_statement = max(1, MAX_VARIABLES // len(columns))
+        inserted = 0
+        for start in range(0, len(rows), per_statement):
+            chunk = rows[start:start + per_statement]
+            params = tuple(row[name] if process is None else process(row[name])
+                           for row in chunk for name, process in zip(columns, processors, strict=True))
+            result = await conn.exec_driver_sql(self._sql(table.name, columns, len(chunk)), params)
+            inserted += result.rowcount
+        return inserted
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019  # one instance per store, for the process's life
+    def _processors(self, table: sa.Table, columns: tuple[str, ...]) -> tuple[Processor, ...]:
+        dialect = self.dialect
+        return tuple(table.c[name].type.dialect_impl(dialect).bind_processor(dialect) for name in columns)
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019
+    def _sql(self, table: str, columns: tuple[str, ...], rows: int) -> str:
+        quote = self.dialect.identifier_preparer.quote
+        group = "(" + ", ".join("?" * len(columns)) + ")"
+        return (f"INSERT INTO {quote(table)} ({', '.join(map(quote, columns))}) VALUES "
+                f"{', '.join([group] * rows)} ON CONFLICT DO NOTHING")
