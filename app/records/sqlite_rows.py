@@ -9,8 +9,8 @@ batch is a GIL hand-over between the two. Measured on the 2-core machine (`bench
 the serving gateway against about 45 us for the same insert in an idle process; one statement a
 batch takes about 80 us a record off (docs/records.md#cost). `insert().values(rows)` would be one
 statement too, but SQLAlchemy compiles it again for every batch (about 100 ms on the event loop for
-200 rows), and its "insertmanyvalues" without RETURNING is off where ON CONFLICT is (SQLAlchemy
-#13130). So the statement is rendered here, once per table, columns and row count, and the values
+200 rows), and its "insertmanyvalues" without RETURNING is switched off for a statement with ON CONFLICT
+(a clause after the values). So the statement is rendered here, once per table, columns and row count, and the values
 go through each column type's own bind processor (`TypeEngine.bind_processor`): what is stored is
 what SQLAlchemy stores.
 
