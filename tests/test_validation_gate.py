@@ -63,6 +63,21 @@ async def test_early_exit_on_fail_never_releases_held_text() -> None:
     assert Released.of(released).message().content == text_of(released)
 
 
+async def test_text_validated_before_a_fail_in_the_same_batch_comes_out_before_the_final() -> None:
+    """One upstream read can hold both a sentence that passes and the one that fails: the first
+    was validated, so it goes out (in `Blocked.released`, which the run emits before its final),
+    as it does when the two come in two reads."""
+    text = "Fine. Still fine. The password is hunter2. Tail."
+    for batches in ([tokens(text, size=3)], [[t] for t in tokens(text, size=3)]):
+        gate = make_gate(spec("regex_deny", patterns=["(?i)password"]), chunking="sentence")
+        released: list[StreamEvent] = []
+        with pytest.raises(Blocked) as blocked:
+            for batch in batches:
+                released += await gate.admit_all(batch)
+        released += blocked.value.released
+        assert text_of(released) == "Fine. Still fine. ", (len(batches), text_of(released))
+
+
 class Stateful(Validator):
     """Fails on the third chunk its instance sees: state that must not leak between requests."""
 

@@ -14,7 +14,8 @@ from app.core.lazy import lazy_names
 if TYPE_CHECKING:
     from app.validation.checks import Blocked, Observer
     from app.validation.chunking import CHUNKERS, DEFAULT_CHUNKING, DEFAULT_MAX_CHARS, build_chunker
-    from app.validation.gate import Gate, PassThroughGate, ValidationGate, build_gate
+    from app.validation.contract import Gate, PassThroughGate
+    from app.validation.gate import ValidationGate, build_gate
     from app.validation.specs import ValidatorSpec, called_models, check_specs
     from app.validation.validators import VALIDATORS
     from app.validation.validators.base import Judge, Validator, Verdict
@@ -48,8 +49,8 @@ _HOMES = {
     "DEFAULT_CHUNKING": "chunking",
     "DEFAULT_MAX_CHARS": "chunking",
     "build_chunker": "chunking",
-    "Gate": "gate",
-    "PassThroughGate": "gate",
+    "Gate": "contract",
+    "PassThroughGate": "contract",
     "ValidationGate": "gate",
     "build_gate": "gate",
     "ValidatorSpec": "specs",

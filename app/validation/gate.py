@@ -23,7 +23,7 @@ import asyncio
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import orjson
 
@@ -46,7 +46,7 @@ from app.validation.lanes import TextLane
 from app.validation.specs import Registry, ValidatorSpec, check_specs, invalid_validator, parse_spec
 from app.validation.validators.base import CheckContext, GateEnv, Judge, ToolCallCheck, Verdict
 
-__all__ = ["Gate", "PassThroughGate", "ValidationGate", "build_gate"]
+__all__ = ["ValidationGate", "build_gate"]
 
 
 @dataclass(slots=True)
@@ -56,55 +56,6 @@ class _Held:
     """Set for token and reasoning events (`event` is then one of them)."""
     start: int = 0
     end: int = 0
-
-
-class Gate(Protocol):
-    """The validation gate as a run uses it: `ValidationGate`, or `PassThroughGate` when no
-    validator applies."""
-
-    @property
-    def rewrites(self) -> bool:
-        """A validator may release text other than the provider's (a redaction)."""
-
-    async def admit_all(self, events: list[StreamEvent]) -> list[StreamEvent]:
-        """Take a batch of events; return the events released (whole, in order; maybe none)."""
-
-    async def close_text(self) -> list[StreamEvent]:
-        """The response's text is over and the gateway's tools run next: its pending fragments
-        are checked and released, as an event of another kind would do (no final check: the
-        turn ends with its calls)."""
-
-    async def finish(self) -> list[StreamEvent]:
-        """End of stream: the events still held, once every final check passed."""
-
-    def summary(self) -> ValidationData | None:
-        """What the gate did, for `final.validation`; None for a pass-through."""
-
-    def close(self) -> None:
-        """The run ended (however): checks still in flight are cancelled."""
-
-
-class PassThroughGate:
-    """No validator applies: every event is released as it comes, at no added latency."""
-
-    __slots__ = ()
-
-    rewrites = False
-
-    async def admit_all(self, events: list[StreamEvent]) -> list[StreamEvent]:
-        return events
-
-    async def close_text(self) -> list[StreamEvent]:
-        return []
-
-    async def finish(self) -> list[StreamEvent]:
-        return []
-
-    def summary(self) -> ValidationData | None:
-        return None
-
-    def close(self) -> None:
-        return None
 
 
 _PIPELINE_TAIL = 20_000
@@ -142,49 +93,60 @@ class ValidationGate:
 
     async def admit(self, event: StreamEvent) -> list[StreamEvent]:
         """Take the next event; return the events it releases (whole, in order; maybe none)."""
+        return await self.admit_all([event])
+
+    async def admit_all(self, events: list[StreamEvent]) -> list[StreamEvent]:
+        """Take a batch of events (one upstream read's); return the events it releases. They are
+        released once, after the whole batch: a fail at any event of it raises `Blocked` with every
+        event validated before it (`released`), so the text that passed comes out before the final
+        however the reads were cut. A text delta, most of every batch, is taken inline (no
+        coroutine of its own per event)."""
         if self._blocked is not None:
             raise self._blocked
+        held, text, reasoning = self._held, self._text, self._reasoning
         try:
-            if event.__class__ in (RelayedFrame, ReasoningBlockEnd):  # out right after the text before it
-                self._held.append(_Held(event, None))
-                return self._release()
-            if isinstance(event, (TokenEvent, ReasoningEvent)):
-                lane, other = (self._text, self._reasoning) if event.type == "token" else (self._reasoning, self._text)
+            for event in events:
+                kind = event.__class__
+                if kind is not TokenEvent and kind is not ReasoningEvent:
+                    await self._take(event)
+                    continue
+                lane, other = (text, reasoning) if kind is TokenEvent else (reasoning, text)
                 if other.pending:
                     await self._flush(other)
-                start, end = lane.admit(event.content)
-                self._held.append(_Held(event, lane, start, end))
+                content = event.content  # type: ignore[union-attr]
+                start, end = lane.admit(content)
+                held.append(_Held(event, lane, start, end))
                 if not lane.members:
                     lane.pass_through()
                 else:
-                    for chunk in lane.chunker.feed(event.content):
+                    for chunk in lane.chunker.feed(content):
                         await self._check_chunk(lane, chunk)
-            else:
-                await self._flush(self._text)
-                await self._flush(self._reasoning)
-                self._held.append(_Held(event, None))
-                if isinstance(event, ToolCallEvent):
-                    if event.is_final:
-                        await self._check_call(event)
-                elif isinstance(event, ToolResultEvent) and event.closes_turn:
-                    await self._settle(0)  # the turn's text is judged before the next turn's
-                    self._text.new_turn()
-                    self._reasoning.new_turn()
             self._reap()
             return self._release()
         except Blocked as blocked:
             self._block(blocked)
             raise
 
+    async def _take(self, event: StreamEvent) -> None:
+        """An event other than a text delta: a reasoning block's end or a relayed frame goes out after
+        the text before it; any other ends the pending fragments of both lanes."""
+        if event.__class__ in (RelayedFrame, ReasoningBlockEnd):  # out right after the text before it
+            self._held.append(_Held(event, None))
+            return
+        await self._flush(self._text)
+        await self._flush(self._reasoning)
+        self._held.append(_Held(event, None))
+        if isinstance(event, ToolCallEvent):
+            if event.is_final:
+                await self._check_call(event)
+        elif isinstance(event, ToolResultEvent) and event.closes_turn:
+            await self._settle(0)  # the turn's text is judged before the next turn's
+            self._text.new_turn()
+            self._reasoning.new_turn()
+
     @property
     def rewrites(self) -> bool:  # app/validation/validators/base.py
         return any(m.validator.rewrites for lane in (self._text, self._reasoning) for m in lane.members)
-
-    async def admit_all(self, events: list[StreamEvent]) -> list[StreamEvent]:
-        released: list[StreamEvent] = []
-        for event in events:
-            released.extend(await self.admit(event))
-        return released
 
     async def close_text(self) -> list[StreamEvent]:
         """The response's text is over (its calls run next): check the trailing fragments and
