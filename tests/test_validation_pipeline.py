@@ -60,3 +60,22 @@ async def test_operator_policy_and_redaction_reach_the_final_message() -> None:
     assert final["status"] == "ok" and final["message"]["content"] == "Mail [EMAIL] today. Bye"
     assert final["validation"]["validators"]["pii"]["checks"] == 3  # two chunks and the final check
     assert adapter.streams[0].closed.is_set()
+
+
+async def test_text_that_passed_in_the_read_that_held_the_fail_reaches_the_client_before_the_blocked_final() -> None:
+    """One upstream read holds a sentence that passes and the one that fails: through the HTTP API
+    the client gets the first (its tokens and the final's message), then the blocked final."""
+    import httpx
+
+    from app.main import create_app
+
+    adapter = FakeAdapter([[TextDelta(text="Fine. "), TextDelta(text="Still fine. "),
+                            TextDelta(text="The password is x. "), TextDelta(text="Tail.")]], block=True)
+    app = create_app(Settings(records=False), adapters={"fake": adapter})
+    ask = {"model": "fake/m", "messages": [{"role": "user", "content": "hi"}], "chunking": "sentence",
+           "validators": [{"name": "regex_deny", "config": {"patterns": ["password"]}}]}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw", timeout=15) as client:
+        events = parse_sse((await client.post("/v1/stream", json=ask)).text)
+    assert "".join(d["content"] for _, e, d in events if e == "token") == "Fine. Still fine. "
+    final = events[-1][2]
+    assert final["status"] == "blocked" and final["message"]["content"] == "Fine. Still fine. "
