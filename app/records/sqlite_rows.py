@@ -21,6 +21,7 @@ a row that was already there.
 from __future__ import annotations
 
 import functools
+import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -30,8 +31,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 __all__ = ["MultiRowInsert"]
 
-MAX_VARIABLES = 32766
-"""SQLite's bound on the parameters of one statement (SQLITE_MAX_VARIABLE_NUMBER since 3.32)."""
+MAX_VARIABLES = 32766 if sqlite3.sqlite_version_info >= (3, 32, 0) else 999
+"""SQLite's default bound on the parameters of one statement (SQLITE_MAX_VARIABLE_NUMBER: 999 before
+3.32), for the SQLite library the standard driver runs on."""
 
 Processor = Callable[[Any], Any] | None
 
