@@ -133,6 +133,14 @@ class RedisClusterServer:
         except redis.RedisError:
             return False
 
+    def replicas_connected(self) -> bool:
+        """Every live replica's link to its master is up: none is still in its first sync (a cluster
+        just created, or a master turned replica by a failover)."""
+        try:
+            return all(_ask(n.port, "ROLE")[3] == "connected" for n in self.nodes if n.alive() and n.role() != "master")
+        except redis.RedisError:
+            return False
+
     def master_of(self, key: str) -> ClusterNodeProc:
         live = [n for n in self.nodes if n.alive()]
         slot = int(_ask(live[0].port, "CLUSTER KEYSLOT", key))

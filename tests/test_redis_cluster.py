@@ -134,11 +134,15 @@ async def test_master_sigkilled_mid_stream_ends_honestly_and_resumes_work(cluste
     `replay_unavailable` (docs/deployment.md#redis-cluster), never a stream with a hole; new runs
     work. The lease outlasts the failover, so the owner's run is not claimed meanwhile. Runs last:
     the cluster keeps a master without a replica."""
+    # The stream (150 tokens, 30 ms apart) must still be running when the link is cut: a replica
+    # still in its first sync (a fresh cluster, an earlier test's failover) held the stream's start
+    # back until the whole answer had gone by, on a loaded CI host (twice in one day).
+    await until(cluster.replicas_connected, "every replica's link to its master up")
     lease = {"FOUNDRY_REDIS_LEASE_SECONDS": "10"}
     a, b = start_together(Replica(cluster.url, **lease), Replica(cluster.url, **lease))
     try:
         async with httpx.AsyncClient(timeout=60) as c:
-            async with c.stream("POST", f"{a.url}/v1/stream", json=ask("mock/lorem-150", 20)) as owner:
+            async with c.stream("POST", f"{a.url}/v1/stream", json=ask("mock/lorem-150", 30)) as owner:
                 sid = owner.headers["x-stream-id"]
                 own = owner.aiter_bytes()
                 mine = await read_until(own, 3)
