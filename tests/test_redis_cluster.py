@@ -6,11 +6,13 @@ bounds and expiry, limits and ownership shared), with FOUNDRY_REDIS_URL a
 restarted, then replay, stays on one Redis only: it restarts four processes and tests nothing the
 cluster changes.)"""
 
+import asyncio
+
 import httpx
 import pytest
 
 from app.redis_client import cluster_seeds
-from tests.cluster_support import RedisClusterServer
+from tests.cluster_support import RedisClusterServer, private_cluster  # noqa: F401 - a fixture
 from tests.redis_support import Replica, start_together
 from tests.support import parse_sse, until
 from tests.test_auth_replicas import (  # noqa: F401 - collected again here, on the cluster
@@ -172,6 +174,45 @@ async def test_master_sigkilled_mid_stream_ends_honestly_and_resumes_work(cluste
                 other = b if replica is a else a
                 followed = parse_sse((await c.get(f"{other.url}/v1/stream/{started}")).content)
                 assert contiguous_with_one_final(followed) and followed[-1][2]["status"] == "ok"
+    finally:
+        a.stop()
+        b.stop()
+
+
+async def test_a_final_lost_with_its_master_after_the_owner_finished_is_written_back_for_its_readers(
+        private_cluster):  # noqa: F811
+    """The owner's stream ends (its final acknowledged by the master) while the master's replica
+    no longer gets its writes, then the master dies: the promoted replica holds the stream's start
+    and no final, and the owner, alive and renewing its lease, had nothing more to write. A replay
+    on B used to wait, pinged, until the stream's meta expired (its TTL), then end without a final
+    (seen as a 240 s timeout of the test above on a loaded host, where its 3 s stream had ended
+    before the kill). Now a follower that reads nothing for a lease asks the owner to check; the
+    owner finds the final missing and writes the stream back from memory: the replay is whole."""
+    cluster = private_cluster
+    await until(cluster.replicas_connected, "every replica's link to its master up")
+    lease = {"FOUNDRY_REDIS_LEASE_SECONDS": "2"}
+    a, b = start_together(Replica(cluster.url, **lease), Replica(cluster.url, **lease))
+    try:
+        async with httpx.AsyncClient(timeout=60) as c:
+            async with c.stream("POST", f"{a.url}/v1/stream", json=ask("mock/lorem-30", 20)) as owner:
+                sid = owner.headers["x-stream-id"]
+                own = owner.aiter_bytes()
+                mine = await read_until(own, 3)
+                key = f"foundry:{{{sid}}}:events"
+                await until(lambda: cluster.last_id(cluster.replica_of(cluster.master_of(key)), key) >= 3,
+                            "the stream's first events on the replica")
+                master, standby = cluster.cut_replication(key)
+                held = cluster.last_id(standby, key)
+                async for chunk in own:
+                    mine += chunk
+            owned = parse_sse(mine)
+            assert contiguous_with_one_final(owned) and owned[-1][2]["status"] == "ok"
+            await until(lambda: cluster.last_id(master, key) == len(owned), "the final on the master")
+            cluster.kill_master_of(key)
+            async with asyncio.timeout(20):  # a lease (2 s), a block interval, and room for a loaded host
+                replay = await c.get(f"{b.url}/v1/stream/{sid}")
+            events = parse_sse(replay.content)
+            assert held < len(owned) and events == owned, (held, ids(events))
     finally:
         a.stop()
         b.stop()

@@ -31,7 +31,7 @@ from app.streams.errors import (
 )
 from app.streams.frames import decode_frames
 from app.streams.log import StreamRecord
-from app.streams.redis.link import END, FIRST, FRAMES, REDIS_ERRORS, Keys, RedisLink, Watch, final_frame
+from app.streams.redis.link import CHECK, END, FIRST, FRAMES, REDIS_ERRORS, Keys, RedisLink, Watch, final_frame
 
 __all__ = ["RedisFollower"]
 
@@ -80,12 +80,17 @@ class RedisFollower:
         """Replay then follow from Redis until the final (or the stream expires)."""
         cursor = after
         failing_since: float | None = None
+        quiet_since = asked_at = time.monotonic()
+        lease = self._link.lease_ms / 1000
         while True:
             try:
                 waited = Watch()
                 reply = await self._link.xread(keys.events, f"{cursor}-0", count=_READ_COUNT, block=self._link.block_ms)
                 if not reply:
-                    if await self._idle(stream_id, keys, cursor, waited):
+                    now = time.monotonic()
+                    check = now - max(quiet_since, asked_at) >= lease  # at most once a lease: `_idle`
+                    asked_at = now if check else asked_at
+                    if await self._idle(stream_id, keys, cursor, waited, check=check):
                         return
                     continue
                 self._link.answered(waited, self._link.block_ms / 1000)  # in time, or a stall
@@ -110,13 +115,17 @@ class RedisFollower:
                 yield final_frame(cursor + 1, "", "", exc.to_dict(), "error")
                 return
             if frames:
+                quiet_since = time.monotonic()
                 yield b"".join(frames)
             if done:
                 return
 
-    async def _idle(self, stream_id: str, keys: Keys, cursor: int, waited: Watch) -> bool:
+    async def _idle(self, stream_id: str, keys: Keys, cursor: int, waited: Watch, *, check: bool = False) -> bool:
         """Nothing new for a block interval (the read `waited`): True when the stream ended (or
-        expired) without more to read; claims the end when its owner's lease is gone."""
+        expired) without more to read; claims the end when its owner's lease is gone. With `check`
+        (nothing for a lease), a live owner is asked to check that Redis holds the stream's final if
+        it ended: one lost with a master that died before its replica had it is never written again
+        otherwise, and its readers would wait for the stream's TTL (app/streams/redis/owner.py)."""
         pipe = self._redis.pipeline(transaction=False)
         pipe.hmget(keys.meta, "done", "owner", "model", "provider")
         pipe.xrevrange(keys.events, count=1)
@@ -126,6 +135,12 @@ class RedisFollower:
         if done is not None:  # ended: its final may have come after the read that found nothing
             return not top or _seq(top[0][0]) <= cursor  # read it, unless this reader is past it
         if not await self._link.lost(owner.decode(), since=waited, expected=self._link.block_ms / 1000):
+            if check:
+                queue = self._link.cancel_queue(owner.decode())
+                pipe = self._redis.pipeline(transaction=False)
+                pipe.rpush(queue, CHECK + stream_id)
+                pipe.pexpire(queue, self._link.lease_ms)
+                await pipe.execute()
             return False
         await self.end_lost(stream_id, model.decode(), provider.decode())
         return False  # the next read returns the final (ours or another claimer's)

@@ -26,14 +26,16 @@ from app.redis_client import connect
 from app.streams.errors import ClaimHook, StoreUnavailable
 from app.streams.frames import encode_frame
 
-__all__ = ["END", "FIRST", "FRAMES", "LAG_ALLOWANCE", "REDIS_ERRORS", "Keys", "RedisLink", "StoreObserver", "Watch",
-           "final_frame", "stop"]
+__all__ = ["CHECK", "END", "FIRST", "FRAMES", "LAG_ALLOWANCE", "REDIS_ERRORS", "Keys", "RedisLink", "StoreObserver",
+           "Watch", "final_frame", "stop"]
 
 StoreObserver = Callable[[str, str, float, bool], None]
 """(store, operation, seconds, failed): the metrics hook."""
 
 FRAMES, FIRST, END = b"f", b"s", b"e"
 """The fields of a stream entry: its frames, the id of its first event, and the mark of the final."""
+CHECK = "?"
+"""Before a stream id in an owner's queue (`cancel_queue`): not a cancel, a follower's question (app/streams/redis/owner.py)."""
 REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 """What a Redis that cannot answer raises."""
 LAG_ALLOWANCE = 8.0

@@ -1,19 +1,17 @@
 """The owner half of the Redis stream store: what the replica running a stream writes.
 
-The owner keeps its streams in memory (a `MemoryStreamStore`) and serves its own clients from
-there; every appended frame is also handed to one background writer per process, which appends to
-Redis in order, many streams per pipelined round trip (no Redis round trip per event on the live
-path). The writer's buffer is bounded (`FOUNDRY_REDIS_MAX_PENDING_BYTES`): past it a stream stops
-being persisted and, once Redis answers again, gets an honest `final{error: store_unavailable}`
-for its followers. The owner also renews this replica's lease and listens for cancels of its
-streams sent by other replicas.
+The owner keeps its streams in memory (a `MemoryStreamStore`) and serves its own clients from there; every
+appended frame is also handed to one background writer per process, which appends to Redis in order, many
+streams per pipelined round trip (no Redis round trip per event on the live path). The writer's buffer is
+bounded (`FOUNDRY_REDIS_MAX_PENDING_BYTES`): past it a stream stops being persisted and, once Redis answers
+again, gets an honest `final{error: store_unavailable}` for its followers. The owner also renews this
+replica's lease and listens for what other replicas ask of its streams (cancels, checks of a lost final).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -24,8 +22,9 @@ from app.core.errors import ErrorData
 from app.streams.errors import RunTags, StoreUnavailable
 from app.streams.log import Canceller, StreamLog
 from app.streams.memory import MemoryStreamStore
-from app.streams.redis.link import END, FIRST, FRAMES, REDIS_ERRORS, RedisLink, stop
+from app.streams.redis.link import CHECK, END, FIRST, FRAMES, REDIS_ERRORS, RedisLink, stop
 from app.streams.redis.outbox import RedisOutbox
+from app.streams.redis.pending import Pending
 
 __all__ = ["Pending", "RedisOwner"]
 
@@ -35,16 +34,6 @@ _SNAPSHOT_EVERY = 1.0  # seconds between transcript snapshots of a running strea
 _EXPIRY_EVERY = 60.0  # seconds between pushes of a running stream's events expiry (one per write: half the commands)
 _STORE_LOST: ErrorData = {"code": "store_unavailable", "retryable": True,
                           "message": "the stream store lost events of this stream while it was unreachable"}
-
-
-@dataclass(slots=True)
-class Pending:
-    """The frames of one stream not yet written: (seq, frame, is_final) in order."""
-
-    log: StreamLog
-    entries: list[tuple[int, bytes, bool]] = field(default_factory=list)
-    record: bytes | None = None
-    """The run's record, written with its final (app/streams/redis/outbox.py)."""
 
 
 class RedisOwner:
@@ -99,6 +88,20 @@ class RedisOwner:
         while self._pending or self._broken or self._writing:
             self._wrote.clear()
             await self._wrote.wait()
+
+    async def _asked(self, message: str) -> None:
+        """A cancel (a stream id), or a follower's check (`CHECK` + id) of a stream quiet for a lease: a finished one
+        whose final Redis lost (with a master that died before its replica had it) is written back from memory."""
+        if (log := self._local.get(stream_id := message.removeprefix(CHECK))) is None:
+            return
+        if log.final is None or stream_id in self._metas:  # running, or its final not written yet
+            if message == stream_id:
+                log.cancel()
+            return
+        if await self._redis.hget(self._link.keys(stream_id).meta, "done") is None:
+            pipe = self._redis.pipeline(transaction=False)
+            self._restore_one(pipe, log)
+            await pipe.execute()
 
     # -- streams ------------------------------------------------------------------------------
 
@@ -289,12 +292,11 @@ class RedisOwner:
                 log.release(last)
 
     async def _write_back(self) -> None:
-        """Redis answers again after failing. A stream this replica holds (running, or finished
-        and retained for replay) whose keys Redis lost (it restarted empty, as compose runs it) is
-        written back from memory: its meta, the events the log retains (one entry), its
-        transcript; and the lease. Then followers resume, and a reader that left before the
-        final resumes on any replica, and cancels reach it on every replica again. Runs in the
-        writer task, so no batch interleaves."""
+        """Redis answers again after failing. A stream this replica holds (running, or finished and retained for
+        replay) whose keys Redis lost (it restarted empty, as compose runs it) is written back from memory: its
+        meta, the events the log retains (one entry), its transcript; and the lease. Then followers resume, a
+        reader that left before the final resumes on any replica, and cancels reach it on every replica again.
+        Runs in the writer task, so no batch interleaves."""
         logs = self._local.logs()
         pipe = self._redis.pipeline(transaction=False)
         for log in logs:
@@ -393,8 +395,6 @@ class RedisOwner:
             try:
                 popped = await self._redis.blpop([queue], timeout=self._link.block_ms / 1000)
                 if popped is not None:
-                    log = self._local.get(popped[1].decode())
-                    if log is not None:
-                        log.cancel()
+                    await self._asked(popped[1].decode())
             except REDIS_ERRORS:
                 await asyncio.sleep(min(1.0, self._link.timeout))
