@@ -7,6 +7,10 @@ restarted, then replay, stays on one Redis only: it restarts four processes and 
 cluster changes.)"""
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pytest
@@ -128,6 +132,37 @@ async def test_master_failover_mid_stream_ends_honestly_and_resumes_work(cluster
             assert r.status_code == 200 and parse_sse(r.content)[-1][2]["status"] == "ok"
 
 
+@dataclass
+class CutStream:
+    """A stream running on its owner, its first events replicated, then its master's replication
+    cut: what the master acknowledges from here its replica never gets."""
+
+    sid: str
+    key: str
+    body: AsyncIterator[bytes]
+    read: bytes
+    master: Any
+    held: int
+    """The last event id the replica holds."""
+
+
+@contextlib.asynccontextmanager
+async def replication_cut(cluster: RedisClusterServer, c: httpx.AsyncClient, url: str,
+                          body: dict[str, Any]) -> AsyncIterator[CutStream]:
+    """Start `body` on `url`, read 3 events, wait for them on the slot's replica (a cluster just
+    started may still be syncing: the hole must come after what the promoted replica holds), and cut
+    the replication."""
+    async with c.stream("POST", f"{url}/v1/stream", json=body) as owner:
+        sid = owner.headers["x-stream-id"]
+        own = owner.aiter_bytes()
+        read = await read_until(own, 3)
+        key = f"foundry:{{{sid}}}:events"
+        await until(lambda: cluster.last_id(cluster.replica_of(cluster.master_of(key)), key) >= 3,
+                    "the stream's first events on the replica")
+        master, standby = cluster.cut_replication(key)
+        yield CutStream(sid=sid, key=key, body=own, read=read, master=master, held=cluster.last_id(standby, key))
+
+
 async def test_master_sigkilled_mid_stream_ends_honestly_and_resumes_work(cluster):
     """SIGKILL of the master of a running stream's slot, with writes it acknowledged that its
     replica never got (the replication cut first, so the hole is there every run rather than when
@@ -144,20 +179,11 @@ async def test_master_sigkilled_mid_stream_ends_honestly_and_resumes_work(cluste
     a, b = start_together(Replica(cluster.url, **lease), Replica(cluster.url, **lease))
     try:
         async with httpx.AsyncClient(timeout=60) as c:
-            async with c.stream("POST", f"{a.url}/v1/stream", json=ask("mock/lorem-150", 30)) as owner:
-                sid = owner.headers["x-stream-id"]
-                own = owner.aiter_bytes()
-                mine = await read_until(own, 3)
-                key = f"foundry:{{{sid}}}:events"
-                # The stream's start replicated first (on a cluster just started, the replica may
-                # still be syncing): the hole comes after what the promoted replica holds.
-                await until(lambda: cluster.last_id(cluster.replica_of(cluster.master_of(key)), key) >= 3,
-                            "the stream's first events on the replica")
-                master, standby = cluster.cut_replication(key)
-                held = cluster.last_id(standby, key)
-                await until(lambda: cluster.last_id(master, key) > held, "events only the master holds")
+            async with replication_cut(cluster, c, a.url, ask("mock/lorem-150", 30)) as cut:
+                sid, key, held, mine = cut.sid, cut.key, cut.held, cut.read
+                await until(lambda: cluster.last_id(cut.master, key) > held, "events only the master holds")
                 cluster.kill_master_of(key)
-                async for chunk in own:
+                async for chunk in cut.body:
                     mine += chunk
             owned = parse_sse(mine)
             assert contiguous_with_one_final(owned) and owned[-1][2]["status"] == "ok" and len(owned) == 152
@@ -194,20 +220,13 @@ async def test_a_final_lost_with_its_master_after_the_owner_finished_is_written_
     a, b = start_together(Replica(cluster.url, **lease), Replica(cluster.url, **lease))
     try:
         async with httpx.AsyncClient(timeout=60) as c:
-            async with c.stream("POST", f"{a.url}/v1/stream", json=ask("mock/lorem-30", 20)) as owner:
-                sid = owner.headers["x-stream-id"]
-                own = owner.aiter_bytes()
-                mine = await read_until(own, 3)
-                key = f"foundry:{{{sid}}}:events"
-                await until(lambda: cluster.last_id(cluster.replica_of(cluster.master_of(key)), key) >= 3,
-                            "the stream's first events on the replica")
-                master, standby = cluster.cut_replication(key)
-                held = cluster.last_id(standby, key)
-                async for chunk in own:
+            async with replication_cut(cluster, c, a.url, ask("mock/lorem-30", 20)) as cut:
+                sid, key, held, mine = cut.sid, cut.key, cut.held, cut.read
+                async for chunk in cut.body:
                     mine += chunk
             owned = parse_sse(mine)
             assert contiguous_with_one_final(owned) and owned[-1][2]["status"] == "ok"
-            await until(lambda: cluster.last_id(master, key) == len(owned), "the final on the master")
+            await until(lambda: cluster.last_id(cut.master, key) == len(owned), "the final on the master")
             cluster.kill_master_of(key)
             async with asyncio.timeout(20):  # a lease (2 s), a block interval, and room for a loaded host
                 replay = await c.get(f"{b.url}/v1/stream/{sid}")
