@@ -136,14 +136,20 @@ class RedisFollower:
             return not top or _seq(top[0][0]) <= cursor  # read it, unless this reader is past it
         if not await self._link.lost(owner.decode(), since=waited, expected=self._link.block_ms / 1000):
             if check:
-                queue = self._link.cancel_queue(owner.decode())
-                pipe = self._redis.pipeline(transaction=False)
-                pipe.rpush(queue, CHECK + stream_id)
-                pipe.pexpire(queue, self._link.lease_ms)
-                await pipe.execute()
+                await self._ask(owner.decode(), CHECK + stream_id)
             return False
         await self.end_lost(stream_id, model.decode(), provider.decode())
         return False  # the next read returns the final (ours or another claimer's)
+
+    async def _ask(self, owner: str, message: str) -> None:
+        """Queue `message` (a stream id to cancel, or `CHECK` + id) for the replica `owner`. It pops
+        its queue (BLPOP), also once it listens again after Redis came back; the queue expires with
+        the owner's lease."""
+        queue = self._link.cancel_queue(owner)
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.rpush(queue, message)
+        pipe.pexpire(queue, self._link.lease_ms)
+        await pipe.execute()
 
     async def end_lost(self, stream_id: str, model: str, provider: str) -> bool:
         """End a stream whose owner is gone (`replica_lost`, with what it released), once: True
@@ -243,13 +249,7 @@ class RedisFollower:
                 return None
             if done is not None:
                 return "finished"
-            # The owner pops its queue (BLPOP), also once it listens again after Redis came back;
-            # the queue expires with the owner's lease.
-            queue = self._link.cancel_queue(owner.decode())
-            pipe = self._redis.pipeline(transaction=False)
-            pipe.rpush(queue, stream_id)
-            pipe.pexpire(queue, self._link.lease_ms)
-            await pipe.execute()
+            await self._ask(owner.decode(), stream_id)
             lost = await self._link.lost(owner.decode(), since=asked)
         if not lost:
             return "cancelling"
