@@ -128,8 +128,7 @@ class RecordStore:
             result = await conn.execute(self._insert_new(runs).returning(runs.c.id), [r.row() for r in records])
             new = frozenset(result.scalars().all())
             fresh = list({r.stream_id: r for r in records if r.stream_id in new}.values())
-            transcripts = [{"run_id": r.stream_id, "transcript": r.transcript} for r in fresh
-                           if r.transcript is not None]
+            transcripts = _transcript_rows(fresh)
             if transcripts:
                 await conn.execute(self._insert_new(run_transcripts), transcripts)
             totals = await spend.add_runs(conn, self.backend, fresh)
@@ -144,8 +143,7 @@ class RecordStore:
             if await insert(conn, runs, [r.row() for r in records]) != len(records):
                 await transaction.rollback()
                 return None
-            await insert(conn, run_transcripts, [{"run_id": r.stream_id, "transcript": r.transcript} for r in records
-                                                 if r.transcript is not None])
+            await insert(conn, run_transcripts, _transcript_rows(records))
             totals = await spend.add_runs(conn, self.backend, records)
         return Inserted(run_ids=frozenset(r.stream_id for r in records), spend=totals)
 
@@ -232,6 +230,11 @@ class RecordStore:
 
     async def aclose(self) -> None:
         await self.engine.dispose()
+
+
+def _transcript_rows(records: Sequence[RunRecord]) -> list[dict[str, Any]]:
+    """The `run_transcripts` rows of the records that have a transcript."""
+    return [{"run_id": r.stream_id, "transcript": r.transcript} for r in records if r.transcript is not None]
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
