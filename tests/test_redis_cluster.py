@@ -8,7 +8,7 @@ cluster changes.)"""
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,7 +61,14 @@ def cluster_pair(cluster):
     master's writes until its replica has caught up, a second or two on a busy host, and the
     suites' 2 s lease lapsed in it (the owner's renewal waited), so its follower rightly ended a
     live stream `replica_lost` (CI of stop 47). docs/deployment.md#redis-cluster says so."""
-    lease = {"FOUNDRY_REDIS_LEASE_SECONDS": "10"}
+    with replica_pair(cluster, lease_seconds=10) as pair:
+        yield pair
+
+
+@contextlib.contextmanager
+def replica_pair(cluster: RedisClusterServer, *, lease_seconds: float) -> Iterator[tuple[Replica, Replica]]:
+    """Two gateway replicas on `cluster` with this lease, stopped at the end."""
+    lease = {"FOUNDRY_REDIS_LEASE_SECONDS": str(lease_seconds)}
     a, b = start_together(Replica(cluster.url, **lease), Replica(cluster.url, **lease))
     try:
         yield a, b
@@ -132,6 +139,16 @@ async def test_master_failover_mid_stream_ends_honestly_and_resumes_work(cluster
             assert r.status_code == 200 and parse_sse(r.content)[-1][2]["status"] == "ok"
 
 
+@contextlib.asynccontextmanager
+async def synced_pair(cluster: RedisClusterServer, *, lease_seconds: float) -> AsyncIterator[tuple[Replica, Replica]]:
+    """Two gateway replicas on `cluster`, started once every replica's link to its master is up: a
+    replica still in its first sync (a fresh cluster, an earlier test's failover) holds a stream's
+    start back, and a test that cuts its replication mid-stream must find it running."""
+    await until(cluster.replicas_connected, "every replica's link to its master up")
+    with replica_pair(cluster, lease_seconds=lease_seconds) as pair:
+        yield pair
+
+
 @dataclass
 class CutStream:
     """A stream running on its owner, its first events replicated, then its master's replication
@@ -171,13 +188,9 @@ async def test_master_sigkilled_mid_stream_ends_honestly_and_resumes_work(cluste
     `replay_unavailable` (docs/deployment.md#redis-cluster), never a stream with a hole; new runs
     work. The lease outlasts the failover, so the owner's run is not claimed meanwhile. Runs last:
     the cluster keeps a master without a replica."""
-    # The stream (150 tokens, 30 ms apart) must still be running when the link is cut: a replica
-    # still in its first sync (a fresh cluster, an earlier test's failover) held the stream's start
-    # back until the whole answer had gone by, on a loaded CI host (twice in one day).
-    await until(cluster.replicas_connected, "every replica's link to its master up")
-    lease = {"FOUNDRY_REDIS_LEASE_SECONDS": "10"}
-    a, b = start_together(Replica(cluster.url, **lease), Replica(cluster.url, **lease))
-    try:
+    # The stream (150 tokens, 30 ms apart) must still be running when the link is cut: it had gone
+    # by before the cut on a loaded CI host (twice in one day), held back by a syncing replica.
+    async with synced_pair(cluster, lease_seconds=10) as (a, b):
         async with httpx.AsyncClient(timeout=60) as c:
             async with replication_cut(cluster, c, a.url, ask("mock/lorem-150", 30)) as cut:
                 sid, key, held, mine = cut.sid, cut.key, cut.held, cut.read
@@ -200,9 +213,6 @@ async def test_master_sigkilled_mid_stream_ends_honestly_and_resumes_work(cluste
                 other = b if replica is a else a
                 followed = parse_sse((await c.get(f"{other.url}/v1/stream/{started}")).content)
                 assert contiguous_with_one_final(followed) and followed[-1][2]["status"] == "ok"
-    finally:
-        a.stop()
-        b.stop()
 
 
 async def test_a_final_lost_with_its_master_after_the_owner_finished_is_written_back_for_its_readers(
@@ -215,10 +225,7 @@ async def test_a_final_lost_with_its_master_after_the_owner_finished_is_written_
     before the kill). Now a follower that reads nothing for a lease asks the owner to check; the
     owner finds the final missing and writes the stream back from memory: the replay is whole."""
     cluster = private_cluster
-    await until(cluster.replicas_connected, "every replica's link to its master up")
-    lease = {"FOUNDRY_REDIS_LEASE_SECONDS": "2"}
-    a, b = start_together(Replica(cluster.url, **lease), Replica(cluster.url, **lease))
-    try:
+    async with synced_pair(cluster, lease_seconds=2) as (a, b):
         async with httpx.AsyncClient(timeout=60) as c:
             async with replication_cut(cluster, c, a.url, ask("mock/lorem-30", 20)) as cut:
                 sid, key, held, mine = cut.sid, cut.key, cut.held, cut.read
@@ -232,6 +239,3 @@ async def test_a_final_lost_with_its_master_after_the_owner_finished_is_written_
                 replay = await c.get(f"{b.url}/v1/stream/{sid}")
             events = parse_sse(replay.content)
             assert held < len(owned) and events == owned, (held, ids(events))
-    finally:
-        a.stop()
-        b.stop()
