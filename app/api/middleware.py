@@ -154,6 +154,10 @@ class RequestContextMiddleware:
         finally:
             if record.gone is not None:
                 record.gone.cancel()
+            # The scope holds the record: the server's channel, or the watcher (whose cancellation's
+            # traceback holds the server's frames), held past the request would make a reference cycle,
+            # freed only by the garbage collector with the whole request's graph.
+            record.send = record.gone = None
             if trace_token is not None:
                 self.tracing.detach(trace_token)  # type: ignore[union-attr]
             structlog.contextvars.unbind_contextvars("request_id")

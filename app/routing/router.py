@@ -135,6 +135,13 @@ class Router:
             order.append(left.pop(pick))
         return tuple(order)
 
+    def failed_late(self, target: Target, exc: GatewayError) -> None:
+        """A serving upstream failed after its first content: no fallback, but its breaker counts it.
+        The router's, not the session's: a stream holding its session would make a reference cycle
+        (freed only by the garbage collector, with the run's whole graph)."""
+        if verdicts.breaks(exc):
+            self.breakers[target.name].failure()
+
     def readiness(self) -> dict[str, BreakerState]:
         return self.breakers.states()
 
@@ -179,27 +186,29 @@ class RouteSession(ProviderAdapter):
         self.step += 1
         if asyncio.get_running_loop().time() >= self.total_at:
             raise DeadlineExceeded("total", self.total)
-        try:
-            chain = functools.partial(self._chain, request=request)
-            if self.served is not None:  # a later step: the target that answered so far
-                opened = await chain(self.served)
-            elif self.hedge_after is not None:
-                opened = await hedged(self.targets, chain, hedge_after=self.hedge_after, discard=self._discard)
-            else:
-                opened = await in_order(self.targets, chain)
-        except TargetFailed as failed:
-            raise self._with_attempts(failed.error) from None
+        opened = await self._first_to_serve(request)
         self.served = target = opened.target
         stream = RoutedStream(upstream=opened.upstream, iterator=opened.iterator, buffered=opened.buffered,
                               ended=opened.ended, failure=opened.failure, idle=self.idle, total=self.total,
-                              total_at=self.total_at, on_failure=lambda exc: self._failed_late(target, exc))
+                              total_at=self.total_at, on_failure=functools.partial(self.router.failed_late, target))
         self.current = stream
         return stream
 
-    def _failed_late(self, target: Target, exc: GatewayError) -> None:
-        """The serving upstream failed after its first content: no fallback, but its breaker counts it."""
-        if verdicts.breaks(exc):
-            self.router.breakers[target.name].failure()
+    async def _first_to_serve(self, request: ProviderRequest) -> Opened:
+        chain = functools.partial(self._chain, request=request)
+        try:
+            if self.served is not None:  # a later step: the target that answered so far
+                return await chain(self.served)
+            if self.hedge_after is not None:
+                return await hedged(self.targets, chain, hedge_after=self.hedge_after, discard=self._discard)
+            return await in_order(self.targets, chain)
+        except TargetFailed as failed:
+            # The strategy's frames (the failure's traceback) hold the failure, and an error raised in
+            # this block would hold it as its context: either is a reference cycle, freed only by the
+            # garbage collector with the run's whole graph. The error and its attempts tell what happened.
+            failed.__traceback__ = None
+            error = failed.error
+        raise self._with_attempts(error) from None
 
     def outcome(self) -> RouteOutcome:
         """What the final tells of the route: its attempts, and for a named route its name and the
