@@ -113,7 +113,7 @@ RedisUrl = Annotated[SecretStr, AfterValidator(_checked)]
 """FOUNDRY_REDIS_URL as a setting: checked when the configuration loads."""
 
 
-def connect(url: str, *, socket_timeout: float, socket_connect_timeout: float, fail_fast: bool = True,
+def connect(url: str, *, socket_timeout: float | None, socket_connect_timeout: float, fail_fast: bool = True,
             **options: Any) -> RedisClient:
     """A client for `url`. On one Redis, `fail_fast` means no retry loop (a Redis that is away fails
     a request at once instead of hanging it); otherwise redis-py's default retries. On a cluster,

@@ -79,6 +79,21 @@ def test_store_bench_reports_the_redis_to_memory_ratio_and_the_replica_lost_time
     assert results["replica_lost"]["detected_after_kill_seconds"] > 0
 
 
+def test_redis_writes_bench_reports_each_batch_size_with_and_without_the_socket_timeout():
+    import shutil
+
+    from tests.redis_support import unavailable
+
+    if shutil.which("redis-server") is None:
+        unavailable("bench/redis_writes.py starts its own redis-server: none on PATH")
+    done = subprocess.run([sys.executable, "bench/redis_writes.py", "--batches", "20", "--sizes", "1,3"],
+                          cwd=REPO, check=False, timeout=120, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    results = json.loads(done.stdout)
+    assert set(results) == {"1 per batch", "3 per batch"}
+    assert all(set(r["us_per_batch"]) == {"socket_timeout", "none"} for r in results.values())
+
+
 def test_routing_bench_runs_and_reports_its_cost(tmp_path):
     out = tmp_path / "routing.json"
     subprocess.run([sys.executable, "bench/routing_bench.py", "--requests", "20", "--chunks", "3", "--rounds", "2",

@@ -10,7 +10,7 @@ from app.config_load import secret_values
 from app.core.events import AssistantMessage, FinalEvent, ReasoningEvent, StartEvent, TokenEvent, ToolCallEvent, Usage
 from app.streams.errors import CANCELLED_BY_REQUEST, CursorAhead, FinalDelivered, ReplayUnavailable, RunTags, StoreUnavailable
 from app.streams.redis import RedisStoreSettings, RedisStreamStore
-from tests.support import parse_sse
+from tests.support import parse_sse, until
 
 
 def final(status="ok"):
@@ -389,4 +389,49 @@ async def test_a_claimed_runs_slot_is_free_before_its_final_is_written(redis_url
     finally:
         await hooks.client.aclose()
         for s in (owner, other):
+            await s.aclose()
+
+
+async def test_a_stalled_redis_fails_the_owners_write_within_its_bound_though_the_writer_has_no_socket_timeout(
+        private_redis):
+    """The owner's writes go through a client without redis-py's socket timeout (its cost on every
+    command: app/streams/redis/link.py): `Timed` alone bounds them. A Redis that stops answering
+    (SIGSTOP) fails the write within twice the store's timeout, and the stream is written whole
+    once it answers again."""
+    import os
+    import signal
+
+    from app.streams.redis.link import LAG_ALLOWANCE
+
+    failures: list[float] = []
+
+    def observe(store_name: str, op: str, seconds: float, failed: bool) -> None:
+        if op == "write" and failed:
+            failures.append(seconds)
+
+    owner = RedisStreamStore(RedisStoreSettings(url=private_redis.url, ttl=30.0, max_streams=100, max_events=1000,
+                                                max_bytes=1 << 20, lease_seconds=5.0, timeout=0.5), observer=observe)
+    assert owner._link.writer.connection_pool.connection_kwargs.get("socket_timeout") is None
+    reader = store(private_redis.url)
+    await owner.start()
+    try:
+        log = await owner.create(model="m", provider="p")
+        sid = log.info.stream_id
+        log.append(StartEvent(stream_id=sid, model="m", provider="p"))
+        await owner.flush()
+        os.kill(private_redis.proc.pid, signal.SIGSTOP)
+        try:
+            log.append(TokenEvent(index=0, content="a"))
+            await until(lambda: bool(failures), "the write's failure (it waited on a Redis that did not answer)", 10)
+        finally:
+            os.kill(private_redis.proc.pid, signal.SIGCONT)
+        assert failures[0] <= 2 * 0.5 * LAG_ALLOWANCE, failures
+        log.append(FinalEvent(status="ok", message=AssistantMessage(content="a"), usage=Usage(), stop_reason="stop",
+                              model="m", provider="p"))
+        await asyncio.wait_for(owner.flush(), 10)
+        # what Redis holds, as another replica reads it (a retried batch may overlap what the stalled write stored)
+        frames = await asyncio.wait_for(read_all(await reader.open(sid, 0)), 10)
+        assert [e for _, e, _ in parse_sse(frames)] == ["start", "token", "final"]
+    finally:
+        for s in (owner, reader):
             await s.aclose()

@@ -1,4 +1,4 @@
-"""What both halves of the Redis stream store share: one client, the key layout, timed
+"""What both halves of the Redis stream store share: the clients, the key layout, timed
 operations, and the end of a stream written once.
 
 The owner half (app/streams/redis/owner.py) and the follower half (app/streams/redis/follower.py)
@@ -91,7 +91,7 @@ class Watch:
 
 
 class RedisLink:
-    """One client (one connection pool) per process and this replica's identity in Redis."""
+    """The clients (one for every command, one for the owner's writes) and this replica's identity in Redis."""
 
     name = "redis"
 
@@ -110,6 +110,11 @@ class RedisLink:
         # on a busy loop as a dead Redis).
         backstop = LAG_ALLOWANCE * max(2 * timeout, self.block_ms / 1000 + timeout)
         self.client = connect(url, socket_timeout=backstop, socket_connect_timeout=backstop)
+        # The owner's batched writes, one pipeline a batch behind every stream's live path, are bounded by
+        # `Timed` alone (a command it cancels disconnects its connection): redis-py's socket timeout wraps
+        # each send in `asyncio.wait_for` and each reply in a timeout, about 4 us more a command and 12 us
+        # a pipeline (docs/performance.md, "The Redis store's writes").
+        self.writer = connect(url, socket_timeout=None, socket_connect_timeout=backstop)
         self._claim = self.client.register_script(_CLAIM)
         self._failed_at = time.monotonic()  # a replica starting has seen nothing of the leases yet
         self._trouble_at = float("-inf")  # when Redis last failed or lost its state
@@ -194,6 +199,7 @@ class RedisLink:
         except REDIS_ERRORS:
             pass
         await self.client.aclose()
+        await self.writer.aclose()
 
     async def end(self, stream_id: str, model: str, provider: str, error: ErrorData, *, status: str,
                   message: AssistantMessage | None = None) -> int:

@@ -242,9 +242,9 @@ class RedisOwner:
         self._pending_bytes = sum(len(f) for p in self._pending.values() for _, f, _ in p.entries)
 
     async def write(self, batch: dict[str, Pending]) -> None:
-        """Write one batch of streams' frames in one pipelined round trip; then release them to
-        this replica's readers (a gated log: `StreamLog.gate`)."""
-        pipe = self._redis.pipeline(transaction=False)
+        """Write one batch of streams' frames in one pipelined round trip (`Timed` bounds it); then
+        release them to this replica's readers (a gated log: `StreamLog.gate`)."""
+        pipe = self._link.writer.pipeline(transaction=False)
         now = time.monotonic()
         ttl_s = self._link.ttl_s
         adds: list[tuple[int, StreamLog, int]] = []  # (index of its XADD in the pipeline, or -1; log; its last id)
@@ -298,11 +298,11 @@ class RedisOwner:
         reader that left before the final resumes on any replica, and cancels reach it on every replica again.
         Runs in the writer task, so no batch interleaves."""
         logs = self._local.logs()
-        pipe = self._redis.pipeline(transaction=False)
+        pipe = self._link.writer.pipeline(transaction=False)
         for log in logs:
             pipe.exists(self._link.keys(log.info.stream_id).meta)
         present = await pipe.execute() if logs else []
-        pipe = self._redis.pipeline(transaction=False)
+        pipe = self._link.writer.pipeline(transaction=False)
         pipe.set(self._link.lease_key(self._link.replica), "1", px=self._link.lease_ms)
         for log, there in zip(logs, present, strict=True):
             if not there:  # not a blip: Redis lost it
