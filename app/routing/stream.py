@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import types
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from app.core.errors import GatewayError
 from app.core.patches import Patch
@@ -26,7 +27,7 @@ __all__ = ["RoutedStream", "close_upstream"]
 
 class RoutedStream:
     __slots__ = ("_upstream", "_iterator", "_buffered", "_ended", "_failure", "_idle", "_total", "_total_at", "_abort",
-                 "_last", "_handle", "_loop", "_closed", "_on_failure")
+                 "_last", "_handle", "_loop", "_closed", "_on_failure", "_reading")
 
     def __init__(self, *, upstream: PatchStream, iterator: AsyncIterator[list[Patch]], buffered: list[list[Patch]],
                  ended: bool, failure: BaseException | None = None, idle: float, total: float,
@@ -46,8 +47,15 @@ class RoutedStream:
         self._closed = False
         self._on_failure = on_failure
         """Told of the upstream's own failures after the first content (the circuit breaker)."""
+        self._reading: types.AsyncGeneratorType[list[Patch], None] | None = None
 
-    async def __aiter__(self) -> AsyncIterator[list[Patch]]:
+    def __aiter__(self) -> AsyncGenerator[list[Patch], None]:
+        reading = self._read()
+        assert isinstance(reading, types.AsyncGeneratorType)
+        self._reading = reading
+        return reading
+
+    async def _read(self) -> AsyncGenerator[list[Patch], None]:
         try:
             # A suspended generator keeps its locals alive: nothing it yielded stays bound here
             # while the next read waits (for a model that pauses, most of a stream's life), or it
@@ -104,6 +112,11 @@ class RoutedStream:
             return
         self._closed = True
         await close_upstream(self._upstream, self._iterator)
+        reading = self._reading
+        if reading is not None and not reading.ag_running:
+            # Left at a yield by a reader that had what it needed (the provider said it finished): closed
+            # here, or the event loop's finalizer would close it later, in a task of its own.
+            await reading.aclose()
 
     def _arm(self, when: float) -> None:
         assert self._loop is not None

@@ -17,7 +17,7 @@ import asyncio
 import itertools
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -289,7 +289,7 @@ class StreamLog:
                 break
         return b"".join(batch), start + len(batch) - 1
 
-    def follow(self, after: int, *, hold: bool = False) -> AsyncIterator[bytes]:
+    def follow(self, after: int, *, hold: bool = False) -> AsyncGenerator[bytes, None]:
         """Replay from `after`, then follow live until the final event. A reader holds one batch
         (about BATCH_BYTES) at a time, never a copy of the whole replay: a reader that stops
         reading stalls on its send with that much, until the send watchdog drops it. The reader
@@ -301,7 +301,7 @@ class StreamLog:
         data, end = self._batch(after, BATCH_BYTES, self.readable_seq)
         return (LastFrames(data), end) if self.final is not None and end >= self.last_seq else (data, end)
 
-    def follow_events(self, after: int = 0, *, hold: bool = False) -> AsyncIterator[list[StreamEvent]]:
+    def follow_events(self, after: int = 0, *, hold: bool = False) -> AsyncGenerator[list[StreamEvent], None]:
         """Like `follow`, the events themselves, in batches (a log made with `keep_events`). They are
         kept for the reader that holds the log (a facade translating its run): once it has read the
         final, the log lets go of them, and its frames stay for replay (a finished stream would
@@ -317,7 +317,7 @@ class StreamLog:
         self._events = None
 
     async def _read(self, after: int, hold: bool, take: Callable[[int], tuple[_T, int]], *,
-                    read_all: Callable[[], None] | None = None) -> AsyncIterator[_T]:
+                    read_all: Callable[[], None] | None = None) -> AsyncGenerator[_T, None]:
         """What `take(cursor)` gives (a batch, and the last id in it) for each new stretch of the
         log after `after`, until the final event (then `read_all`, if given)."""
         self.check_replay(after)

@@ -5,6 +5,7 @@ and the request field paths those errors name.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, ClassVar, Literal, Protocol, TypeVar
@@ -181,10 +182,13 @@ async def translate(log: StreamLog, translator: Translator) -> AsyncIterator[byt
     """Read the run's log as events (it keeps them: `RunSpec.keep_events`), holding its place (the
     reader owns the run), and yield the translator's bytes for each batch. The stream can also be
     followed and replayed by id. The batch with the final ends the body (`LastFrames`, app/api/sse.py)."""
-    async for events in log.follow_events(0, hold=True):
-        out = translator.feed(events)
-        if out:
-            yield LastFrames(out) if events[-1].__class__ is FinalEvent else out
+    # Closed with this generator (the response closes it once it sent the final), not left open for
+    # the event loop's finalizer to close in a task of its own.
+    async with contextlib.aclosing(log.follow_events(0, hold=True)) as batches:
+        async for events in batches:
+            out = translator.feed(events)
+            if out:
+                yield LastFrames(out) if events[-1].__class__ is FinalEvent else out
 
 
 def run_spec(request: ProviderRequest, extras: GatewayExtras) -> RunSpec:

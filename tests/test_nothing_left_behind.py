@@ -1,6 +1,7 @@
-"""A finished request leaves no reference cycle behind: its whole graph (the ASGI scope, the
-server's request cycle, the run, its route, its upstream response) is freed by reference counting
-when the request ends, not by the garbage collector.
+"""A finished request leaves nothing behind for the garbage collector or the event loop: its whole
+graph (the ASGI scope, the server's request cycle, the run, its route, its upstream response) is
+freed by reference counting when the request ends, and every async generator of the gateway's is
+closed by its reader, none by the loop's finalizer (which closes it later, in a task of its own).
 
 A cycle anywhere in that graph keeps all of it alive until a collection finds it. Measured at 20
 short requests at a time (docs/performance.md, "No reference cycle a request"): two such cycles
@@ -8,13 +9,15 @@ left about 86 objects of garbage a request, and the collector's time was about 5
 request's CPU; without them, about 11 us.
 
 Each test serves the gateway under uvicorn on loopback, against a loopback upstream replaying a
-recording, and asks the collector, with `gc.DEBUG_SAVEALL`, what it would have freed.
+recording, and asks the collector, with `gc.DEBUG_SAVEALL`, what it would have freed, and the
+loop's async generator finalizer what it was given.
 """
 
 from __future__ import annotations
 
 import gc
 import json
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +28,7 @@ import httpx
 
 from app.main import create_app
 from tests.compat_support import RecordedUpstream, settings_for
-from tests.support import serving, until
+from tests.support import REPO, serving, until
 
 CHAT = "openai/text-include-usage"
 MESSAGES = "anthropic/text"
@@ -45,18 +48,29 @@ def _ours(obj: Any) -> str | None:
 
 
 @contextmanager
-def _garbage() -> Iterator[Counter[str]]:
-    """What the collector finds unreachable from the block's start to its end, by type (of
-    `_ours`); the process's collector as it was afterwards."""
+def _left_behind() -> Iterator[Counter[str]]:
+    """What the block leaves behind: what the collector finds unreachable from its start to its end,
+    by type (of `_ours`), and the gateway's async generators first iterated in it that the loop's
+    finalizer was given (`finalized: <name>`). The collector and the hooks as they were afterwards."""
     found: Counter[str] = Counter()
-    flags = gc.get_debug()
+    flags, hooks = gc.get_debug(), sys.get_asyncgen_hooks()
+    ours = str(REPO / "app")
+
+    def finalizer(agen: Any) -> None:
+        if agen.ag_code.co_filename.startswith(ours):
+            found[f"finalized: {agen.ag_code.co_qualname}"] += 1
+        assert hooks.finalizer is not None
+        hooks.finalizer(agen)
+
     gc.collect()
     gc.set_debug(flags | gc.DEBUG_SAVEALL)
+    sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=finalizer)
     try:
         yield found
         gc.collect()
         found.update(name for name in map(_ours, gc.garbage) if name is not None)
     finally:
+        sys.set_asyncgen_hooks(*hooks)
         gc.set_debug(flags)
         gc.garbage.clear()
 
@@ -83,32 +97,33 @@ async def _served(tmp_path: Path, calls: list[tuple[str, dict[str, Any]]], round
                     assert response.status_code == status, (path, response.text)
 
             await each()  # the first request's lazy set-up (a connection, a statement) is not garbage
-            with _garbage() as found:
+            with _left_behind() as found:
                 for _ in range(rounds):
                     await each()
     return found
 
 
-async def test_a_stream_and_a_json_answer_leave_no_reference_cycle(tmp_path: Path):
+async def test_a_stream_and_a_json_answer_leave_nothing_behind(tmp_path: Path):
     found = await _served(tmp_path, [("/v1/stream", {"model": CHAT, "messages": ASK}),
                                      ("/v1/generate", {"model": CHAT, "messages": ASK})])
     assert not found, json.dumps(found.most_common(12), indent=1)
 
 
-async def test_the_drop_in_endpoints_leave_no_reference_cycle(tmp_path: Path):
-    """A same-wire relay (chat to an OpenAI-compatible upstream, Messages to Anthropic) and a
-    translating facade (Messages to an OpenAI-compatible upstream), streamed and not."""
+async def test_the_drop_in_endpoints_leave_nothing_behind(tmp_path: Path):
+    """A same-wire relay (chat to an OpenAI-compatible upstream, Messages to Anthropic) and the
+    translating facades (Messages and Responses to an OpenAI-compatible upstream), streamed and not."""
     found = await _served(tmp_path, [
         ("/v1/chat/completions", {"model": CHAT, "messages": ASK, "stream": True}),
         ("/v1/chat/completions", {"model": CHAT, "messages": ASK}),
         ("/v1/messages", {"model": MESSAGES, "messages": ASK, "max_tokens": 64, "stream": True}),
         ("/v1/messages", {"model": CHAT, "messages": ASK, "max_tokens": 64, "stream": True}),
         ("/v1/messages", {"model": CHAT, "messages": ASK, "max_tokens": 64}),
+        ("/v1/responses", {"model": CHAT, "input": "Hi", "stream": True}),
     ])
     assert not found, json.dumps(found.most_common(12), indent=1)
 
 
-async def test_a_refused_request_leaves_no_reference_cycle(tmp_path: Path):
+async def test_a_refused_request_leaves_nothing_behind(tmp_path: Path):
     """An upstream's refusal (a 500, then a 429 passed on as such) ends the request with the
     error that the route's strategy raised, and the client's 4xx/5xx; the gateway's own refusals
     (a field out of range, an unknown model) with theirs."""
@@ -118,7 +133,7 @@ async def test_a_refused_request_leaves_no_reference_cycle(tmp_path: Path):
         assert not found, (body, json.dumps(found.most_common(12), indent=1))
 
 
-async def test_a_run_cancelled_by_its_client_leaving_leaves_no_reference_cycle(tmp_path: Path):
+async def test_a_run_cancelled_by_its_client_leaving_leaves_nothing_behind(tmp_path: Path):
     """The client's connection closes with it: Python 3.11's asyncio socket transport holds a bound
     method of its own (`_read_ready_cb`), a cycle per connection that holds the server's protocol and
     its last request cycle. That one is asyncio's and the connection's; nothing of the gateway's may be."""
