@@ -53,7 +53,8 @@ def count(cmd: list[str], cwd: Path, env: dict[str, str], port: int, model: str,
     stream and then `streams` more (10 at a time) or sat `idle` seconds; and how long that took."""
     with tempfile.TemporaryDirectory() as out, \
             process(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg.%p", *cmd], port,
-                    what=f"{cmd} under valgrind", cwd=cwd, env=env, start_seconds=600) as proc:
+                    what=f"{cmd} under valgrind", cwd=cwd, env={"FOUNDRY_DATA_DIR": out, **env},  # a new records database
+                    start_seconds=600) as proc:
         url = f"http://127.0.0.1:{port}/v1/stream"
         started = time.monotonic()
         asyncio.run(run_streams(url, body(model), 1, 1))

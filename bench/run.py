@@ -37,6 +37,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,10 +87,14 @@ def serve_command(python: str = sys.executable) -> list[str]:
     return [python, "-m", "app", "serve", "--host", "127.0.0.1"]
 
 
+@contextmanager
 def server(target: str, port: int, env: dict[str, str] | None = None, *, cwd: Path = ROOT,
            python: str = sys.executable):
     """`target` under uvicorn (the gateway, `GATEWAY`: under its own `serve` command), run from
-    `cwd` by `python`, once it answers /healthz."""
+    `cwd` by `python`, once it answers /healthz. The gateway's embedded records database is a new
+    one in a temporary directory (unless `env` names one): one left in the checkout's `var/` grows
+    with every run (400 MB in a day of benchmarks), and a run's insert into a large database costs
+    more CPU than into a new one (docs/performance.md, "A new records database each run")."""
     if target == GATEWAY:
         cmd = [*serve_command(python), "--port", str(port)]
     else:
@@ -97,8 +102,11 @@ def server(target: str, port: int, env: dict[str, str] | None = None, *, cwd: Pa
         # connection closed by the server just as the client reuses it fails the run (ReadError)
         cmd = [python, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port),
                "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "60"]
-    # a loaded 2-core machine takes a while to import the app
-    return process(cmd, port, what=target, cwd=cwd, env=env, start_seconds=90)
+    with tempfile.TemporaryDirectory(prefix="foundry-bench-data-") as data:
+        # a loaded 2-core machine takes a while to import the app
+        with process(cmd, port, what=target, cwd=cwd, env={"FOUNDRY_DATA_DIR": data, **(env or {})},
+                     start_seconds=90) as proc:
+            yield proc
 
 
 @contextmanager
