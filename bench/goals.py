@@ -76,10 +76,13 @@ def run_goals(run: dict, peers: dict | None = None) -> list[Goal]:
                       f"over a direct connection: gateway +{ttft['gateway_added_median']} ms, floor "
                       f"+{ttft['relay_added_median']} ms (direct {ttft['direct_median']} ms); {ttft['samples']} "
                       "paired samples"))
-    goals.append(Goal("memory per open stream (RSS)", mem["per_open_stream"], 40, " KiB",
+    goals.append(Goal(f"memory per open stream (RSS, one more past the first {mem['streams']} held)",
+                      mem["per_open_stream"], 40, " KiB",
                       f"floor {mem.get('relay_per_open_stream')} KiB, gateway minus floor "
                       f"{_minus(mem['per_open_stream'], mem.get('relay_per_open_stream'))} KiB; "
-                      f"{mem['streams']} streams held mid-generation; "
+                      f"three waves of {mem['streams']} streams held mid-generation, the first wave "
+                      f"{mem.get('first_wave_per_open_stream')} KiB a stream (floor "
+                      f"{mem.get('relay_first_wave_per_open_stream')}); "
                       f"retained after the end {mem['per_retained_stream']} KiB RSS, "
                       f"{mem['per_retained_stream_store_counted']} KiB counted by the store's cap"))
     return goals

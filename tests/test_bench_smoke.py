@@ -27,8 +27,8 @@ def test_bench_runs_end_to_end_and_reports_every_number(tmp_path):
     assert {"direct_median", "gateway_added_median", "relay_added_median"} <= set(results["ttft_ms_c1"])
     assert {"relay", "gateway", "gateway_over_relay"} == set(results["cpu_ms_per_request"])
     assert results["events_per_second_c50"]["gateway"] > 0 and results["events_per_second_c50"]["relay"] > 0
-    assert {"per_open_stream", "relay_per_open_stream", "per_retained_stream",
-            "per_retained_stream_store_counted"} <= set(results["memory_kib"])
+    assert {"per_open_stream", "relay_per_open_stream", "first_wave_per_open_stream", "relay_first_wave_per_open_stream",
+            "per_retained_stream", "per_retained_stream_store_counted"} <= set(results["memory_kib"])
     assert {"added_ttft_ms_c1", "request_cpu_ms_over_relay"} <= set(results["goals"])
 
 
