@@ -33,7 +33,9 @@ HELLO = [{"role": "user", "content": "Hello"}]
 async def gateway_process(upstream: str, grace: float) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and not k.startswith("FOUNDRY_")}
-    env.update(FOUNDRY_PROVIDERS=json.dumps([{"name": "up", "base_url": f"{upstream}/v1"}]),
+    # its records in the session's temporary data directory (tests/conftest.py), never the checkout's ./var
+    env.update(FOUNDRY_DATA_DIR=os.environ["FOUNDRY_DATA_DIR"],
+               FOUNDRY_PROVIDERS=json.dumps([{"name": "up", "base_url": f"{upstream}/v1"}]),
                FOUNDRY_SHUTDOWN_GRACE_SECONDS=str(grace), FOUNDRY_LOG_LEVEL="info")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "app", "serve", "--host", "127.0.0.1", "--port", str(port), cwd=REPO, env=env,
