@@ -18,10 +18,10 @@ def final(status="ok"):
                       model="m", provider="p")
 
 
-def store(url, on_claim=None, **kw):
+def store(url, on_claim=None, observer=None, **kw):
     args = {"ttl": 30.0, "max_streams": 100, "max_events": 1000, "max_bytes": 1 << 20, "lease_seconds": 0.5,
             "timeout": 0.5} | kw
-    return RedisStreamStore(RedisStoreSettings(url=url, **args), on_claim=on_claim)
+    return RedisStreamStore(RedisStoreSettings(url=url, **args), on_claim=on_claim, observer=observer)
 
 
 async def read_all(frames):
@@ -409,8 +409,7 @@ async def test_a_stalled_redis_fails_the_owners_write_within_its_bound_though_th
         if op == "write" and failed:
             failures.append(seconds)
 
-    owner = RedisStreamStore(RedisStoreSettings(url=private_redis.url, ttl=30.0, max_streams=100, max_events=1000,
-                                                max_bytes=1 << 20, lease_seconds=5.0, timeout=0.5), observer=observe)
+    owner = store(private_redis.url, observer=observe, lease_seconds=5.0)
     assert owner._link.writer.connection_pool.connection_kwargs.get("socket_timeout") is None
     reader = store(private_redis.url)
     await owner.start()
