@@ -9,7 +9,9 @@
   one slot, and no command spans slots.
 
 The stream store (app/streams/redis/link.py) and the limiter (app/auth/limiter.py) both build
-their client here, so the choice between one Redis and a cluster is made once.
+their client here, so the choice between one Redis and a cluster is made once. On one Redis the
+client packs its commands with hiredis (`HiredisConnection`); `RedisCluster` takes no connection
+class, so a cluster's commands are packed by redis-py in Python.
 """
 
 from __future__ import annotations
@@ -20,11 +22,19 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, SecretStr
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
-from redis.asyncio.connection import parse_url
+from redis.asyncio.connection import (
+    AbstractConnection,
+    Connection,
+    ConnectionPool,
+    SSLConnection,
+    UnixDomainSocketConnection,
+    parse_url,
+)
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff, NoBackoff
 
-__all__ = ["ClusterSeeds", "RedisClient", "RedisUrl", "check_url", "cluster_seeds", "connect", "describe_cluster"]
+__all__ = ["HIREDIS_PACKING", "ClusterSeeds", "RedisClient", "RedisUrl", "check_url", "cluster_seeds", "connect",
+           "describe_cluster"]
 
 RedisClient = Any
 """`Redis` or `RedisCluster`: both answer the same commands, pipelines and scripts the gateway uses,
@@ -113,6 +123,58 @@ RedisUrl = Annotated[SecretStr, AfterValidator(_checked)]
 """FOUNDRY_REDIS_URL as a setting: checked when the configuration loads."""
 
 
+try:  # redis-py's own hiredis command packer (its synchronous client's, when hiredis has one)
+    import hiredis
+    from redis.connection import HiredisRespSerializer
+
+    HIREDIS_PACKING = hasattr(hiredis, "pack_command")
+except ImportError:  # hiredis is a dependency (redis[hiredis]); a build without it packs in Python
+    HIREDIS_PACKING = False
+
+
+class _HiredisPacking:
+    """Commands packed in C by hiredis, as redis-py's synchronous client packs them when hiredis is
+    installed; its asyncio client packs every command in Python (redis-py issue 4176, fix pending).
+    Measured: 7.9 us for one XADD of a stream entry in Python, 1.4 us with hiredis, the same bytes
+    (`python bench/redis_writes.py`, docs/performance.md). A memoryview (the gateway sends none)
+    keeps redis-py's path, which sends it without a copy."""
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        if _PACKER is None or any(isinstance(arg, memoryview) for arg in args):
+            return super().pack_command(*args)  # type: ignore[misc]
+        return _PACKER.pack(*args)
+
+
+class HiredisConnection(_HiredisPacking, Connection):
+    pass
+
+
+class HiredisSSLConnection(_HiredisPacking, SSLConnection):
+    pass
+
+
+class HiredisUnixConnection(_HiredisPacking, UnixDomainSocketConnection):
+    pass
+
+
+_PACKER = HiredisRespSerializer() if HIREDIS_PACKING else None
+_PACKING: dict[type[AbstractConnection], type[AbstractConnection]] = {
+    Connection: HiredisConnection, SSLConnection: HiredisSSLConnection,
+    UnixDomainSocketConnection: HiredisUnixConnection}
+
+
+def _one_redis(url: str, **options: Any) -> Redis:
+    """`Redis.from_url(url, **options)`, on connections that pack commands with hiredis: the URL's
+    scheme names the connection (TCP, TLS, a Unix socket), as in redis-py's `ConnectionPool.from_url`,
+    whose URL options win over keyword options as there."""
+    if not HIREDIS_PACKING:
+        return Redis.from_url(url, **options)
+    url_options = parse_url(url)
+    stock = url_options.pop("connection_class", Connection)
+    pool = ConnectionPool(connection_class=_PACKING.get(stock, stock), **{**options, **url_options})
+    return Redis.from_pool(pool)
+
+
 def connect(url: str, *, socket_timeout: float | None, socket_connect_timeout: float, fail_fast: bool = True,
             **options: Any) -> RedisClient:
     """A client for `url`. On one Redis, `fail_fast` means no retry loop (a Redis that is away fails
@@ -123,8 +185,8 @@ def connect(url: str, *, socket_timeout: float | None, socket_connect_timeout: f
     if seeds is None:
         if fail_fast:
             options.update(retry=Retry(NoBackoff(), 0), health_check_interval=0)
-        return Redis.from_url(url, socket_timeout=socket_timeout, socket_connect_timeout=socket_connect_timeout,
-                              **options)
+        return _one_redis(url, socket_timeout=socket_timeout, socket_connect_timeout=socket_connect_timeout,
+                          **options)
     return RedisCluster(
         startup_nodes=[ClusterNode(host, port) for host, port in seeds.nodes], username=seeds.username,
         password=seeds.password, ssl=seeds.tls, socket_timeout=socket_timeout,

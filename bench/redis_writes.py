@@ -1,10 +1,14 @@
-"""What redis-py's socket timeout costs on the Redis store's writes: CPU per pipelined batch of
-XADDs (the owner's write, one command a stream), through a client with `socket_timeout` set (as
-the store's other commands have it) and one without (the owner's writer: app/streams/redis/link.py),
-against a private `redis-server` from PATH. The two take turns, three rounds each.
+"""What the Redis store's writes cost through redis-py: CPU per pipelined batch of XADDs (the owner's
+write, one command a stream), against a private `redis-server` from PATH, three clients taking
+turns, three rounds each:
 
-With a socket timeout, redis-py sends each batch under `asyncio.wait_for` (on Python 3.11 a task
-of its own) and reads each reply under `asyncio.timeout`.
+- `socket_timeout`: redis-py's asyncio client with a socket timeout, as the store's other commands
+  have it. It sends each batch under `asyncio.wait_for` (on Python 3.11 a task of its own) and
+  reads each reply under `asyncio.timeout`.
+- `none`: the same without a socket timeout.
+- `hiredis_packing`: the owner's writer (app/streams/redis/link.py) as `app.redis_client.connect`
+  builds it: no socket timeout, and commands packed by hiredis, where redis-py's asyncio client
+  packs them in Python.
 
 Usage: `python bench/redis_writes.py [--batches 3000] [--sizes 1,15,50]`. Numbers only.
 """
@@ -22,14 +26,22 @@ from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from app.redis_client import connect
 from bench.store_bench import redis_server
 
 FRAME = b"id: 7\nevent: token\ndata: {\"index\":0,\"content\":\"word \"}\n\n"
 
 
-async def cpu_per_batch(url: str, socket_timeout: float | None, size: int, batches: int) -> float:
+CLIENTS = {
+    "socket_timeout": lambda url: Redis.from_url(url, socket_timeout=10.0, socket_connect_timeout=5.0),
+    "none": lambda url: Redis.from_url(url, socket_timeout=None, socket_connect_timeout=5.0),
+    "hiredis_packing": lambda url: connect(url, socket_timeout=None, socket_connect_timeout=5.0),
+}
+
+
+async def cpu_per_batch(url: str, client_name: str, size: int, batches: int) -> float:
     """CPU microseconds of this process per pipelined batch of `size` XADDs, after a warm-up."""
-    client = Redis.from_url(url, socket_timeout=socket_timeout, socket_connect_timeout=5.0)
+    client = CLIENTS[client_name](url)
     seq = 0
 
     async def batch() -> None:
@@ -61,14 +73,16 @@ async def main() -> dict:
     results: dict = {}
     with redis_server() as (_, url):
         for size in (int(s) for s in args.sizes.split(",")):
-            runs: dict[str, list[float]] = {"socket_timeout": [], "none": []}
+            runs: dict[str, list[float]] = {name: [] for name in CLIENTS}
             for _ in range(3):
-                runs["socket_timeout"].append(await cpu_per_batch(url, 10.0, size, args.batches))
-                runs["none"].append(await cpu_per_batch(url, None, size, args.batches))
+                for name in CLIENTS:
+                    runs[name].append(await cpu_per_batch(url, name, size, args.batches))
             best = {name: min(values) for name, values in runs.items()}
             results[f"{size} per batch"] = {
                 "us_per_batch": {name: round(v, 1) for name, v in best.items()},
-                "us_per_command_saved": round((best["socket_timeout"] - best["none"]) / size, 2)}
+                "us_per_command_saved": {
+                    "socket_timeout": round((best["socket_timeout"] - best["none"]) / size, 2),
+                    "hiredis_packing": round((best["none"] - best["hiredis_packing"]) / size, 2)}}
     print(json.dumps(results, indent=2))
     return results
 
