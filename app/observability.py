@@ -13,7 +13,7 @@ import logging
 import logging.config
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
@@ -121,6 +121,9 @@ class BoundedLabels:
         return value
 
 
+_Metric = TypeVar("_Metric", Counter, Gauge, Histogram)
+
+
 class Metrics:
     def __init__(self, known_models: Iterable[str] = (), max_targets: int = 256) -> None:
         """`known_models`: the models the configuration names (routes, their targets, aliases,
@@ -131,6 +134,7 @@ class Metrics:
         disable_created_metrics()
         self.registry = CollectorRegistry()
         r = self.registry
+        self._children: dict[tuple[object, ...], Any] = {}
         self.requests = Counter("foundry_requests", "HTTP requests by route and status.", ["route", "method", "status"],
                                 registry=r)
         self._run_histograms(r)
@@ -228,47 +232,59 @@ class Metrics:
         """Expose the circuit breakers' states (read at scrape time): 0 closed, 1 half open, 2 open."""
         self.registry.register(_CircuitCollector(states))
 
+    def child(self, metric: _Metric, *values: str) -> _Metric:
+        """`metric.labels(*values)`, kept: prometheus-client converts, checks and locks on every
+        `labels()` call (2.7 us measured, about 13 calls a short request), and the child it returns
+        for the same values never changes (the gateway removes none). As many as the metric's own
+        children: every label here is bounded (`BoundedLabels`, configured names, fixed sets)."""
+        key = (metric, *values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
+
     def observe_run(self, report: RunReport) -> None:
         """A run's metrics, read from its report when it ended (the gateway's observer): counted
         per run, never per event. A run no target served was counted where it failed."""
         if not report.opened:
             return
-        provider, status = report.provider, report.status
+        provider, status, child = report.provider, report.status, self.child
         for event_type, n in report.event_counts.items():
-            self.events.labels(event_type).inc(n)
+            child(self.events, event_type).inc(n)
         for what, n in report.ignored.items():
-            self.upstream_ignored.labels(provider, what).inc(n)
+            child(self.upstream_ignored, provider, what).inc(n)
             _ignored_log.debug("upstream_ignored", stream_id=report.stream_id, what=what, count=n)
         if status == "error" and report.error is not None and report.error["code"] not in _NOT_UPSTREAM:
-            self.upstream_errors.labels(provider, report.error["code"]).inc()
-        self.runs_finished.labels(provider, status).inc()
+            child(self.upstream_errors, provider, report.error["code"]).inc()
+        child(self.runs_finished, provider, status).inc()
         model = self.models.label(report.model)
-        self.run_duration.labels(provider, model, status).observe(report.duration)
+        child(self.run_duration, provider, model, status).observe(report.duration)
         usage = report.usage
-        self.token_usage.labels(provider, model, "input").observe(usage.input_tokens)
+        child(self.token_usage, provider, model, "input").observe(usage.input_tokens)
         if not usage.output_unknown:
-            self.token_usage.labels(provider, model, "output").observe(usage.output_tokens)
+            child(self.token_usage, provider, model, "output").observe(usage.output_tokens)
         if report.ttft is not None:
-            self.ttft.labels(provider, model).observe(report.ttft)
+            child(self.ttft, provider, model).observe(report.ttft)
             if status == "ok" and usage.output_tokens > 1:
                 per_token = (report.duration - report.ttft) / (usage.output_tokens - 1)
-                self.time_per_token.labels(provider, model).observe(per_token)
+                child(self.time_per_token, provider, model).observe(per_token)
 
     def observe_attempt(self, provider: str, outcome: str, seconds: float) -> None:
         """The router's observer: one call per upstream attempt (never per event)."""
-        self.attempt_seconds.labels(provider, outcome).observe(seconds)
+        self.child(self.attempt_seconds, provider, outcome).observe(seconds)
 
     def observe_check(self, validator: str, phase: str, outcome: str, seconds: float) -> None:
         """The validation gate's observer: one call per validator check."""
-        self.validator_verdicts.labels(validator, phase, outcome).inc()
-        self.validator_seconds.labels(validator, phase).observe(seconds)
+        self.child(self.validator_verdicts, validator, phase, outcome).inc()
+        self.child(self.validator_seconds, validator, phase).observe(seconds)
 
     def observe_store(self, store: str, op: str, seconds: float, failed: bool) -> None:
         """The stream store's observer: one call per store operation (never per event)."""
         if failed:
-            self.store_errors.labels(store, op).inc()
+            self.child(self.store_errors, store, op).inc()
         else:
-            self.store_seconds.labels(store, op).observe(seconds)
+            self.child(self.store_seconds, store, op).observe(seconds)
+
     def key_label(self, name: str) -> str:
         """Key names as labels, bounded: past MAX_KEY_LABELS distinct names the rest count as `other`."""
         return self._key_names.label(name)
@@ -280,18 +296,18 @@ class Metrics:
 
     def count_dropped_records(self, reason: str, n: int) -> None:
         """The records writers' and the tool-call log's `on_drop`."""
-        self.records_dropped.labels(reason).inc(n)
+        self.child(self.records_dropped, reason).inc(n)
 
     def count_key_outcome(self, name: str, outcome: str) -> None:
-        self.key_requests.labels(self.key_label(name), outcome).inc()
+        self.child(self.key_requests, self.key_label(name), outcome).inc()
 
     def count_key_run(self, name: str, status: str, tokens: int, cost_usd: float | None) -> None:
         label = self.key_label(name)
-        self.key_runs.labels(label, status).inc()
+        self.child(self.key_runs, label, status).inc()
         if tokens:
-            self.key_tokens.labels(label).inc(tokens)
+            self.child(self.key_tokens, label).inc(tokens)
         if cost_usd:
-            self.key_cost.labels(label).inc(cost_usd)
+            self.child(self.key_cost, label).inc(cost_usd)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

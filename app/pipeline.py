@@ -118,7 +118,7 @@ class Gateway:
                            prices=PriceBook(settings.prices, settings.aliases, library=settings.price_library))
         self.opener = RunOpener(settings=settings, store=store, tools=self.tools,
                                 gate_factory=gate_factory or self.gates.build, observers=self.observers,
-                                on_failure=lambda provider, code: metrics.upstream_errors.labels(provider, code).inc())
+                                on_failure=lambda provider, code: metrics.child(metrics.upstream_errors, provider, code).inc())
         self.admission = Admission(max_active=settings.max_active_runs, max_lag=settings.max_loop_lag_seconds or None,
                                    on_refuse=lambda reason: metrics.admission_refused.labels(reason).inc())
         self.runs = RunTasks(router=self.router, opener=self.opener, admission=self.admission, tools=self.tools,
@@ -137,12 +137,12 @@ class Gateway:
         return self.runs.start(spec, request_id=request_id, observers=observers)
 
     def _observe_tool(self, tool: str, outcome: str) -> None:
-        self.metrics.tool_executions.labels(tool, outcome).inc()
+        self.metrics.child(self.metrics.tool_executions, tool, outcome).inc()
 
     def _observe_attempt(self, attempt: Attempt) -> None:
         label = self.metrics.target_label(attempt.target, configured=self.router.is_configured(attempt.target),
                                           served=attempt.outcome == "ok")
-        self.metrics.route_attempts.labels(label, attempt.outcome).inc()
+        self.metrics.child(self.metrics.route_attempts, label, attempt.outcome).inc()
         if attempt.outcome != "skipped":
             self.metrics.observe_attempt(attempt.target.partition("/")[0], attempt.outcome, attempt.duration_ms / 1000)
 

@@ -170,14 +170,14 @@ class RequestContextMiddleware:
         first_byte = time.perf_counter() - started
         upstream = record.upstream_seconds(whole=not streamed)
         route = getattr(scope.get("route"), "path", None) or "unmatched"
-        timing = self.metrics.first_byte
+        timing, child = self.metrics.first_byte, self.metrics.child
         if upstream is None:
-            timing.labels(route, "gateway").observe(first_byte)
+            child(timing, route, "gateway").observe(first_byte)
             server_timing = b"gateway;dur=%.3f" % (first_byte * 1000)
         else:
             upstream = min(upstream, first_byte)
-            timing.labels(route, "gateway").observe(first_byte - upstream)
-            timing.labels(route, "upstream").observe(upstream)
+            child(timing, route, "gateway").observe(first_byte - upstream)
+            child(timing, route, "upstream").observe(upstream)
             server_timing = b"gateway;dur=%.3f, upstream;dur=%.3f" % ((first_byte - upstream) * 1000, upstream * 1000)
         headers = [(b"x-request-id", record.request_id.encode()), (b"server-timing", server_timing)]
         if record.trace_id is not None:
@@ -188,7 +188,7 @@ class RequestContextMiddleware:
         """The request's metrics and its log line."""
         route = scope.get("route")
         route_path = getattr(route, "path", None) or "unmatched"
-        self.metrics.requests.labels(route_path, scope["method"], str(status)).inc()
+        self.metrics.child(self.metrics.requests, route_path, scope["method"], str(status)).inc()
         if route_path != "/metrics" and not route_path.endswith("z"):
             self.log.info("request", **record.fields(), status=status,
                           duration_ms=round((time.perf_counter() - started) * 1000, 3))
