@@ -35,7 +35,16 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run import NO_ADMISSION_BY_LAG, body, cpu_seconds, emit, free_port, run_streams, server  # noqa: E402
+from bench.run import (  # noqa: E402
+    NO_ADMISSION_BY_LAG,
+    body,
+    cpu_seconds,
+    dies_with_parent,
+    emit,
+    free_port,
+    run_streams,
+    server,
+)
 
 
 @contextmanager
@@ -45,7 +54,8 @@ def redis_server():
         raise SystemExit("store_bench needs redis-server on PATH")
     port, folder = free_port(), tempfile.mkdtemp(prefix="foundry-bench-redis-")
     proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--dir", folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=dies_with_parent)
     try:
         deadline = time.monotonic() + 30
         while subprocess.run([shutil.which("redis-cli") or "redis-cli", "-p", str(port), "ping"],

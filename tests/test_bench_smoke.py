@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -199,3 +200,42 @@ def test_instructions_bench_counts_a_gateway_and_the_floor_under_callgrind(tmp_p
     # a request through the gateway runs more instructions than through the floor, and both are counted
     assert 0 < floor["instructions_per_request"] < gateway["instructions_per_request"]
     assert gateway["per_request_over_floor"] > 1
+
+
+def test_a_benchmark_killed_mid_run_leaves_no_server_behind(tmp_path):
+    """A test's timeout kills a benchmark with SIGKILL, which runs no `finally`: its servers (here the
+    fake upstream and a private Redis) die with it (`bench.run.dies_with_parent`), where they went on
+    loading the machine and skewing the next benchmark's numbers."""
+    import shutil
+
+    from tests.redis_support import unavailable
+
+    if shutil.which("redis-server") is None:
+        unavailable("bench/store_bench.py's redis_server needs redis-server on PATH")
+    pids = tmp_path / "pids"
+    script = ("import sys, time\nsys.path.insert(0, '.')\nfrom bench.run import server, free_port\n"
+              "from bench.store_bench import redis_server\n"
+              "with server('bench.upstream:app', free_port()) as up, redis_server() as (red, _):\n"
+              f"    open({str(pids)!r}, 'w').write(f'{{up.pid}} {{red.pid}}')\n    time.sleep(600)\n")
+    bench = subprocess.Popen([sys.executable, "-c", script], cwd=REPO)
+    try:
+        deadline = time.monotonic() + 120
+        while not pids.exists() or not pids.read_text():
+            assert bench.poll() is None and time.monotonic() < deadline, "the servers did not start"
+            time.sleep(0.1)
+        children = [int(pid) for pid in pids.read_text().split()]
+    finally:
+        bench.kill()
+        bench.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in children), children
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"  # a zombie is dead, waiting for its reaper
+    except FileNotFoundError:
+        return False
