@@ -134,7 +134,8 @@ except ImportError:  # hiredis is a dependency (redis[hiredis]); a build without
 
 class _HiredisPacking:
     """Commands packed in C by hiredis, as redis-py's synchronous client packs them when hiredis is
-    installed; its asyncio client packs every command in Python (redis-py issue 4176, fix pending).
+    installed; its asyncio client packs every command in Python (a fix is pending upstream:
+    https://github.com/redis/redis-py/issues/4176).
     Measured: 7.9 us for one XADD of a stream entry in Python, 1.4 us with hiredis, the same bytes
     (`python bench/redis_writes.py`, docs/performance.md). A memoryview (the gateway sends none)
     keeps redis-py's path, which sends it without a copy."""
