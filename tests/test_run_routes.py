@@ -111,11 +111,15 @@ async def test_an_invalid_body_is_422_naming_the_field(client: httpx.AsyncClient
 
 
 def test_the_run_routes_are_plain_api_routes() -> None:
+    """APIRoutes whose one addition is FastAPI's documented custom-`Request` hook (their bodies
+    parsed by orjson: app/api/json_body.py), nothing of FastAPI's internals."""
+    from app.api.json_body import JSONBodyRoute
     from app.api.routes import generate, stream
 
     routes = {(r.path, m): r for router in (stream.router, generate.router) for r in router.routes
               if isinstance(r, APIRoute) for m in r.methods}
     for key in (("/v1/stream", "POST"), ("/v1/generate", "POST")):
-        assert type(routes[key]) is APIRoute
+        assert type(routes[key]) is JSONBodyRoute
+    assert [name for name in vars(JSONBodyRoute) if not name.startswith("__")] == ["get_route_handler"]
     app: FastAPI = create_app(Settings(records=False))
     assert not hasattr(app.state, "direct_routes")

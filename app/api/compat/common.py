@@ -12,12 +12,12 @@ from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from starlette.responses import Response
 
 from app.api.access import Caller
 from app.api.access import open_run as admit_and_open
+from app.api.json_body import JSONBodyRoute
 from app.api.middleware import note_refusal
 from app.api.readers import events_or_gone
 from app.api.responses import JSON, final_status_code
@@ -59,10 +59,11 @@ class ErrorWriter(Protocol):
     def gateway_error(self, exc: GatewayError) -> Response: ...
 
 
-class FacadeRoute(APIRoute):
+class FacadeRoute(JSONBodyRoute):
     """An APIRoute whose errors (bad body, refused field, gateway failure before the stream)
     are answered in the facade's own format instead of the gateway's `{"error": {code, ...}}`.
-    Each facade subclasses it with its `writer` and gives it to its APIRouter as `route_class`."""
+    Each facade subclasses it with its `writer` and gives it to its APIRouter as `route_class`. Its
+    bodies are parsed by orjson (app/api/json_body.py)."""
 
     writer: ClassVar[ErrorWriter]
     brackets: ClassVar[bool] = True

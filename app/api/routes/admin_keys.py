@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from app.api.access import AdminDep
 from app.api.deps import AuthDep, GatewayDep
+from app.api.json_body import JSONBodyRoute
 from app.api.key_schemas import KeyCreate, KeyCreated, KeyList, KeyOut, KeyPatch, KeyRotate
 from app.api.responses import JSON
 from app.api.schemas import ErrorBody
@@ -19,7 +20,7 @@ from app.auth.keystore import KeyStore
 from app.auth.policy import KeyFields
 from app.core.errors import RequestError
 
-router = APIRouter(tags=["admin"])
+router = APIRouter(tags=["admin"], route_class=JSONBodyRoute)
 
 _ERRORS: dict[int | str, dict[str, Any]] = {c: {"model": ErrorBody} for c in (401, 403, 404, 409, 422, 503)}
 KeyId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_.-]{1,32}$")]

@@ -9,11 +9,12 @@ from starlette.responses import Response
 
 from app.api.access import JsonCallerDep, open_run
 from app.api.convert import to_spec
+from app.api.json_body import JSONBodyRoute
 from app.api.readers import final_or_gone
 from app.api.responses import JSON, final_status_code
 from app.api.schemas import ErrorBody, FinalPayload, GenerateRequest, StreamAccepted
 
-router = APIRouter(tags=["generate"])
+router = APIRouter(tags=["generate"], route_class=JSONBodyRoute)
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (400, 401, 403, 404, 413, 415, 422, 429, 500, 502, 503, 504)

@@ -13,6 +13,7 @@ from starlette.responses import Response
 from app.api.access import JsonCallerDep, PrincipalDep, not_found_unless_owner, open_run
 from app.api.convert import to_spec
 from app.api.deps import GatewayDep, WriterDep
+from app.api.json_body import JSONBodyRoute
 from app.api.responses import JSON
 from app.api.routes.runs import stored_run
 from app.api.schemas import CancelResult, GenerateRequest
@@ -24,7 +25,7 @@ from app.records import RecordWriter
 from app.streams.errors import CursorAhead, FinalDelivered, StoreUnavailable
 from app.streams.memory import parse_cursor
 
-router = APIRouter(tags=["stream"])
+router = APIRouter(tags=["stream"], route_class=JSONBodyRoute)
 
 RETRY_MS = 1000
 """The `retry:` hint sent once at the start of a native stream: how long an EventSource waits before it
