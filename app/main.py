@@ -314,7 +314,7 @@ def build_store(settings: Settings, metrics: Metrics, *, on_swept: SweptHook | N
     """The Redis store when FOUNDRY_REDIS_URL is set, else the in-process one (one process: no
     other replica's records to sweep or runs to claim)."""
     def on_evict(reason: str) -> None:
-        metrics.streams_evicted.labels(reason).inc()
+        metrics.child(metrics.streams_evicted, reason).inc()
 
     if settings.redis_url is None:
         return MemoryStreamStore(ttl=settings.stream_ttl_seconds, max_streams=settings.max_streams,

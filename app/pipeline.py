@@ -120,7 +120,7 @@ class Gateway:
                                 gate_factory=gate_factory or self.gates.build, observers=self.observers,
                                 on_failure=lambda provider, code: metrics.child(metrics.upstream_errors, provider, code).inc())
         self.admission = Admission(max_active=settings.max_active_runs, max_lag=settings.max_loop_lag_seconds or None,
-                                   on_refuse=lambda reason: metrics.admission_refused.labels(reason).inc())
+                                   on_refuse=lambda reason: metrics.child(metrics.admission_refused, reason).inc())
         self.runs = RunTasks(router=self.router, opener=self.opener, admission=self.admission, tools=self.tools,
                              cache=cache, tracing=tracing)
         metrics.watch_circuits(self.router.breakers.states)

@@ -78,18 +78,18 @@ class ResponseCache:
                 try:
                     cached = decode_entry(data)
                 except CorruptEntry:
-                    metrics.cache_misses.labels("corrupt").inc()
+                    metrics.child(metrics.cache_misses, "corrupt").inc()
                 else:
-                    metrics.cache_hits.labels("stored").inc()
+                    metrics.child(metrics.cache_hits, "stored").inc()
                     return EntrySource(cached, paced=plan.rule.replay == "paced", charged=plan.rule.charge)
             leader = self._inflight.get(plan.key) if plan.rule.collapse else None
             if leader is not None:
                 log = await asyncio.shield(leader)
                 if log is not None:
-                    metrics.cache_hits.labels("in_flight").inc()
+                    metrics.child(metrics.cache_hits, "in_flight").inc()
                     return FollowSource(log, charged=plan.rule.charge)
         if plan.lookup:
-            metrics.cache_misses.labels("absent").inc()
+            metrics.child(metrics.cache_misses, "absent").inc()
         if plan.rule.collapse and plan.key not in self._inflight:
             self._inflight[plan.key] = asyncio.get_running_loop().create_future()
             plan.leading = True
