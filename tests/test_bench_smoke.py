@@ -235,7 +235,7 @@ def test_a_benchmark_killed_mid_run_leaves_no_server_behind(tmp_path):
 
 def _alive(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[1][0] != "Z"  # a zombie is dead, waiting for its reaper
+        with open(f"/proc/{pid}/stat") as stat:  # the state after the command's closing parenthesis, as bench/run.py reads it
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead, waiting for its reaper
     except FileNotFoundError:
         return False
