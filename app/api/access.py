@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Annotated
 
-from fastapi import Depends, Request, Security
-from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import Depends, Request
+from fastapi.security import APIKeyHeader, HTTPBearer
 
 from app.accounting import KeyAccountant, estimate
 from app.api.deps import accountant_in, auth_in, gateway_in, log_of, writer_in
@@ -30,25 +30,26 @@ from app.records import RecordWriter
 from app.validation import called_models
 
 __all__ = ["AdminDep", "Caller", "CallerDep", "JsonCallerDep", "PrincipalDep", "admit_request",
-           "not_found_unless_owner", "open_run", "principal_of"]
+           "SECURITY_SCHEMES", "not_found_unless_owner", "open_run", "principal_of"]
 
-# The security schemes: FastAPI puts them in the OpenAPI document for every route that depends on
-# `principal_of`. Neither refuses a request itself (auto_error=False): the gateway answers a
-# missing, malformed or unknown key with its own 401 and reason (app/auth/service.py).
-_bearer = HTTPBearer(auto_error=False, description="Authorization: Bearer fgw-...")
-_api_key = APIKeyHeader(name="x-api-key", auto_error=False, description="x-api-key: fgw-... (Anthropic clients)")
+# The security schemes of every route that depends on `principal_of`, as FastAPI's own classes
+# describe them; app/api/openapi.py puts them in the OpenAPI document. Neither refuses a request
+# (auto_error=False): the gateway answers a missing, malformed or unknown key with its own 401 and
+# reason (app/auth/service.py). They are not dependencies of `principal_of`: FastAPI solves each
+# sub-dependency with a pass of its own, and the two cost about 45 us a request on the 2-core
+# machine (docs/performance.md) for headers read here anyway.
+SECURITY_SCHEMES = (HTTPBearer(auto_error=False, description="Authorization: Bearer fgw-..."),
+                    APIKeyHeader(name="x-api-key", auto_error=False, description="x-api-key: fgw-... (Anthropic clients)"))
 
 
-async def principal_of(
-    request: Request,
-    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
-    api_key: Annotated[str | None, Security(_api_key)],
-) -> Principal:
+async def principal_of(request: Request) -> Principal:
     """The caller, from `Authorization: Bearer <key>` or `x-api-key: <key>`; 401 with a reason.
 
-    The raw Authorization header is checked rather than HTTPBearer's parse (`bearer`), which
-    reads a malformed header as none at all: the caller is told which of the two it sent."""
-    principal = await auth_in(request).authenticate(request.headers.get("authorization"), api_key)
+    The raw Authorization header is read rather than a Bearer parse, which reads a malformed header
+    as none at all: the caller is told which of the two it sent. An empty `x-api-key` is none, as
+    FastAPI's `APIKeyHeader` reads it."""
+    headers = request.headers
+    principal = await auth_in(request).authenticate(headers.get("authorization"), headers.get("x-api-key") or None)
     record = request.scope.get("state", {}).get("record")
     if isinstance(record, RequestLog):  # the log line names the key by id and name, never the key
         record.key_id = principal.owner or principal.kind
