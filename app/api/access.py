@@ -138,12 +138,14 @@ async def open_run(caller: Caller, spec: RunSpec) -> tuple[RunHandle, dict[str, 
     rates = gateway.opener.prices.rates(spec.model)
     reserve = estimate(spec.request.messages, spec.request.max_tokens, settings.output_estimate_tokens, rates)
     ticket = await auth.admit(principal, spec.model, aliases.get(spec.model, ""), also=judges, reserve=reserve)
+    cache = cache_choice(spec.cache, request.headers.get("cache-control"), principal)
     if principal.key is not None:
         key_tools = principal.key.mcp_tools  # the key's MCP policy; the request's may only narrow it
         spec = replace(spec, owner=principal.key.id, policy_validators=principal.key.validators,
-                       slot=ticket.slot if ticket is not None else None,
+                       slot=ticket.slot if ticket is not None else None, cache=cache,
                        mcp_filters=spec.mcp_filters + ((key_tools,) if key_tools is not None else ()))
-    spec = replace(spec, cache=cache_choice(spec.cache, request.headers.get("cache-control"), principal))
+    else:
+        spec = replace(spec, cache=cache)
     record.model = spec.model
     try:
         handle = gateway.start(spec, request_id=record.request_id or None,

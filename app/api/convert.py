@@ -9,8 +9,9 @@ from app.providers.base import ProviderRequest
 from app.validation import check_specs
 
 
-def to_spec(body: GenerateRequest) -> RunSpec:
-    """Also refuses (422) unknown validators, bad validator configs and unknown chunkers."""
+def to_spec(body: GenerateRequest, *, held: bool = False) -> RunSpec:
+    """Also refuses (422) unknown validators, bad validator configs and unknown chunkers. `held`: the
+    run is its reader's, which holds its place in the log (RunSpec.held)."""
     check_specs(body.validators, body.chunking)
     request = ProviderRequest(
         model=body.model,
@@ -33,4 +34,5 @@ def to_spec(body: GenerateRequest) -> RunSpec:
         timeouts=body.timeouts,
         cache=CacheChoice(lookup=body.cache, store=body.cache),
         mcp_filters=(tuple(body.mcp_tools),) if body.mcp_tools is not None else (),
+        held=held,
     )

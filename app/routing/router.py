@@ -309,8 +309,9 @@ class RouteSession(ProviderAdapter):
         relaying = request.passthrough is not None and request.passthrough.relay
         try:
             async with asyncio.timeout_at(min(first_token_at, self.total_at)):
-                upstream = await target.adapter.open_stream(replace(request, model=target.upstream_model,
-                                                                    options=options))
+                if request.model != target.upstream_model or options is not request.options:
+                    request = replace(request, model=target.upstream_model, options=options)
+                upstream = await target.adapter.open_stream(request)
                 iterator = upstream.__aiter__()
                 ended = False
                 while True:

@@ -3,7 +3,6 @@ POST /v1/stream/{id}/cancel (end a run on whichever replica runs it)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
@@ -51,7 +50,7 @@ async def stream(body: GenerateRequest, caller: JsonCallerDep) -> SSEResponse:
     caller.record.model = body.model
     gateway = caller.gateway
     cancel = body.on_disconnect != "continue"
-    handle, limit_headers = await open_run(caller, replace(to_spec(body), held=cancel))
+    handle, limit_headers = await open_run(caller, to_spec(body, held=cancel))
     # A reader of the run's log: its client leaving cancels the run, unless asked to let it go on
     # (then it can come back by id, GET /v1/stream/{id}). The reader that owns its run holds its
     # place in the log: a slow client slows the run rather than losing events.
