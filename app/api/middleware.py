@@ -10,6 +10,7 @@ through `RequestLog.send`, the channel below this middleware, so no frame pays f
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 import uuid
@@ -120,7 +121,10 @@ class RequestContextMiddleware:
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.tracing = tracing
-        self.log = get_logger("foundry.http")
+        # Bound once, to the logging this app configured (create_app, before its first request builds
+        # the middleware): a lazy `get_logger` proxy binds a new logger on every call (5.1 us against
+        # 0.2, timeit), once a request here.
+        self.log = get_logger("foundry.http").bind()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -189,7 +193,8 @@ class RequestContextMiddleware:
         route = scope.get("route")
         route_path = getattr(route, "path", None) or "unmatched"
         self.metrics.child(self.metrics.requests, route_path, scope["method"], str(status)).inc()
-        if route_path != "/metrics" and not route_path.endswith("z"):
+        # the line's fields are gathered only when it is written (a gateway logging at warning and above)
+        if route_path != "/metrics" and not route_path.endswith("z") and self.log.is_enabled_for(logging.INFO):
             self.log.info("request", **record.fields(), status=status,
                           duration_ms=round((time.perf_counter() - started) * 1000, 3))
 
