@@ -66,9 +66,14 @@ class Usage:
 
     def add(self, other: Usage) -> None:
         """Sum another step's usage, and its cost when priced, into this one (multi-step tool runs)."""
-        for name in ("input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "cache_write_tokens",
-                     "reasoning_tokens", "cache_write_1h_tokens"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        # each count by name: a loop of getattr/setattr over their names cost 1.1 us a call, this 0.3 (timeit)
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.total_tokens += other.total_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_write_tokens += other.cache_write_tokens
+        self.reasoning_tokens += other.reasoning_tokens
+        self.cache_write_1h_tokens += other.cache_write_1h_tokens
         self.output_unknown = self.output_unknown or other.output_unknown
         if other.cost is not None:
             self.cost = other.cost if self.cost is None else self.cost.plus(other.cost)
