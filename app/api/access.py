@@ -29,8 +29,8 @@ from app.pipeline import Gateway, RunHandle, RunSpec
 from app.records import RecordWriter
 from app.validation import called_models
 
-__all__ = ["AdminDep", "Caller", "CallerDep", "JsonCallerDep", "PrincipalDep", "admit_request",
-           "SECURITY_SCHEMES", "not_found_unless_owner", "open_run", "principal_of"]
+__all__ = ["SECURITY_SCHEMES", "AdminDep", "Caller", "CallerDep", "JsonCallerDep", "PrincipalDep", "admit_request",
+           "not_found_unless_owner", "open_run", "principal_of"]
 
 # The security schemes of every route that depends on `principal_of`, as FastAPI's own classes
 # describe them; app/api/openapi.py puts them in the OpenAPI document. Neither refuses a request
