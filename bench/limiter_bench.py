@@ -24,7 +24,7 @@ from app.auth import Auth, MemoryLimiter, RedisLimiter
 from app.auth.keystore import KeyStore
 from app.auth.policy import KeyFields
 from app.records import RecordStore
-from bench.run import emit, free_port
+from bench.run import dies_with_parent, emit, free_port
 
 LIMITS = KeyFields(name="bench", models=["mock/*"], rpm=10_000_000, tpm=10_000_000_000, max_concurrent=100_000)
 
@@ -43,7 +43,8 @@ async def per_request(auth: Auth, key: str, n: int) -> float:
 
 def _redis_server(binary: str, port: int, workdir: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
+                             "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL,
+                            preexec_fn=dies_with_parent)
 
 
 async def main() -> dict:

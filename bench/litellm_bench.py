@@ -28,7 +28,16 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run import NO_ADMISSION_BY_LAG, body, cpu_seconds, emit, free_port, run_streams, server  # noqa: E402
+from bench.run import (  # noqa: E402
+    NO_ADMISSION_BY_LAG,
+    body,
+    cpu_seconds,
+    dies_with_parent,
+    emit,
+    free_port,
+    run_streams,
+    server,
+)
 
 GOAL = 25.0
 
@@ -67,7 +76,8 @@ def litellm_proxy(command: str, port: int, upstream_url: str, model: str, key: s
            "DISABLE_SCHEMA_UPDATE": "True", "LITELLM_MASTER_KEY": key}
     log = tempfile.TemporaryFile()  # a file, not a pipe: LiteLLM logs every request, a full pipe would block it
     proc = subprocess.Popen([command, "--config", f.name, "--host", "127.0.0.1", "--port", str(port),
-                             "--num_workers", "1"], env=env, stdout=log, stderr=subprocess.STDOUT)
+                             "--num_workers", "1"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=dies_with_parent)
     try:
         deadline = time.monotonic() + 120
         while True:

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.litellm_bench import litellm_proxy, tree_cpu_seconds  # noqa: E402
 from bench.loadgen import Connection, run_streams, split_url  # noqa: E402
-from bench.run import NO_ADMISSION_BY_LAG, body, emit, free_port, server  # noqa: E402
+from bench.run import NO_ADMISSION_BY_LAG, body, dies_with_parent, emit, free_port, server  # noqa: E402
 
 _CHAT = {"messages": [{"role": "user", "content": "bench"}], "stream": True}
 
@@ -49,7 +49,7 @@ def portkey_gateway(folder: Path, port: int):
     folder = folder.resolve()
     entry = folder / "node_modules" / "@portkey-ai" / "gateway" / "build" / "start-server.js"
     proc = subprocess.Popen(["node", str(entry), f"--port={port}", "--headless"], cwd=folder,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=dies_with_parent)
     try:
         deadline = time.monotonic() + 60
         while True:

@@ -205,7 +205,9 @@ def test_instructions_bench_counts_a_gateway_and_the_floor_under_callgrind(tmp_p
 def test_a_benchmark_killed_mid_run_leaves_no_server_behind(tmp_path):
     """A test's timeout kills a benchmark with SIGKILL, which runs no `finally`: its servers (here the
     fake upstream and a private Redis) die with it (`bench.run.dies_with_parent`), where they went on
-    loading the machine and skewing the next benchmark's numbers."""
+    loading the machine and skewing the next benchmark's numbers. The limiter bench's Redis too
+    (bench/limiter_bench.py; LiteLLM's and Portkey's servers, bench/litellm_bench.py and
+    bench/peers_bench.py, start the same way)."""
     import shutil
 
     from tests.redis_support import unavailable
@@ -213,10 +215,12 @@ def test_a_benchmark_killed_mid_run_leaves_no_server_behind(tmp_path):
     if shutil.which("redis-server") is None:
         unavailable("bench/store_bench.py's redis_server needs redis-server on PATH")
     pids = tmp_path / "pids"
-    script = ("import sys, time\nsys.path.insert(0, '.')\nfrom bench.run import server, free_port\n"
-              "from bench.store_bench import redis_server\n"
+    script = ("import shutil, sys, time\nfrom pathlib import Path\nsys.path.insert(0, '.')\n"
+              "from bench.run import server, free_port\n"
+              "from bench.store_bench import redis_server\nfrom bench.limiter_bench import _redis_server\n"
               "with server('bench.upstream:app', free_port()) as up, redis_server() as (red, _):\n"
-              f"    open({str(pids)!r}, 'w').write(f'{{up.pid}} {{red.pid}}')\n    time.sleep(600)\n")
+              f"    lim = _redis_server(shutil.which('redis-server'), free_port(), Path({str(tmp_path)!r}))\n"
+              f"    open({str(pids)!r}, 'w').write(f'{{up.pid}} {{red.pid}} {{lim.pid}}')\n    time.sleep(600)\n")
     bench = subprocess.Popen([sys.executable, "-c", script], cwd=REPO)
     try:
         deadline = time.monotonic() + 120
