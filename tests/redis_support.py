@@ -175,7 +175,9 @@ def start_together(*replicas: Replica) -> tuple[Replica, ...]:
     return replicas
 
 
-def written_back(answer: httpx.Response) -> bool:
-    """A resume answered 200 once the owner wrote its stream back, 503 (retryable) until then."""
-    assert answer.status_code in (200, 503), answer.text
+def written_back(answer: httpx.Response, *replicas: Replica) -> bool:
+    """A resume answered 200 once the owner wrote its stream back, 503 (retryable) until then; a
+    failure shows the end of each of `replicas`' log."""
+    assert answer.status_code in (200, 503), answer.text + "".join(
+        f"\n--- {replica.url}:\n{replica.output()[-4000:]}" for replica in replicas)
     return answer.status_code == 200
