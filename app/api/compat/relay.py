@@ -170,6 +170,11 @@ class AnthropicEnding:
         return _frame("error", {"type": "error", "error": {"type": kind, "message": message, "code": code}})
 
 
+_CHOICES = (b'"choices":[{', b'"choices": [{')
+"""A chunk with choices, in compact JSON (OpenAI's) or with spaces (inside a string its quotes would be
+escaped): never the usage chunk a client did not ask for, so it is kept without being read."""
+
+
 class ChatEnding:
     """Chat completions: a block ends with `finish_reason: content_filter`; a failure with a chunk
     carrying `error` (the openai SDK raises it); then `[DONE]`. The usage chunk the gateway asked
@@ -182,7 +187,7 @@ class ChatEnding:
         self._head: dict[str, Any] | None = None
 
     def feed(self, data: bytes) -> bytes:
-        if self._head is None or (not self._usage and b'"choices":[]' in data):
+        if self._head is None or (not self._usage and b'"usage"' in data):  # a chunk it takes out names usage
             frames = data.split(b"\n\n")
             kept = [f for f in frames if self._keep(f)]
             if len(kept) != len(frames):
@@ -190,6 +195,8 @@ class ChatEnding:
         return data
 
     def _keep(self, frame: bytes) -> bool:
+        if self._head is not None and (self._usage or _CHOICES[0] in frame or _CHOICES[1] in frame):
+            return True  # kept whatever else it holds: nothing to read in it
         chunk = _object(frame[6:]) if frame.startswith(b"data: {") else None
         if chunk is None:  # not a chunk, or a broken one (passed on as sent; the run ends with its error)
             return True
