@@ -362,13 +362,16 @@ class Accumulator:
     def _relay(self, p: Relay, out: list[StreamEvent]) -> None:
         """A provider event relayed as sent waits with its held text (it could begin a secret); one
         carrying the gateway's own credentials ends the run (relayed bytes cannot be scrubbed)."""
-        if self._held and any(held.scrubbed for held in self._held.values()):
-            raise StreamProtocolError("the provider's answer carried the gateway's own credentials")
-        if self._held and any(held.holding for held in self._held.values()):
-            self._relay_held.append(p.frame)
-            return
-        out.extend(RelayedFrame(frame=frame) for frame in (*self._relay_held, p.frame))
-        self._relay_held.clear()
+        if self._held:
+            if any(held.scrubbed for held in self._held.values()):
+                raise StreamProtocolError("the provider's answer carried the gateway's own credentials")
+            if any(held.holding for held in self._held.values()):
+                self._relay_held.append(p.frame)
+                return
+        if self._relay_held:
+            out.extend(RelayedFrame(frame=frame) for frame in self._relay_held)
+            self._relay_held.clear()
+        out.append(RelayedFrame(frame=p.frame))
 
     def _ignored(self, p: Ignored, out: list[StreamEvent]) -> None:
         self.ignored[p.what] += 1

@@ -56,7 +56,10 @@ def _event(name: str, data: str, event_id: str | None) -> SSEEvent:
 def encode_event(event: SSEEvent) -> bytes:
     """An SSE event encoded again as its provider sent it (one `data:` line per line of data)."""
     head = b"" if event.event == "message" else b"event: " + event.event.encode() + b"\n"
-    return head + b"".join(b"data: " + line.encode() + b"\n" for line in event.data.split("\n")) + b"\n"
+    data = event.data
+    if "\n" not in data:  # one line, as nearly every provider event is
+        return head + b"data: " + data.encode() + b"\n\n"
+    return head + b"".join(b"data: " + line.encode() + b"\n" for line in data.split("\n")) + b"\n"
 
 
 class SSEDecoder:
