@@ -52,6 +52,15 @@ def test_cache_bench_reports_a_hits_ttft_and_cpu_against_a_miss(tmp_path):
     assert "hit_added_ttft_ms" in results and "hit_cpu_ratio" in results
 
 
+def test_record_ids_bench_reports_each_kind_of_id(tmp_path):
+    out = tmp_path / "ids.json"
+    subprocess.run([sys.executable, "bench/record_ids_bench.py", "--prefill", "100", "--rounds", "2", "--json", str(out)],
+                   cwd=REPO, check=True, timeout=300, capture_output=True)
+    results = json.loads(out.read_text())
+    assert set(results["cpu_us_per_record"]) == {"random", "time_ordered"}
+    assert all(v > 0 for v in results["cpu_us_per_record"].values()) and results["records_per_kind"] == 4000
+
+
 def test_facade_bench_runs_and_reports_each_translation(tmp_path):
     out = tmp_path / "facade.json"
     subprocess.run([sys.executable, "bench/facade_bench.py", "--events", "200", "--json", str(out)],

@@ -13,7 +13,6 @@ import asyncio
 import logging
 import re
 import time
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ import orjson
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.core.ids import time_ordered_hex
 from app.core.secrets import scrub
 from app.observability import Metrics, get_logger
 from app.tracing import Tracing
@@ -256,7 +256,7 @@ def _request_id(scope: Scope) -> str:
             if _REQUEST_ID_RE.match(candidate):
                 return candidate
             break
-    return uuid.uuid4().hex
+    return time_ordered_hex()
 
 
 async def disconnected(receive: Receive) -> None:
