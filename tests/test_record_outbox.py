@@ -59,7 +59,10 @@ async def run_one(owner: RedisStreamStore, payload: bytes) -> str:
 
 async def test_a_record_its_writer_gave_up_is_handed_on_again_until_written(redis_url: str) -> None:
     swept: list[SweptRecord] = []
-    a = store(redis_url, swept.append, outbox_retry_seconds=0.0)  # records on: the outbox is kept
+    # Records on: the outbox is kept. The store also sweeps on its own, every half lease to a lease;
+    # with a retry after 0 s such a sweep hands the record on again, and once (a loaded CI host) it
+    # did so between the run's flush and the sweep below. A lease of 30 s leaves the sweeps to the test.
+    a = store(redis_url, swept.append, outbox_retry_seconds=0.0, lease_seconds=30.0)
     await a.start()
     try:
         sid = await run_one(a, b'{"id": "the record"}')
