@@ -19,7 +19,7 @@ from app.cache.config import CacheChoice
 from app.cache.replay import ReplayRun, ReplaySource
 from app.core.ending import RunEnding
 from app.core.errors import ErrorData, FinalStatus, GatewayError, RequestError
-from app.core.ids import time_ordered_hex
+from app.core.ids import new_stream_id
 from app.core.messages import ToolSpec
 from app.core.report import RunObserver
 from app.core.transcript import Transcript, TranscriptLimits
@@ -172,7 +172,7 @@ class RunOpener:
         final = ending.bare_final(status, error, served_model=request.model, route=session.outcome())
         transcript = self._transcript(request)
         transcript.finish(status=status, stop_reason=final.stop_reason, usage=final.usage, steps=1)
-        ending.end(final, stream_id="str_" + time_ordered_hex(), transcript=transcript, logger=_log, opened=False)
+        ending.end(final, stream_id=new_stream_id(), transcript=transcript, logger=_log, opened=False)
 
     async def _log(self, spec: RunSpec, model: str, provider: str, request_id: str | None,
                    canceller: Canceller | None) -> StreamLog:

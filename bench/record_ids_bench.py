@@ -3,7 +3,7 @@
 A records database is first filled with `--prefill` runs keyed by random ids, as the gateway keyed
 them before app/core/ids.py. Then batches of 50 runs go in through `RecordStore.insert` (the
 writer's path), in alternating rounds: keyed by random ids (`uuid4().hex`), and by ids that sort by
-time (`time_ordered_hex`, what the gateway makes now). Request ids stay random in both, so only the
+time (`new_stream_id`, what the gateway makes now). Request ids stay random in both, so only the
 primary key's index differs. Reports the process's CPU per record (both threads: the event loop's
 and aiosqlite's) for each kind, and the database's size.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.core.ids import time_ordered_hex
+from app.core.ids import new_stream_id
 from app.core.usage import Usage
 from app.records import RunRecord
 from app.records.store import RecordStore
@@ -56,10 +56,6 @@ def _random_id() -> str:
     return "str_" + uuid.uuid4().hex
 
 
-def _ordered_id() -> str:
-    return "str_" + time_ordered_hex()
-
-
 async def measure(prefill: int, rounds: int) -> dict:
     base = [_record(i) for i in range(BATCH)]
 
@@ -75,7 +71,7 @@ async def measure(prefill: int, rounds: int) -> dict:
                 await store.insert(batch(_random_id))
             per_round = 40
             used = {"random": 0.0, "time_ordered": 0.0}
-            kinds = {"random": _random_id, "time_ordered": _ordered_id}
+            kinds = {"random": _random_id, "time_ordered": new_stream_id}
             for i in range(rounds):
                 for name in (list(kinds) if i % 2 == 0 else list(reversed(kinds))):
                     started = _cpu()

@@ -16,9 +16,14 @@ from __future__ import annotations
 import os
 import time
 
-__all__ = ["time_ordered_hex"]
+__all__ = ["new_stream_id", "time_ordered_hex"]
 
 
 def time_ordered_hex() -> str:
     """32 lowercase hex digits that sort by the millisecond they were made in."""
     return f"{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
+
+
+def new_stream_id() -> str:
+    """A new stream's id: `str_` and 32 hex digits that sort by time."""
+    return "str_" + time_ordered_hex()

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from app.core.errors import RequestError
-from app.core.ids import time_ordered_hex
+from app.core.ids import new_stream_id
 from app.streams.budget import Budget
 from app.streams.errors import CancelOutcome, CursorAhead, FinalDelivered, RunTags, StoreFull
 from app.streams.log import Canceller, Sink, StreamInfo, StreamLog, StreamRecord
@@ -79,7 +79,7 @@ class MemoryStreamStore:
         self._relieve(owner)
         if self._budget.used >= self._budget.limit:
             raise StoreFull("the stream store is full; retry later")
-        stream_id = "str_" + time_ordered_hex()
+        stream_id = new_stream_id()
         log = StreamLog(StreamInfo(stream_id=stream_id, model=model, provider=provider, owner=owner),
                         max_events=self._max_events, max_bytes=self._max_bytes, budget=self._budget,
                         keep_events=keep_events, held=held, sink=sink, canceller=canceller)
