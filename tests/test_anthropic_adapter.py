@@ -29,7 +29,18 @@ from app.providers.base import ProviderRequest
 from app.providers.registry import build_registry
 from app.settings import Settings
 from tests.support import recordings, serve
-from tests.upstream_fakes import Recorded, Scripted, answer, closed_port_url, cut, drain, http_adapter, silent, sse
+from tests.upstream_fakes import (
+    Recorded,
+    Scripted,
+    answer,
+    closed_port_url,
+    cut,
+    drain,
+    http_adapter,
+    read_timeout_for,
+    silent,
+    sse,
+)
 
 RECORDING = {r.name: r for r in recordings("anthropic")}
 Reply = Callable[[Recorded], Response]
@@ -127,7 +138,7 @@ def status(code: int, etype: str, headers: dict[str, str] | None = None) -> Repl
 async def test_errors_before_the_body_are_raised_from_open_stream(
     reply: Reply | None, kind: type[GatewayError], http: int, code: str, retryable: bool
 ) -> None:
-    async with anthropic_on(reply or (lambda _: answer(200, {})), read_timeout=0.2) as (adapter, _):
+    async with anthropic_on(reply or (lambda _: answer(200, {})), read_timeout=read_timeout_for(code)) as (adapter, _):
         if reply is None:
             adapter = http_adapter("anthropic", closed_port_url())
         with pytest.raises(kind) as info:

@@ -38,7 +38,18 @@ from app.providers.registry import build_registry
 from app.providers.upstream import HttpAdapter
 from app.settings import Settings
 from tests.support import recordings, serve
-from tests.upstream_fakes import Recorded, Scripted, answer, closed_port_url, cut, drain, http_adapter, silent, sse
+from tests.upstream_fakes import (
+    Recorded,
+    Scripted,
+    answer,
+    closed_port_url,
+    cut,
+    drain,
+    http_adapter,
+    read_timeout_for,
+    silent,
+    sse,
+)
 
 RECORDING = {r.name: r for r in recordings("gemini")}
 Reply = Callable[[Recorded], Response]
@@ -252,7 +263,7 @@ async def test_errors_before_the_body_are_raised_from_open_stream(
             await adapter.open_stream(request())
         await adapter.aclose()
     else:
-        async with gemini_on(reply, read_timeout=0.2) as (adapter, _):
+        async with gemini_on(reply, read_timeout=read_timeout_for(code)) as (adapter, _):
             with pytest.raises(kind) as info:
                 await adapter.open_stream(request())
     error = info.value

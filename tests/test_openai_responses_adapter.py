@@ -34,7 +34,18 @@ from app.providers.registry import build_registry
 from app.providers.upstream import HttpAdapter
 from app.settings import Settings
 from tests.support import recordings, serve
-from tests.upstream_fakes import Recorded, Scripted, answer, closed_port_url, cut, drain, http_adapter, silent, sse
+from tests.upstream_fakes import (
+    Recorded,
+    Scripted,
+    answer,
+    closed_port_url,
+    cut,
+    drain,
+    http_adapter,
+    read_timeout_for,
+    silent,
+    sse,
+)
 
 RECORDING = {r.name: r for r in recordings("openai-responses")}
 ADD = ToolSpec(name="add", description="Add", parameters={"type": "object", "properties": {"a": {"type": "integer"}}})
@@ -209,7 +220,7 @@ def status(code: int, error: dict[str, Any], headers: dict[str, str] | None = No
 async def test_errors_before_the_body_are_raised_from_open_stream(
     reply: Callable[[Recorded], Response], kind: type[GatewayError], http: int, code: str
 ) -> None:
-    async with responses_on(reply, read_timeout=0.2) as (adapter, _):
+    async with responses_on(reply, read_timeout=read_timeout_for(code)) as (adapter, _):
         with pytest.raises(kind) as info:
             await drain(adapter, request())
     assert (info.value.status, info.value.code) == (http, code)
