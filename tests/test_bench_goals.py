@@ -29,3 +29,42 @@ def test_the_paced_redis_over_memory_goal_is_inconclusive_when_a_store_fell_behi
                          "redis_store": target(redis_p50, redis_cpu)}}
     goal, = (g for g in paced_goals(paced) if g.name == "paced load, CPU per event, Redis store / memory store")
     assert goal.line().strip().split("  ")[0] == verdict, goal.line()
+
+
+class _Windows:
+    """bench/instructions.py's `Counted`, replaying the counts of windows measured under callgrind."""
+
+    def __init__(self, rates: list[float], load: float = 0.0) -> None:
+        self.rates, self.load = list(rates), load
+        self.served: list[tuple[str | None, int]] = []
+
+    def window(self, model: str | None = None, streams: int = 0):
+        from bench.instructions import Window
+
+        self.served.append((model, streams))
+        seconds = 2.0
+        return Window(round(self.rates.pop(0) * seconds + (self.load if streams else 0)), seconds)
+
+
+def test_the_instructions_bench_takes_the_idle_rate_once_the_start_up_work_is_done():
+    """Measured on the gateway under callgrind: the first window after start-up or a warm-up ran
+    15.6M and 11.3M instructions a second (its first records written, their statements compiled), the
+    next ones 0.62-0.69M. Taken from the first window, the idle rate was 25 times too high, and
+    subtracted from a stream's count it took most of a chunk away (0.97x the floor, where it is 2.1x)."""
+    from bench.instructions import idle_rate
+
+    assert idle_rate(_Windows([15.6e6, 0.65e6, 0.62e6])) == 0.62e6
+    assert idle_rate(_Windows([11.3e6, 2.4e6, 0.66e6, 0.64e6])) == 0.64e6
+    with pytest.raises(SystemExit, match="did not go idle"):
+        idle_rate(_Windows([9e6, 5e6, 3e6, 2e6]), most=4)
+
+
+def test_the_instructions_bench_counts_what_a_load_left_to_do_until_the_process_is_idle_again():
+    """A load's records are written after its streams ended: the windows after it belong to it until
+    one runs at the idle rate; what the timers ran in all of them is taken out."""
+    from bench.instructions import per_stream
+
+    windows = _Windows([0.6e6, 4e6, 2e6, 0.6e6], load=100e6)
+    cost = per_stream(windows, "bench/chunks-1", 50, rate=0.6e6)  # type: ignore[arg-type]
+    assert windows.served == [("bench/chunks-1", 50), (None, 0), (None, 0), (None, 0)]
+    assert cost == pytest.approx((100e6 + (4e6 - 0.6e6) * 2 + (2e6 - 0.6e6) * 2) / 50)
