@@ -11,7 +11,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.openapi.utils import get_openapi
 from pydantic import TypeAdapter
 
-from app.api.access import SECURITY_SCHEMES, principal_of
+from app.api.access import AUTHENTICATING, SECURITY_SCHEMES
 from app.api.schemas import EVENT_SCHEMAS
 
 __all__ = ["install_openapi"]
@@ -40,8 +40,8 @@ def install_openapi(app: FastAPI) -> None:
 
 
 def _add_security(app: FastAPI, doc: dict[str, Any]) -> None:
-    """The security schemes (`SECURITY_SCHEMES`) on every operation whose route depends on
-    `principal_of`, as FastAPI writes them for a `Security` dependency: one requirement a scheme."""
+    """The security schemes (`SECURITY_SCHEMES`) on every operation whose route depends on one of
+    `AUTHENTICATING`, as FastAPI writes them for a `Security` dependency: one requirement a scheme."""
     schemes = {scheme.scheme_name: jsonable_encoder(scheme.model, by_alias=True, exclude_none=True)
                for scheme in SECURITY_SCHEMES}
     secured = False
@@ -65,4 +65,4 @@ def _add_security(app: FastAPI, doc: dict[str, Any]) -> None:
 
 
 def _authenticates(dependant: Dependant) -> bool:
-    return any(sub.call is principal_of or _authenticates(sub) for sub in dependant.dependencies)
+    return any(sub.call in AUTHENTICATING or _authenticates(sub) for sub in dependant.dependencies)
