@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,25 +134,35 @@ def measure(cmd: list[str], cwd: Path, env: dict[str, str], requests: int, strea
 def idle_rate(counted: Counted, most: int = 20) -> float:
     """Instructions a second of the process serving nothing, once two windows in a row agree."""
     last = None
-    for _ in range(most):
-        window = counted.window()
+    for window in _windows_until_idle(counted, most):
         rate = window.instructions / window.seconds
         if last is not None and rate <= QUIET * last and last <= QUIET * rate:
             return min(rate, last)
         last = rate
-    raise SystemExit(f"the process did not go idle: {last:.0f} instructions a second after {most} windows")
+    raise AssertionError("unreachable")
 
 
-def per_stream(counted: Counted, model: str, streams: int, rate: float) -> float:
+def per_stream(counted: Counted, model: str, streams: int, rate: float, most: int = 20) -> float:
     """Instructions one of `streams` streams of `model` costs: their window and the windows after it
     until one is idle again (what the load left to do, its records to write, belongs to it), less
     what the timers ran meanwhile (`rate` a second)."""
     run = counted.window(model, streams)
-    while True:
-        after = counted.window()
+    for after in _windows_until_idle(counted, most):
         run = Window(run.instructions + after.instructions, run.seconds + after.seconds)
         if after.instructions <= QUIET * rate * after.seconds:
             return (run.instructions - rate * run.seconds) / streams
+    raise AssertionError("unreachable")
+
+
+def _windows_until_idle(counted: Counted, most: int) -> Iterator[Window]:
+    """Windows of the process serving nothing, for the caller to judge; after `most` of them the
+    process is still busy, and the benchmark ends with that reason rather than running on."""
+    window = None
+    for _ in range(most):
+        window = counted.window()
+        yield window
+    rate = f"{window.instructions / window.seconds:.0f}" if window else "no"
+    raise SystemExit(f"the process did not go idle: {rate} instructions a second after {most} windows")
 
 
 Target = tuple[list[str], Path, dict[str, str]]

@@ -68,3 +68,14 @@ def test_the_instructions_bench_counts_what_a_load_left_to_do_until_the_process_
     cost = per_stream(windows, "bench/chunks-1", 50, rate=0.6e6)  # type: ignore[arg-type]
     assert windows.served == [("bench/chunks-1", 50), (None, 0), (None, 0), (None, 0)]
     assert cost == pytest.approx((100e6 + (4e6 - 0.6e6) * 2 + (2e6 - 0.6e6) * 2) / 50)
+
+
+def test_the_instructions_bench_gives_up_on_a_load_after_which_the_process_never_goes_idle():
+    """As the idle rate does: a process still busy after `most` windows ends the benchmark with a
+    reason, rather than keeping it running."""
+    from bench.instructions import per_stream
+
+    windows = _Windows([0.6e6] + [3e6] * 5, load=100e6)
+    with pytest.raises(SystemExit, match="did not go idle"):
+        per_stream(windows, "bench/chunks-1", 50, rate=0.6e6, most=4)  # type: ignore[arg-type]
+    assert len(windows.served) == 5  # the load's window and four after it
