@@ -7,12 +7,13 @@ fake OpenAI upstream (bench/upstream.py) on loopback, each in its own process:
 
 1. CPU per relayed chunk (200-chunk streams at c=20), in interleaved rounds, as a ratio to the
    floor's (bench/relay.py: Starlette + aiohttp) in the same run: the load moves every target alike;
-2. the direct-vs-gateway subtraction that Bifrost's and TensorZero's published numbers use: short
+2. CPU per short request (5-chunk streams at c=20, `--short-requests` a round), the same way;
+3. the direct-vs-gateway subtraction that Bifrost's and TensorZero's published numbers use: short
    streams sent at a fixed request rate (open loop, each on a connection of its own), the latency
    to the last byte through each target minus the latency straight to the upstream, p50 and p99.
 
 Usage: `python bench/peers_bench.py --litellm .venv-peers-litellm/bin/litellm --portkey
-bench/peers/portkey [--streams 60] [--rate 20] [--requests 200] [--json out.json]`. A peer whose
+bench/peers/portkey [--streams 60] [--short-requests 300] [--rate 20] [--requests 200] [--json out.json]`. A peer whose
 command is not given is left out (the table says so). Numbers, no assertions; bench/goals.py
 reads `ratios` (`--peers`).
 """
@@ -129,6 +130,22 @@ def _short(target: tuple) -> tuple:
     return pid, url, {**payload, "model": model}, headers
 
 
+async def cpu_rounds(targets: dict[str, tuple], streams: int, concurrency: int, rounds: int) -> dict[str, float]:
+    """CPU seconds per stream of each target (the CPU of its process tree), `streams` a round, the
+    targets taking turns each round in an order that turns, after a warm-up round of `concurrency`."""
+    for _, url, payload, headers in targets.values():
+        await run_streams(url, payload, concurrency, concurrency, headers)
+    used = dict.fromkeys(targets, 0.0)
+    names = list(targets)
+    for i in range(rounds):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            pid, url, payload, headers = targets[name]
+            c0 = tree_cpu_seconds(pid)
+            await run_streams(url, payload, streams, concurrency, headers)
+            used[name] += tree_cpu_seconds(pid) - c0
+    return {name: seconds / (streams * rounds) for name, seconds in used.items()}
+
+
 async def main() -> dict:
     parser = argparse.ArgumentParser()
     parser.add_argument("--litellm", help="the `litellm` command of its own venv (make bench-peers)")
@@ -137,6 +154,8 @@ async def main() -> dict:
     parser.add_argument("--chunks", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--short-requests", type=int, default=300,
+                        help="5-chunk streams per target per round, for CPU per short request")
     parser.add_argument("--rate", type=float, default=20.0, help="requests a second for the subtraction")
     parser.add_argument("--requests", type=int, default=200, help="requests per target for the subtraction")
     parser.add_argument("--json", type=Path)
@@ -149,22 +168,16 @@ async def main() -> dict:
         stack.enter_context(server("bench.upstream:app", up_port))
         targets = _targets(args, stack, upstream, args.chunks)
         results["peers_missing"] = [p for p in ("litellm", "portkey") if p not in targets]
-        for _, url, payload, headers in targets.values():  # warm-up
-            await run_streams(url, payload, args.concurrency, args.concurrency, headers)
-        used = dict.fromkeys(targets, 0.0)
-        names = list(targets)
-        for i in range(args.rounds):
-            for name in names[i % len(names):] + names[:i % len(names)]:
-                pid, url, payload, headers = targets[name]
-                c0 = tree_cpu_seconds(pid)
-                await run_streams(url, payload, args.streams, args.concurrency, headers)
-                used[name] += tree_cpu_seconds(pid) - c0
-        chunks = args.streams * args.rounds * args.chunks
-        us = {name: round(v / chunks * 1e6, 2) for name, v in used.items()}
+        per_stream = await cpu_rounds(targets, args.streams, args.concurrency, args.rounds)
+        us = {name: round(v / args.chunks * 1e6, 2) for name, v in per_stream.items()}
         results["cpu_us_per_chunk"] = us
         results["ratios"] = {name: round(v / us["floor"], 2) if us["floor"] else None for name, v in us.items()}
-        short = {"direct": (0, f"{upstream}/chat/completions", {"model": "chunks-5", **_CHAT}, None),
-                 **{name: _short(t) for name, t in targets.items()}}
+        short_targets = {name: _short(t) for name, t in targets.items()}
+        per_request = await cpu_rounds(short_targets, args.short_requests, args.concurrency, args.rounds)
+        ms = {name: round(v * 1e3, 3) for name, v in per_request.items()}
+        results["cpu_ms_per_short_request"] = ms
+        results["request_ratios"] = {name: round(v / ms["floor"], 2) if ms["floor"] else None for name, v in ms.items()}
+        short = {"direct": (0, f"{upstream}/chat/completions", {"model": "chunks-5", **_CHAT}, None), **short_targets}
         latency = {name: await fixed_rate(url, payload, headers, args.rate, args.requests)
                    for name, (_, url, payload, headers) in short.items()}
     direct = latency.pop("direct")
@@ -183,12 +196,15 @@ def _minus(a: float | None, b: float | None) -> float | None:
 
 def table(results: dict) -> str:
     """The ratio table (markdown), as the README's performance section shows it."""
-    rows = ["| target | CPU per chunk | / floor | added latency p50 | added p99 |", "|---|---|---|---|---|"]
+    rows = ["| target | CPU per chunk | / floor | CPU per short request | / floor | added latency p50 | added p99 |",
+            "|---|---|---|---|---|---|---|"]
     for name, us in results["cpu_us_per_chunk"].items():
         added = results.get("added_ms", {}).get(name, {})
-        rows.append(f"| {name} | {us} us | {results['ratios'][name]}x | {added.get('p50')} ms | {added.get('p99')} ms |")
+        request = results.get("cpu_ms_per_short_request", {}).get(name)
+        rows.append(f"| {name} | {us} us | {results['ratios'][name]}x | {request} ms | "
+                    f"{results.get('request_ratios', {}).get(name)}x | {added.get('p50')} ms | {added.get('p99')} ms |")
     for name in results["peers_missing"]:
-        rows.append(f"| {name} | not run | | | |")
+        rows.append(f"| {name} | not run | | | | | |")
     return "\n".join(rows)
 
 

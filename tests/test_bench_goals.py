@@ -79,3 +79,19 @@ def test_the_instructions_bench_gives_up_on_a_load_after_which_the_process_never
     with pytest.raises(SystemExit, match="did not go idle"):
         per_stream(windows, "bench/chunks-1", 50, rate=0.6e6, most=4)  # type: ignore[arg-type]
     assert len(windows.served) == 5  # the load's window and four after it
+
+
+def test_the_peer_table_shows_cpu_per_short_request_beside_cpu_per_chunk():
+    """The issue's own table put the peers' CPU per short request beside their CPU per event (Foundry
+    trailed Portkey per request); bench/peers_bench.py measured only the chunk, so the README's peer
+    table could not say whether that lead was taken back."""
+    from bench.peers_bench import table
+
+    results = {"cpu_us_per_chunk": {"floor": 5.0, "foundry": 10.0}, "ratios": {"floor": 1.0, "foundry": 2.0},
+               "cpu_ms_per_short_request": {"floor": 0.5, "foundry": 1.4},
+               "request_ratios": {"floor": 1.0, "foundry": 2.8},
+               "added_ms": {"foundry": {"p50": 2.0, "p99": 3.0}}, "peers_missing": ["portkey"]}
+    lines = table(results).splitlines()
+    assert "CPU per short request" in lines[0]
+    assert lines[3] == "| foundry | 10.0 us | 2.0x | 1.4 ms | 2.8x | 2.0 ms | 3.0 ms |"
+    assert lines[4].startswith("| portkey | not run |")
