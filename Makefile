@@ -146,6 +146,7 @@ bench: $(VENV)/.installed-test  ## the benchmarks' smoke tests, then the benchma
 	$(BIN)/python bench/cache_bench.py --json $(BENCH_OUT)/cache.json
 	$(BIN)/python bench/store_bench.py
 	$(BIN)/python bench/redis_writes.py
+	$(BIN)/python bench/workers_bench.py --json $(BENCH_OUT)/workers.json
 	$(BIN)/python bench/limiter_bench.py
 	$(BIN)/python bench/routing_bench.py
 	$(BIN)/python bench/tracing_bench.py --json $(BENCH_OUT)/tracing.json

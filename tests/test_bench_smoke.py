@@ -33,6 +33,18 @@ def test_bench_runs_end_to_end_and_reports_every_number(tmp_path):
     assert {"added_ttft_ms_c1", "request_cpu_ms_over_relay"} <= set(results["goals"])
 
 
+def test_workers_bench_reports_the_scaling_of_the_gateway_and_the_floor(tmp_path):
+    out = tmp_path / "workers.json"
+    subprocess.run([sys.executable, "bench/workers_bench.py", "--streams", "4", "--requests", "8", "--concurrency", "4",
+                    "--rounds", "1", "--json", str(out)],
+                   cwd=REPO, check=True, timeout=300, capture_output=True)  # four servers, two of them with 2 workers
+    results = json.loads(out.read_text())
+    for load in ("chunks_200", "chunks_1"):
+        assert set(results[load]) == {"gateway_x1", "gateway_x2", "floor_x1", "floor_x2"}
+        assert all(r["per_second"] > 0 and r["cpu_us_each"] >= 0 for r in results[load].values())  # CPU in ticks
+    assert set(results["scaling_chunks"]) == set(results["scaling_requests"]) == {"gateway", "floor"}
+
+
 def test_open_bench_runs_for_every_adapter():
     done = subprocess.run([sys.executable, "bench/open_bench.py", "--requests", "10"],
                           cwd=REPO, check=True, timeout=120, capture_output=True)
