@@ -7,6 +7,9 @@ from app.main import create_app
 from app.settings import Settings
 from tests.support import parse_sse
 
+# An app's connection collected unclosed fails the test that sees it (aiosqlite warns in its finalizer).
+pytestmark = pytest.mark.filterwarnings("error::ResourceWarning")
+
 ASK = {"model": "mock/tool_call", "messages": [{"role": "user", "content": "What is 2+2?"}]}
 
 
@@ -17,7 +20,11 @@ def app():
 
 @pytest.fixture
 async def client(app):
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
+    # The app's lifespan runs around the client, as a server runs it: its shutdown disposes the records
+    # engine, which a lookup of a missing stream opens. Without it the engine's aiosqlite connection was
+    # collected unclosed after its test's loop had closed, and its thread failed ("Event loop is closed").
+    async with app.router.lifespan_context(app), \
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
         yield c
 
 
