@@ -319,7 +319,11 @@ async def test_no_content_mode_stores_no_message_text(tmp_path: Path) -> None:
     for needle in (SECRET, "Calling calculator", "Sum is 4", "2 + 2", "What is 2+2"):
         for path in files:  # the database, its WAL and shared memory
             assert needle.encode() not in path.read_bytes(), (needle, path.name)
-    stored = await RecordStore(f"sqlite+aiosqlite:///{data / 'foundry.db'}").transcript(ids[2])
+    reader = RecordStore(f"sqlite+aiosqlite:///{data / 'foundry.db'}")
+    try:
+        stored = await reader.transcript(ids[2])
+    finally:
+        await reader.aclose()  # its aiosqlite connection closed on this loop, not collected after it
     assert stored["content_recorded"] is False
     assert [c["name"] for c in stored["tool_calls"]] == ["calculator"]  # structure kept, text gone
     assert stored["tool_calls"][0]["output"] is None and stored["tool_calls"][0]["fragments"] == []

@@ -139,7 +139,9 @@ async def test_the_transcript_gives_its_times_in_iso_8601_like_the_run_records()
 
 async def test_unknown_transcripts_are_a_json_404():
     app = create_app(Settings())
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
+    # the lookup opens the records engine: the lifespan's shutdown disposes it (tests/test_api.py)
+    async with app.router.lifespan_context(app), \
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
         r = await c.get("/v1/stream/str_nope/transcript")
     assert r.status_code == 404 and r.json()["error"]["code"] == "stream_not_found"
 
