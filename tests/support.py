@@ -168,6 +168,18 @@ async def serve(app: Any) -> AsyncIterator[str]:
         yield await servers.add(app)
 
 
+@contextlib.asynccontextmanager
+async def in_process(app: Any) -> AsyncIterator[Any]:
+    """An httpx client of an ASGI app in this event loop, with the app's lifespan around it, as a
+    server runs it: its shutdown closes what the app opened (the records engine a lookup of a
+    missing stream opens), which would otherwise be collected unclosed after the test's loop."""
+    import httpx
+
+    async with app.router.lifespan_context(app), \
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+        yield client
+
+
 @contextlib.contextmanager
 def tasks_started() -> Iterator[list[tuple[str, weakref.ref[asyncio.Task[Any]]]]]:
     """Every task the running loop starts in the block, as (its coroutine's qualified name, a weak

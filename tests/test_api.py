@@ -1,11 +1,10 @@
 """The HTTP contract, in process: JSON answers, SSE frames, bad input, request ids, metrics."""
 
-import httpx
 import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tests.support import parse_sse
+from tests.support import in_process, parse_sse
 
 # An app's connection collected unclosed fails the test that sees it (aiosqlite warns in its finalizer).
 pytestmark = pytest.mark.filterwarnings("error::ResourceWarning")
@@ -20,11 +19,7 @@ def app():
 
 @pytest.fixture
 async def client(app):
-    # The app's lifespan runs around the client, as a server runs it: its shutdown disposes the records
-    # engine, which a lookup of a missing stream opens. Without it the engine's aiosqlite connection was
-    # collected unclosed after its test's loop had closed, and its thread failed ("Event loop is closed").
-    async with app.router.lifespan_context(app), \
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
+    async with in_process(app) as c:  # with its lifespan: an unclosed engine failed a later test's loop
         yield c
 
 

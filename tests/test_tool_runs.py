@@ -16,7 +16,7 @@ from app.providers.base import ProviderRequest
 from app.settings import Settings
 from app.tools.config import PythonToolConfig
 from tests.fakes import FakeAdapter, ScriptedStream
-from tests.support import parse_sse
+from tests.support import in_process, parse_sse
 
 ASK = {"model": "fake/m", "messages": [{"role": "user", "content": "What is 2+3?"}]}
 
@@ -139,9 +139,7 @@ async def test_the_transcript_gives_its_times_in_iso_8601_like_the_run_records()
 
 async def test_unknown_transcripts_are_a_json_404():
     app = create_app(Settings())
-    # the lookup opens the records engine: the lifespan's shutdown disposes it (tests/test_api.py)
-    async with app.router.lifespan_context(app), \
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
+    async with in_process(app) as c:  # the lookup opens the records engine: the lifespan closes it
         r = await c.get("/v1/stream/str_nope/transcript")
     assert r.status_code == 404 and r.json()["error"]["code"] == "stream_not_found"
 
