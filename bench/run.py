@@ -97,18 +97,20 @@ def server(target: str, port: int, env: dict[str, str] | None = None, *, cwd: Pa
     one in a temporary directory (unless `env` names one): one left in the checkout's `var/` grows
     with every run (400 MB in a day of benchmarks), and a run's insert into a large database costs
     more CPU than into a new one (docs/performance.md, "A new records database each run")."""
-    if target == GATEWAY:
-        cmd = [*serve_command(python), "--port", str(port)]
-    else:
-        # keep-alive past uvicorn's 5 s: on a loaded machine a round of 50 can outlast it, and a pooled
-        # connection closed by the server just as the client reuses it fails the run (ReadError)
-        cmd = [python, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port),
-               "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "60"]
+    cmd = [*serve_command(python), "--port", str(port)] if target == GATEWAY else uvicorn_command(target, port, python)
     with tempfile.TemporaryDirectory(prefix="foundry-bench-data-") as data:
         # a loaded 2-core machine takes a while to import the app
         with process(cmd, port, what=target, cwd=cwd, env={"FOUNDRY_DATA_DIR": data, **(env or {})},
                      start_seconds=90) as proc:
             yield proc
+
+
+def uvicorn_command(target: str, port: int, python: str = sys.executable) -> list[str]:
+    """`target` (an ASGI app, `module:attr`) under plain uvicorn on 127.0.0.1:`port`: the floor, the
+    fake upstream. Keep-alive past uvicorn's 5 s: on a loaded machine a round of 50 can outlast it,
+    and a pooled connection closed by the server just as the client reuses it fails the run (ReadError)."""
+    return [python, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port),
+            "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "60"]
 
 
 def dies_with_parent() -> None:

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.litellm_bench import tree_cpu_seconds  # noqa: E402
 from bench.loadgen import run_streams  # noqa: E402
-from bench.run import NO_ADMISSION_BY_LAG, body, emit, free_port, process, serve_command  # noqa: E402
+from bench.run import NO_ADMISSION_BY_LAG, body, emit, free_port, process, serve_command, server, uvicorn_command  # noqa: E402
 from bench.store_bench import redis_server  # noqa: E402
 
 CHUNKS = 200
@@ -58,15 +58,10 @@ def target(name: str, workers: int, upstream: str, redis_url: str) -> Iterator[t
                    "FOUNDRY_REDIS_URL": redis_url, "FOUNDRY_LOG_LEVEL": "warning", "FOUNDRY_MAX_STREAMS": "100000",
                    "FOUNDRY_DATA_DIR": data, **NO_ADMISSION_BY_LAG}
         else:
-            cmd = [*uvicorn("bench.relay:app", port), "--workers", str(workers)]
+            cmd = [*uvicorn_command("bench.relay:app", port), "--workers", str(workers)]
             env = {"RELAY_UPSTREAM": upstream}
         with process(cmd, port, what=f"{name} x{workers}", env=env, start_seconds=120) as proc:
             yield proc.pid, f"http://127.0.0.1:{port}/v1/stream"
-
-
-def uvicorn(app: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-            "--no-access-log", "--timeout-keep-alive", "60"]
 
 
 async def rounds(targets: dict[str, tuple[int, str]], chunks: int, streams: int, concurrency: int,
@@ -111,7 +106,7 @@ async def main() -> dict:
     up_port = free_port()
     upstream = f"http://127.0.0.1:{up_port}/v1"
     with ExitStack() as stack:
-        stack.enter_context(process(uvicorn("bench.upstream:app", up_port), up_port, what="upstream"))
+        stack.enter_context(server("bench.upstream:app", up_port))
         _, redis_url = stack.enter_context(redis_server())
         targets = {f"{name}_x{n}": stack.enter_context(target(name, n, upstream, redis_url))
                    for name in ("gateway", "floor") for n in (1, args.workers)}
